@@ -1,0 +1,248 @@
+"""Resource keys: what a claim is on, made canonical (SPEC §5).
+
+Clients send what the user typed; the daemon turns it into one canonical
+:class:`Key` so that two spellings of the same thing (``~/p``, ``/home/u/p/``,
+``/home/u/link-to-p``) meet in the lock table. Path keys are resolved with
+:func:`os.path.realpath`, which reads the filesystem: that is why this module
+lives outside :mod:`meshd.core` (the lock table only ever sees finished keys).
+
+Kinds::
+
+    file:/abs/path   (or a bare absolute path)   covers its descendants
+    repo:/abs/path   same path space as file:     overlaps file: keys under it
+    branch:/repo:NAME                             split at the last ':'
+    port:N  port:N/udp  (port:N/tcp == port:N)    1..65535
+    cron:X gateway:X account:X box:X skill:X res:X   matched exactly
+    memory  ui:desktop                            bare, matched exactly
+
+Refused with :class:`~meshd.protocol.errors.BadKey` (the message names the key,
+says what is wrong and what to do): relative paths, empty values, unknown kinds,
+control characters, keys over 4096 bytes, and -- unless ``broad`` -- ``file:/``,
+the home folder and the folders above it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from meshd.protocol.errors import BadKey
+
+MAX_KEY_BYTES = 4096
+PATH_KINDS = frozenset({"file", "repo"})
+EXACT_KINDS = frozenset({"cron", "gateway", "account", "box", "skill", "res"})
+BARE_KEYS = {"memory": ("memory", ""), "ui:desktop": ("ui", "desktop")}
+KINDS = PATH_KINDS | EXACT_KINDS | {"branch", "port", "memory", "ui"}
+_PORT_RE = re.compile(r"^([0-9]{1,5})(?:/(tcp|udp))?$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_KIND_RE = re.compile(r"^([A-Za-z]+):")
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """A canonical resource key.
+
+    ``kind`` is one of :data:`KINDS`; ``value`` the canonical value (an absolute
+    real path for path kinds, ``"8080"``/``"53/udp"`` for ports, ``""`` for
+    ``memory``); ``parts`` the path components for ``file:``/``repo:`` (empty
+    for every other kind, and for ``/``). ``text`` is the one spelling used on
+    the wire, in the store and as the lock table's identity.
+    """
+
+    kind: str
+    value: str
+    parts: tuple[str, ...] = ()
+    text: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        text = self.kind if self.kind == "memory" else f"{self.kind}:{self.value}"
+        object.__setattr__(self, "text", text)
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def is_path(self) -> bool:
+        """True for ``file:`` and ``repo:``: keys that cover their descendants."""
+        return self.kind in PATH_KINDS
+
+    def overlaps(self, other: Key) -> bool:
+        """Whether a claim on ``self`` and one on ``other`` touch the same thing.
+
+        Path keys overlap when one path is an ancestor of (or equal to) the other,
+        across ``file:`` and ``repo:``; every other key overlaps only itself.
+        """
+        if self.is_path and other.is_path:
+            n = min(len(self.parts), len(other.parts))
+            return self.parts[:n] == other.parts[:n]
+        return self.text == other.text
+
+
+def _refuse(raw: str, what: str, todo: str) -> BadKey:
+    shown = raw if len(raw) <= 200 else raw[:200] + "…"
+    return BadKey(f"bad resource key {shown!r}: {what}; {todo}", {"key": shown})
+
+
+def path_key(kind: str, path: str) -> Key:
+    """Build a path key from an already canonical absolute path (no I/O)."""
+    parts = tuple(p for p in path.split("/") if p)
+    return Key(kind, "/" + "/".join(parts), parts)
+
+
+def canonical_key(raw: str, *, cwd: str | None = None, home: str, broad: bool = False) -> Key:
+    """Turn what the user typed into a canonical :class:`Key`, or raise ``BadKey``.
+
+    ``home`` is the user's home folder (``~`` expands against it, and it may not be
+    claimed whole unless ``broad``). ``cwd`` is accepted for the caller's
+    convenience but never used: the daemon refuses relative paths, because its
+    own working directory means nothing to the user (``meshctl`` resolves them
+    against its own cwd before sending).
+    """
+    del cwd  # relative paths are refused, never resolved against the daemon's cwd
+    if not isinstance(raw, str) or not raw:
+        raise _refuse(str(raw), "it is empty", "give a key such as file:/path or port:8080")
+    if _CONTROL_RE.search(raw):
+        raise _refuse(raw, "it contains control characters", "remove them")
+    if len(raw.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise _refuse(raw, f"it is longer than {MAX_KEY_BYTES} bytes", "claim a shorter key")
+    if raw[0] in "/~":
+        return _path(raw, "file", raw, home, broad)
+    if raw in BARE_KEYS:
+        return Key(*BARE_KEYS[raw])
+    match = _KIND_RE.match(raw)
+    if match is None:
+        raise _refuse(
+            raw,
+            "it is neither an absolute path nor kind:value",
+            "use an absolute path (relative paths are refused) or one of "
+            + ", ".join(sorted(k + ":" for k in KINDS - {"memory", "ui"}))
+            + " memory, ui:desktop",
+        )
+    kind, value = match.group(1).lower(), raw[match.end() :]
+    return _parse_kind(raw, kind, value, home, broad)
+
+
+def _parse_kind(raw: str, kind: str, value: str, home: str, broad: bool) -> Key:
+    if kind not in KINDS:
+        raise _refuse(raw, f"unknown kind {kind!r}", "use one of " + ", ".join(sorted(KINDS)))
+    if not value:
+        raise _refuse(raw, "the value after the ':' is empty", "say what you claim")
+    if kind in PATH_KINDS:
+        return _path(raw, kind, value, home, broad)
+    if kind == "branch":
+        return _branch(raw, value, home)
+    if kind == "port":
+        return _port(raw, value)
+    if kind in EXACT_KINDS:
+        if value != value.strip():
+            raise _refuse(raw, "the value starts or ends with spaces", "remove them")
+        return Key(kind, value)
+    raise _refuse(raw, f"{kind} takes no value here", "use the bare 'memory' or 'ui:desktop'")
+
+
+def _expand(raw: str, path: str, home: str) -> str:
+    if path == "~" or path.startswith("~/"):
+        return os.path.join(home, path[2:]) if len(path) > 1 else home
+    if path.startswith("~"):
+        raise _refuse(raw, "~user paths are not expanded", "write the absolute path")
+    if not path.startswith("/"):
+        raise _refuse(
+            raw,
+            "the path is relative",
+            "give an absolute path (meshctl resolves relative ones against its own cwd)",
+        )
+    return path
+
+
+def _real(raw: str, path: str) -> str:
+    try:
+        real = os.path.realpath(path)  # non-strict: a path that does not exist yet is fine
+    except (OSError, ValueError) as exc:
+        raise _refuse(raw, f"the path cannot be resolved ({exc})", "check the path") from exc
+    if len(real.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise _refuse(
+            raw, f"it resolves to more than {MAX_KEY_BYTES} bytes", "claim a shorter path"
+        )
+    return real
+
+
+def _path(raw: str, kind: str, value: str, home: str, broad: bool) -> Key:
+    real = _real(raw, _expand(raw, value, home))
+    key = path_key(kind, real)
+    if not broad:
+        home_parts = path_key(kind, _real(raw, home)).parts
+        if key.parts == home_parts[: len(key.parts)]:
+            if not key.parts:
+                what = "it is the whole filesystem"
+            elif key.parts == home_parts:
+                what = "it is your home folder"
+            else:
+                what = "it contains your home folder"
+            raise _refuse(raw, what, "claim something narrower, or pass --broad (broad=True)")
+    return key
+
+
+def _branch(raw: str, value: str, home: str) -> Key:
+    repo, sep, name = value.rpartition(":")
+    if not sep or not repo or not name:
+        raise _refuse(raw, "it is not branch:/repo:NAME", "write e.g. branch:/home/u/project:main")
+    if name != name.strip():
+        raise _refuse(raw, "the branch name starts or ends with spaces", "remove them")
+    real = _real(raw, _expand(raw, repo, home))
+    return Key("branch", f"{path_key('repo', real).value}:{name}")
+
+
+def _port(raw: str, value: str) -> Key:
+    match = _PORT_RE.match(value)
+    number = int(match.group(1)) if match else 0
+    if match is None or not 1 <= number <= 65535:
+        raise _refuse(raw, "it is not a port 1-65535", "write port:N, port:N/tcp or port:N/udp")
+    suffix = "/udp" if match.group(2) == "udp" else ""
+    return Key("port", f"{number}{suffix}")
+
+
+def from_canonical(text: str) -> Key:
+    """Rebuild a key from its canonical ``text`` (as stored), without touching the disk.
+
+    Used when the store restores claims: they were canonicalised when claimed.
+    Raises ``BadKey`` if ``text`` is not a canonical key's shape.
+    """
+    if text in BARE_KEYS:
+        return Key(*BARE_KEYS[text])
+    kind, sep, value = text.partition(":")
+    if not sep or kind not in KINDS or not value:
+        raise _refuse(text, "it is not a canonical key", "canonicalise it with canonical_key")
+    if kind in PATH_KINDS:
+        return path_key(kind, value)
+    return Key(kind, value)
+
+
+def describe(key: Key, *, home: str | None = None) -> str:
+    """Human text for a key, with the home folder shown as ``~``.
+
+    ``file:/home/u/p`` -> ``~/p``; ``repo:/srv/x`` -> ``repo /srv/x``;
+    ``branch:/home/u/p:main`` -> ``branch main of ~/p``; ``port:53/udp`` ->
+    ``port 53/udp``; ``cron:daily`` -> ``cron daily``; ``memory`` -> ``memory``.
+    """
+    if key.is_path:
+        shown = _tilde(key.value, home)
+        return shown if key.kind == "file" else f"repo {shown}"
+    if key.kind == "branch":
+        repo, _, name = key.value.rpartition(":")
+        return f"branch {name} of {_tilde(repo, home)}"
+    if key.kind == "memory":
+        return "memory"
+    if key.kind == "ui":
+        return "the desktop"
+    return f"{key.kind} {key.value}"
+
+
+def _tilde(path: str, home: str | None) -> str:
+    if not home:
+        return path
+    homes = {home.rstrip("/") or "/", os.path.realpath(home)}
+    for h in homes:
+        if h != "/" and (path == h or path.startswith(h + "/")):
+            return "~" + path[len(h) :]
+    return path
