@@ -1,0 +1,126 @@
+"""``meshctl``: the command line of Session Mesh (SPEC §9).
+
+The CLI is just another client of the protocol: each command turns its
+arguments into one or a few JSON-RPC requests through the blocking client
+(:class:`meshctl.Mesh`), and prints the reply for people or, with ``--json``,
+as one JSON document. Failures of every kind go through one handler
+(:meth:`MeshGroup.main`) so that the exit codes 0/75/1/2/69 and the JSON error
+document are the same for every command.
+
+Shell completion is click's: ``eval "$(_MESHCTL_COMPLETE=bash_source meshctl)"``
+(``zsh_source``, ``fish_source`` likewise).
+
+Start-up cost matters (BENCH.md: a one-round-trip command within 2.5x of a
+stdlib script), so this package imports click and the standard library only;
+the client library is imported when a command first needs the daemon, and
+anyio, msgspec and platformdirs are never imported (a test checks it).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import State, common_options
+from meshd.protocol.errors import MeshError
+
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _wants_json(args: Sequence[str]) -> bool:
+    """Whether ``--json`` appears among the options (before any ``--``).
+
+    Used only when a usage error stops parsing before ``--json`` was read.
+    """
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+class MeshGroup(click.Group):
+    """The root group: one place that turns every failure into output and an exit code."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command line; exit with SPEC §9's code (never returns in standalone mode)."""
+        argv = list(sys.argv[1:] if args is None else args)
+        prog_name = prog_name or "meshctl"
+        complete_var = complete_var or "_MESHCTL_COMPLETE"
+        if not standalone_mode:
+            return super().main(argv, prog_name, complete_var, False, **extra)
+        state = extra.setdefault("obj", State())
+        try:
+            rv = super().main(argv, prog_name, complete_var, False, **extra)
+        except _output.Failure as failure:
+            _output.report(failure, state.json)
+            sys.exit(failure.exit_code)
+        except click.UsageError as exc:
+            if state.json or _wants_json(argv):
+                _output.write_json(_output.usage_failure(exc).to_json())
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            other = _output.Failure(exc.format_message(), "CLI", exit_code=exc.exit_code)
+            _output.report(other, state.json)
+            sys.exit(exc.exit_code)
+        except (click.Abort, KeyboardInterrupt):
+            click.echo("Aborted!", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            sys.stderr.close()  # the reader went away; say nothing more
+            sys.exit(1)
+        finally:
+            state.close()
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Invoke the command, turning the client library's errors into :class:`Failure`."""
+        try:
+            return super().invoke(ctx)
+        except MeshError as exc:
+            raise _output.from_mesh_error(exc) from exc
+
+
+@click.group(cls=MeshGroup, context_settings=CONTEXT_SETTINGS)
+@common_options
+def cli() -> None:
+    """Session Mesh: see, ask and stay out of the way of your other agent sessions.
+
+    Exit codes: 0 done; 75 held or timed out; 1 error; 2 usage error;
+    69 daemon unreachable.
+    """
+
+
+def _register_commands() -> None:
+    from meshctl.cli import daemon, lifecycle, raw, sessions
+
+    cli.add_command(daemon.daemon)
+    cli.add_command(sessions.sessions)
+    cli.add_command(lifecycle.register)
+    cli.add_command(lifecycle.heartbeat)
+    cli.add_command(lifecycle.end)
+    cli.add_command(raw.call)
+
+
+_register_commands()
+
+
+def main() -> None:
+    """Console-script entry point (``meshctl = "meshctl.cli:main"``)."""
+    cli.main(prog_name="meshctl")
+
+
+__all__ = ["MeshGroup", "cli", "main"]

@@ -1,0 +1,144 @@
+"""The options every command takes, and the daemon connection they lead to.
+
+``--profile``, ``--socket``, ``--session`` and ``--json`` are accepted both
+before and after the command (``meshctl --json sessions active`` and
+``meshctl sessions active --json`` mean the same). Each occurrence writes into
+one :class:`State` shared by the whole invocation; a value typed on the command
+line wins over the environment (``MESH_PROFILE``, ``MESH_SOCKET``,
+``MESH_SESSION``, named explicitly: click's ``auto_envvar_prefix`` would derive
+names from Python parameter names), and the innermost command-line value wins
+over an outer one.
+
+The client library is imported only when a command asks for a connection, so
+``meshctl --help`` and argument errors cost click's import and nothing more.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from meshctl.cli import _output
+
+if TYPE_CHECKING:
+    from meshctl._sync import Mesh
+
+PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class State:
+    """What one ``meshctl`` invocation knows: the resolved root options and its client."""
+
+    profile: str = "default"
+    socket: str | None = None
+    session: str | None = None
+    json: bool = False
+    explicit: set[str] = field(default_factory=set)
+    _mesh: Mesh | None = None
+
+    def mesh(self, *, autostart: bool = True) -> Mesh:
+        """A connected client for this profile; starts the daemon unless ``autostart=False``.
+
+        One client per invocation; it is closed when the command finishes
+        (:func:`close`).
+        """
+        if self._mesh is None:
+            from meshctl._sync import Mesh
+
+            sock = Path(self.socket) if self.socket else None
+            self._mesh = Mesh(self.profile, sock, autostart=autostart)
+        return self._mesh
+
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, *, autostart: bool = True
+    ) -> Any:
+        """One request to this profile's daemon (library errors propagate)."""
+        return self.mesh(autostart=autostart).call(method, params)
+
+    def require_session(self) -> str:
+        """The session this command acts for, or the NO_SESSION refusal."""
+        if not self.session:
+            raise _output.no_session()
+        return self.session
+
+    def close(self) -> None:
+        """Close the client, if one was opened."""
+        if self._mesh is not None:
+            mesh, self._mesh = self._mesh, None
+            mesh.close()
+
+
+def get_state() -> State:
+    """The invocation's :class:`State` (created by the root group)."""
+    return click.get_current_context().ensure_object(State)
+
+
+def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        state = ctx.ensure_object(State)
+        source = ctx.get_parameter_source(param.name or name)
+        if source is ParameterSource.COMMANDLINE:
+            state.explicit.add(name)
+        elif name in state.explicit or (name == "json" and not value):
+            return  # an outer explicit value (or an earlier --json) stands
+        if name == "profile" and not PROFILE_RE.match(value):
+            raise click.BadParameter(
+                f"{value!r}: use 1-64 characters from A-Z a-z 0-9 _ . -", ctx, param
+            )
+        setattr(state, name, value)
+
+    return callback
+
+
+def common_options(func: F) -> F:
+    """Add ``--profile/--socket/--session/--json`` to a command or group."""
+    options = [
+        click.option(
+            "--profile",
+            envvar="MESH_PROFILE",
+            default="default",
+            show_envvar=True,
+            show_default=True,
+            expose_value=False,
+            callback=_store("profile"),
+            metavar="NAME",
+            help="Profile whose daemon to talk to.",
+        ),
+        click.option(
+            "--socket",
+            envvar="MESH_SOCKET",
+            show_envvar=True,
+            expose_value=False,
+            callback=_store("socket"),
+            metavar="PATH",
+            help="Daemon socket (default: per profile in the runtime folder).",
+        ),
+        click.option(
+            "--session",
+            envvar="MESH_SESSION",
+            show_envvar=True,
+            expose_value=False,
+            callback=_store("session"),
+            metavar="ID",
+            help="Session to act for (see `meshctl register`).",
+        ),
+        click.option(
+            "--json",
+            "json_",
+            is_flag=True,
+            expose_value=False,
+            callback=_store("json"),
+            help="Print exactly one JSON document on stdout.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

@@ -1,0 +1,211 @@
+"""What ``meshctl`` prints, and with which exit code (SPEC §9).
+
+Two audiences read the output. People get short sentences; scripts pass ``--json``
+and get **exactly one JSON document on stdout**. On failure that document is
+``{"error": {"code", "message", "data"}}`` (the JSON-RPC error object, so scripts
+switch on ``data.code`` whether the daemon or the CLI refused), and the human
+message still goes to stderr so a person watching a script sees why it stopped.
+Diagnostics never go to stdout.
+
+Exit codes::
+
+    0   done, granted, answered
+    75  held, or no reply in time (``EX_TEMPFAIL``: try again later)
+    1   an error; the message says what happened and what to do
+    2   usage error (bad option, bad JSON argument)
+    69  the daemon cannot be reached and could not be started (``EX_UNAVAILABLE``)
+
+Decisions: a daemon that answers "storage unavailable" *was* reached, so it is
+exit 1, not 69. A client-side timeout (:class:`MeshTimeout`) is 75, because
+trying again later is the right reaction. JSON is encoded with the standard
+library (msgspec stays off the CLI's import path; BENCH.md), pretty-printed
+with two spaces so a person can read it too.
+
+Standard library and click only; the client library is imported by the
+commands that use it, never here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from meshd.protocol import errors as E
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 69  # os.EX_UNAVAILABLE
+EXIT_TEMPFAIL = 75  # os.EX_TEMPFAIL
+
+#: JSON-RPC codes for failures the CLI finds itself (no daemon involved).
+USAGE_CODE = E.INVALID_PARAMS
+CLI_ERROR_CODE = -32000
+
+#: What to do next, by ``data.code``: the second line of every human error.
+HINTS: dict[str, str] = {
+    "UNAVAILABLE": "check `meshctl daemon status`, the daemon log in the state folder, "
+    "or point --socket/MESH_SOCKET at the right socket",
+    "UNKNOWN_SESSION": "list live sessions with `meshctl sessions active`; "
+    "register a new one with `meshctl register --task ...`",
+    "SESSION_EXPIRED": "register again: export MESH_SESSION=$(meshctl register --task '...')",
+    "ID_IN_USE": "choose another --id, or leave --id out to get a fresh one",
+    "NO_SESSION": "get one with: export MESH_SESSION=$(meshctl register --task '...') "
+    "(or pass --session ID)",
+    "TOO_LARGE": "shorten the text (limits: task 200 characters, bodies max_body_bytes)",
+    "MESH_DISABLED": "the mesh is switched off (enabled = false in config.toml)",
+    "FORBIDDEN": "the socket belongs to another user; use your own MESH_SOCKET",
+    "METHOD_NOT_FOUND": "list the methods with `meshctl call mesh.schema`",
+    "INVALID_PARAMS": "see the method's params with `meshctl call mesh.schema`",
+    "TIMEOUT": "the daemon did not answer in time; try again, or check `meshctl daemon status`",
+    "PROTOCOL": "the daemon and meshctl disagree on the wire; restart the daemon "
+    "(`meshctl daemon restart`) so both run the same version",
+    "FRAME_TOO_LARGE": "a request is limited to 1 MiB; send less at once",
+}
+
+
+@dataclass
+class Failure(Exception):
+    """A failure on its way to the user: one error object plus an exit code.
+
+    Every error a command meets -- from the daemon, from the client library, or
+    found by the CLI itself -- becomes one of these before it is printed, so
+    the printing rules live in one place (:func:`report`).
+    """
+
+    message: str
+    data_code: str
+    code: int = CLI_ERROR_CODE
+    exit_code: int = EXIT_ERROR
+    data: dict[str, Any] = field(default_factory=dict)
+    hint: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+        self.data = {"code": self.data_code, **self.data}
+        if self.hint is None:
+            self.hint = HINTS.get(self.data_code)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``{"error": ...}`` document printed under ``--json``."""
+        return {"error": {"code": self.code, "message": self.message, "data": self.data}}
+
+    def human(self) -> str:
+        """The message for stderr: what happened, then what to do."""
+        text = f"meshctl: {self.message}"
+        return f"{text}\n  {self.hint}" if self.hint else text
+
+
+def exit_code_for(exc: E.MeshError) -> int:
+    """SPEC §9's exit code for an error the client library raised."""
+    if isinstance(exc, E.StorageUnavailable):
+        return EXIT_ERROR  # the daemon answered; it could not store
+    if isinstance(exc, E.MeshUnavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, E.MeshTimeout):
+        return EXIT_TEMPFAIL
+    return EXIT_ERROR
+
+
+def from_mesh_error(exc: E.MeshError) -> Failure:
+    """Wrap a :class:`MeshError` (its wire code and ``data`` kept) for printing."""
+    data = dict(exc.data)
+    data_code = str(data.pop("code", exc.data_code))
+    return Failure(
+        message=exc.message,
+        data_code=data_code,
+        code=exc.code,
+        exit_code=exit_code_for(exc),
+        data=data,
+    )
+
+
+def no_session() -> Failure:
+    """The refusal of a command that acts for a session but was given none."""
+    return Failure(
+        message="this command acts for a session, and none was given "
+        "(no --session and no MESH_SESSION)",
+        data_code="NO_SESSION",
+        code=E.NoSession.code,
+    )
+
+
+def usage_failure(exc: click.UsageError) -> Failure:
+    """A click usage error as an error document (printed under ``--json`` only)."""
+    return Failure(
+        message=exc.format_message(), data_code="USAGE", code=USAGE_CODE, exit_code=EXIT_USAGE
+    )
+
+
+def report(failure: Failure, as_json: bool) -> None:
+    """Print a failure: JSON document on stdout when asked, the sentence on stderr."""
+    if as_json:
+        write_json(failure.to_json())
+    click.echo(failure.human(), err=True)
+
+
+def write_json(document: Any) -> None:
+    """Write one JSON document to stdout (stdlib ``json``; non-ASCII kept readable)."""
+    click.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+
+
+def emit(as_json: bool, document: Any, human: str | Callable[[], str | None] | None) -> None:
+    """Print a command's result: ``document`` under ``--json``, else the human text.
+
+    ``human`` may be a callable so that the text is only built when it is shown;
+    ``None`` (or an empty string) prints nothing, for commands that succeed silently.
+    """
+    if as_json:
+        write_json(document)
+        return
+    text = human() if callable(human) else human
+    if text:
+        click.echo(text)
+
+
+def note(text: str) -> None:
+    """A diagnostic for people: always stderr, never mixed into a JSON document."""
+    click.echo(f"meshctl: {text}", err=True)
+
+
+def format_age(seconds: float) -> str:
+    """A short relative age: ``3s``, ``42s``, ``2m``, ``1h``, ``3d`` (floored, never negative)."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def format_duration(seconds: float) -> str:
+    """An uptime such as ``3m 12s`` or ``2d 4h``: the two largest units."""
+    s = max(0, int(seconds))
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size or (unit == "s" and not parts):
+            parts.append(f"{s // size}{unit}")
+            s %= size
+    return " ".join(parts[:2])
+
+
+def tilde(path: str | None, home: str | None = None) -> str | None:
+    """``path`` with the home folder written ``~`` (``/home/u/p`` -> ``~/p``)."""
+    if not path:
+        return path
+    home = home if home is not None else os.path.expanduser("~")
+    home = home.rstrip("/")
+    if not home or home == "~":
+        return path
+    if path == home:
+        return "~"
+    if path.startswith(home + "/"):
+        return "~" + path[len(home) :]
+    return path

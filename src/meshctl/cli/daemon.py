@@ -1,0 +1,193 @@
+"""``meshctl daemon start|stop|status|restart|reload``.
+
+``status`` and ``stop`` never start a daemon (SPEC §9): status exits 0 when one
+answers and 69 when none does; stop asks the running daemon its pid
+(``mesh.info``), sends it SIGTERM and waits up to 10 s for the process to be
+gone. Stopping a profile with no daemon is not an error (exit 0, with a note):
+the wanted state already holds.
+
+``reload`` calls ``mesh.reload`` (what SIGHUP does). An invalid config file is
+kept out by the daemon, which goes on with the config it had; the CLI reports
+that as an error (exit 1, ``data.code`` ``CONFIG_INVALID``) so a script that
+edits the file and reloads learns that its edit did not take.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import State, common_options, get_state
+from meshd.protocol.errors import MeshUnavailable
+
+STOP_TIMEOUT = 10.0
+
+
+def render_info(info: dict[str, Any]) -> str:
+    """``daemon status`` for people: what runs, where, since when, holding what."""
+    counts = info.get("counts") or {}
+    lines = [
+        f"meshd {info.get('version')} (protocol {info.get('protocol_version')}) is running "
+        f"for profile {info.get('profile')}",
+        f"  pid       {info.get('pid')}",
+        f"  socket    {info.get('socket')}",
+        f"  uptime    {_output.format_duration(float(info.get('uptime_s') or 0))} "
+        f"(since {info.get('started_at')})",
+        f"  sessions  {counts.get('sessions', 0)} ({counts.get('stale', 0)} stale), "
+        f"claims {counts.get('claims', 0)}, waiters {counts.get('waiters', 0)}, "
+        f"connections {counts.get('connections', 0)}",
+        f"  state     {info.get('state_dir')}",
+    ]
+    if not info.get("enabled", True):
+        lines.append("  enabled   no (enabled = false in config: the mesh is switched off)")
+    return "\n".join(lines)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+def daemon() -> None:
+    """Start, stop, inspect or reload this profile's daemon."""
+
+
+@daemon.command()
+@common_options
+def status() -> None:
+    """Show the running daemon; exit 69 when none runs (never starts one)."""
+    state = get_state()
+    info = state.call("mesh.info", autostart=False)
+    _output.emit(state.json, info, lambda: render_info(info))
+
+
+def _start(state: State) -> tuple[dict[str, Any], bool]:
+    """Make sure a daemon runs; its ``mesh.info`` and whether it already ran."""
+    from meshctl import _spawn
+
+    running = _spawn.daemon_running(state.profile, state.socket)
+    info = state.call("mesh.info")
+    return info, running
+
+
+@daemon.command()
+@common_options
+def start() -> None:
+    """Start the daemon unless it runs already; print what runs."""
+    state = get_state()
+    info, was_running = _start(state)
+    verb = "was already running" if was_running else "started"
+    _output.emit(
+        state.json,
+        {**info, "already_running": was_running},
+        lambda: (
+            f"meshd {verb}: profile {info.get('profile')}, pid {info.get('pid')}, "
+            f"socket {info.get('socket')}"
+        ),
+    )
+
+
+def _process_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie awaiting its parent counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    if sys.platform.startswith("linux"):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                # state is the field after "(comm)", which may itself hold spaces
+                return f.read().rpartition(")")[2].split()[0] in {"Z", "X"}
+        except (OSError, IndexError):
+            return True
+    return False
+
+
+def _stop(state: State) -> dict[str, Any]:
+    """Stop the daemon, if one runs; what happened, as the JSON result."""
+    try:
+        info = state.call("mesh.info", autostart=False)
+    except MeshUnavailable as exc:
+        return {"stopped": False, "running": False, "profile": state.profile, "note": exc.message}
+    finally:
+        # No client of ours stays connected while it shuts down, and a later
+        # start (restart) gets a fresh client that may start a daemon.
+        state.close()
+    pid = int(info["pid"])
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return {"stopped": True, "running": False, "profile": info.get("profile"), "pid": pid}
+    deadline = time.monotonic() + STOP_TIMEOUT
+    delay = 0.01
+    while not _process_gone(pid):
+        if time.monotonic() > deadline:
+            raise _output.Failure(
+                f"meshd (pid {pid}, profile {info.get('profile')}) did not exit within "
+                f"{STOP_TIMEOUT:.0f} s of SIGTERM",
+                "STOP_TIMEOUT",
+                data={"pid": pid},
+                hint=f"look at its log in {info.get('state_dir')}; to force it: kill -9 {pid}",
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return {"stopped": True, "running": False, "profile": info.get("profile"), "pid": pid}
+
+
+@daemon.command()
+@common_options
+def stop() -> None:
+    """Stop the running daemon (SIGTERM) and wait until it has exited."""
+    state = get_state()
+    result = _stop(state)
+    if not result["stopped"]:
+        _output.note(f"no meshd is running for profile {state.profile}; nothing to stop")
+    _output.emit(
+        state.json,
+        result,
+        lambda: (
+            f"Stopped meshd (profile {result['profile']}, pid {result['pid']})."
+            if result["stopped"]
+            else None
+        ),
+    )
+
+
+@daemon.command()
+@common_options
+def restart() -> None:
+    """Stop the daemon (if it runs), then start it again."""
+    state = get_state()
+    stopped = _stop(state)
+    info, _ = _start(state)
+    was = f"pid {stopped['pid']}" if stopped["stopped"] else "none was running"
+    _output.emit(
+        state.json,
+        {**info, "previous_pid": stopped.get("pid")},
+        lambda: (
+            f"meshd restarted ({was}): profile {info.get('profile')}, "
+            f"pid {info.get('pid')}, socket {info.get('socket')}"
+        ),
+    )
+
+
+@daemon.command()
+@common_options
+def reload() -> None:
+    """Re-read config.toml; an invalid file is refused and the old config kept."""
+    state = get_state()
+    result = state.call("mesh.reload")
+    if not result.get("reloaded"):
+        raise _output.Failure(
+            f"config not reloaded, the daemon keeps its previous config: {result.get('error')}",
+            "CONFIG_INVALID",
+            data={"reloaded": False, "error": result.get("error")},
+            hint="fix the file (MESH_CONFIG, or config.toml in the config folder) and run "
+            "`meshctl daemon reload` again",
+        )
+    _output.emit(state.json, result, f"Config reloaded (profile {state.profile}).")

@@ -1,0 +1,198 @@
+"""``meshctl register``, ``heartbeat`` and ``end``: a shell script's session (SPEC §4).
+
+``register`` speaks for the process that called it -- its parent, the shell or
+agent tool that ran ``meshctl`` -- unless ``--pid`` names another; the default
+liveness is ``process``, so the session lives exactly as long as that caller.
+``--liveness heartbeat`` without ``--pid`` sends no pid at all: the session is
+tied to no process and lives while ``meshctl heartbeat`` keeps it alive. It
+prints only the id on stdout, so ``export MESH_SESSION=$(meshctl register …)``
+works.
+
+``heartbeat`` succeeds silently (like ``touch``); ``end`` says what it
+released. Both act for ``--session``/``MESH_SESSION`` and refuse without one.
+
+When the mesh is switched off (``enabled = false``) these commands still
+succeed, as SPEC §2 says, and say ``disabled`` once on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import common_options, get_state
+from meshctl.cli._git import git_place
+
+STATUSES = ("idle", "thinking", "tool-running", "blocked", "waiting-for-user", "done", "errored")
+
+
+def register_params(
+    *,
+    task: str,
+    source: str | None,
+    pid: int | None,
+    session_id: str | None,
+    liveness: str,
+    expire_after: float | None,
+    parent: str | None,
+    slot: str | None,
+    queries: bool,
+    messages: bool,
+    status: str | None,
+    cwd: str,
+    ppid: int,
+    host: str,
+) -> dict[str, Any]:
+    """The ``session.register`` params for ``meshctl register``'s options (pure)."""
+    if pid is None and liveness == "process":
+        pid = ppid  # the caller of meshctl, not meshctl itself (it exits at once)
+    params: dict[str, Any] = {"task": task, "liveness": liveness, "cwd": cwd, "host": host}
+    place = git_place(cwd)
+    optional = {
+        "session_id": session_id,
+        "source": source,
+        "pid": pid,
+        "expire_after": expire_after,
+        "parent": parent,
+        "slot": slot,
+        "status": status,
+        "repo": place.repo,
+        "branch": place.branch,
+        "worktree": place.worktree,
+        "accept_queries": None if queries else False,
+        "accept_messages": None if messages else False,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return params
+
+
+def _disabled_note(result: Any) -> None:
+    if isinstance(result, dict) and result.get("disabled"):
+        _output.note("the mesh is disabled (enabled = false in config); nothing was recorded")
+
+
+@click.command()
+@common_options
+@click.option("--task", required=True, metavar="T", help="What this session does (≤ 200 chars).")
+@click.option("--source", metavar="S", help="cli, cron, shell, worker … (daemon default: shell).")
+@click.option(
+    "--pid",
+    type=click.IntRange(min=1),
+    metavar="P",
+    help="Process the session lives with (default: the caller of meshctl).",
+)
+@click.option("--id", "session_id", metavar="ID", help="Choose the id (default: generated).")
+@click.option(
+    "--liveness",
+    type=click.Choice(["process", "heartbeat"]),
+    default="process",
+    show_default=True,
+    help="Live with a process, or while heartbeats come.",
+)
+@click.option(
+    "--expire-after",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
+    help="Heartbeat sessions: expire after S seconds without one.",
+)
+@click.option("--parent", metavar="ID", help="Parent session (subagents, workers).")
+@click.option("--slot", metavar="X", help="This child's slot under --parent.")
+@click.option(
+    "--no-queries", "queries", is_flag=True, flag_value=False, default=True, help="Refuse asks."
+)
+@click.option(
+    "--no-messages",
+    "messages",
+    is_flag=True,
+    flag_value=False,
+    default=True,
+    help="Refuse messages.",
+)
+@click.option("--status", type=click.Choice(STATUSES), help="Initial status (default idle).")
+def register(
+    *,
+    task: str,
+    source: str | None,
+    pid: int | None,
+    session_id: str | None,
+    liveness: str,
+    expire_after: float | None,
+    parent: str | None,
+    slot: str | None,
+    queries: bool,
+    messages: bool,
+    status: str | None,
+) -> None:
+    """Register a session for the calling process; print its id.
+
+    \b
+    Typical use in a script:
+      export MESH_SESSION=$(meshctl register --task "nightly import")
+    """
+    if slot is not None and parent is None:
+        raise click.UsageError("--slot needs --parent (a slot is a place under a parent)")
+    state = get_state()
+    params = register_params(
+        task=task,
+        source=source,
+        pid=pid,
+        session_id=session_id,
+        liveness=liveness,
+        expire_after=expire_after,
+        parent=parent,
+        slot=slot,
+        queries=queries,
+        messages=messages,
+        status=status,
+        cwd=os.getcwd(),
+        ppid=os.getppid(),
+        host=socket.gethostname(),
+    )
+    result = state.call("session.register", params)
+    _disabled_note(result)
+    _output.emit(state.json, result, str(result.get("session_id", "")))
+
+
+@click.command()
+@common_options
+@click.option("--status", type=click.Choice(STATUSES), help="What the session is doing now.")
+@click.option("--task", metavar="T", help="A new task line.")
+def heartbeat(status: str | None, task: str | None) -> None:
+    """Say the session is still here (and, optionally, its status or task)."""
+    state = get_state()
+    params: dict[str, Any] = {"session_id": state.require_session()}
+    if status is not None:
+        params["status"] = status
+    if task is not None:
+        params["task"] = task
+    result = state.call("session.heartbeat", params)
+    _disabled_note(result)
+    _output.emit(state.json, result, None)
+
+
+@click.command()
+@common_options
+@click.option("--handoff", metavar="TEXT", help="Leave a final handoff for whoever picks it up.")
+def end(handoff: str | None) -> None:
+    """End the session: release its claims, optionally leave a handoff."""
+    state = get_state()
+    params: dict[str, Any] = {"session_id": state.require_session()}
+    if handoff is not None:
+        params["handoff"] = handoff
+    result = state.call("session.end", params)
+    _output.emit(state.json, result, lambda: _ended(result))
+
+
+def _ended(result: dict[str, Any]) -> str:
+    released = result.get("released") or []
+    if not result.get("ended", True):
+        return f"{result.get('session_id')} had already ended; nothing to release."
+    text = f"Ended {result.get('session_id')}"
+    text += f"; released {len(released)} claim(s): {', '.join(released)}" if released else ""
+    if result.get("handoff_id") is not None:
+        text += f"; handoff #{result['handoff_id']} saved"
+    return text + "."

@@ -1,0 +1,227 @@
+"""``meshctl sessions active|show``: who is live, and what they are doing.
+
+Human form of ``sessions active`` (SPEC §9 gives an example; this is the rule
+behind it), one line a session (wrapped here)::
+
+    Active sessions (profile default):
+    - cli:20261129-1f3a9c — refactor auth, in ~/project, branch feat/auth,
+      status: tool-running (running tests), 3s ago
+    - cron:finance-daily — importing transactions, status: tool-running, 42s ago
+    - gateway:telegram:home — waiting for user, last task: summarised IBKR
+      runtime status, 2m ago  [stale]
+
+Decisions:
+
+- the task comes first, as the thing a person scans for ("no task" when empty);
+- ``in <cwd>`` (home folder written ``~``) and ``branch <b>`` follow when known;
+- ``status: <status>``, with the last reported activity in brackets when the
+  daemon has one; a session waiting for its user reads "waiting for user, last
+  task: …" instead, as in the example, because its task is then history;
+- the age is the time since the last heartbeat, as the daemon computed it
+  (``age_s``; its clock, not ours), in the largest whole unit: 3s, 2m, 1h, 2d;
+- a stale session (no heartbeat for ``stale_after``) ends in ``  [stale]``;
+  ``--fresh`` leaves stale sessions out;
+- other profiles (``--all-profiles``) get a header of their own each;
+- nothing live: the single line ``No active sessions (profile X).``
+
+``--json`` prints the sessions as ``session.list`` returns them, each with its
+``profile``, in one flat list (across profiles with ``--all-profiles``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import State, common_options, get_state
+from meshd.protocol.errors import MeshError, MeshUnavailable
+
+Session = Mapping[str, Any]
+
+
+def describe(session: Session, home: str | None = None) -> str:
+    """One session as one line of ``sessions active`` (see the module docstring)."""
+    task = session.get("task") or ""
+    status = session.get("status") or "idle"
+    parts: list[str] = []
+    if status == "waiting-for-user":
+        parts.append(f"waiting for user, last task: {task}" if task else "waiting for user")
+    else:
+        parts.append(task or "no task")
+    if cwd := _output.tilde(session.get("cwd"), home):
+        parts.append(f"in {cwd}")
+    if branch := session.get("branch"):
+        parts.append(f"branch {branch}")
+    if status != "waiting-for-user":
+        activity = session.get("activity")
+        parts.append(f"status: {status} ({activity})" if activity else f"status: {status}")
+    parts.append(f"{_output.format_age(float(session.get('age_s') or 0))} ago")
+    line = f"- {session.get('session_id', '?')} — {', '.join(parts)}"
+    return f"{line}  [stale]" if session.get("stale") else line
+
+
+def render_list(profile: str, sessions: Iterable[Session], home: str | None = None) -> str:
+    """The human listing of one profile's sessions (header, then one line each)."""
+    items = list(sessions)
+    if not items:
+        return f"No active sessions (profile {profile})."
+    lines = [f"Active sessions (profile {profile}):"]
+    lines.extend(describe(s, home) for s in items)
+    return "\n".join(lines)
+
+
+def render_one(session: Session, home: str | None = None) -> str:
+    """``sessions show``: every reported field, one per line, empty ones left out."""
+    order = (
+        "session_id",
+        "profile",
+        "source",
+        "task",
+        "status",
+        "cwd",
+        "repo",
+        "branch",
+        "worktree",
+        "pid",
+        "host",
+        "liveness",
+        "parent",
+        "slot",
+        "kanban_task",
+        "model",
+        "provider",
+        "tools",
+        "started_at",
+        "last_heartbeat",
+        "last_activity",
+        "accept_queries",
+        "accept_messages",
+    )
+    lines: list[str] = []
+    for key in order:
+        value = session.get(key)
+        if value in (None, "", []):
+            continue
+        if key in ("cwd", "repo", "worktree"):
+            value = _output.tilde(str(value), home)
+        elif key == "tools":
+            value = ", ".join(value)
+        elif isinstance(value, bool):
+            value = "yes" if value else "no"
+        lines.append(f"{key.replace('_', ' ') + ':':<16} {value}")
+    age = _output.format_age(float(session.get("age_s") or 0))
+    lines.append(f"{'seen:':<16} {age} ago" + ("  [stale]" if session.get("stale") else ""))
+    claims = session.get("claims") or []
+    lines.append(f"{'claims:':<16} {len(claims) or 'none'}")
+    for claim in claims:
+        reason = f" — {claim['reason']}" if claim.get("reason") else ""
+        lines.append(
+            f"  {claim.get('resource')} ({claim.get('mode')}, token "
+            f"{claim.get('token')}, since {claim.get('since')}){reason}"
+        )
+    return "\n".join(lines)
+
+
+def _with_profile(result: Mapping[str, Any], fresh: bool) -> list[dict[str, Any]]:
+    profile = result.get("profile")
+    out = []
+    for raw in result.get("sessions") or []:
+        if fresh and raw.get("stale"):
+            continue
+        session = dict(raw)
+        session.setdefault("profile", profile)
+        out.append(session)
+    return out
+
+
+def _runtime_sockets() -> list[Path]:
+    """Sockets of the profiles' daemons in the runtime folder (``<runtime>/meshd/*.sock``)."""
+    from meshctl import _paths
+
+    folder = _paths.runtime_dir()
+    try:
+        return sorted(folder.glob("*.sock"))
+    except OSError:
+        return []
+
+
+def _other_profiles(
+    state: State, own_socket: Path | None, fresh: bool
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Ask every other daemon in the runtime folder what it shows ``state.profile``.
+
+    Never starts a daemon. A socket that does not answer is skipped with a note
+    on stderr; a profile that does not list ours in ``visible_to_profiles``
+    answers ``visible: false`` and is left out silently.
+    """
+    from meshctl._sync import Mesh
+
+    seen = {own_socket.resolve()} if own_socket else set()
+    found: list[tuple[str, list[dict[str, Any]]]] = []
+    for sock in _runtime_sockets():
+        if sock.resolve() in seen:
+            continue
+        seen.add(sock.resolve())
+        try:
+            mesh = Mesh(sock.stem, sock, autostart=False)
+        except ValueError:
+            continue  # not named like a profile: not one of our daemons
+        try:
+            result = mesh.call("session.list", {"for_profile": state.profile, "fresh": fresh})
+        except MeshError as exc:
+            _output.note(f"skipped profile {sock.stem} ({sock}): {exc.message}")
+            continue
+        finally:
+            mesh.close()
+        if not result.get("visible", True) or result.get("profile") == state.profile:
+            continue
+        found.append((str(result.get("profile", sock.stem)), _with_profile(result, fresh)))
+    return found
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+def sessions() -> None:
+    """Live sessions of this profile (and of others that let it see theirs)."""
+
+
+@sessions.command()
+@common_options
+@click.option(
+    "--all-profiles",
+    is_flag=True,
+    help="Also list the profiles whose daemons let this one see them.",
+)
+@click.option("--fresh", is_flag=True, help="Leave out stale sessions.")
+def active(all_profiles: bool, fresh: bool) -> None:
+    """List live sessions: id, task, folder, branch, status, last heard from."""
+    state = get_state()
+    result = state.call("session.list", {"fresh": True} if fresh else None)
+    groups = [(str(result.get("profile") or state.profile), _with_profile(result, fresh))]
+    if all_profiles:
+        groups.extend(_other_profiles(state, _own_socket(state), fresh))
+    flat = [s for _, group in groups for s in group]
+    _output.emit(state.json, flat, lambda: "\n".join(render_list(p, g) for p, g in groups))
+
+
+def _own_socket(state: State) -> Path | None:
+    from meshctl import _spawn
+
+    try:
+        return _spawn.find_socket(state.profile, Path(state.socket) if state.socket else None)
+    except (MeshUnavailable, OSError):
+        return None
+
+
+@sessions.command()
+@common_options
+@click.argument("session_id", metavar="ID")
+def show(session_id: str) -> None:
+    """Everything one session reported, and the claims it holds."""
+    state = get_state()
+    info = state.call("session.get", {"session_id": session_id})
+    _output.emit(state.json, info, lambda: render_one(info))
