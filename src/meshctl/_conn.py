@@ -1,0 +1,230 @@
+"""The wire, without I/O: shared by the blocking and the async client.
+
+What crosses the socket (SPEC §3): one compact JSON-RPC 2.0 value per line, UTF-8,
+``\\n``-terminated, at most 1 MiB a request. This module builds request frames,
+splits the incoming byte stream into lines, and sorts what arrives into replies
+(matched by ``id``) and ``event`` notifications (method ``event``, no ``id``), turning
+an ``error`` object into the exception class for its ``data.code``.
+
+It also holds :class:`SessionCore`, the part of a library session that decides what
+to send and what to report (register params, "what was lost" after a daemon
+restart or an expiry), so both clients say the same thing in the same words.
+
+Standard library only (the blocking client imports it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Final
+
+from meshd.protocol.errors import (
+    MeshError,
+    MeshProtocolError,
+    error_from_wire,
+)
+
+#: Largest request frame the daemon reads (newline included): 1 MiB.
+MAX_FRAME: Final = 1 << 20
+#: Largest reply line the client accepts; listings can outgrow a request.
+MAX_REPLY: Final = 64 << 20
+#: The protocol major version this client speaks.
+PROTOCOL_MAJOR: Final = "1"
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_decode = json.JSONDecoder().decode
+
+
+def encode(obj: Any) -> bytes:
+    """Compact JSON plus the newline: one frame."""
+    return (_encode(obj) + "\n").encode()
+
+
+@dataclass(slots=True)
+class Reply:
+    """A response to one of our requests (``id`` is None for parse/invalid-request errors)."""
+
+    id: int | str | None
+    result: Any = None
+    error: MeshError | None = None
+
+    def unwrap(self) -> Any:
+        """The result, or raise the error the daemon sent."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@dataclass(slots=True)
+class Event:
+    """A notification the daemon pushed (method ``event``)."""
+
+    params: Any
+
+
+class Protocol:
+    """Request ids, frame building and reply parsing for one connection.
+
+    Feed it bytes with :meth:`feed`; take whole messages with :meth:`next_message`.
+    """
+
+    __slots__ = ("_buf", "_next_id")
+
+    def __init__(self) -> None:
+        self._next_id = 0
+        self._buf = bytearray()
+
+    def request(self, method: str, params: Any = None) -> tuple[int, bytes]:
+        """A new request id and its frame; raises FrameTooLarge past 1 MiB."""
+        self._next_id += 1
+        rid = self._next_id
+        obj: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            obj["params"] = params
+        frame = encode(obj)
+        check_frame(frame, method)
+        return rid, frame
+
+    def feed(self, data: bytes) -> None:
+        """Append received bytes."""
+        self._buf += data
+        if len(self._buf) > MAX_REPLY and b"\n" not in self._buf:
+            raise MeshProtocolError(f"the daemon sent a line over {MAX_REPLY} bytes")
+
+    def next_message(self) -> Reply | Event | None:
+        """The next whole message in the buffer, or None when a line is still incomplete."""
+        while True:
+            end = self._buf.find(b"\n")
+            if end < 0:
+                return None
+            line = bytes(self._buf[:end])
+            del self._buf[: end + 1]
+            if line.strip():
+                return parse_line(line)
+
+    def clear(self) -> None:
+        """Forget buffered bytes (the connection they came from is gone)."""
+        self._buf.clear()
+
+
+def check_frame(frame: bytes, method: str) -> None:
+    """Refuse a frame the daemon would refuse, before sending a byte of it."""
+    from meshd.protocol.errors import FrameTooLarge
+
+    if len(frame) > MAX_FRAME:
+        raise FrameTooLarge(
+            f"request {method} is {len(frame)} bytes, over the 1 MiB frame limit: "
+            "send less per call (split the text or the list)",
+            {"size": len(frame), "limit": MAX_FRAME},
+        )
+
+
+def parse_line(line: bytes) -> Reply | Event:
+    """Turn one received line into a :class:`Reply` or an :class:`Event`."""
+    try:
+        msg = _decode(line.decode())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MeshProtocolError(f"the daemon sent a line that is not JSON: {line[:200]!r}") from exc
+    if not isinstance(msg, dict):
+        raise MeshProtocolError(f"the daemon sent a non-object message: {line[:200]!r}")
+    if "id" not in msg:
+        if msg.get("method") == "event":
+            return Event(msg.get("params"))
+        raise MeshProtocolError(f"unexpected notification from the daemon: {line[:200]!r}")
+    if "error" in msg:
+        return Reply(msg["id"], error=error_from_wire(msg["error"]))
+    if "result" not in msg:
+        raise MeshProtocolError(f"reply without result or error: {line[:200]!r}")
+    return Reply(msg["id"], result=msg["result"])
+
+
+def check_protocol(info: Any, where: str) -> None:
+    """Refuse a daemon whose protocol major version is not ours, naming both versions."""
+    version = str(info.get("protocol_version", "")) if isinstance(info, dict) else ""
+    if version.split(".", 1)[0] != PROTOCOL_MAJOR:
+        raise MeshProtocolError(
+            f"meshd at {where} speaks protocol {version or '(none)'}, this client speaks "
+            f"{PROTOCOL_MAJOR}.x: upgrade the older side, then restart the daemon "
+            "(meshctl daemon restart)",
+            {"daemon_protocol": version, "client_protocol": PROTOCOL_MAJOR},
+        )
+
+
+def daemon_key(info: Any) -> tuple[Any, Any]:
+    """What tells one daemon run from the next: its pid and start time."""
+    if not isinstance(info, dict):
+        return (None, None)
+    return (info.get("pid"), info.get("started_at"))
+
+
+# --- sessions -------------------------------------------------------------------
+
+_LOST_CLAIMS = "claims it held were released"
+
+
+class SessionCore:
+    """The sans-I/O half of a library session: params, and the record of what was lost."""
+
+    def __init__(
+        self,
+        *,
+        task: str,
+        session_id: str | None,
+        liveness: str,
+        bind: bool,
+        fields: dict[str, Any],
+    ) -> None:
+        self.session_id = session_id
+        self.params: dict[str, Any] = {
+            "task": task,
+            "liveness": liveness,
+            "pid": os.getpid(),
+            "cwd": os.getcwd(),
+            **fields,
+        }
+        if bind:
+            self.params["bind"] = True
+        self.lost: list[str] = []
+        self.daemon: tuple[Any, Any] = (None, None)
+        self.interval = 5.0
+        self.disabled = False
+
+    def register_params(self) -> dict[str, Any]:
+        """What ``session.register`` gets; the same id every time once we have one."""
+        if self.session_id is None:
+            return self.params
+        return {"session_id": self.session_id, **self.params}
+
+    def registered(self, result: Any, daemon: tuple[Any, Any], interval: float | None) -> None:
+        """Take in a ``session.register`` result."""
+        self.session_id = str(result["session_id"])
+        self.disabled = bool(result.get("disabled", False))
+        self.interval = float(interval or result.get("heartbeat_interval") or 5.0)
+        self.daemon = daemon
+
+    def heartbeat_params(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """``session.heartbeat`` params: the id plus whatever changed (None = unchanged)."""
+        params = {k: v for k, v in fields.items() if v is not None}
+        params["session_id"] = self.session_id
+        return params
+
+    def after_restart(self, old: tuple[Any, Any], result: Any) -> str | None:
+        """What a re-registration after a daemon restart lost (None: it restored us)."""
+        if result.get("refreshed"):
+            return None
+        return (
+            f"the daemon restarted (pid {old[0]} -> {self.daemon[0]}) without the session; "
+            f"re-registered as {self.session_id}; {_LOST_CLAIMS}"
+        )
+
+    def after_expiry(self, exc: MeshError) -> str:
+        """What an expired or unknown session lost."""
+        what = "expired at the daemon" if exc.data_code == "SESSION_EXPIRED" else (
+            "was unknown to the daemon"
+        )
+        return (
+            f"session {self.session_id} {what} ({exc.data_code}: {exc.message}); "
+            f"re-registered; {_LOST_CLAIMS}"
+        )

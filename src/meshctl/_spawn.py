@@ -1,0 +1,285 @@
+"""Find a profile's daemon, and start one when none answers (SPEC §9).
+
+Order of looking: the socket given (argument or ``MESH_SOCKET``); else the client's own
+path (:func:`meshctl._paths.socket_path`), then the path the daemon recorded in the
+state folder (cron jobs often lack ``XDG_RUNTIME_DIR``).
+
+Starting is guarded by an exclusive ``flock`` on ``<state>/<profile>.spawn.lock``:
+of two racing clients, the second waits for the lock, finds the first one's daemon
+answering, and starts nothing. The daemon is started, in this order, by:
+
+1. the installed unit, when ``systemctl --user cat meshd@P.service`` finds it (only when
+   the caller does not override ``MESH_SOCKET``/``MESH_STATE_DIR``: the unit would
+   serve the standard paths, not the overridden ones);
+2. ``systemd-run --user`` when a user manager is running;
+3. a fully detached ``python -m meshd run`` (new session, no inherited stdio, output
+   appended to ``<state>/<profile>.log``).
+
+``MESH_SPAWN=direct`` skips 1 and 2 (tests, machines whose user manager misbehaves).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from meshctl import _conn, _paths
+from meshd.protocol.errors import MeshUnavailable
+
+log = logging.getLogger("meshctl")
+
+#: How long a started daemon has to answer ``mesh.ping``.
+START_TIMEOUT = 10.0
+#: Daemons this process started directly; kept so they can be reaped, never collected
+#: while running (a dropped Popen warns and leaves a zombie).
+_SPAWNED: list[subprocess.Popen[bytes]] = []
+_PASSED_ENV = ("MESH_SOCKET", "MESH_STATE_DIR", "MESH_CONFIG")
+_NO_DAEMON = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK)
+
+
+def find_socket(profile: str, explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The socket to try: explicit, else ours if it exists, else the recorded one, else ours."""
+    if explicit:
+        return Path(explicit)
+    own = _paths.socket_path(profile)
+    if "MESH_SOCKET" in os.environ or own.exists():
+        return own
+    recorded = _paths.recorded_socket(profile)
+    if recorded is not None and recorded.exists():
+        return recorded
+    return own
+
+
+def _connect(path: Path, timeout: float) -> socket.socket | None:
+    """A connected socket, or None when no daemon listens there; other errors raise."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(os.fspath(path))
+    except OSError as exc:
+        sock.close()
+        if exc.errno in _NO_DAEMON:
+            return None
+        raise MeshUnavailable(
+            f"cannot connect to meshd at {path}: {exc.strerror or exc}; "
+            "check the socket's permissions, or set MESH_SOCKET"
+        ) from exc
+    return sock
+
+
+def _ping(sock: socket.socket) -> bool:
+    """Whether the daemon on ``sock`` answers ``mesh.ping`` (within the socket's timeout)."""
+    proto = _conn.Protocol()
+    rid, frame = proto.request("mesh.ping")
+    try:
+        sock.sendall(frame)
+        while True:
+            msg = proto.next_message()
+            if msg is None:
+                data = sock.recv(65536)
+                if not data:
+                    return False
+                proto.feed(data)
+            elif isinstance(msg, _conn.Reply) and msg.id == rid:
+                return msg.error is None
+    except (OSError, ValueError):
+        return False
+
+
+def daemon_running(profile: str, socket_path: str | os.PathLike[str] | None = None) -> bool:
+    """Whether a daemon answers for ``profile``; never starts one."""
+    try:
+        sock = _connect(find_socket(profile, socket_path), 2.0)
+    except MeshUnavailable:
+        return False
+    if sock is None:
+        return False
+    with sock:
+        return _ping(sock)
+
+
+def connect_or_start(
+    profile: str,
+    socket_path: str | os.PathLike[str] | None = None,
+    autostart: bool = True,
+    timeout: float = 5.0,
+) -> socket.socket:
+    """A socket connected to the profile's daemon, starting the daemon if allowed.
+
+    Raises MeshUnavailable with a sentence saying what to do when there is none.
+    """
+    path = find_socket(profile, socket_path)
+    sock = _connect(path, timeout)
+    if sock is not None:
+        return sock
+    if not autostart:
+        raise MeshUnavailable(
+            f"no meshd is running for profile {profile!r} (socket {path}); start it with "
+            f"`meshctl daemon start --profile {profile}`, or let the client start it "
+            "(autostart=True)",
+            {"socket": os.fspath(path), "profile": profile},
+        )
+    with _spawn_lock(profile):
+        # Another client may have started it while we waited for the lock.
+        path = find_socket(profile, socket_path)
+        sock = _connect(path, timeout)
+        if sock is not None:
+            return sock
+        proc = _start(profile)
+        return _wait_ready(profile, socket_path, proc, timeout)
+
+
+@contextlib.contextmanager
+def _spawn_lock(profile: str) -> Iterator[None]:
+    state = _paths.state_dir()
+    try:
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(_paths.spawn_lock(profile), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise MeshUnavailable(
+            f"cannot start meshd: the state folder {state} is not usable ({exc.strerror}); "
+            "fix its permissions or set MESH_STATE_DIR"
+        ) from exc
+    try:
+        deadline = time.monotonic() + START_TIMEOUT + 5.0
+        delay = 0.005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise MeshUnavailable(
+                        f"another client has been starting meshd for profile {profile!r} "
+                        f"for over {START_TIMEOUT + 5:.0f} s; see {_paths.log_file(profile)}"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def _systemd_user() -> bool:
+    """Whether a systemd user manager answers."""
+    if not shutil.which("systemctl"):
+        return False
+    out = _quiet(["systemctl", "--user", "is-system-running"])
+    return out is not None and out.strip() in {"running", "degraded"}
+
+
+def _quiet(argv: list[str]) -> str | None:
+    """Run a short command; its stdout, or None if it failed."""
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _meshd_argv(profile: str) -> list[str]:
+    beside = Path(sys.executable).parent / "meshd"
+    exe = os.fspath(beside) if beside.exists() else shutil.which("meshd")
+    base = [exe] if exe else [sys.executable, "-m", "meshd"]
+    return [*base, "run", "--profile", profile]
+
+
+def _start(profile: str) -> subprocess.Popen[bytes] | None:
+    """Start the daemon; the Popen when we started it directly (None via systemd)."""
+    via_systemd = os.environ.get("MESH_SPAWN", "auto") != "direct"
+    if via_systemd and _start_unit(profile):
+        return None
+    if via_systemd and shutil.which("systemd-run") and _systemd_user():
+        setenv = [f"--setenv={k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
+        argv = ["systemd-run", "--user", "--collect", "--quiet", "--unit", f"meshd-{profile}"]
+        if _quiet([*argv, *setenv, *_meshd_argv(profile)]) is not None:
+            log.info("started meshd for profile %s via systemd-run", profile)
+            return None
+    return _start_detached(profile)
+
+
+def _start_unit(profile: str) -> bool:
+    """Start the installed ``meshd@P.service``, unless the caller overrides the paths."""
+    if any(name in os.environ for name in ("MESH_SOCKET", "MESH_STATE_DIR")):
+        return False
+    unit = f"meshd@{profile}.service"
+    if not shutil.which("systemctl") or _quiet(["systemctl", "--user", "cat", unit]) is None:
+        return False
+    if _quiet(["systemctl", "--user", "start", unit]) is None:
+        return False
+    log.info("started meshd for profile %s via %s", profile, unit)
+    return True
+
+
+def _start_detached(profile: str) -> subprocess.Popen[bytes]:
+    _reap()
+    logfile = _paths.log_file(profile)
+    with open(logfile, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "meshd", "run", "--profile", profile],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            cwd="/",
+            env=dict(os.environ),
+        )
+    _SPAWNED.append(proc)
+    log.info("started meshd for profile %s (pid %d, log %s)", profile, proc.pid, logfile)
+    return proc
+
+
+def _reap() -> None:
+    """Collect the exit status of daemons we started that have since exited."""
+    _SPAWNED[:] = [p for p in _SPAWNED if p.poll() is None]
+
+
+def _wait_ready(
+    profile: str,
+    socket_path: str | os.PathLike[str] | None,
+    proc: subprocess.Popen[bytes] | None,
+    timeout: float,
+) -> socket.socket:
+    """Wait, with backoff, until the new daemon answers ``mesh.ping``."""
+    deadline = time.monotonic() + START_TIMEOUT
+    delay = 0.005
+    while time.monotonic() < deadline:
+        sock = _connect(find_socket(profile, socket_path), timeout)
+        if sock is not None:
+            if _ping(sock):
+                return sock
+            sock.close()
+        if proc is not None and proc.poll() is not None:
+            raise _start_failed(profile, f"meshd exited with status {proc.returncode}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
+    raise _start_failed(profile, f"meshd did not answer within {START_TIMEOUT:.0f} s")
+
+
+def _start_failed(profile: str, what: str) -> MeshUnavailable:
+    logfile = _paths.log_file(profile)
+    try:
+        tail = logfile.read_text(errors="replace").splitlines()[-15:]
+    except OSError:
+        tail = []
+    shown = "\n".join(f"  | {line}" for line in tail) or "  (the log is empty)"
+    return MeshUnavailable(
+        f"could not start meshd for profile {profile!r}: {what}; last lines of {logfile}:\n"
+        f"{shown}\nrun `meshd run --profile {profile} --log-level debug` to see why",
+        {"profile": profile, "log": os.fspath(logfile)},
+    )
