@@ -1,0 +1,258 @@
+"""The composition root: lock, restore, listen, serve; then an ordered, shielded shutdown.
+
+Start-up order matters and each step can refuse to start with a message that
+says what to do: paths and config → the profile flock → the database (open,
+migrate, restore) → the listener (adopted from systemd, or bound at the socket
+path with mode 0600 in a 0700 folder) → tasks (writer, server, sweeper,
+process watcher, socket guard, signals, watchdog) → ``READY=1``.
+
+Shutdown (SIGTERM/SIGINT): stop accepting, then, shielded and with a deadline,
+write a final snapshot and flush every queued write; remove the socket if it is
+still ours. The flock goes with the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import signal
+import sys
+
+import anyio
+from anyio.abc import SocketListener, TaskGroup
+
+from meshd import __version__, config, sdnotify, singleton
+from meshd.core.clock import SystemClock
+from meshd.core.settings import Settings
+from meshd.core.state import MeshState
+from meshd.paths import PathError, ProfilePaths, check_socket_length, ensure_private_dir
+from meshd.server import Server
+from meshd.service import Service
+from meshd.store import Store, StoreError
+
+log = logging.getLogger("meshd")
+SWEEP_INTERVAL = 0.25
+GUARD_INTERVAL = 1.0
+SHUTDOWN_DEADLINE = 5.0
+
+
+class StartupError(Exception):
+    """meshd cannot start; the message says why and what to do."""
+
+
+def setup_logging(level: str) -> None:
+    """Log to stderr in a form both journald and a terminal read well.
+
+    Under systemd (``JOURNAL_STREAM`` set) lines carry an ``<N>`` priority prefix
+    and no timestamp (journald adds its own); on a terminal, a local timestamp.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+        )
+    root = logging.getLogger("meshd")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+class _JournalFormatter(logging.Formatter):
+    _PRIO = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{self._PRIO.get(record.levelname, 6)}>{super().format(record)}"
+
+
+def raise_fd_limit() -> None:
+    """Lift the soft RLIMIT_NOFILE to the hard limit: 1,000 clients need 1,000 fds."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 16
+    if soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            log.debug("could not raise RLIMIT_NOFILE above %d", soft)
+
+
+class Daemon:
+    """One profile's daemon: owns the store, the state, the server and the tasks."""
+
+    def __init__(self, paths: ProfilePaths, settings: Settings) -> None:
+        self.paths = paths
+        self.store = Store(paths.database)
+        self.state = MeshState(SystemClock(), settings, paths.profile)
+        self.service = Service(self.state, self.store, paths, reload=self.reload)
+        self.server = Server(self.service)
+        self.service._stats = self.server.stats
+        self._listener_ino: int | None = None
+        self._tg: TaskGroup | None = None
+
+    # --- configuration ------------------------------------------------------------
+
+    def reload(self) -> tuple[bool, str | None]:
+        """Re-read config.toml; an invalid file keeps the old config and says so."""
+        try:
+            settings = config.load(self.paths.config, self.paths.profile)
+        except config.ConfigError as exc:
+            log.error("reload refused, keeping the old config: %s", exc)
+            return False, str(exc)
+        self.state.reconfigure(settings)
+        log.info("config reloaded from %s", self.paths.config)
+        return True, None
+
+    # --- listener -------------------------------------------------------------------
+
+    async def _bind(self) -> SocketListener:
+        path = self.paths.socket
+        listener = await anyio.create_unix_listener(path, mode=0o600)
+        self._listener_ino = path.stat().st_ino
+        tmp = self.paths.socket_record.with_suffix(".socket.tmp")
+        tmp.write_text(f"{path}\n")
+        tmp.replace(self.paths.socket_record)
+        return listener
+
+    async def listener(self) -> SocketListener:
+        adopted = sdnotify.listen_fds()
+        if adopted:
+            log.info("adopted the socket passed by systemd")
+            listener = await SocketListener.from_socket(adopted[0])
+            sock = adopted[0]
+            name = sock.getsockname()
+            if isinstance(name, str) and name:
+                self._listener_ino = os.stat(name).st_ino
+            return listener
+        return await self._bind()
+
+    async def _guard_socket(self) -> None:
+        """Re-create the socket if someone removes it (a logout clean-up)."""
+        path = self.paths.socket
+        while True:
+            await anyio.sleep(GUARD_INTERVAL)
+            if self._listener_ino is None:
+                continue
+            try:
+                ino: int | None = path.stat().st_ino
+            except FileNotFoundError:
+                ino = None
+            if ino != self._listener_ino:
+                log.warning("socket %s was removed or replaced; creating it again", path)
+                assert self._tg is not None
+                listener = await self._bind()
+                self._tg.start_soon(self.server.serve, listener)
+
+    # --- background tasks -----------------------------------------------------------
+
+    async def _sweeper(self) -> None:
+        tick = 0.0
+        while True:
+            await anyio.sleep(SWEEP_INTERVAL)
+            self.service.sweep()
+            tick += SWEEP_INTERVAL
+            if tick >= self.state.settings.snapshot_interval:
+                tick = 0.0
+                self.store.submit(self.state.snapshot_writes())
+
+    async def _signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+            async for sig in sigs:
+                if sig == signal.SIGHUP:
+                    self.reload()
+                    continue
+                log.info("received %s; shutting down", signal.Signals(sig).name)
+                sdnotify.notify("STOPPING=1")
+                scope.cancel()
+                return
+
+    @staticmethod
+    async def _watchdog(interval: float) -> None:
+        while True:
+            sdnotify.notify("WATCHDOG=1")
+            await anyio.sleep(interval)
+
+    # --- main -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            restored = await anyio.to_thread.run_sync(self.store.open)
+        except StoreError as exc:
+            raise StartupError(str(exc)) from exc
+        for s in restored.sessions:
+            self.state.registry.restore(s)
+        listener = await self.listener()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await tg.start(self.service.pids.run)
+                for s in list(self.state.registry.sessions.values()):
+                    if s.pid is not None:  # re-checked at once; the dead go now
+                        self.service.pids.watch(s.session_id, s.pid, s.pid_start)
+                tg.start_soon(self.store.run_writer)
+                await tg.start(self.server.serve, listener)
+                tg.start_soon(self._sweeper)
+                tg.start_soon(self._guard_socket)
+                tg.start_soon(self._signals, tg.cancel_scope)
+                if (interval := sdnotify.watchdog_interval()) is not None:
+                    tg.start_soon(self._watchdog, interval)
+                n = len(self.state.registry.sessions)
+                log.info(
+                    "meshd %s serving profile %s on %s (%d sessions restored)",
+                    __version__, self.paths.profile, self.paths.socket, n,
+                )  # fmt: skip
+                sdnotify.notify(f"READY=1\nSTATUS=serving {n} sessions")
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_DEADLINE):
+                self.store.submit(self.state.snapshot_writes())
+                await self.store.flush()
+            self.store.close()
+            self._remove_socket()
+            log.info("stopped")
+
+    def _remove_socket(self) -> None:
+        path = self.paths.socket
+        try:
+            if self._listener_ino is not None and path.stat().st_ino == self._listener_ino:
+                path.unlink()
+                self.paths.socket_record.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def prepare(profile: str) -> tuple[ProfilePaths, Settings, int]:
+    """Everything that can refuse to start, before any event loop runs."""
+    try:
+        paths = ProfilePaths.resolve(profile)
+        settings = config.load(paths.config, profile)
+        ensure_private_dir(paths.state)
+        if not os.environ.get("LISTEN_FDS"):
+            ensure_private_dir(paths.socket.parent)
+            check_socket_length(paths.socket)
+    except (PathError, config.ConfigError) as exc:
+        raise StartupError(str(exc)) from exc
+    try:
+        lock_fd = singleton.acquire(paths.lock, paths.socket)
+    except singleton.AlreadyRunning as exc:
+        raise StartupError(str(exc)) from exc
+    except OSError as exc:
+        raise StartupError(f"cannot take the profile lock {paths.lock}: {exc.strerror}") from exc
+    return paths, settings, lock_fd
+
+
+def run(profile: str) -> int:
+    """Run the daemon in the foreground until SIGTERM/SIGINT; the exit status."""
+    paths, settings, _lock_fd = prepare(profile)
+    raise_fd_limit()
+    daemon = Daemon(paths, settings)
+    try:
+        anyio.run(daemon.run)
+    except StartupError:
+        raise
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+__all__ = ["Daemon", "StartupError", "prepare", "run", "setup_logging"]

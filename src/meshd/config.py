@@ -1,0 +1,111 @@
+"""``config.toml``: a ``[defaults]`` table and ``[profiles.NAME]`` overrides (SPEC §2).
+
+Decoded with msgspec Structs that forbid unknown keys, so a typo is refused at
+start with the file, the key and what was expected. Each profile table is
+decoded on its own so the message names the profile (msgspec would otherwise
+say ``$.profiles[...]``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from meshd.core.settings import Settings
+
+Pos = Annotated[float, Meta(gt=0)]
+PosInt = Annotated[int, Meta(gt=0)]
+
+
+class ConfigError(Exception):
+    """The config file is unusable; the message names file, key and expectation."""
+
+
+class Overrides(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Every key of SPEC §2; unset keys inherit."""
+
+    enabled: bool | UnsetType = UNSET
+    heartbeat_interval: Pos | UnsetType = UNSET
+    stale_after: Pos | UnsetType = UNSET
+    expire_after: Pos | UnsetType = UNSET
+    visible_to_profiles: list[str] | UnsetType = UNSET
+    accept_queries: bool | UnsetType = UNSET
+    accept_messages: bool | UnsetType = UNSET
+    message_budget_per_minute: PosInt | UnsetType = UNSET
+    max_reply_depth: PosInt | UnsetType = UNSET
+    max_query_timeout: Pos | UnsetType = UNSET
+    max_body_bytes: PosInt | UnsetType = UNSET
+    snapshot_interval: Pos | UnsetType = UNSET
+    history_days: Pos | UnsetType = UNSET
+
+
+class _File(Struct, forbid_unknown_fields=True):
+    defaults: Overrides = msgspec.field(default_factory=Overrides)
+    profiles: dict[str, Any] = {}
+
+
+def _explain(path: Path, err: msgspec.ValidationError, prefix: str) -> ConfigError:
+    msg = str(err)
+    head, sep, where = msg.rpartition(" - at `")
+    if not sep:
+        head, where = msg, "$"
+    key = where.rstrip("`").removeprefix("$").lstrip(".")
+    key = f"{prefix}.{key}" if prefix and key else (prefix or key or "(top level)")
+    return ConfigError(f"{path}: key `{key}`: {head}")
+
+
+def _apply(settings: Settings, o: Overrides) -> Settings:
+    changes: dict[str, Any] = {
+        f: getattr(o, f) for f in o.__struct_fields__ if getattr(o, f) is not UNSET
+    }
+    if "visible_to_profiles" in changes:
+        changes["visible_to_profiles"] = tuple(changes["visible_to_profiles"])
+    return replace(settings, **changes)
+
+
+def load(path: Path, profile: str) -> Settings:
+    """The effective settings of ``profile``; a missing file means all defaults."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return Settings()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        raw = tomllib.loads(text.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        doc = msgspec.convert(raw, _File)
+    except msgspec.ValidationError as exc:
+        raise _explain(path, exc, "") from exc
+    settings = _apply(Settings(), doc.defaults)
+    for name, table in doc.profiles.items():
+        try:
+            over = msgspec.convert(table, Overrides)
+        except msgspec.ValidationError as exc:
+            raise _explain(path, exc, f"profiles.{name}") from exc
+        if name == profile:
+            settings = _apply(settings, over)
+    _check(path, settings)
+    return settings
+
+
+def _check(path: Path, s: Settings) -> None:
+    if s.stale_after > s.expire_after:
+        raise ConfigError(
+            f"{path}: stale_after ({s.stale_after:g}) must not exceed expire_after "
+            f"({s.expire_after:g})"
+        )
+
+
+def as_dict(s: Settings) -> dict[str, Any]:
+    """Settings as plain data, for ``mesh.info``."""
+    out = asdict(s)
+    out["visible_to_profiles"] = list(s.visible_to_profiles)
+    return out

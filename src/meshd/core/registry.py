@@ -1,0 +1,377 @@
+"""The live session registry: who is here, what they report, when they go.
+
+Pure and synchronous. Time comes from the injected clock; process liveness is
+the shell's business (:mod:`meshd.pidwatch` tells us when a pid dies), so the
+registry only records what it is told and decides expiry from its own clock.
+
+Expiry uses a heap of deadlines with lazy deletion: a heartbeat only moves a
+number on its session, and the sweeper re-pushes an entry that it finds early.
+So a heartbeat is O(1) and a sweep is O(expired · log n).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import re
+from collections import OrderedDict
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from meshd.core.clock import Clock
+from meshd.core.settings import Settings
+from meshd.protocol.errors import IdInUse, InvalidParams, SessionExpired, TooLarge, UnknownSession
+from meshd.protocol.methods import Liveness, Status
+
+EndReason = Literal["ended", "expired", "died", "unbound", "replaced"]
+
+MAX_TASK = 200
+MAX_TOOLS = 10
+MAX_TOOL_NAME = 64
+MAX_SHORT = 128
+MAX_PATH = 4096
+ENDED_MEMORY = 10_000
+_END_TEXT: dict[str, str] = {
+    "ended": "ended",
+    "expired": "expired: no heartbeat in time",
+    "died": "ended: its process died",
+    "unbound": "ended: its connection closed",
+    "replaced": "was replaced",
+}
+_SOURCE_RE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,64}$")
+
+
+class Session(msgspec.Struct, kw_only=True, gc=False):
+    """One registered session. ``*_mono`` fields are on the daemon's monotonic clock."""
+
+    session_id: str
+    profile: str
+    source: str
+    task: str = ""
+    status: Status = "idle"
+    model: str = ""
+    provider: str = ""
+    pid: int | None = None
+    pid_start: int | None = None
+    host: str = ""
+    cwd: str | None = None
+    repo: str | None = None
+    branch: str | None = None
+    worktree: str | None = None
+    tools: list[str] = []
+    parent: str | None = None
+    slot: str | None = None
+    kanban_task: str | None = None
+    accept_queries: bool = True
+    accept_messages: bool = True
+    liveness: Liveness = "heartbeat"
+    expire_after: float | None = None
+    bind: bool = False
+    started_at: float = 0.0
+    last_heartbeat: float = 0.0
+    last_activity: float = 0.0
+    last_hb_mono: float = 0.0
+    grace_until: float = 0.0
+    unbound_at: float | None = None
+    conn_id: int | None = None
+
+
+class Registration(msgspec.Struct, kw_only=True):
+    """What a caller asks to register; the service fills pid_start and host."""
+
+    session_id: str | None
+    source: str
+    task: str
+    status: Status
+    model: str
+    provider: str
+    pid: int | None
+    pid_start: int | None
+    host: str
+    cwd: str | None
+    repo: str | None
+    branch: str | None
+    worktree: str | None
+    tools: list[str]
+    parent: str | None
+    slot: str | None
+    kanban_task: str | None
+    accept_queries: bool | None
+    accept_messages: bool | None
+    liveness: Liveness
+    expire_after: float | None
+    bind: bool
+    conn_id: int | None
+
+
+class Report(msgspec.Struct, kw_only=True):
+    """Fields a heartbeat may change; ``None`` means unchanged."""
+
+    status: Status | None = None
+    task: str | None = None
+    cwd: str | None = None
+    repo: str | None = None
+    branch: str | None = None
+    worktree: str | None = None
+    tools: list[str] | None = None
+    activity: str | None = None
+
+
+def _check_len(name: str, value: str | None, limit: int) -> None:
+    if value is not None and len(value) > limit:
+        raise TooLarge(
+            f"{name} is {len(value)} characters; the limit is {limit}",
+            {"path": f"$.{name}", "limit": limit},
+        )
+
+
+def _check_path(name: str, value: str | None) -> None:
+    _check_len(name, value, MAX_PATH)
+    if value is not None and not os.path.isabs(value):
+        raise InvalidParams(
+            f"{name} must be an absolute path, got {value!r}", {"path": f"$.{name}"}
+        )
+
+
+def validate_report(r: Registration | Report) -> None:
+    """Refuse over-long or malformed reported fields (SPEC §4)."""
+    _check_len("task", r.task, MAX_TASK)
+    _check_len("branch", r.branch, MAX_PATH)
+    for name in ("cwd", "repo", "worktree"):
+        _check_path(name, getattr(r, name))
+    if r.tools is not None:
+        if len(r.tools) > MAX_TOOLS:
+            raise TooLarge(
+                f"tools lists {len(r.tools)} names; the limit is {MAX_TOOLS}",
+                {"path": "$.tools", "limit": MAX_TOOLS},
+            )
+        for i, tool in enumerate(r.tools):
+            _check_len(f"tools[{i}]", tool, MAX_TOOL_NAME)
+    if isinstance(r, Report):
+        _check_len("activity", r.activity, MAX_TASK)
+
+
+def _validate_registration(r: Registration) -> None:
+    validate_report(r)
+    for name in ("model", "provider", "slot", "kanban_task", "host"):
+        _check_len(name, getattr(r, name), MAX_SHORT)
+    _check_len("parent", r.parent, MAX_SHORT)
+    if not _SOURCE_RE.match(r.source):
+        raise InvalidParams(
+            f"source {r.source!r} must be 1-64 characters of letters, digits and _.:@/-",
+            {"path": "$.source"},
+        )
+    if r.liveness == "process" and r.pid is None:
+        raise InvalidParams("liveness 'process' needs a pid", {"path": "$.pid"})
+    if r.pid is not None and r.pid <= 0:
+        raise InvalidParams(f"pid must be positive, got {r.pid}", {"path": "$.pid"})
+
+
+class Registry:
+    """Sessions by id, their deadlines, and the recently ended."""
+
+    def __init__(self, clock: Clock, settings: Settings, profile: str) -> None:
+        self.clock = clock
+        self.settings = settings
+        self.profile = profile
+        self.sessions: dict[str, Session] = {}
+        self.ended: OrderedDict[str, str] = OrderedDict()
+        self.dirty: set[str] = set()
+        self._heap: list[tuple[float, str]] = []
+        self._ids = 0
+
+    # --- deadlines ---------------------------------------------------------------
+
+    def deadline(self, s: Session) -> float:
+        """When ``s`` expires if nothing else happens (``inf``: never by itself)."""
+        d = math.inf
+        if s.liveness == "heartbeat":
+            expire = s.expire_after or self.settings.expire_after
+            d = max(s.last_hb_mono + expire, s.grace_until)
+        if s.unbound_at is not None:
+            d = min(d, s.unbound_at + self.settings.heartbeat_interval)
+        return d
+
+    def _schedule(self, s: Session) -> None:
+        d = self.deadline(s)
+        if d != math.inf:
+            heapq.heappush(self._heap, (d, s.session_id))
+
+    def is_stale(self, s: Session, now_mono: float) -> bool:
+        return now_mono - s.last_hb_mono > self.settings.stale_after
+
+    # --- commands ----------------------------------------------------------------
+
+    def new_id(self, source: str) -> str:
+        """A fresh id such as ``cli:20261129-1f3a9c``."""
+        stamp = datetime.fromtimestamp(self.clock.now()).strftime("%Y%m%d")
+        while True:
+            sid = f"{source}:{stamp}-{os.urandom(3).hex()}"
+            if sid not in self.sessions:
+                return sid
+
+    def register(self, r: Registration) -> tuple[Session, bool]:
+        """Add or refresh a session; ``(session, refreshed)``.
+
+        Raises :class:`IdInUse` when the id is live under another process: the
+        service checks that process and, if it is gone, expires it and retries.
+        """
+        _validate_registration(r)
+        sid = r.session_id or self.new_id(r.source)
+        now_m, now_w = self.clock.monotonic(), self.clock.now()
+        old = self.sessions.get(sid)
+        if (
+            old is not None
+            and old.pid is not None
+            and (old.pid != r.pid or (r.pid_start is not None and old.pid_start != r.pid_start))
+        ):
+            raise IdInUse(
+                f"session {sid} is live under pid {old.pid}",
+                {"session_id": sid, "pid": old.pid},
+            )
+        s = Session(
+            session_id=sid,
+            profile=self.profile,
+            source=r.source,
+            task=r.task,
+            status=r.status,
+            model=r.model,
+            provider=r.provider,
+            pid=r.pid,
+            pid_start=r.pid_start,
+            host=r.host,
+            cwd=r.cwd,
+            repo=r.repo,
+            branch=r.branch,
+            worktree=r.worktree,
+            tools=list(r.tools),
+            parent=r.parent,
+            slot=r.slot,
+            kanban_task=r.kanban_task,
+            accept_queries=self.settings.accept_queries
+            if r.accept_queries is None
+            else r.accept_queries,
+            accept_messages=self.settings.accept_messages
+            if r.accept_messages is None
+            else r.accept_messages,
+            liveness=r.liveness,
+            expire_after=r.expire_after,
+            bind=r.bind,
+            started_at=old.started_at if old else now_w,
+            last_heartbeat=now_w,
+            last_activity=now_w,
+            last_hb_mono=now_m,
+            conn_id=r.conn_id if r.bind else None,
+        )
+        self.sessions[sid] = s
+        self.ended.pop(sid, None)
+        self._schedule(s)
+        return s, old is not None
+
+    def get(self, sid: str) -> Session:
+        """The live session ``sid``, or the error that says why there is none."""
+        s = self.sessions.get(sid)
+        if s is not None:
+            return s
+        if sid in self.ended:
+            raise SessionExpired(
+                f"session {sid} {self.ended[sid]}; register again",
+                {"session_id": sid, "reason": self.ended[sid]},
+            )
+        raise UnknownSession(f"no session {sid} in profile {self.profile}", {"session_id": sid})
+
+    def heartbeat(self, sid: str, report: Report | None = None) -> Session:
+        """Refresh liveness; apply reported fields; mark them for the next snapshot."""
+        s = self.get(sid)
+        s.last_hb_mono = self.clock.monotonic()
+        s.last_heartbeat = self.clock.now()
+        if report is not None:
+            validate_report(report)
+            if self._apply(s, report):
+                s.last_activity = s.last_heartbeat
+                self.dirty.add(sid)
+        return s
+
+    @staticmethod
+    def _apply(s: Session, r: Report) -> bool:
+        changed = False
+        for name in ("status", "task", "cwd", "repo", "branch", "worktree", "tools"):
+            value = getattr(r, name)
+            if value is not None and value != getattr(s, name):
+                setattr(s, name, value)
+                changed = True
+        return changed or r.activity is not None
+
+    def end(self, sid: str, reason: EndReason = "ended") -> Session:
+        """Remove a live session and remember why (so its next call says so)."""
+        s = self.get(sid)
+        del self.sessions[sid]
+        self.dirty.discard(sid)
+        self.ended[sid] = _END_TEXT[reason]
+        while len(self.ended) > ENDED_MEMORY:
+            self.ended.popitem(last=False)
+        return s
+
+    def connection_closed(self, conn_id: int) -> list[Session]:
+        """Start the one-interval grace of sessions bound to a closed connection."""
+        now = self.clock.monotonic()
+        hit = [s for s in self.sessions.values() if s.conn_id == conn_id]
+        for s in hit:
+            s.conn_id = None
+            s.unbound_at = now
+            self._schedule(s)
+        return hit
+
+    def due(self) -> list[tuple[Session, EndReason]]:
+        """Sessions whose deadline has passed, with why; they are not removed here."""
+        now = self.clock.monotonic()
+        out: list[tuple[Session, EndReason]] = []
+        seen: set[str] = set()
+        while self._heap and self._heap[0][0] <= now:
+            _, sid = heapq.heappop(self._heap)
+            s = self.sessions.get(sid)
+            if s is None or sid in seen:
+                continue
+            d = self.deadline(s)
+            if d <= now:
+                seen.add(sid)
+                unbound = s.unbound_at is not None and (
+                    s.unbound_at + self.settings.heartbeat_interval <= now
+                )
+                out.append((s, "unbound" if unbound else "expired"))
+            elif d != math.inf:
+                heapq.heappush(self._heap, (d, sid))
+        return out
+
+    def restore(self, s: Session) -> None:
+        """Take back a session read from the store after a restart.
+
+        The monotonic fields are rebuilt from wall time; ``heartbeat`` sessions
+        get one ``stale_after`` of grace to heartbeat again.
+        """
+        now_m, now_w = self.clock.monotonic(), self.clock.now()
+        age = max(0.0, now_w - s.last_heartbeat)
+        s.last_hb_mono = now_m - age
+        s.conn_id = None
+        s.unbound_at = None
+        s.grace_until = now_m + self.settings.stale_after if s.liveness == "heartbeat" else 0.0
+        if s.bind:
+            # Its connection died with the old daemon: same grace as a closed one.
+            s.unbound_at = now_m + self.settings.stale_after - self.settings.heartbeat_interval
+        self.sessions[s.session_id] = s
+        self._schedule(s)
+
+    def descendants_of(self, sid: str) -> list[str]:
+        return [s.session_id for s in self.sessions.values() if s.parent == sid]
+
+    def ancestors(self, sid: str) -> tuple[str, ...]:
+        """``parent`` chain of ``sid``, nearest first (cycles cut)."""
+        out: list[str] = []
+        cur = self.sessions.get(sid)
+        while cur is not None and cur.parent and cur.parent not in out and cur.parent != sid:
+            out.append(cur.parent)
+            cur = self.sessions.get(cur.parent)
+        return tuple(out)

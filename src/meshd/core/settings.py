@@ -1,0 +1,32 @@
+"""The effective settings of one profile, as the core sees them.
+
+Plain and immutable; :mod:`meshd.config` builds it from ``config.toml`` and a
+reload swaps the whole object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """SPEC §2 keys, with their defaults."""
+
+    enabled: bool = True
+    heartbeat_interval: float = 5.0
+    stale_after: float = 20.0
+    expire_after: float = 600.0
+    visible_to_profiles: tuple[str, ...] = field(default_factory=tuple)
+    accept_queries: bool = True
+    accept_messages: bool = True
+    message_budget_per_minute: int = 30
+    max_reply_depth: int = 8
+    max_query_timeout: float = 60.0
+    max_body_bytes: int = 8192
+    snapshot_interval: float = 2.0
+    history_days: float = 30.0
+
+    def visible_to(self, profile: str) -> bool:
+        """Whether ``profile`` sees this one's sessions in ``--all-profiles`` listings."""
+        return "*" in self.visible_to_profiles or profile in self.visible_to_profiles

@@ -1,0 +1,246 @@
+"""Every method's params and result, as msgspec Structs: the source of ``mesh.schema``.
+
+The server decodes params with exactly these types, so the schema it publishes
+cannot drift from what it accepts. Rules (msgspec ``schema-evolution``): request
+structs forbid unknown fields; new fields get defaults and go at the end; a field
+never changes type. Struct docstrings become schema descriptions.
+
+Domains add their own modules (``claims``, ``messages`` …) that export a
+``METHODS`` list of :class:`MethodSpec`; :data:`METHODS` here gathers them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NamedTuple
+
+import msgspec
+from msgspec import Meta, Struct
+
+Status = Literal[
+    "idle", "thinking", "tool-running", "blocked", "waiting-for-user", "done", "errored"
+]
+Liveness = Literal["process", "heartbeat"]
+SessionId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[^\s]+$")]
+Seconds = Annotated[float, Meta(gt=0, le=31_536_000)]
+
+
+class Params(Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """Base for request params: unknown fields are refused with their path."""
+
+
+class Result(Struct, omit_defaults=False, kw_only=True):
+    """Base for results."""
+
+
+class MethodSpec(NamedTuple):
+    """One method: its name, the params it decodes, the result it returns."""
+
+    name: str
+    params: type[Params]
+    result: Any
+    summary: str
+
+
+# --- mesh.* ---------------------------------------------------------------------
+
+
+class Empty(Params):
+    """No params."""
+
+
+class PingResult(Result):
+    pong: bool = True
+    time: float = 0.0
+
+
+class Counts(Result):
+    sessions: int = 0
+    stale: int = 0
+    connections: int = 0
+    claims: int = 0
+    waiters: int = 0
+
+
+class InfoResult(Result):
+    """What this daemon is and holds. Clients check ``protocol_version`` once per connection."""
+
+    version: str
+    protocol_version: str
+    capabilities: list[str]
+    profile: str
+    pid: int
+    socket: str
+    state_dir: str
+    started_at: str
+    uptime_s: float
+    enabled: bool
+    counts: Counts
+    config: dict[str, Any] = {}
+
+
+class ReloadResult(Result):
+    reloaded: bool
+    error: str | None = None
+    config: dict[str, Any] = {}
+
+
+# --- session.* ------------------------------------------------------------------
+
+
+class RegisterParams(Params):
+    """Register (or refresh) a session. Over-long fields are refused with ``TOO_LARGE``."""
+
+    session_id: SessionId | None = None
+    source: str = "shell"
+    task: str = ""
+    status: Status = "idle"
+    model: str = ""
+    provider: str = ""
+    pid: int | None = None
+    host: str | None = None
+    cwd: str | None = None
+    repo: str | None = None
+    branch: str | None = None
+    worktree: str | None = None
+    tools: list[str] = []
+    parent: str | None = None
+    slot: str | None = None
+    kanban_task: str | None = None
+    accept_queries: bool | None = None
+    accept_messages: bool | None = None
+    liveness: Liveness = "heartbeat"
+    expire_after: Seconds | None = None
+    bind: bool = False
+
+
+class RegisterResult(Result):
+    session_id: str
+    refreshed: bool = False
+    heartbeat_interval: float = 5.0
+    stale_after: float = 20.0
+    expire_after: float = 600.0
+    liveness: Liveness = "heartbeat"
+    disabled: bool = False
+
+
+class HeartbeatParams(Params):
+    """Say "still here", optionally with what changed. Only given fields change."""
+
+    session_id: SessionId
+    status: Status | None = None
+    task: str | None = None
+    cwd: str | None = None
+    repo: str | None = None
+    branch: str | None = None
+    worktree: str | None = None
+    tools: list[str] | None = None
+    activity: str | None = None
+
+
+class HeartbeatResult(Result):
+    ok: bool = True
+    disabled: bool = False
+
+
+class EndParams(Params):
+    session_id: SessionId
+    handoff: str | None = None
+    reason: str = "ended"
+
+
+class EndResult(Result):
+    session_id: str
+    ended: bool
+    released: list[str] = []
+    handoff_id: int | None = None
+
+
+class ClaimInfo(Result):
+    resource: str
+    mode: Literal["exclusive", "shared"]
+    token: int
+    since: str
+    reason: str = ""
+
+
+class SessionInfo(Result):
+    """A session as every listing shows it (``sessions active --json``)."""
+
+    session_id: str
+    profile: str
+    source: str
+    status: Status
+    task: str
+    cwd: str | None
+    repo: str | None
+    branch: str | None
+    pid: int | None
+    host: str
+    last_heartbeat: str
+    age_s: float
+    stale: bool
+    liveness: Liveness
+    claims: list[ClaimInfo] = []
+    model: str = ""
+    provider: str = ""
+    worktree: str | None = None
+    tools: list[str] = []
+    parent: str | None = None
+    slot: str | None = None
+    kanban_task: str | None = None
+    started_at: str = ""
+    last_activity: str = ""
+    accept_queries: bool = True
+    accept_messages: bool = True
+
+
+class ListParams(Params):
+    """List live sessions. ``for_profile``: the asking profile, for cross-profile visibility."""
+
+    fresh: bool = False
+    for_profile: str | None = None
+
+
+class ListResult(Result):
+    profile: str
+    visible: bool = True
+    sessions: list[SessionInfo] = []
+
+
+class GetParams(Params):
+    session_id: SessionId
+
+
+SESSION_METHODS: list[MethodSpec] = [
+    MethodSpec("mesh.ping", Empty, PingResult, "Answer at once; the cheapest round trip."),
+    MethodSpec("mesh.info", Empty, InfoResult, "Version, protocol, capabilities, counts."),
+    MethodSpec("mesh.schema", Empty, dict[str, Any], "JSON Schema of every method."),
+    MethodSpec("mesh.reload", Empty, ReloadResult, "Re-read config.toml (as SIGHUP does)."),
+    MethodSpec("session.register", RegisterParams, RegisterResult, "Register or refresh."),
+    MethodSpec("session.heartbeat", HeartbeatParams, HeartbeatResult, "Keep alive, report."),
+    MethodSpec("session.end", EndParams, EndResult, "End a session, releasing everything."),
+    MethodSpec("session.list", ListParams, ListResult, "Live sessions of this profile."),
+    MethodSpec("session.get", GetParams, SessionInfo, "One session."),
+]
+
+
+def all_methods() -> list[MethodSpec]:
+    """Every method the daemon serves, in a stable order."""
+    return list(SESSION_METHODS)
+
+
+def method_schema() -> dict[str, Any]:
+    """JSON Schema for each method's params and result (for ``mesh.schema``)."""
+    specs = all_methods()
+    types: list[Any] = []
+    for spec in specs:
+        types.extend((spec.params, spec.result))
+    schemas, components = msgspec.json.schema_components(types, ref_template="#/$defs/{name}")
+    methods: dict[str, Any] = {}
+    for i, spec in enumerate(specs):
+        methods[spec.name] = {
+            "summary": spec.summary,
+            "params": schemas[2 * i],
+            "result": schemas[2 * i + 1],
+        }
+    return {"methods": methods, "$defs": components}

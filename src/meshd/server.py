@@ -1,0 +1,304 @@
+"""The socket server: accept loop, per-connection frame loop, event push.
+
+Connection protocol (SPEC §3):
+
+* Every accepted connection is checked first: the peer's uid (``SO_PEERCRED`` /
+  ``LOCAL_PEERCRED``) must be ours, else one ``FORBIDDEN`` error line and close.
+* Then the client sends JSON-RPC 2.0 frames, one compact JSON value per line.
+  Blank lines are ignored. A line that is not JSON gets ``-32700`` and the
+  connection stays open (the framing is intact). A line over 1 MiB gets
+  ``-32600`` and the connection is closed, because the rest of that line cannot
+  be framed.
+* Requests on one connection are answered in order, except methods marked
+  ``concurrent`` (waits, asks), which answer when they are done; clients match
+  replies by id. Batches are answered element by element, in one array.
+* Events for sessions the connection subscribed to arrive as notifications
+  (``{"jsonrpc":"2.0","method":"event","params":…}``) through a bounded queue: a
+  reader that falls behind by more than :data:`OUTBOX_LIMIT` frames is dropped,
+  never waited on. A reply that cannot be written within :data:`SEND_TIMEOUT`
+  (the client stopped reading) also drops the connection.
+
+Resource handling: each connection runs in its own task and is closed in
+``finally``. Error handling: any exception inside a connection is logged and ends
+that connection only; ``accept`` errors from descriptor or memory exhaustion are
+logged and retried after 100 ms (trio's ``_highlevel_serve_listeners``), so the
+accept loop survives its clients.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import socket
+import struct
+import sys
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import ByteStream, SocketAttribute, SocketListener, TaskGroup
+from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
+
+from meshd.core.state import Event
+from meshd.protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, Forbidden, MeshError
+from meshd.protocol.framing import DELIMITER, MAX_FRAME
+from meshd.protocol.jsonrpc import (
+    EMPTY_BATCH_REPLY,
+    PARSE_ERROR_REPLY,
+    batch_decoder,
+    encoder,
+    error_object,
+    error_response,
+    notification,
+    recover_id,
+    request_decoder,
+    response,
+)
+from meshd.service import Conn, Handler, Service
+
+log = logging.getLogger("meshd.server")
+
+OUTBOX_LIMIT = 1024
+SEND_TIMEOUT = 10.0
+ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_TOO_LARGE = encoder.encode(
+    error_response(
+        None,
+        error_object(
+            INVALID_REQUEST,
+            f"Invalid request: frame over {MAX_FRAME} bytes; closing the connection",
+            {"code": "FRAME_TOO_LARGE", "limit": MAX_FRAME},
+        ),
+    )
+)
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int | None, int]:
+    """(pid, uid) of the process at the other end of a Unix socket."""
+    if hasattr(socket, "SO_PEERCRED"):
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _gid = struct.unpack("3i", raw)
+        return pid, uid
+    if sys.platform == "darwin":  # struct xucred: u_int cr_version; uid_t cr_uid; ...
+        raw = sock.getsockopt(0, getattr(socket, "LOCAL_PEERCRED", 1), 76)
+        _version, uid = struct.unpack_from("Ii", raw)
+        return None, uid
+    raise OSError("cannot read peer credentials on this platform")
+
+
+class Connection:
+    """One client: its stream, send lock, and (once subscribed) its event queue."""
+
+    def __init__(self, stream: ByteStream, conn: Conn, tg: TaskGroup) -> None:
+        self.stream = stream
+        self.conn = conn
+        self.tg = tg
+        self.lock = anyio.Lock()
+        self.outbox: MemoryObjectSendStream[bytes] | None = None
+        self.closed = False
+
+    async def send(self, frame: bytes) -> None:
+        """Write one frame; a client that stops reading for SEND_TIMEOUT is dropped."""
+        with anyio.move_on_after(SEND_TIMEOUT) as scope:
+            async with self.lock:
+                await self.stream.send(frame + DELIMITER)
+        if scope.cancelled_caught:
+            log.info("connection %d stopped reading; dropped", self.conn.id)
+            self.close()
+
+    def push(self, frame: bytes) -> None:
+        """Queue an event frame without waiting; drop the connection if it fell behind."""
+        if self.closed:
+            return
+        if self.outbox is None:
+            send, receive = anyio.create_memory_object_stream[bytes](OUTBOX_LIMIT)
+            self.outbox = send
+            self.tg.start_soon(self._drain, receive)
+        try:
+            self.outbox.send_nowait(frame)
+        except anyio.WouldBlock:
+            log.info("connection %d fell %d events behind; dropped", self.conn.id, OUTBOX_LIMIT)
+            self.close()
+
+    async def _drain(self, receive: Any) -> None:
+        async with receive:
+            async for frame in receive:
+                await self.send(frame)
+
+    def close(self) -> None:
+        self.closed = True
+        self.tg.cancel_scope.cancel()
+
+
+class Server:
+    """Serves one or more listeners with the same :class:`Service`."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.connections: dict[int, Connection] = {}
+        self.subscribers: dict[str, set[Connection]] = {}
+        self._ids = itertools.count(1)
+        self._uid = os.geteuid()
+        service.publish = self.publish
+
+    def stats(self) -> dict[str, int]:
+        return {"connections": len(self.connections)}
+
+    # --- accept loop ----------------------------------------------------------------
+
+    async def serve(
+        self,
+        listener: SocketListener,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept until cancelled or the listener is closed."""
+        async with listener, anyio.create_task_group() as tg:
+            task_status.started()
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno in ACCEPT_RETRY_ERRNOS:
+                        log.warning("accept failed (%s); retrying in 100 ms", exc.strerror)
+                        await anyio.sleep(0.1)
+                        continue
+                    raise
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return
+                tg.start_soon(self._handle, stream)
+
+    async def _handle(self, stream: ByteStream) -> None:
+        conn = Conn(next(self._ids))
+        c: Connection | None = None
+        try:
+            sock = stream.extra(SocketAttribute.raw_socket)
+            conn.peer_pid, uid = peer_credentials(sock)
+            if uid != self._uid:
+                err = Forbidden(f"uid {uid} may not use this mesh (owner uid {self._uid})")
+                await stream.send(encoder.encode(error_response(None, err.to_wire())) + DELIMITER)
+                return
+            async with anyio.create_task_group() as tg:
+                c = Connection(stream, conn, tg)
+                self.connections[conn.id] = c
+                await self._frames(c)
+                tg.cancel_scope.cancel()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            log.debug("connection %d: %s", conn.id, exc)
+        except Exception:
+            log.exception("connection %d failed", conn.id)
+        finally:
+            if c is not None:
+                c.closed = True
+                self.connections.pop(conn.id, None)
+                for sid in conn.subscriptions:
+                    subs = self.subscribers.get(sid)
+                    if subs is not None:
+                        subs.discard(c)
+                        if not subs:
+                            del self.subscribers[sid]
+                self.service.connection_closed(conn)
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _frames(self, c: Connection) -> None:
+        reader = BufferedByteReceiveStream(c.stream)
+        while not c.closed:
+            try:
+                line = await reader.receive_until(DELIMITER, MAX_FRAME)
+            except anyio.DelimiterNotFound:
+                await c.send(_TOO_LARGE)
+                return
+            except (anyio.IncompleteRead, anyio.EndOfStream):
+                return
+            reply = await self.process(line, c)
+            if reply is not None:
+                await c.send(reply)
+
+    # --- frames -------------------------------------------------------------------
+
+    async def process(self, line: bytes, c: Connection) -> bytes | None:
+        """The reply to one frame (``None`` for notifications and blank lines)."""
+        body = line.strip()
+        if not body:
+            return None
+        if body[0] == 0x5B:  # "[": a batch
+            try:
+                items = batch_decoder.decode(body)
+            except msgspec.DecodeError:
+                return PARSE_ERROR_REPLY
+            if not items:
+                return EMPTY_BATCH_REPLY
+            replies = [r for item in items if (r := await self.one(item, c, inline=True))]
+            return b"[" + b",".join(replies) + b"]" if replies else None
+        return await self.one(body, c)
+
+    async def one(self, raw: Any, c: Connection, *, inline: bool = False) -> bytes | None:
+        try:
+            req = request_decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            msg = f"Invalid request: {exc}"
+            err = error_object(INVALID_REQUEST, msg, {"code": "INVALID_REQUEST"})
+            return encoder.encode(error_response(recover_id(raw), err))
+        except msgspec.DecodeError:
+            return PARSE_ERROR_REPLY
+        rid = req.id if req.id is not msgspec.UNSET else None
+        notify = req.id is msgspec.UNSET
+        if req.jsonrpc != "2.0":
+            err = error_object(
+                INVALID_REQUEST,
+                'Invalid request: jsonrpc must be "2.0"',
+                {"code": "INVALID_REQUEST"},
+            )
+            return None if notify else encoder.encode(error_response(rid, err))
+        try:
+            h = self.service.lookup(req.method)
+            params = self.service.decode_params(
+                h, None if req.params is msgspec.UNSET else req.params
+            )
+            if h.concurrent and not inline:
+                c.tg.start_soon(self._later, h, params, c, rid, notify)
+                return None
+            result = await h.fn(params, c.conn) if h.is_async else h.fn(params, c.conn)
+        except MeshError as exc:
+            return None if notify else encoder.encode(error_response(rid, exc.to_wire()))
+        except Exception:
+            log.exception("internal error in %s", req.method)
+            err = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
+            return None if notify else encoder.encode(error_response(rid, err))
+        return None if notify else encoder.encode(response(rid, result))
+
+    async def _later(self, h: Handler, params: Any, c: Connection, rid: Any, notify: bool) -> None:
+        try:
+            result = await h.fn(params, c.conn)
+            frame = encoder.encode(response(rid, result))
+        except MeshError as exc:
+            frame = encoder.encode(error_response(rid, exc.to_wire()))
+        except Exception:
+            log.exception("internal error")
+            err = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
+            frame = encoder.encode(error_response(rid, err))
+        if not notify:
+            await c.send(frame)
+
+    # --- events -------------------------------------------------------------------
+
+    def subscribe(self, conn: Conn, session_id: str) -> None:
+        c = self.connections.get(conn.id)
+        if c is not None:
+            conn.subscriptions.add(session_id)
+            self.subscribers.setdefault(session_id, set()).add(c)
+
+    def publish(self, events: list[Event]) -> None:
+        """Push each event to the connections subscribed to its session."""
+        for ev in events:
+            subs = self.subscribers.get(ev.session_id)
+            if not subs:
+                continue
+            payload = {"session_id": ev.session_id, "kind": ev.kind, **ev.payload}
+            frame = encoder.encode(notification("event", payload))
+            for c in list(subs):
+                c.push(frame)

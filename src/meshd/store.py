@@ -1,0 +1,260 @@
+"""SQLite persistence: schema, migrations, group-commit writer, restore.
+
+One connection, used by one writer task at a time through a single worker
+thread (a ``CapacityLimiter(1)``), so SQLite never blocks the event loop.
+
+Group commit: callers append their writes to a queue and wait; the writer takes
+everything queued, applies it in ONE transaction, commits, and wakes every
+caller. While a commit is in flight new writes pile up for the next one, so N
+concurrent writers cost about one commit, not N. Nothing is acknowledged before
+its commit returns; a failed commit wakes its callers with
+:class:`~meshd.protocol.errors.StorageUnavailable`.
+
+Writes are plain tuples ``(kind, *args)`` produced by the pure core; the
+``_WRITERS`` table maps each kind to its SQL, so the core never sees SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from meshd.core.registry import Session
+from meshd.protocol.errors import StorageUnavailable
+
+log = logging.getLogger("meshd.store")
+
+Write = tuple[Any, ...]
+
+MIGRATIONS: list[str] = [
+    # 1: sessions and meta
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value ANY) STRICT;
+    CREATE TABLE sessions (
+        session_id TEXT PRIMARY KEY,
+        record BLOB NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        end_reason TEXT
+    ) STRICT;
+    CREATE INDEX sessions_live ON sessions(session_id) WHERE ended_at IS NULL;
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_encode = msgspec.json.Encoder().encode
+_decode_session = msgspec.json.Decoder(Session).decode
+
+
+class StoreError(Exception):
+    """The database cannot be used at all (corrupt, newer schema); refuse to start."""
+
+
+def _session_put(db: sqlite3.Connection, s: Session) -> None:
+    db.execute(
+        "INSERT INTO sessions(session_id, record, started_at) VALUES (?, ?, ?) "
+        "ON CONFLICT(session_id) DO UPDATE SET record=excluded.record, "
+        "started_at=excluded.started_at, ended_at=NULL, end_reason=NULL",
+        (s.session_id, _encode(s), s.started_at),
+    )
+
+
+def _session_snapshot(db: sqlite3.Connection, s: Session) -> None:
+    db.execute(
+        "UPDATE sessions SET record=? WHERE session_id=? AND ended_at IS NULL",
+        (_encode(s), s.session_id),
+    )
+
+
+def _session_end(db: sqlite3.Connection, sid: str, at: float, reason: str) -> None:
+    db.execute(
+        "UPDATE sessions SET ended_at=?, end_reason=? WHERE session_id=? AND ended_at IS NULL",
+        (at, reason, sid),
+    )
+
+
+def _meta_set(db: sqlite3.Connection, key: str, value: Any) -> None:
+    db.execute(
+        "INSERT INTO meta(key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+        (key, value),
+    )
+
+
+_WRITERS: dict[str, Callable[..., None]] = {
+    "session.put": _session_put,
+    "session.snapshot": _session_snapshot,
+    "session.end": _session_end,
+    "meta.set": _meta_set,
+}
+
+
+def register_writer(kind: str, fn: Callable[..., None]) -> None:
+    """Let a domain module add the SQL for its own write kinds."""
+    _WRITERS[kind] = fn
+
+
+@dataclass
+class _Pending:
+    writes: list[Write]
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: BaseException | None = None
+
+
+@dataclass
+class Restored:
+    """What the database held at start."""
+
+    sessions: list[Session]
+    meta: dict[str, Any]
+
+
+class Store:
+    """The profile's database and its writer."""
+
+    def __init__(self, path: Path, *, group_commit: bool = True) -> None:
+        self.path = path
+        self.group_commit = group_commit
+        self._db: sqlite3.Connection | None = None
+        self._queue: list[_Pending] = []
+        self._wake = anyio.Event()
+        self._limiter = anyio.CapacityLimiter(1)
+        self.commits = 0
+        self.writes = 0
+        self.failed: str | None = None
+
+    # --- open / restore (blocking; run in a thread) ------------------------------
+
+    def open(self) -> Restored:
+        """Open, migrate and read back everything live. Blocking."""
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.path.chmod(0o600)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{self.path} is not a usable SQLite database ({exc}).\n"
+                f"  Move it aside to start afresh: mv '{self.path}' '{self.path}.broken'"
+            ) from exc
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {version}, newer than this meshd knows "
+                f"({SCHEMA_VERSION}): upgrade meshd, or move the file aside"
+            )
+        try:
+            for i in range(version, SCHEMA_VERSION):
+                db.executescript(f"BEGIN; {MIGRATIONS[i]} PRAGMA user_version={i + 1}; COMMIT;")
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot migrate: {exc}") from exc
+        if check != "ok":
+            raise StoreError(
+                f"{self.path} is damaged ({check}).\n"
+                f"  Move it aside to start afresh: mv '{self.path}' '{self.path}.broken'"
+            )
+        self._db = db
+        return self._restore(db)
+
+    @staticmethod
+    def _restore(db: sqlite3.Connection) -> Restored:
+        sessions = []
+        for (record,) in db.execute("SELECT record FROM sessions WHERE ended_at IS NULL"):
+            try:
+                sessions.append(_decode_session(record))
+            except msgspec.DecodeError:
+                log.warning("skipping an unreadable session record")
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        return Restored(sessions=sessions, meta=meta)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # --- writing ------------------------------------------------------------------
+
+    async def commit(self, writes: list[Write]) -> None:
+        """Write and wait until committed; raise StorageUnavailable if it was not."""
+        if not writes:
+            return
+        pending = _Pending(writes)
+        self._queue.append(pending)
+        self._wake.set()
+        await pending.done.wait()
+        if pending.error is not None:
+            raise StorageUnavailable(
+                f"the database could not store this change ({pending.error}); "
+                "nothing was acknowledged",
+                {"path": str(self.path)},
+            )
+
+    def submit(self, writes: list[Write]) -> None:
+        """Queue writes without waiting (snapshots, expiry found by the sweeper)."""
+        if writes:
+            self._queue.append(_Pending(writes))
+            self._wake.set()
+
+    async def run_writer(self) -> None:
+        """The writer task: take what is queued, commit it in one go, wake the callers."""
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            while self._queue:
+                if self.group_commit:
+                    batch, self._queue = self._queue, []
+                else:
+                    batch = [self._queue.pop(0)]
+                await self._commit_batch(batch)
+
+    async def flush(self) -> None:
+        """Commit whatever is queued now (shutdown)."""
+        while self._queue:
+            batch, self._queue = self._queue, []
+            await self._commit_batch(batch)
+
+    async def _commit_batch(self, batch: list[_Pending]) -> None:
+        try:
+            await anyio.to_thread.run_sync(self._apply, batch, limiter=self._limiter)
+            self.failed = None
+        except Exception as exc:  # any failure: nobody in the batch is acknowledged
+            self.failed = str(exc)
+            log.error("commit failed, %d callers told UNAVAILABLE: %s", len(batch), exc)
+            for p in batch:
+                p.error = exc
+        for p in batch:
+            p.done.set()
+
+    def _apply(self, batch: Iterable[_Pending]) -> None:
+        db = self._db
+        if db is None:
+            raise StoreError("database is closed")
+        n = 0
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for p in batch:
+                for w in p.writes:
+                    _WRITERS[w[0]](db, *w[1:])
+                    n += 1
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self.commits += 1
+        self.writes += n
+
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """A read on the writer's connection (blocking; call from a worker thread)."""
+        if self._db is None:
+            raise StoreError("database is closed")
+        return self._db.execute(sql, args).fetchall()

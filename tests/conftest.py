@@ -1,0 +1,163 @@
+"""Shared fixtures: a short private temp dir, the MESH_* environment, a real daemon.
+
+Sockets need short paths (sun_path is 108 bytes) and pytest's ``tmp_path`` is
+too long for them, so every test gets a ``tempfile.mkdtemp`` under /tmp
+(anyio's own socket tests do the same).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return ("asyncio", {"debug": True})
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A 0700 temp dir with a short path, removed afterwards."""
+    d = Path(tempfile.mkdtemp(prefix="mt-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass
+class MeshEnv:
+    """Where one test's mesh lives, and the environment that points there."""
+
+    root: Path
+    socket: Path
+    state_dir: Path
+    config: Path
+    runtime: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def write_config(self, text: str) -> None:
+        self.config.write_text(text)
+
+
+@pytest.fixture
+def mesh_env(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> MeshEnv:
+    runtime = short_tmp / "run"
+    runtime.mkdir(mode=0o700)
+    me = MeshEnv(
+        root=short_tmp,
+        socket=runtime / "meshd" / "test.sock",
+        state_dir=short_tmp / "state",
+        config=short_tmp / "config.toml",
+        runtime=runtime,
+    )
+    values = {
+        "MESH_SOCKET": str(me.socket),
+        "MESH_STATE_DIR": str(me.state_dir),
+        "MESH_CONFIG": str(me.config),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "MESH_PROFILE": "test",
+    }
+    for k, v in values.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("MESH_SESSION", raising=False)
+    me.env = {**os.environ, **values}
+    return me
+
+
+def rpc(sock_path: Path, method: str, params: dict[str, Any] | None = None) -> Any:
+    """One raw JSON-RPC call over a fresh connection (stdlib only); returns the reply."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(sock_path))
+        req: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
+        if params is not None:
+            req["params"] = params
+        s.sendall(json.dumps(req).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf)
+
+
+@dataclass
+class DaemonHandle:
+    """A real ``meshd run`` subprocess for one test."""
+
+    env: dict[str, str]
+    socket: Path
+    state_dir: Path
+    profile: str = "test"
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    def start(self, *, wait: bool = True) -> None:
+        self.log = self.state_dir.parent / f"meshd-{self.profile}.log"
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "meshd", "run", "--profile", self.profile, "--log-level", "debug"],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+        out.close()
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"meshd exited with {self.proc.returncode}:\n{self.logs()}")
+            try:
+                if rpc(self.socket, "mesh.ping")["result"]["pong"]:
+                    return
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.02)
+        raise RuntimeError(f"meshd did not answer within {timeout}s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return self.log.read_text() if self.log and self.log.exists() else ""
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        return rpc(self.socket, method, params)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=15)
+
+    def kill(self) -> int:
+        return self.stop(signal.SIGKILL)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def daemon(mesh_env: MeshEnv) -> Iterator[DaemonHandle]:
+    """The real daemon serving profile ``test`` in this test's private folders."""
+    d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+    d.start()
+    yield d
+    if d.proc is not None and d.proc.poll() is None:
+        d.stop()
