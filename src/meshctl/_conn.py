@@ -219,12 +219,17 @@ class SessionCore:
             f"re-registered as {self.session_id}; {_LOST_CLAIMS}"
         )
 
-    def after_expiry(self, exc: MeshError) -> str:
-        """What an expired or unknown session lost."""
-        what = "expired at the daemon" if exc.data_code == "SESSION_EXPIRED" else (
-            "was unknown to the daemon"
+    def after_expiry(self, exc: MeshError, old: tuple[Any, Any]) -> str:
+        """What an expired or unknown session lost (``old``: the daemon it had registered with)."""
+        what = (
+            "expired at the daemon"
+            if exc.data_code == "SESSION_EXPIRED"
+            else ("was unknown to the daemon")
         )
-        return (
+        message = (
             f"session {self.session_id} {what} ({exc.data_code}: {exc.message}); "
             f"re-registered; {_LOST_CLAIMS}"
         )
+        if old != self.daemon:
+            message = f"the daemon restarted (pid {old[0]} -> {self.daemon[0]}); {message}"
+        return message

@@ -311,6 +311,7 @@ class Mesh:
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
 
+
 class Session:
     """A registered session: heartbeats from a daemon thread, ends on exit.
 
@@ -449,8 +450,7 @@ class Session:
         self._registered = True
         if core.disabled:
             log.warning(
-                "Session Mesh is disabled in its config (enabled = false): session %s "
-                "does nothing",
+                "Session Mesh is disabled in its config (enabled = false): session %s does nothing",
                 core.session_id,
             )
         return True
@@ -458,10 +458,7 @@ class Session:
     def _reregister(self, exc: MeshError) -> None:
         old = self._core.daemon
         self._register()
-        message = self._core.after_expiry(exc)
-        if old != self._core.daemon:
-            message = f"the daemon restarted (pid {old[0]} -> {self._core.daemon[0]}); {message}"
-        self._record(message)
+        self._record(self._core.after_expiry(exc, old))
 
     def _daemon_changed(self) -> None:
         """The daemon restarted but still answered for us: register again to find out."""

@@ -1,0 +1,516 @@
+"""``AsyncMesh``: the anyio client, with the same surface as ``Mesh``.
+
+Connection: one Unix socket per :class:`AsyncMesh`. One reader task (in the task
+group the ``async with`` block opens) reads every line, hands each reply to the call
+waiting on its ``id`` and puts ``event`` notifications on a bounded memory stream
+(:meth:`AsyncMesh.events`); when that stream is full, new events are dropped and
+counted (``dropped_events``), never waited on. The first exchange on each new
+connection is ``mesh.info`` (protocol major version check, daemon identity).
+
+Finding and starting the daemon is blocking work (``_spawn``), run in a worker thread.
+
+Error handling mirrors the blocking client: MeshUnavailable when the daemon cannot be
+reached (the next call reconnects, starting the daemon if allowed), MeshTimeout when
+no reply comes in time, the class for the daemon's ``data.code`` otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from meshctl import _conn, _paths, _spawn
+from meshd.protocol.errors import (
+    FrameTooLarge,
+    MeshError,
+    MeshProtocolError,
+    MeshTimeout,
+    MeshUnavailable,
+    MethodNotFound,
+    SessionExpired,
+    UnknownSession,
+)
+
+log = logging.getLogger("meshctl")
+
+_BIG_SEND = 64 << 10
+_BROKEN = (
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+    anyio.IncompleteRead,
+    OSError,
+)
+
+
+class _Slot:
+    """Where the reader task leaves one call's reply."""
+
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.reply: _conn.Reply | None = None
+
+
+async def _open(profile: str, path: Any, autostart: bool, timeout: float) -> anyio.abc.SocketStream:
+    connect = _spawn.connect_or_start
+    sock = await anyio.to_thread.run_sync(connect, profile, path, autostart, timeout)
+    try:
+        return await anyio.abc.UNIXSocketStream.from_socket(sock)
+    except BaseException:
+        sock.close()
+        raise
+
+
+class AsyncMesh:
+    """An anyio connection to one profile's daemon; use ``async with``.
+
+    Args:
+        profile: the profile; else ``MESH_PROFILE``; else ``"default"``.
+        socket: the socket path; else ``MESH_SOCKET``; else the standard location.
+        autostart: start the daemon (detached) when none answers.
+        timeout: seconds to wait for each reply.
+        max_events: events buffered for :meth:`events` before new ones are dropped.
+    """
+
+    def __init__(
+        self,
+        profile: str | None = None,
+        socket: str | os.PathLike[str] | None = None,
+        *,
+        autostart: bool = True,
+        timeout: float = 5.0,
+        max_events: int = 256,
+    ) -> None:
+        self.profile = _paths.check_profile(profile or os.environ.get("MESH_PROFILE") or "default")
+        self.socket_path = socket or os.environ.get("MESH_SOCKET") or None
+        self.autostart = autostart
+        self.timeout = timeout
+        self.daemon: tuple[Any, Any] = (None, None)
+        self.dropped_events = 0
+        self._ids = _conn.Protocol()
+        self._pending: dict[int, _Slot] = {}
+        self._stream: anyio.abc.SocketStream | None = None
+        self._connect_lock = anyio.Lock()
+        self._send_lock = anyio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self._ev_send, self._ev_recv = anyio.create_memory_object_stream[Any](max_events)
+
+    async def __aenter__(self) -> AsyncMesh:
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            await self._ensure()
+        except BaseException as exc:
+            self._tg = None
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return None
+        tg.cancel_scope.cancel()
+        return await tg.__aexit__(exc_type, exc, tb)
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the reader; the AsyncMesh cannot be used again."""
+        self._closed = True
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()
+        self._ev_send.close()
+
+    # --- calls -------------------------------------------------------------------
+
+    async def call(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+        """Send one request and return its result."""
+        rid, frame = self._ids.request(method, params)
+        slot = _Slot()
+        self._pending[rid] = slot
+        try:
+            await self._send(frame)
+            with anyio.fail_after(timeout or self.timeout):
+                await slot.done.wait()
+        except TimeoutError:
+            raise MeshTimeout(
+                f"no reply from meshd to {method} within {timeout or self.timeout} s"
+            ) from None
+        finally:
+            self._pending.pop(rid, None)
+        assert slot.reply is not None
+        return slot.reply.unwrap()
+
+    async def ping(self) -> Any:
+        """``mesh.ping``."""
+        return await self.call("mesh.ping")
+
+    async def info(self) -> Any:
+        """``mesh.info`` (protocol major version checked)."""
+        info = await self.call("mesh.info")
+        _conn.check_protocol(info, str(self.socket_path or self.profile))
+        return info
+
+    async def sessions(self, fresh: bool = False) -> list[dict[str, Any]]:
+        """Live sessions of this profile."""
+        result = await self.call("session.list", {"fresh": fresh})
+        return list(result.get("sessions", []))
+
+    def session(
+        self,
+        task: str = "",
+        source: str | None = None,
+        session_id: str | None = None,
+        liveness: str = "heartbeat",
+        bind: bool = False,
+        *,
+        on_lost: Callable[[str], Any] | None = None,
+        heartbeat_interval: float | None = None,
+        **fields: Any,
+    ) -> AsyncSession:
+        """A session to use with ``async with``: registers, heartbeats in a task, ends."""
+        if source is not None:
+            fields["source"] = source
+        core = _conn.SessionCore(
+            task=task, session_id=session_id, liveness=liveness, bind=bind, fields=fields
+        )
+        return AsyncSession(self, core, on_lost=on_lost, heartbeat_interval=heartbeat_interval)
+
+    async def events(self) -> AsyncIterator[Any]:
+        """Events pushed to this connection (after a subscription made with :meth:`call`)."""
+        async for event in self._ev_recv:
+            yield event
+
+    # --- connection --------------------------------------------------------------
+
+    async def _ensure(self) -> anyio.abc.SocketStream:
+        async with self._connect_lock:
+            if self._closed:
+                raise MeshError("this AsyncMesh is closed; create a new one")
+            if self._stream is not None:
+                return self._stream
+            if self._tg is None:
+                raise MeshError("use AsyncMesh inside `async with`")
+            stream = await _open(self.profile, self.socket_path, self.autostart, self.timeout)
+            self._stream = stream
+            self._tg.start_soon(self._read_loop, stream)
+            rid, frame = self._ids.request("mesh.info")
+            slot = _Slot()
+            self._pending[rid] = slot
+            try:
+                await self._send_on(stream, frame)
+                with anyio.fail_after(self.timeout):
+                    await slot.done.wait()
+                assert slot.reply is not None
+                info = slot.reply.unwrap()
+                _conn.check_protocol(info, str(self.socket_path or self.profile))
+            except BaseException:
+                self._stream = None
+                await stream.aclose()
+                raise
+            finally:
+                self._pending.pop(rid, None)
+            self.daemon = _conn.daemon_key(info)
+            return stream
+
+    async def _send(self, frame: bytes) -> None:
+        for attempt in (1, 2):
+            stream = await self._ensure()
+            try:
+                await self._send_on(stream, frame)
+                return
+            except _BROKEN:
+                if self._stream is stream:
+                    self._stream = None
+                if attempt == 2 or len(frame) > _BIG_SEND:
+                    break
+        if len(frame) > _BIG_SEND:
+            raise FrameTooLarge(
+                f"meshd closed the connection while a {len(frame)}-byte request was being "
+                "sent; requests are limited to 1 MiB: send less per call"
+            )
+        raise MeshUnavailable(
+            "meshd closed the connection twice in a row; check "
+            "`meshctl daemon status` and its log in the state folder"
+        )
+
+    async def _send_on(self, stream: anyio.abc.SocketStream, frame: bytes) -> None:
+        async with self._send_lock:
+            await stream.send(frame)
+
+    async def _read_loop(self, stream: anyio.abc.SocketStream) -> None:
+        reader = BufferedByteReceiveStream(stream)
+        try:
+            while True:
+                line = await reader.receive_until(b"\n", _conn.MAX_REPLY)
+                if line.strip():
+                    self._route(_conn.parse_line(line))
+        except (*_BROKEN, anyio.DelimiterNotFound, MeshProtocolError) as exc:
+            log.debug("meshd connection closed: %r", exc)
+        finally:
+            if self._stream is stream:
+                self._stream = None
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+            gone = MeshUnavailable(
+                "meshd closed the connection before replying (it may have stopped or "
+                "restarted; the call may or may not have taken effect); retry"
+            )
+            for slot in list(self._pending.values()):
+                if slot.reply is None:
+                    slot.reply = _conn.Reply(None, error=gone)
+                    slot.done.set()
+
+    def _route(self, msg: _conn.Reply | _conn.Event) -> None:
+        if isinstance(msg, _conn.Event):
+            try:
+                self._ev_send.send_nowait(msg.params)
+            except anyio.WouldBlock:
+                if not self.dropped_events:
+                    log.warning("meshctl: event reader falls behind; dropping events")
+                self.dropped_events += 1
+            except anyio.ClosedResourceError:
+                pass
+            return
+        key = msg.id if isinstance(msg.id, int) else min(self._pending, default=None)
+        slot = self._pending.get(key) if key is not None else None
+        if slot is not None and slot.reply is None:
+            slot.reply = msg
+            slot.done.set()
+
+
+class AsyncSession:
+    """The async twin of :class:`meshctl.Session` (same loss reporting, same no-op rules)."""
+
+    def __init__(
+        self,
+        mesh: AsyncMesh,
+        core: _conn.SessionCore,
+        *,
+        on_lost: Callable[[str], Any] | None = None,
+        heartbeat_interval: float | None = None,
+    ) -> None:
+        self.mesh = mesh
+        self._core = core
+        self._on_lost = on_lost
+        self._interval_override = heartbeat_interval
+        self._lock = anyio.Lock()
+        self._scope = anyio.CancelScope()
+        self._ended = False
+        self.beats = 0
+
+    @property
+    def session_id(self) -> str | None:
+        """The session's id."""
+        return self._core.session_id
+
+    @property
+    def lost(self) -> list[str]:
+        """One sentence per thing the daemon lost for this session."""
+        return self._core.lost
+
+    @property
+    def disabled(self) -> bool:
+        """The mesh is switched off in config: this session is a no-op."""
+        return self._core.disabled
+
+    async def __aenter__(self) -> AsyncSession:
+        await self._register()
+        if not self._core.disabled:
+            if self.mesh._tg is None:
+                raise MeshError("use the AsyncMesh inside `async with`")
+            self.mesh._tg.start_soon(self._run)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.end(reason="ended" if exc_type is None else f"error: {exc_type.__name__}")
+
+    async def heartbeat(
+        self, status: str | None = None, task: str | None = None, **fields: Any
+    ) -> Any:
+        """Report what changed (None = unchanged) and say "still here"."""
+        fields.update(status=status, task=task)
+        async with self._lock:
+            for key in ("status", "task", "cwd", "repo", "branch", "worktree", "tools"):
+                if fields.get(key) is not None:
+                    self._core.params[key] = fields[key]
+            if self._ended or self._core.disabled:
+                return None
+            return await self._heartbeat(self._core.heartbeat_params(fields))
+
+    async def end(self, handoff: str | None = None, *, reason: str = "ended") -> Any:
+        """End the session (releasing its claims), optionally leaving a handoff."""
+        async with self._lock:
+            if self._ended:
+                return None
+            self._ended = True
+        self._scope.cancel()
+        if self._core.disabled:
+            return None
+        params: dict[str, Any] = {"session_id": self.session_id, "reason": reason}
+        if handoff is not None:
+            params["handoff"] = handoff
+        try:
+            return await self.mesh.call("session.end", params)
+        except (SessionExpired, UnknownSession):
+            return None
+
+    def events(self) -> SessionEvents:
+        """Events for this session, on a connection of their own (``events.subscribe``)."""
+        return SessionEvents(self.mesh, str(self.session_id))
+
+    # --- internals ---------------------------------------------------------------
+
+    async def _register(self) -> None:
+        core = self._core
+        result = await self.mesh.call("session.register", core.register_params())
+        core.registered(result, self.mesh.daemon, self._interval_override)
+        if core.disabled:
+            log.warning(
+                "Session Mesh is disabled in its config (enabled = false): session %s does nothing",
+                core.session_id,
+            )
+
+    async def _heartbeat(self, params: dict[str, Any]) -> Any:
+        try:
+            result = await self.mesh.call("session.heartbeat", params)
+        except (SessionExpired, UnknownSession) as exc:
+            old = self._core.daemon
+            await self._register()
+            self._record(self._core.after_expiry(exc, old))
+            return await self.mesh.call("session.heartbeat", {"session_id": self.session_id})
+        if self.mesh.daemon != self._core.daemon:
+            old = self._core.daemon
+            again = await self.mesh.call("session.register", self._core.register_params())
+            self._core.registered(again, self.mesh.daemon, self._interval_override)
+            if (lost := self._core.after_restart(old, again)) is not None:
+                self._record(lost)
+        return result
+
+    def _record(self, message: str) -> None:
+        self._core.lost.append(message)
+        log.warning("Session Mesh: %s", message)
+        if self._on_lost is not None:
+            try:
+                self._on_lost(message)
+            except Exception:
+                log.exception("on_lost callback failed")
+
+    async def _run(self) -> None:
+        wait = self._core.interval
+        with self._scope:
+            while True:
+                await anyio.sleep(wait)
+                try:
+                    async with self._lock:
+                        if self._ended:
+                            return
+                        await self._heartbeat({"session_id": self.session_id})
+                except MeshUnavailable as exc:
+                    log.debug("heartbeat: %s", exc)
+                    wait = min(max(wait * 2, 0.5), 30.0)
+                    continue
+                except MeshError as exc:
+                    log.warning("Session Mesh heartbeat failed: %s", exc)
+                self.beats += 1
+                wait = self._core.interval
+
+
+class SessionEvents:
+    """``async for event in session.events()``: a subscribed connection of its own.
+
+    Reads lines itself (no task), so it can be iterated from any task; close it with
+    ``aclose()`` or use it as ``async with session.events() as events``.
+    """
+
+    def __init__(self, mesh: AsyncMesh, session_id: str) -> None:
+        self._mesh = mesh
+        self._session_id = session_id
+        self._stream: anyio.abc.SocketStream | None = None
+        self._reader: BufferedByteReceiveStream | None = None
+
+    def __aiter__(self) -> SessionEvents:
+        return self
+
+    async def __anext__(self) -> Any:
+        reader = self._reader or await self._subscribe()
+        while True:
+            msg = await self._next(reader)
+            if isinstance(msg, _conn.Event):
+                return msg.params
+
+    async def __aenter__(self) -> SessionEvents:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the subscription's connection."""
+        stream, self._stream, self._reader = self._stream, None, None
+        if stream is not None:
+            await stream.aclose()
+
+    async def _subscribe(self) -> BufferedByteReceiveStream:
+        mesh = self._mesh
+        stream = await _open(mesh.profile, mesh.socket_path, mesh.autostart, mesh.timeout)
+        reader = BufferedByteReceiveStream(stream)
+        self._stream = stream
+        proto = _conn.Protocol()
+        rid, frame = proto.request("events.subscribe", {"session_id": self._session_id})
+        try:
+            await stream.send(frame)
+            with anyio.fail_after(mesh.timeout):
+                while not isinstance(msg := await self._next(reader), _conn.Reply) or (
+                    msg.id != rid
+                ):
+                    pass
+            msg.unwrap()
+        except MethodNotFound as exc:
+            await self.aclose()
+            raise MeshError(
+                "this meshd does not push events yet (events.subscribe is unknown to it): "
+                "upgrade and restart the daemon, or poll the inbox instead",
+                {"code": "EVENTS_UNSUPPORTED"},
+            ) from exc
+        except BaseException:
+            await self.aclose()
+            raise
+        self._reader = reader
+        return reader
+
+    async def _next(self, reader: BufferedByteReceiveStream) -> _conn.Reply | _conn.Event:
+        try:
+            while not (line := await reader.receive_until(b"\n", _conn.MAX_REPLY)).strip():
+                pass
+        except (*_BROKEN, anyio.DelimiterNotFound) as exc:
+            await self.aclose()
+            raise MeshUnavailable(
+                "the event connection to meshd closed (the daemon may have restarted); "
+                "iterate session.events() again to resubscribe"
+            ) from exc
+        return _conn.parse_line(line)
