@@ -115,7 +115,7 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class Queued:
-    """Not granted yet; the request waits as ``waiter_id`` (see :meth:`ClaimTable.cancel_waiter`)."""
+    """Not granted yet: the request waits as ``waiter_id`` (see ``cancel_waiter``)."""
 
     waiter_id: str
     holders: tuple[Claim, ...]
@@ -214,20 +214,35 @@ class Fencing:
 
 
 @dataclass(frozen=True, slots=True)
-class _Waiter:
-    waiter_id: str
-    seq: int
+class _Request:
+    """What one acquire asks for."""
+
     session_id: str
     keys: tuple[Key, ...]
     mode: Mode
-    reason: str
-    ttl: float | None
+    reason: str = ""
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiter:
+    waiter_id: str
+    seq: int
+    request: _Request
     since: float
 
+    @property
+    def session_id(self) -> str:
+        return self.request.session_id
+
+    @property
+    def mode(self) -> Mode:
+        return self.request.mode
+
     def view(self) -> Waiting:
-        return Waiting(
-            self.waiter_id, self.session_id, tuple(k.text for k in self.keys), self.mode, self.since
-        )
+        req = self.request
+        resources = tuple(k.text for k in req.keys)
+        return Waiting(self.waiter_id, req.session_id, resources, req.mode, self.since)
 
 
 class _Node:
@@ -251,6 +266,13 @@ def _conflict(a: Mode, b: Mode) -> bool:
 
 def _covers(held: Mode, wanted: Mode) -> bool:
     return held == "exclusive" or wanted == "shared"
+
+
+def _above(held: Key, wanted: Key) -> bool:
+    """``held`` is ``wanted`` or (path kinds) one of its ancestors."""
+    if held.is_path and wanted.is_path:
+        return held.parts == wanted.parts[: len(held.parts)]
+    return held.text == wanted.text
 
 
 class ClaimTable:
@@ -291,7 +313,7 @@ class ClaimTable:
                     found[(claim.session_id, claim.resource)] = claim
         return tuple(sorted(found.values(), key=lambda c: (c.since, c.token, c.resource)))
 
-    def list(self, session_id: str | None = None) -> tuple[Claim, ...]:
+    def list_claims(self, session_id: str | None = None) -> tuple[Claim, ...]:
         """Every live claim, or one session's, oldest grant first."""
         if session_id is not None:
             claims: Iterable[Claim] = self._by_session.get(session_id, {}).values()
@@ -362,19 +384,19 @@ class ClaimTable:
         would close a cycle); or, with ``wait``, :class:`Queued` -- the grant then
         arrives later as a ``granted`` notice carrying ``waiter_id``.
         """
-        wanted = _unique(keys)
-        if self._holds_all(session_id, wanted, mode):
-            return self._grant(session_id, wanted, mode, reason, ttl, now_mono, now_wall)
-        holders, ahead = self._blockers(session_id, wanted, mode, None)
+        req = _Request(session_id, _unique(keys), mode, reason, ttl)
+        if self._holds_all(req):
+            return self._grant(req, now_mono, now_wall)
+        holders, ahead = self._blockers(req, None)
         if not holders and not ahead:
-            return self._grant(session_id, wanted, mode, reason, ttl, now_mono, now_wall)
+            return self._grant(req, now_mono, now_wall)
         held_views = tuple(w.view() for w in ahead)
         if not wait:
             return Held(tuple(holders), held_views)
         blocking = {c.session_id for c in holders} | {w.session_id for w in ahead}
         if self._reaches(blocking, session_id):
             return Held(tuple(holders), held_views, deadlock=True)
-        waiter = self._enqueue(session_id, wanted, mode, reason, ttl, now_wall, waiter_id)
+        waiter = self._enqueue(req, now_wall, waiter_id)
         return Queued(waiter.waiter_id, tuple(holders), held_views)
 
     def steal(
@@ -394,19 +416,24 @@ class ClaimTable:
         """
         if not reason.strip():
             raise ValueError("a steal needs a reason")
-        wanted = _unique(keys)
-        victims, _ = self._blockers(session_id, wanted, mode, -1)
+        req = _Request(session_id, _unique(keys), mode, reason, ttl)
+        victims, _ = self._blockers(req, -1)
         for claim in victims:
             self._drop(claim, "steal", now_wall, how="stolen", by=session_id, reason=reason)
         self._notify_losses(victims, "stolen", now_wall, how="stolen", by=session_id, reason=reason)
-        granted = self._grant(session_id, wanted, mode, reason, ttl, now_mono, now_wall, "steal")
+        granted = self._grant(req, now_mono, now_wall, how="steal")
         self._wake([c.key for c in victims], now_mono, now_wall)
         return replace(granted, stolen=tuple(victims))
 
     # --- release, expiry, cancel ------------------------------------------------
 
     def release(
-        self, session_id: str, keys: Iterable[Key] | None = None, *, now_mono: float, now_wall: float
+        self,
+        session_id: str,
+        keys: Iterable[Key] | None = None,
+        *,
+        now_mono: float,
+        now_wall: float,
     ) -> list[str]:
         """Release some (exact keys) or all of a session's claims; idempotent.
 
@@ -469,11 +496,11 @@ class ClaimTable:
         waiter = self._waiters.get(waiter_id)
         if waiter is None:
             return None
-        holders, ahead = self._blockers(waiter.session_id, waiter.keys, waiter.mode, waiter.seq)
+        holders, ahead = self._blockers(waiter.request, waiter.seq)
         held = Held(tuple(holders), tuple(w.view() for w in ahead))
         self._unqueue(waiter)
         self.outbox.cancelled.append(Cancelled(waiter_id, waiter.session_id, why, held))
-        self._wake(waiter.keys, now_mono, now_wall)
+        self._wake(waiter.request.keys, now_mono, now_wall)
         return held
 
     def restore(
@@ -494,46 +521,49 @@ class ClaimTable:
 
     # --- internals: grant and drop ----------------------------------------------
 
-    def _holds_all(self, session_id: str, keys: tuple[Key, ...], mode: Mode) -> bool:
-        mine = self._by_session.get(session_id, {})
-        return all(k.text in mine and mine[k.text].mode == mode for k in keys)
+    def _holds_all(self, req: _Request) -> bool:
+        mine = self._by_session.get(req.session_id, {})
+        return all(k.text in mine and mine[k.text].mode == req.mode for k in req.keys)
 
     def _grant(
         self,
-        session_id: str,
-        keys: tuple[Key, ...],
-        mode: Mode,
-        reason: str,
-        ttl: float | None,
+        req: _Request,
         now_mono: float,
         now_wall: float,
+        *,
         how: str = "",
         waiter_id: str | None = None,
     ) -> Granted:
-        mine = self._by_session.get(session_id, {})
-        kept = frozenset(k.text for k in keys if k.text in mine and mine[k.text].mode == mode)
-        token = self._issue() if len(kept) < len(keys) else mine[keys[0].text].token
-        deadline = None if ttl is None else now_mono + ttl
+        """Record the whole set as held; keys already held in this mode keep their token."""
+        mine = dict(self._by_session.get(req.session_id, {}))
+        kept = frozenset(
+            k.text for k in req.keys if k.text in mine and mine[k.text].mode == req.mode
+        )
+        token = self._issue() if len(kept) < len(req.keys) else mine[req.keys[0].text].token
+        deadline = None if req.ttl is None else now_mono + req.ttl
         claims, previous = [], []
-        for key in keys:
+        for key in req.keys:
             old = mine.get(key.text)
-            if key.text in kept and old is not None:
-                claim = replace(old, reason=reason or old.reason, ttl=ttl, deadline=deadline)
+            if old is not None and key.text in kept:
+                claim = replace(
+                    old, reason=req.reason or old.reason, ttl=req.ttl, deadline=deadline
+                )
             else:
-                claim = Claim(session_id, key, mode, token, reason, now_wall, ttl, deadline)
+                claim = Claim(
+                    req.session_id, key, req.mode, token, req.reason, now_wall, req.ttl, deadline
+                )
                 if (prev := self._previous.pop(key.text, None)) is not None:
                     previous.append(prev)
             if old is not None:
                 self._unput(old)
             self._put(claim)
-            action: AuditAction = "refresh" if key.text in kept else "grant"
-            self._audit(claim, action, now_wall, how=how)
+            self._audit(claim, "refresh" if key.text in kept else "grant", now_wall, how=how)
             claims.append(claim)
         return Granted(
-            session_id,
+            req.session_id,
             token,
             tuple(claims),
-            already_held=len(kept) == len(keys),
+            already_held=len(kept) == len(req.keys),
             held_before=kept,
             previous=tuple(previous),
             waiter_id=waiter_id,
@@ -556,12 +586,12 @@ class ClaimTable:
         by: str | None = None,
         reason: str = "",
     ) -> None:
+        """Remove a claim, log it, and remember an unclean end for the next grantee."""
         self._unput(claim)
         self._audit(claim, action, now_wall, how=how, by=by, reason=reason or claim.reason)
-        if how in CLEAN_ENDS:
-            self._previous.pop(claim.resource, None)
-            return
         self._previous.pop(claim.resource, None)
+        if how in CLEAN_ENDS:
+            return
         self._previous[claim.resource] = Previous(claim.resource, claim.session_id, how, now_wall)
         if len(self._previous) > MAX_PREVIOUS:
             del self._previous[next(iter(self._previous))]
@@ -576,20 +606,13 @@ class ClaimTable:
         by: str | None = None,
         reason: str | None = None,
     ) -> None:
+        why = claim.reason if reason is None else reason
         self.outbox.audit.append(
             AuditRecord(
-                now_wall,
-                action,
-                claim.session_id,
-                claim.resource,
-                claim.mode,
-                claim.token,
-                claim.reason if reason is None else reason,
-                how,
-                by,
-                claim.ttl,
+                now_wall, action, claim.session_id, claim.resource, claim.mode, claim.token,
+                why, how, by, claim.ttl,
             )
-        )
+        )  # fmt: skip
 
     def _notify_losses(
         self,
@@ -601,6 +624,7 @@ class ClaimTable:
         by: str | None = None,
         reason: str = "",
     ) -> list[Notice]:
+        """One notice per holder and grant (token) that lost claims."""
         groups: dict[tuple[str, int], list[str]] = {}
         for claim in claims:
             groups.setdefault((claim.session_id, claim.token), []).append(claim.resource)
@@ -613,25 +637,16 @@ class ClaimTable:
 
     # --- internals: waiters -----------------------------------------------------
 
-    def _enqueue(
-        self,
-        session_id: str,
-        keys: tuple[Key, ...],
-        mode: Mode,
-        reason: str,
-        ttl: float | None,
-        now_wall: float,
-        waiter_id: str | None,
-    ) -> _Waiter:
+    def _enqueue(self, req: _Request, now_wall: float, waiter_id: str | None) -> _Waiter:
         self._seq += 1
         wid = waiter_id if waiter_id is not None else f"w{self._seq}"
         if wid in self._waiters:
             raise ValueError(f"waiter id {wid!r} is already waiting")
-        waiter = _Waiter(wid, self._seq, session_id, keys, mode, reason, ttl, now_wall)
+        waiter = _Waiter(wid, self._seq, req, now_wall)
         self._waiters[wid] = waiter
-        self._waiters_of.setdefault(session_id, {})[wid] = None
-        for key in keys:
-            node = self._node(key, create=True)
+        self._waiters_of.setdefault(req.session_id, {})[wid] = None
+        for key in req.keys:
+            node = self._ensure(key)
             node.waiters[(wid, key.text)] = waiter
             self._count(node, 0, 1)
         return waiter
@@ -642,14 +657,17 @@ class ClaimTable:
         del mine[waiter.waiter_id]
         if not mine:
             del self._waiters_of[waiter.session_id]
-        for key in waiter.keys:
-            node = self._node(key, create=False)
-            assert node is not None
+        for key in waiter.request.keys:
+            node = self._ensure(key)
             del node.waiters[(waiter.waiter_id, key.text)]
             self._count(node, 0, -1)
 
     def _wake(self, keys: Iterable[Key], now_mono: float, now_wall: float) -> None:
-        """Grant, in FIFO order, the waiters overlapping ``keys`` that can now go."""
+        """Grant, in FIFO order, the waiters overlapping ``keys`` that can now go.
+
+        One pass suffices: a granted waiter's claims block later waiters exactly
+        as its place in the queue did, so granting never frees anyone else.
+        """
         if not self._waiters:
             return
         candidates: dict[str, _Waiter] = {}
@@ -657,59 +675,43 @@ class ClaimTable:
             for waiter in self._waiters_over(key):
                 candidates[waiter.waiter_id] = waiter
         for waiter in sorted(candidates.values(), key=lambda w: w.seq):
-            holders, ahead = self._blockers(waiter.session_id, waiter.keys, waiter.mode, waiter.seq)
+            holders, ahead = self._blockers(waiter.request, waiter.seq)
             if holders or ahead:
                 continue
             self._unqueue(waiter)
             granted = self._grant(
-                waiter.session_id,
-                waiter.keys,
-                waiter.mode,
-                waiter.reason,
-                waiter.ttl,
-                now_mono,
-                now_wall,
-                "wait",
-                waiter.waiter_id,
+                waiter.request, now_mono, now_wall, how="wait", waiter_id=waiter.waiter_id
             )
+            resources = tuple(c.resource for c in granted.claims)
             self.outbox.notices.append(
                 Notice(
-                    "granted",
-                    waiter.session_id,
-                    tuple(c.resource for c in granted.claims),
-                    granted.token,
-                    now_wall,
-                    reason=waiter.reason,
-                    waiter_id=waiter.waiter_id,
-                    granted=granted,
+                    "granted", waiter.session_id, resources, granted.token, now_wall,
+                    reason=waiter.request.reason, waiter_id=waiter.waiter_id, granted=granted,
                 )
-            )
+            )  # fmt: skip
 
-    def _blockers(
-        self, session_id: str, keys: tuple[Key, ...], mode: Mode, seq: int | None
-    ) -> tuple[list[Claim], list[_Waiter]]:
-        """Conflicting claims, and earlier conflicting waiters (``seq`` None: all; -1: none)."""
+    def _blockers(self, req: _Request, seq: int | None) -> tuple[list[Claim], list[_Waiter]]:
+        """Conflicting claims, and earlier conflicting waiters (``seq`` None: all; -1: none).
+
+        Waiters are not counted on a key the session (or a related one) already
+        covers at least as strongly: it takes nothing from them there.
+        """
         holders: dict[tuple[str, str], Claim] = {}
         ahead: dict[str, _Waiter] = {}
-        for key in keys:
+        for key in req.keys:
             covered = False
             for claim in self._claims_over(key):
-                if self.related(session_id, claim.session_id):
-                    covered = covered or (
-                        claim.key.parts == key.parts[: len(claim.key.parts)]
-                        and _covers(claim.mode, mode)
-                        if key.is_path
-                        else _covers(claim.mode, mode)
-                    )
-                elif _conflict(mode, claim.mode):
+                if self.related(req.session_id, claim.session_id):
+                    covered = covered or (_above(claim.key, key) and _covers(claim.mode, req.mode))
+                elif _conflict(req.mode, claim.mode):
                     holders[(claim.session_id, claim.resource)] = claim
             if covered or seq == -1 or not self._waiters:
                 continue
             for waiter in self._waiters_over(key):
                 if (
                     (seq is None or waiter.seq < seq)
-                    and _conflict(mode, waiter.mode)
-                    and not self.related(session_id, waiter.session_id)
+                    and _conflict(req.mode, waiter.mode)
+                    and not self.related(req.session_id, waiter.session_id)
                 ):
                     ahead[waiter.waiter_id] = waiter
         return list(holders.values()), sorted(ahead.values(), key=lambda w: w.seq)
@@ -726,10 +728,9 @@ class ClaimTable:
                 continue
             seen.add(sid)
             for wid in self._waiters_of.get(sid, {}):
-                w = self._waiters[wid]
-                holders, ahead = self._blockers(w.session_id, w.keys, w.mode, w.seq)
+                holders, ahead = self._blockers(self._waiters[wid].request, self._waiters[wid].seq)
                 stack.extend(c.session_id for c in holders)
-                stack.extend(x.session_id for x in ahead)
+                stack.extend(w.session_id for w in ahead)
         return False
 
     def _live_deadline(self, entry: tuple[float, int, str, str]) -> bool:
@@ -741,7 +742,7 @@ class ClaimTable:
     def _put(self, claim: Claim) -> None:
         self._by_session.setdefault(claim.session_id, {})[claim.resource] = claim
         self._by_resource.setdefault(claim.resource, {})[claim.session_id] = claim
-        node = self._node(claim.key, create=True)
+        node = self._ensure(claim.key)
         node.claims[(claim.session_id, claim.resource)] = claim
         self._count(node, 1, 0)
         if claim.deadline is not None:
@@ -757,23 +758,21 @@ class ClaimTable:
         del holders[claim.session_id]
         if not holders:
             del self._by_resource[claim.resource]
-        node = self._node(claim.key, create=False)
-        assert node is not None
+        node = self._ensure(claim.key)
         del node.claims[(claim.session_id, claim.resource)]
         self._count(node, -1, 0)
 
-    def _node(self, key: Key, *, create: bool) -> _Node | None:
+    def _ensure(self, key: Key) -> _Node:
+        """The node for ``key``, created (with its path) if missing."""
         if not key.is_path:
-            node = self._exact.get(key.text)
-            if node is None and create:
-                node = self._exact[key.text] = _Node(key.text, None)
-            return node
+            exact = self._exact.get(key.text)
+            if exact is None:
+                exact = self._exact[key.text] = _Node(key.text, None)
+            return exact
         node = self._root
         for part in key.parts:
             child = node.children.get(part)
             if child is None:
-                if not create:
-                    return None
                 child = node.children[part] = _Node(part, node)
                 self._nodes += 1
             node = child
@@ -796,22 +795,24 @@ class ClaimTable:
 
     def _claims_over(self, key: Key) -> Iterator[Claim]:
         """Claims on ``key``, on its ancestors and in its subtree."""
-        for node, whole in self._overlap_nodes(key, waiters=False):
-            yield from node.claims.values() if whole else ()
+        for node in self._overlap_nodes(key, waiters=False):
+            yield from node.claims.values()
 
     def _waiters_over(self, key: Key) -> Iterator[_Waiter]:
-        for node, _ in self._overlap_nodes(key, waiters=True):
+        """Waiters wanting ``key``, an ancestor of it or something under it."""
+        for node in self._overlap_nodes(key, waiters=True):
             yield from node.waiters.values()
 
-    def _overlap_nodes(self, key: Key, *, waiters: bool) -> Iterator[tuple[_Node, bool]]:
+    def _overlap_nodes(self, key: Key, *, waiters: bool) -> Iterator[_Node]:
+        """``key``'s ancestors, then the non-empty part of its subtree: O(depth + hits)."""
         if not key.is_path:
             exact = self._exact.get(key.text)
             if exact is not None:
-                yield exact, True
+                yield exact
             return
         node = self._root
         for part in key.parts:
-            yield node, True
+            yield node
             child = node.children.get(part)
             if child is None:
                 return
@@ -819,7 +820,7 @@ class ClaimTable:
         stack = [node]
         while stack:
             current = stack.pop()
-            yield current, True
+            yield current
             stack.extend(
                 c for c in current.children.values() if (c.n_waiters if waiters else c.n_claims)
             )
