@@ -1,0 +1,65 @@
+"""Client-test fixtures: the lead's ``mesh_env``/``daemon``, tuned for client tests.
+
+``mesh_env`` is extended (same name, so the root ``daemon`` fixture uses it too) to
+write a config with a short ``heartbeat_interval`` before any daemon starts, and to
+set ``MESH_SPAWN=direct`` so an auto-started daemon is a plain detached process here
+even on a machine with a systemd user manager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+HEARTBEAT = 0.1
+
+
+@pytest.fixture
+def mesh_env(mesh_env: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    mesh_env.write_config(f"[defaults]\nheartbeat_interval = {HEARTBEAT}\n")
+    monkeypatch.setenv("MESH_SPAWN", "direct")
+    mesh_env.env["MESH_SPAWN"] = "direct"
+    return mesh_env
+
+
+def wait_for(predicate: Any, timeout: float = 5.0, step: float = 0.01) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(step)
+    raise AssertionError(f"condition not met within {timeout} s: {predicate}")
+
+
+def pid_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in {"Z", "X"}
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.fixture
+def reap() -> Iterator[list[int]]:
+    """Pids of daemons a test started through auto-start; killed and awaited afterwards."""
+    pids: list[int] = []
+    yield pids
+    from meshctl import _spawn
+
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    for proc in list(_spawn._SPAWNED):
+        if proc.pid in pids:
+            proc.wait(timeout=10)
+            _spawn._SPAWNED.remove(proc)
+    for pid in pids:
+        wait_for(lambda pid=pid: pid_gone(pid), timeout=10)
