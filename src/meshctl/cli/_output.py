@@ -49,11 +49,9 @@ CLI_ERROR_CODE = -32000
 
 #: What to do next, by ``data.code``: the second line of every human error.
 HINTS: dict[str, str] = {
-    "UNAVAILABLE": "check `meshctl daemon status`, the daemon log in the state folder, "
-    "or point --socket/MESH_SOCKET at the right socket",
     "UNKNOWN_SESSION": "list live sessions with `meshctl sessions active`; "
     "register a new one with `meshctl register --task ...`",
-    "SESSION_EXPIRED": "register again: export MESH_SESSION=$(meshctl register --task '...')",
+    "SESSION_EXPIRED": "get a new one: export MESH_SESSION=$(meshctl register --task '...')",
     "ID_IN_USE": "choose another --id, or leave --id out to get a fresh one",
     "NO_SESSION": "get one with: export MESH_SESSION=$(meshctl register --task '...') "
     "(or pass --session ID)",

@@ -60,7 +60,23 @@ def daemon() -> None:
 def status() -> None:
     """Show the running daemon; exit 69 when none runs (never starts one)."""
     state = get_state()
-    info = state.call("mesh.info", autostart=False)
+    try:
+        info = state.call("mesh.info", autostart=False)
+    except MeshUnavailable as exc:
+        # The library's "not running" error names the socket; others (permissions,
+        # a broken state folder) keep their own sentence.
+        sock = exc.data.get("socket")
+        raise _output.Failure(
+            f"no meshd is running for profile {state.profile} (socket {sock})"
+            if sock
+            else exc.message,
+            "UNAVAILABLE",
+            code=exc.code,
+            exit_code=_output.EXIT_UNAVAILABLE,
+            data={"running": False, **{k: v for k, v in exc.data.items() if k != "code"}},
+            hint=f"start it with `meshctl daemon start --profile {state.profile}` "
+            "(any other command starts it too)",
+        ) from exc
     _output.emit(state.json, info, lambda: render_info(info))
 
 

@@ -1,0 +1,319 @@
+"""``meshctl`` against the real daemon (fixture ``daemon``), each run a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Meshctl, Run
+
+# The fixtures come from tests/conftest.py (the lead's); typed loosely here.
+Daemon = Any
+MeshEnv = Any
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll until ``predicate`` holds (a condition to reach, not a timing to assert)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def ok(run: Run) -> Run:
+    assert run.code == 0, run
+    return run
+
+
+class TestRegisterAndList:
+    def test_register_prints_only_the_id(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """register prints the id alone, and the session then shows in sessions active."""
+        run = ok(meshctl("register", "--task", "refactor auth", env=daemon.env))
+        sid = run.out.strip()
+
+        listing = ok(meshctl("sessions", "active", env=daemon.env))
+
+        assert run.out == sid + "\n"
+        assert " " not in sid
+        assert listing.out.splitlines()[0] == "Active sessions (profile test):"
+        assert f"- {sid} — refactor auth, in " in listing.out
+        assert ", status: idle, " in listing.out
+
+    def test_register_speaks_for_its_caller(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """Without --pid a process session carries meshctl's parent pid (here: pytest)."""
+        sid = ok(meshctl("register", "--task", "t", "--id", "cli:me", env=daemon.env)).out.strip()
+
+        shown = ok(meshctl("sessions", "show", sid, "--json", env=daemon.env)).json()
+
+        assert sid == "cli:me"
+        assert shown["pid"] == os.getpid()
+        assert shown["liveness"] == "process"
+        assert shown["host"] == socket.gethostname()
+
+    def test_heartbeat_liveness_sends_no_pid(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """--liveness heartbeat without --pid ties the session to no process."""
+        reg = ok(
+            meshctl("register", "--task", "t", "--liveness", "heartbeat", "--json", env=daemon.env)
+        ).json()
+
+        shown = ok(meshctl("sessions", "show", reg["session_id"], "--json", env=daemon.env))
+
+        assert reg["liveness"] == "heartbeat"
+        assert shown.json()["pid"] is None
+
+    def test_json_shapes(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """sessions active --json is a list of session objects with the SPEC's fields."""
+        ok(meshctl("register", "--task", "a", "--source", "cron", env=daemon.env))
+
+        sessions = ok(meshctl("--json", "sessions", "active", env=daemon.env)).json()
+
+        assert isinstance(sessions, list)
+        assert len(sessions) == 1
+        expected = {
+            "session_id",
+            "profile",
+            "source",
+            "status",
+            "task",
+            "cwd",
+            "repo",
+            "branch",
+            "pid",
+            "host",
+            "last_heartbeat",
+            "age_s",
+            "stale",
+            "liveness",
+            "claims",
+        }
+        assert expected <= set(sessions[0])
+        assert sessions[0]["profile"] == "test"
+        assert sessions[0]["source"] == "cron"
+
+    def test_none_active(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """With no sessions the human form is one line, the JSON form an empty list."""
+        human = ok(meshctl("sessions", "active", env=daemon.env))
+        doc = ok(meshctl("sessions", "active", "--json", env=daemon.env))
+
+        assert human.out == "No active sessions (profile test).\n"
+        assert doc.json() == []
+
+    def test_show_unknown_session(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """An unknown id is an error (1) with the daemon's data.code and a hint."""
+        run = meshctl("sessions", "show", "nope:1", "--json", env=daemon.env)
+
+        assert run.code == 1, run
+        assert run.json()["error"]["data"]["code"] == "UNKNOWN_SESSION"
+        assert "meshctl sessions active" in run.err
+
+
+class TestActingForASession:
+    def test_heartbeat_then_end(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """heartbeat updates status and task silently; end releases the session."""
+        sid = ok(meshctl("register", "--task", "first", env=daemon.env)).out.strip()
+        env = {**daemon.env, "MESH_SESSION": sid}
+
+        beat = ok(meshctl("heartbeat", "--status", "tool-running", "--task", "second", env=env))
+        shown = ok(meshctl("sessions", "show", sid, "--json", env=env)).json()
+        ended = ok(meshctl("end", "--handoff", "left it green", "--json", env=env)).json()
+        after = ok(meshctl("sessions", "active", "--json", env=env)).json()
+
+        assert beat.out == ""
+        assert (shown["status"], shown["task"]) == ("tool-running", "second")
+        assert ended["ended"] is True
+        assert ended["session_id"] == sid
+        assert [s["session_id"] for s in after] == []
+
+    def test_session_option(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """--session given on the command line is used when MESH_SESSION is unset."""
+        sid = ok(meshctl("register", "--task", "x", env=daemon.env)).out.strip()
+
+        run = ok(meshctl("--session", sid, "heartbeat", "--json", env=daemon.env))
+
+        assert run.json()["ok"] is True
+
+
+class TestStale:
+    def test_fresh_hides_stale(self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv) -> None:
+        """A session past stale_after is shown marked [stale], and hidden by --fresh."""
+        mesh_env.write_config("[defaults]\nstale_after = 0.5\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        sid = ok(meshctl("register", "--task", "slow", env=daemon.env)).out.strip()
+
+        def stale() -> bool:
+            found = ok(meshctl("sessions", "active", "--json", env=daemon.env)).json()
+            return any(s["session_id"] == sid and s["stale"] for s in found)
+
+        wait_for(stale, "the session to turn stale")
+        human = ok(meshctl("sessions", "active", env=daemon.env))
+        fresh = ok(meshctl("sessions", "active", "--fresh", "--json", env=daemon.env))
+        fresh_human = ok(meshctl("sessions", "active", "--fresh", env=daemon.env))
+
+        assert f"- {sid} — slow" in human.out
+        assert human.out.rstrip().endswith("  [stale]")
+        assert fresh.json() == []
+        assert fresh_human.out == "No active sessions (profile test).\n"
+
+
+class TestDaemonCommands:
+    def test_status_running(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """daemon status exits 0 and reports the daemon's pid, socket and counts."""
+        doc = ok(meshctl("daemon", "status", "--json", env=daemon.env)).json()
+        human = ok(meshctl("daemon", "status", env=daemon.env))
+
+        assert doc["pid"] == daemon.proc.pid
+        assert doc["socket"] == str(daemon.socket)
+        assert "sessions" in doc["counts"]
+        assert f"pid       {daemon.proc.pid}" in human.out
+        assert "uptime" in human.out
+
+    def test_stop_waits_until_gone(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """daemon stop sends SIGTERM and returns once the daemon has exited."""
+        run = ok(meshctl("daemon", "stop", "--json", env=daemon.env))
+
+        assert run.json() == {
+            "stopped": True,
+            "running": False,
+            "profile": "test",
+            "pid": daemon.proc.pid,
+        }
+        assert daemon.proc.wait(timeout=5) is not None
+        assert meshctl("daemon", "status", env=daemon.env).code == 69
+
+    def test_start_reports_already_running(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """daemon start on a running daemon starts nothing and says so."""
+        run = ok(meshctl("daemon", "start", "--json", env=daemon.env))
+
+        assert run.json()["already_running"] is True
+        assert run.json()["pid"] == daemon.proc.pid
+
+    def test_reload_reports_kept_config(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """An invalid config is refused: exit 1, CONFIG_INVALID; a valid one reloads."""
+        mesh_env.write_config("[defaults]\nstale_after = 'soon'\n")
+        bad = meshctl("daemon", "reload", "--json", env=daemon.env)
+        mesh_env.write_config("[defaults]\nstale_after = 3\n")
+        good = ok(meshctl("daemon", "reload", "--json", env=daemon.env))
+
+        assert bad.code == 1, bad
+        assert bad.json()["error"]["data"]["code"] == "CONFIG_INVALID"
+        assert "keeps its previous config" in bad.err
+        assert good.json()["reloaded"] is True
+
+
+class TestCall:
+    def test_call_prints_result_json(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """call prints the raw result as JSON even without --json."""
+        assert ok(meshctl("call", "mesh.ping", env=daemon.env)).json()["pong"] is True
+
+    def test_call_params_from_stdin(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """'-' reads the params from stdin."""
+        run = ok(meshctl("call", "session.list", "-", input='{"fresh": true}', env=daemon.env))
+
+        assert run.json()["profile"] == "test"
+
+    def test_call_daemon_error(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """A daemon error exits 1 with the wire error object under --json."""
+        run = meshctl("call", "no.such", "--json", env=daemon.env)
+
+        assert run.code == 1, run
+        assert run.json()["error"]["code"] == -32601
+        assert run.json()["error"]["data"]["code"] == "METHOD_NOT_FOUND"
+
+
+# --- several profiles -------------------------------------------------------------
+
+
+@pytest.fixture
+def other_daemons(mesh_env: MeshEnv, daemon: Daemon) -> Iterator[dict[str, Path]]:
+    """Two more daemons in the same runtime folder: ``other`` sees-through to ``test``,
+    ``hidden`` does not; plus a dead socket file ``gone.sock``."""
+    mesh_env.write_config('[profiles.other]\nvisible_to_profiles = ["test"]\n')
+    folder = daemon.socket.parent
+    procs = []
+    socks: dict[str, Path] = {}
+    for profile in ("other", "hidden"):
+        socks[profile] = folder / f"{profile}.sock"
+        env = {**daemon.env, "MESH_SOCKET": str(socks[profile]), "MESH_PROFILE": profile}
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "meshd", "run", "--profile", profile],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(folder / "gone.sock"))
+    dead.close()  # leaves the file: nobody listens
+    try:
+        for profile, proc in zip(("other", "hidden"), procs, strict=True):
+            wait_for(
+                lambda p=proc, s=socks[profile]: p.poll() is None and s.exists(), f"meshd {profile}"
+            )
+        yield socks
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+
+
+class TestAllProfiles:
+    def test_lists_visible_profiles_only(
+        self, meshctl: Meshctl, daemon: Daemon, other_daemons: dict[str, Path]
+    ) -> None:
+        """--all-profiles adds profiles that let us see them, skips others, never fails."""
+        for profile, sock in other_daemons.items():
+            ok(
+                meshctl(
+                    "register",
+                    "--task",
+                    f"in {profile}",
+                    "--profile",
+                    profile,
+                    "--socket",
+                    str(sock),
+                    env=daemon.env,
+                )
+            )
+        ok(meshctl("register", "--task", "at home", env=daemon.env))
+
+        doc = ok(meshctl("sessions", "active", "--all-profiles", "--json", env=daemon.env))
+        human = ok(meshctl("sessions", "active", "--all-profiles", env=daemon.env))
+        plain = ok(meshctl("sessions", "active", "--json", env=daemon.env))
+
+        assert sorted((s["profile"], s["task"]) for s in doc.json()) == [
+            ("other", "in other"),
+            ("test", "at home"),
+        ]
+        assert "Active sessions (profile test):" in human.out
+        assert "Active sessions (profile other):" in human.out
+        assert "hidden" not in human.out
+        assert "skipped profile gone" in human.err
+        assert [s["profile"] for s in plain.json()] == ["test"]
+
+    def test_never_starts_other_daemons(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """A dead socket of another profile is skipped, and no daemon is started for it."""
+        dead = socket.socket(socket.AF_UNIX)
+        dead.bind(str(daemon.socket.parent / "ghost.sock"))
+        dead.close()
+
+        run = ok(meshctl("sessions", "active", "--all-profiles", env=daemon.env))
+
+        assert "skipped profile ghost" in run.err
+        assert not (mesh_env.state_dir / "ghost.log").exists()
+        assert not (mesh_env.state_dir / "ghost.lock").exists()
