@@ -1,0 +1,646 @@
+"""The lock table (SPEC §5), pure: no daemon, no sleeps; time from ManualClock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from meshd.core.claims import (
+    ClaimTable,
+    Fencing,
+    Granted,
+    Held,
+    Outcome,
+    Queued,
+)
+from meshd.core.clock import ManualClock
+from meshd.keys import Key, from_canonical
+
+PARENTS = {"child": "parent", "grandchild": "child", "sibling": "parent"}
+
+
+def ancestors(session_id: str) -> tuple[str, ...]:
+    chain: list[str] = []
+    while session_id in PARENTS:
+        session_id = PARENTS[session_id]
+        chain.append(session_id)
+    return tuple(chain)
+
+
+def k(text: str) -> Key:
+    return from_canonical(text)
+
+
+class Table:
+    """A ClaimTable driven by a ManualClock, with short calls for tests."""
+
+    def __init__(self, fencing: Fencing | None = None) -> None:
+        self.clock = ManualClock()
+        self.t = ClaimTable(ancestors=ancestors, fencing=fencing)
+
+    def now(self) -> dict[str, float]:
+        return {"now_mono": self.clock.monotonic(), "now_wall": self.clock.now()}
+
+    def acquire(self, sid: str, *keys: str, **kw: Any) -> Outcome:
+        return self.t.acquire(sid, [k(x) for x in keys], **kw, **self.now())
+
+    def grant(self, sid: str, *keys: str, **kw: Any) -> Granted:
+        out = self.acquire(sid, *keys, **kw)
+        assert isinstance(out, Granted), out
+        return out
+
+    def release(self, sid: str, *keys: str) -> list[str]:
+        return self.t.release(sid, [k(x) for x in keys] if keys else None, **self.now())
+
+    def holders(self) -> set[tuple[str, str]]:
+        return {(c.session_id, c.resource) for c in self.t.list_claims()}
+
+
+@pytest.fixture
+def tb() -> Table:
+    return Table()
+
+
+class TestPathOverlap:
+    def test_ancestor_claim_blocks_descendant(self, tb: Table) -> None:
+        """A claim on a folder conflicts with a claim on a file inside it."""
+        tb.grant("a", "file:/repo")
+
+        out = tb.acquire("b", "file:/repo/src/a.py")
+
+        assert isinstance(out, Held)
+        assert [c.resource for c in out.holders] == ["file:/repo"]
+
+    def test_descendant_claim_blocks_ancestor(self, tb: Table) -> None:
+        """A claim on a file blocks a later claim on a folder above it."""
+        tb.grant("a", "file:/repo/src/a.py")
+
+        out = tb.acquire("b", "file:/repo")
+
+        assert isinstance(out, Held)
+        assert [c.session_id for c in out.holders] == ["a"]
+
+    def test_siblings_paths_do_not_overlap(self, tb: Table) -> None:
+        """Two files side by side are claimed by different sessions at once."""
+        tb.grant("a", "file:/repo/a.py")
+
+        out = tb.acquire("b", "file:/repo/b.py")
+
+        assert isinstance(out, Granted)
+
+    def test_prefix_is_not_an_ancestor(self, tb: Table) -> None:
+        """/repo does not cover /repository: components, not string prefixes."""
+        tb.grant("a", "file:/repo")
+
+        assert isinstance(tb.acquire("b", "file:/repository"), Granted)
+
+    def test_repo_and_file_share_one_path_space(self, tb: Table) -> None:
+        """repo:/x overlaps file:/x/y, and the other way round."""
+        tb.grant("a", "repo:/x")
+
+        assert isinstance(tb.acquire("b", "file:/x/y"), Held)
+        assert isinstance(tb.acquire("b", "file:/x"), Held)
+
+    def test_exact_kinds_match_exactly(self, tb: Table) -> None:
+        """port:80 and port:8080, cron:a and cron:ab do not overlap."""
+        tb.grant("a", "port:80", "cron:a", "branch:/r:main")
+
+        assert isinstance(tb.acquire("b", "port:8080", "cron:ab", "branch:/r:dev"), Granted)
+        assert isinstance(tb.acquire("b", "port:80"), Held)
+
+    def test_root_claim_covers_everything_on_paths(self, tb: Table) -> None:
+        """A broad claim on / conflicts with every path, but not with ports."""
+        tb.grant("a", "file:/")
+
+        assert isinstance(tb.acquire("b", "file:/deep/down/x"), Held)
+        assert isinstance(tb.acquire("b", "port:22"), Granted)
+
+
+class TestAtomicSets:
+    def test_a_held_member_grants_nothing(self, tb: Table) -> None:
+        """When one key of the set is held, none of the others is granted."""
+        tb.grant("a", "port:1")
+
+        out = tb.acquire("b", "port:2", "port:1", "file:/x")
+
+        assert isinstance(out, Held)
+        assert {("a", "port:1")} == tb.holders()
+
+    def test_one_token_for_the_whole_set(self, tb: Table) -> None:
+        """Every claim of one grant carries the same fencing token."""
+        out = tb.grant("a", "port:1", "file:/x", "memory")
+
+        assert {c.token for c in out.claims} == {out.token}
+
+    def test_duplicates_in_a_set_are_one_claim(self, tb: Table) -> None:
+        """Naming a key twice claims it once."""
+        out = tb.grant("a", "port:1", "port:1")
+
+        assert len(out.claims) == 1
+
+    def test_empty_set_is_refused(self, tb: Table) -> None:
+        """A claim needs at least one key."""
+        with pytest.raises(ValueError, match="at least one key"):
+            tb.acquire("a")
+
+
+class TestModes:
+    def test_shared_holders_coexist(self, tb: Table) -> None:
+        """Many sessions hold the same key shared."""
+        tb.grant("a", "file:/x", mode="shared")
+
+        assert isinstance(tb.acquire("b", "file:/x/y", mode="shared"), Granted)
+
+    def test_exclusive_conflicts_with_shared(self, tb: Table) -> None:
+        """An exclusive request is held by a shared holder, and the other way round."""
+        tb.grant("a", "file:/x", mode="shared")
+        tb.grant("c", "port:5")
+
+        assert isinstance(tb.acquire("b", "file:/x"), Held)
+        assert isinstance(tb.acquire("b", "port:5", mode="shared"), Held)
+
+    def test_upgrade_waits_for_other_shared_holders(self, tb: Table) -> None:
+        """shared -> exclusive is a new claim: held while another session shares the key."""
+        tb.grant("a", "file:/x", mode="shared")
+        tb.grant("b", "file:/x", mode="shared")
+
+        out = tb.acquire("a", "file:/x", mode="exclusive")
+
+        assert isinstance(out, Held)
+        assert [c.session_id for c in out.holders] == ["b"]
+
+    def test_mode_change_issues_a_new_token(self, tb: Table) -> None:
+        """An upgrade that goes through is a new grant: new token, old token invalid."""
+        old = tb.grant("a", "file:/x", mode="shared")
+
+        new = tb.grant("a", "file:/x", mode="exclusive")
+
+        assert new.token > old.token
+        assert not new.already_held
+        assert not tb.t.validate(k("file:/x"), old.token)
+        assert tb.t.validate(k("file:/x"), new.token)
+
+
+class TestAlreadyHeld:
+    def test_same_set_same_mode_keeps_the_token(self, tb: Table) -> None:
+        """Claiming again what one holds answers already_held with the same token."""
+        first = tb.grant("a", "file:/x", reason="one")
+
+        again = tb.grant("a", "file:/x", reason="two", ttl=30)
+
+        assert again.already_held
+        assert again.token == first.token
+        assert again.claims[0].reason == "two"
+        assert again.claims[0].ttl == 30
+
+    def test_partial_overlap_grants_the_rest_under_a_new_token(self, tb: Table) -> None:
+        """Held keys keep their token; the new ones get the grant's token."""
+        first = tb.grant("a", "port:1")
+
+        out = tb.grant("a", "port:1", "port:2")
+
+        tokens = {c.resource: c.token for c in out.claims}
+        assert not out.already_held
+        assert out.held_before == {"port:1"}
+        assert tokens == {"port:1": first.token, "port:2": out.token}
+        assert out.token > first.token
+
+    def test_already_held_takes_no_token(self, tb: Table) -> None:
+        """Re-claiming does not advance the fencing counter."""
+        tb.grant("a", "port:1")
+        last = tb.t.fencing.last
+
+        tb.grant("a", "port:1")
+
+        assert last == tb.t.fencing.last
+
+
+class TestParentChild:
+    def test_child_works_under_parents_claim(self, tb: Table) -> None:
+        """A descendant's claims never conflict with its ancestor's."""
+        tb.grant("parent", "file:/repo")
+
+        assert isinstance(tb.acquire("child", "file:/repo/a"), Granted)
+        assert isinstance(tb.acquire("grandchild", "file:/repo/a/b"), Granted)
+
+    def test_parent_claims_over_its_child(self, tb: Table) -> None:
+        """An ancestor is not held by its descendant's claim."""
+        tb.grant("grandchild", "file:/repo/a")
+
+        assert isinstance(tb.acquire("parent", "file:/repo"), Granted)
+
+    def test_siblings_conflict_as_strangers(self, tb: Table) -> None:
+        """Two children of one parent do conflict."""
+        tb.grant("child", "file:/repo/a")
+
+        out = tb.acquire("sibling", "file:/repo")
+
+        assert isinstance(out, Held)
+        assert [c.session_id for c in out.holders] == ["child"]
+
+    def test_check_leaves_out_related_sessions(self, tb: Table) -> None:
+        """check() for a session shows strangers' claims, not its family's."""
+        tb.grant("parent", "file:/repo", mode="shared")
+        tb.grant("other", "file:/repo/z", mode="shared")
+
+        found = tb.t.check([k("file:/repo/z/1")], session_id="child")
+
+        assert [c.session_id for c in found] == ["other"]
+
+    def test_child_joins_parent_claim_ahead_of_a_waiter(self, tb: Table) -> None:
+        """A child claiming under its parent's claim does not queue behind the parent's waiters."""
+        tb.grant("parent", "file:/repo")
+        assert isinstance(tb.acquire("other", "file:/repo", wait=True), Queued)
+
+        assert isinstance(tb.acquire("child", "file:/repo/a"), Granted)
+
+
+class TestFifo:
+    def test_waiter_granted_on_release(self, tb: Table) -> None:
+        """A release wakes the waiter and the grant arrives as a notice."""
+        tb.grant("a", "file:/x")
+        q = tb.acquire("b", "file:/x/y", wait=True, waiter_id="wb")
+        assert isinstance(q, Queued)
+        tb.t.drain()
+
+        tb.release("a")
+
+        notices = tb.t.drain().notices
+        assert [(n.kind, n.session_id, n.waiter_id) for n in notices] == [("granted", "b", "wb")]
+        assert notices[0].granted is not None
+        assert ("b", "file:/x/y") in tb.holders()
+
+    def test_no_barging_past_an_earlier_waiter(self, tb: Table) -> None:
+        """A request that could go now is held while an earlier waiter wants the same key."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", "port:2", wait=True)
+
+        out = tb.acquire("c", "port:2")
+
+        assert isinstance(out, Held)
+        assert out.holders == ()
+        assert [w.session_id for w in out.ahead] == ["b"]
+
+    def test_shared_reader_does_not_barge_past_a_writer(self, tb: Table) -> None:
+        """A shared request waits behind a queued exclusive one, though shared holders are in."""
+        tb.grant("a", "file:/x", mode="shared")
+        tb.acquire("w", "file:/x", wait=True)
+
+        assert isinstance(tb.acquire("r", "file:/x", mode="shared"), Held)
+
+    def test_waiters_granted_in_arrival_order(self, tb: Table) -> None:
+        """Three waiters on one key get it one after another, first come first served."""
+        tb.grant("a", "port:1")
+        for sid in ("b", "c", "d"):
+            tb.acquire(sid, "port:1", wait=True, waiter_id=sid)
+        order = []
+
+        for _ in range(3):
+            holder = next(iter(tb.t.list_claims())).session_id
+            tb.release(holder)
+            order += [n.session_id for n in tb.t.drain().notices if n.kind == "granted"]
+
+        assert order == ["b", "c", "d"]
+
+    def test_compatible_shared_waiters_go_together(self, tb: Table) -> None:
+        """Consecutive shared waiters are all granted by one release."""
+        tb.grant("a", "file:/x")
+        tb.acquire("b", "file:/x", mode="shared", wait=True)
+        tb.acquire("c", "file:/x/y", mode="shared", wait=True)
+        tb.t.drain()
+
+        tb.release("a")
+
+        granted = {n.session_id for n in tb.t.drain().notices if n.kind == "granted"}
+        assert granted == {"b", "c"}
+
+    def test_whole_set_waits_until_every_key_is_free(self, tb: Table) -> None:
+        """A waiting set is granted only when its last key frees."""
+        tb.grant("a", "port:1")
+        tb.grant("b", "port:2")
+        tb.acquire("c", "port:1", "port:2", wait=True)
+
+        tb.release("a")
+        assert ("c", "port:1") not in tb.holders()
+        tb.release("b")
+
+        assert {("c", "port:1"), ("c", "port:2")} <= tb.holders()
+
+    def test_upgrade_with_a_writer_queued_is_a_deadlock(self, tb: Table) -> None:
+        """A shared holder upgrading behind a writer that waits for it is refused at once."""
+        tb.grant("a", "file:/x", mode="shared")
+        tb.acquire("w", "file:/x", wait=True)
+
+        out = tb.acquire("a", "file:/x", wait=True)
+
+        assert isinstance(out, Held)
+        assert out.deadlock
+
+
+class TestCancel:
+    def test_cancelled_waiter_is_never_granted(self, tb: Table) -> None:
+        """A waiter withdrawn before the release gets nothing when the key frees."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", wait=True, waiter_id="wb")
+
+        held = tb.t.cancel_waiter("wb", **tb.now())
+        tb.release("a")
+
+        assert held is not None
+        assert [c.session_id for c in held.holders] == ["a"]
+        assert tb.holders() == set()
+        assert not [n for n in tb.t.drain().notices if n.kind == "granted"]
+
+    def test_cancel_lets_later_waiters_go(self, tb: Table) -> None:
+        """Withdrawing an earlier waiter grants a later one it was blocking."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", "port:2", wait=True, waiter_id="wb")
+        tb.acquire("c", "port:2", wait=True, waiter_id="wc")
+
+        tb.t.cancel_waiter("wb", **tb.now())
+
+        assert ("c", "port:2") in tb.holders()
+
+    def test_cancelling_twice_is_harmless(self, tb: Table) -> None:
+        """A second cancel (or one after the grant) returns None."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", wait=True, waiter_id="wb")
+        tb.t.cancel_waiter("wb", **tb.now())
+
+        assert tb.t.cancel_waiter("wb", **tb.now()) is None
+
+    def test_session_end_cancels_its_waits(self, tb: Table) -> None:
+        """release_session withdraws the session's waiters and reports them."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", wait=True, waiter_id="wb")
+
+        tb.t.release_session("b", "ended", **tb.now())
+        tb.release("a")
+
+        out = tb.t.drain()
+        assert [(c.waiter_id, c.why) for c in out.cancelled] == [("wb", "ended")]
+        assert tb.holders() == set()
+
+
+class TestDeadlock:
+    def test_two_session_cycle_is_refused(self, tb: Table) -> None:
+        """A waits on B's key while B waits on A's: B's wait is refused at once."""
+        tb.grant("a", "port:1")
+        tb.grant("b", "port:2")
+        assert isinstance(tb.acquire("a", "port:2", wait=True), Queued)
+
+        out = tb.acquire("b", "port:1", wait=True)
+
+        assert isinstance(out, Held)
+        assert out.deadlock
+        assert tb.t.waiting(session_id="b") == ()
+
+    def test_three_session_cycle_is_refused(self, tb: Table) -> None:
+        """a -> b -> c -> a through three keys is found."""
+        for sid, port in (("a", "port:1"), ("b", "port:2"), ("c", "port:3")):
+            tb.grant(sid, port)
+        tb.acquire("a", "port:2", wait=True)
+        tb.acquire("b", "port:3", wait=True)
+
+        out = tb.acquire("c", "port:1", wait=True)
+
+        assert isinstance(out, Held)
+        assert out.deadlock
+
+    def test_a_chain_is_not_a_cycle(self, tb: Table) -> None:
+        """Waiting on a session that waits on a third is fine."""
+        tb.grant("a", "port:1")
+        tb.grant("b", "port:2")
+        tb.acquire("b", "port:1", wait=True)
+
+        assert isinstance(tb.acquire("c", "port:2", wait=True), Queued)
+
+
+class TestSteal:
+    def test_steal_takes_over_and_tells_the_holder(self, tb: Table) -> None:
+        """Conflicting claims go, the stealer holds the set, the holder gets 'stolen'."""
+        old = tb.grant("a", "file:/repo", reason="refactor")
+
+        out = tb.t.steal("b", [k("file:/repo/x")], reason="hotfix", **tb.now())
+
+        out_box = tb.t.drain()
+        assert [c.resource for c in out.stolen] == ["file:/repo"]
+        assert tb.holders() == {("b", "file:/repo/x")}
+        assert not tb.t.validate(k("file:/repo"), old.token)
+        (notice,) = [n for n in out_box.notices if n.kind == "stolen"]
+        assert (notice.session_id, notice.by, notice.reason) == ("a", "b", "hotfix")
+        assert ("steal", "a", "b") in [(r.action, r.session_id, r.by) for r in out_box.audit]
+
+    def test_steal_bypasses_the_queue(self, tb: Table) -> None:
+        """An earlier waiter stays queued; the stealer goes first."""
+        tb.grant("a", "port:1")
+        tb.acquire("w", "port:1", wait=True)
+
+        tb.t.steal("s", [k("port:1")], reason="urgent", **tb.now())
+
+        assert tb.holders() == {("s", "port:1")}
+        assert len(tb.t.waiting()) == 1
+
+    def test_stealer_sees_previous(self, tb: Table) -> None:
+        """The stealer's grant says whose claim it took, and how."""
+        tb.grant("a", "port:1")
+
+        out = tb.t.steal("b", [k("port:1")], reason="x", **tb.now())
+
+        assert [(p.session_id, p.how) for p in out.previous] == [("a", "stolen")]
+
+    def test_steal_needs_a_reason(self, tb: Table) -> None:
+        """An empty reason is refused."""
+        with pytest.raises(ValueError, match="reason"):
+            tb.t.steal("b", [k("port:1")], reason=" ", **tb.now())
+
+
+class TestTtl:
+    def test_claim_expires_and_holder_is_told(self, tb: Table) -> None:
+        """When the ttl runs out the claim is freed with an 'expired' notice."""
+        out = tb.grant("a", "port:1", ttl=10)
+        tb.clock.advance(9)
+        assert tb.t.expire_ttls(**tb.now()) == []
+
+        tb.clock.advance(1)
+        notices = tb.t.expire_ttls(**tb.now())
+
+        assert [(n.kind, n.session_id, n.token) for n in notices] == [("expired", "a", out.token)]
+        assert tb.holders() == set()
+
+    def test_validate_is_false_after_expiry(self, tb: Table) -> None:
+        """The fencing check fails once the ttl ran out, even before the sweep."""
+        out = tb.grant("a", "port:1", ttl=10)
+        tb.clock.advance(10)
+
+        assert not tb.t.validate(k("port:1"), out.token, now_mono=tb.clock.monotonic())
+        tb.t.expire_ttls(**tb.now())
+        assert not tb.t.validate(k("port:1"), out.token)
+
+    def test_refresh_moves_the_deadline(self, tb: Table) -> None:
+        """Re-claiming with a ttl restarts it; the old deadline is ignored."""
+        tb.grant("a", "port:1", ttl=10)
+        tb.clock.advance(8)
+        tb.grant("a", "port:1", ttl=10)
+        tb.clock.advance(8)
+
+        assert tb.t.expire_ttls(**tb.now()) == []
+        assert tb.t.next_deadline() == tb.clock.monotonic() + 2
+
+    def test_expiry_wakes_waiters_and_reports_previous(self, tb: Table) -> None:
+        """A waiter gets the key when a ttl frees it, and learns how the last holder went."""
+        tb.grant("a", "port:1", ttl=5)
+        tb.acquire("b", "port:1", wait=True)
+        tb.clock.advance(5)
+
+        tb.t.expire_ttls(**tb.now())
+
+        (granted,) = [n.granted for n in tb.t.drain().notices if n.kind == "granted"]
+        assert granted is not None
+        assert [(p.session_id, p.how) for p in granted.previous] == [("a", "ttl")]
+
+    def test_suspend_does_not_expire(self, tb: Table) -> None:
+        """Wall time passing alone (a laptop asleep) frees nothing."""
+        tb.grant("a", "port:1", ttl=5)
+        tb.clock.suspend(3600)
+
+        assert tb.t.expire_ttls(**tb.now()) == []
+
+
+class TestRelease:
+    def test_release_is_idempotent(self, tb: Table) -> None:
+        """Releasing what one does not hold is not an error and releases nothing."""
+        tb.grant("a", "port:1")
+
+        assert tb.release("b", "port:1") == []
+        assert tb.release("a", "port:1") == ["port:1"]
+        assert tb.release("a", "port:1") == []
+
+    def test_release_is_exact(self, tb: Table) -> None:
+        """Releasing file:/a leaves the same session's file:/a/b alone."""
+        tb.grant("a", "file:/a", "file:/a/b")
+
+        tb.release("a", "file:/a")
+
+        assert tb.holders() == {("a", "file:/a/b")}
+
+    def test_clean_release_leaves_no_previous(self, tb: Table) -> None:
+        """After a clean release the next holder sees no 'previous'."""
+        tb.grant("a", "port:1")
+        tb.release("a")
+
+        assert tb.grant("b", "port:1").previous == ()
+
+    def test_session_death_frees_claims_and_says_lost(self, tb: Table) -> None:
+        """A dead session's claims go at once; it gets 'lost'; the next holder sees how."""
+        tb.grant("a", "port:1", "file:/x")
+        tb.t.drain()
+
+        released = tb.t.release_session("a", "died", **tb.now())
+
+        out = tb.t.drain()
+        assert sorted(released) == ["file:/x", "port:1"]
+        assert [(n.kind, n.how) for n in out.notices] == [("lost", "died")]
+        assert {r.action for r in out.audit} == {"lose"}
+        assert [p.how for p in tb.grant("b", "port:1").previous] == ["died"]
+
+    def test_session_end_is_clean(self, tb: Table) -> None:
+        """An ended session's claims are released without notices."""
+        tb.grant("a", "port:1")
+        tb.t.drain()
+
+        tb.t.release_session("a", "ended", **tb.now())
+
+        out = tb.t.drain()
+        assert out.notices == []
+        assert [r.action for r in out.audit] == ["release"]
+
+    def test_trie_is_pruned(self, tb: Table) -> None:
+        """Releasing every claim leaves only the root node behind."""
+        tb.grant("a", "file:/a/b/c/d", "port:1")
+        tb.acquire("b", "file:/a/b", wait=True, waiter_id="w")
+        tb.t.cancel_waiter("w", **tb.now())
+
+        tb.release("a")
+
+        stats = tb.t.statistics()
+        assert (stats.claims, stats.waiters, stats.path_nodes, stats.exact_keys) == (0, 0, 1, 0)
+
+
+class TestFencing:
+    def test_tokens_only_grow(self, tb: Table) -> None:
+        """Each grant's token is larger than every earlier one."""
+        tokens = [tb.grant(f"s{i}", f"port:{i + 1}").token for i in range(5)]
+
+        assert tokens == sorted(set(tokens))
+
+    def test_first_token_asks_for_a_block_to_be_persisted(self, tb: Table) -> None:
+        """The outbox carries the new reservation the store must persist."""
+        tb.grant("a", "port:1")
+
+        assert tb.t.drain().reserve_until == tb.t.fencing.reserve_until
+
+    def test_restart_resumes_above_the_persisted_block(self) -> None:
+        """A table built from the persisted block end never reissues a token."""
+        first = Table(Fencing(block=100))
+        issued = first.grant("a", "port:1").token
+
+        second = Table(Fencing(reserved=first.t.fencing.reserve_until, block=100))
+
+        assert second.grant("a", "port:1").token > issued
+        assert second.grant("b", "port:2").token > first.t.fencing.reserve_until
+
+    def test_restored_claims_hold(self) -> None:
+        """A claim put back by the store conflicts and validates as before."""
+        tb = Table(Fencing(reserved=100))
+        tb.t.restore(
+            "a", k("file:/x"), mode="exclusive", token=7, reason="r", since=1.0,
+            ttl_left=None, now_mono=0.0,
+        )  # fmt: skip
+
+        assert tb.t.validate(k("file:/x"), 7)
+        assert isinstance(tb.acquire("b", "file:/x/y"), Held)
+
+
+class TestAudit:
+    def test_every_change_is_logged(self, tb: Table) -> None:
+        """grant, refresh, release, expire each leave an audit record."""
+        tb.grant("a", "port:1", reason="work", ttl=5)
+        tb.grant("a", "port:1")
+        tb.release("a")
+        tb.grant("b", "port:2", ttl=1)
+        tb.clock.advance(1)
+        tb.t.expire_ttls(**tb.now())
+
+        actions = [(r.action, r.session_id, r.resource) for r in tb.t.drain().audit]
+
+        assert actions == [
+            ("grant", "a", "port:1"),
+            ("refresh", "a", "port:1"),
+            ("release", "a", "port:1"),
+            ("grant", "b", "port:2"),
+            ("expire", "b", "port:2"),
+        ]
+
+
+class TestCheck:
+    def test_check_returns_overlapping_claims_of_others(self, tb: Table) -> None:
+        """check() finds claims on ancestors and descendants, any mode, not the caller's."""
+        tb.grant("a", "file:/p", mode="shared")
+        tb.grant("b", "file:/p/q/r", mode="shared")
+        tb.grant("me", "file:/p/q/s", mode="shared")
+
+        found = tb.t.check([k("file:/p/q")], session_id="me")
+
+        assert [(c.session_id, c.resource) for c in found] == [
+            ("a", "file:/p"),
+            ("b", "file:/p/q/r"),
+        ]
+
+    def test_check_changes_nothing(self, tb: Table) -> None:
+        """A check leaves no audit record and no claim."""
+        tb.t.check([k("file:/p")])
+
+        assert tb.t.drain().audit == []
+        assert tb.holders() == set()
