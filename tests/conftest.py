@@ -110,7 +110,16 @@ class DaemonHandle:
         self.log = self.state_dir.parent / f"meshd-{self.profile}.log"
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "meshd", "run", "--profile", self.profile, "--log-level", "debug"],
+            [
+                sys.executable,
+                "-m",
+                "meshd",
+                "run",
+                "--profile",
+                self.profile,
+                "--log-level",
+                "debug",
+            ],
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=out,

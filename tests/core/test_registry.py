@@ -1,0 +1,233 @@
+"""The pure registry: registration rules, liveness modes, expiry on an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshd.core.clock import ManualClock
+from meshd.core.registry import Registration, Registry, Report
+from meshd.core.settings import Settings
+from meshd.protocol.errors import IdInUse, InvalidParams, SessionExpired, TooLarge, UnknownSession
+
+
+def reg(**kw: object) -> Registration:
+    base: dict[str, object] = dict(
+        session_id=None, source="cli", task="", status="idle", model="", provider="",
+        pid=None, pid_start=None, host="h", cwd=None, repo=None, branch=None, worktree=None,
+        tools=[], parent=None, slot=None, kanban_task=None, accept_queries=None,
+        accept_messages=None, liveness="heartbeat", expire_after=None, bind=False, conn_id=None,
+    )  # fmt: skip
+    base.update(kw)
+    return Registration(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def registry(clock: ManualClock) -> Registry:
+    return Registry(clock, Settings(stale_after=20, expire_after=600, heartbeat_interval=5), "p")
+
+
+class TestRegister:
+    def test_generated_id_names_source_and_date(self, registry: Registry) -> None:
+        """A session without an id gets ``source:YYYYMMDD-hex``."""
+        s, refreshed = registry.register(reg(source="cli"))
+
+        assert s.session_id.startswith("cli:")
+        assert len(s.session_id.split("-")[-1]) == 6
+        assert refreshed is False
+
+    def test_same_process_refreshes(self, registry: Registry) -> None:
+        """Registering a live id again from the same pid refreshes it, keeping started_at."""
+        first, _ = registry.register(reg(session_id="a", pid=10, pid_start=5, liveness="process"))
+        registry.clock.advance(3)  # type: ignore[attr-defined]
+        again, refreshed = registry.register(
+            reg(session_id="a", pid=10, pid_start=5, liveness="process", task="new")
+        )
+
+        assert refreshed is True
+        assert again.task == "new"
+        assert again.started_at == first.started_at
+
+    def test_other_process_is_refused(self, registry: Registry) -> None:
+        """An id live under another pid is ID_IN_USE."""
+        registry.register(reg(session_id="a", pid=10, pid_start=5, liveness="process"))
+
+        with pytest.raises(IdInUse):
+            registry.register(reg(session_id="a", pid=11, pid_start=7, liveness="process"))
+
+    def test_reused_pid_with_other_start_time_is_refused(self, registry: Registry) -> None:
+        """The same pid with another start time is another process."""
+        registry.register(reg(session_id="a", pid=10, pid_start=5, liveness="process"))
+
+        with pytest.raises(IdInUse):
+            registry.register(reg(session_id="a", pid=10, pid_start=6, liveness="process"))
+
+    @pytest.mark.parametrize(
+        ("field", "value", "error"),
+        [
+            ("task", "x" * 201, TooLarge),
+            ("tools", [f"t{i}" for i in range(11)], TooLarge),
+            ("tools", ["x" * 65], TooLarge),
+            ("cwd", "relative/path", InvalidParams),
+            ("source", "has space", InvalidParams),
+            ("liveness", "process", InvalidParams),  # process liveness without a pid
+        ],
+    )
+    def test_bad_fields_are_refused(
+        self, registry: Registry, field: str, value: object, error: type[Exception]
+    ) -> None:
+        """Over-long and malformed fields are refused and nothing is registered."""
+        with pytest.raises(error):
+            registry.register(reg(session_id="x", **{field: value}))
+
+        assert registry.sessions == {}
+
+    def test_defaults_for_queries_and_messages_come_from_settings(self, clock: ManualClock) -> None:
+        """accept_* not given: the profile's defaults apply."""
+        r = Registry(clock, Settings(accept_messages=False), "p")
+
+        s, _ = r.register(reg(session_id="a"))
+
+        assert (s.accept_queries, s.accept_messages) == (True, False)
+
+
+class TestHeartbeatLiveness:
+    def test_stale_after_silence_but_claims_time_to_expire(
+        self, registry: Registry, clock: ManualClock
+    ) -> None:
+        """No heartbeat for stale_after: stale, not expired."""
+        s, _ = registry.register(reg(session_id="a"))
+        clock.advance(21)
+
+        assert registry.is_stale(s, clock.monotonic())
+        assert registry.due() == []
+
+    def test_expires_after_expire_after(self, registry: Registry, clock: ManualClock) -> None:
+        """No heartbeat for expire_after: due for expiry."""
+        registry.register(reg(session_id="a"))
+        clock.advance(601)
+
+        due = registry.due()
+
+        assert [(s.session_id, why) for s, why in due] == [("a", "expired")]
+
+    def test_heartbeat_pushes_the_deadline(self, registry: Registry, clock: ManualClock) -> None:
+        """A heartbeat moves the deadline; the stale heap entry is re-pushed, not acted on."""
+        registry.register(reg(session_id="a"))
+        clock.advance(500)
+        registry.heartbeat("a")
+        clock.advance(200)
+
+        assert registry.due() == []
+        clock.advance(401)
+        assert [s.session_id for s, _ in registry.due()] == ["a"]
+
+    def test_per_session_expire_after(self, registry: Registry, clock: ManualClock) -> None:
+        """A session's own expire_after overrides the profile's."""
+        registry.register(reg(session_id="a", expire_after=30))
+        clock.advance(31)
+
+        assert [s.session_id for s, _ in registry.due()] == ["a"]
+
+    def test_suspend_expires_nobody(self, registry: Registry, clock: ManualClock) -> None:
+        """Wall time jumping (a laptop suspend) does not move the monotonic deadline."""
+        registry.register(reg(session_id="a"))
+        clock.suspend(3600)
+
+        assert registry.due() == []
+
+    def test_process_sessions_never_expire_by_silence(
+        self, registry: Registry, clock: ManualClock
+    ) -> None:
+        """A `process` session lives as long as its process, however quiet."""
+        registry.register(reg(session_id="a", pid=10, pid_start=1, liveness="process"))
+        clock.advance(10_000)
+
+        assert registry.due() == []
+
+
+class TestReports:
+    def test_changed_fields_are_marked_for_snapshot(self, registry: Registry) -> None:
+        """A heartbeat that changes a reported field marks the session dirty."""
+        registry.register(reg(session_id="a"))
+
+        registry.heartbeat("a", Report(status="thinking", task="t"))
+
+        s = registry.sessions["a"]
+        assert (s.status, s.task) == ("thinking", "t")
+        assert registry.dirty == {"a"}
+
+    def test_unchanged_fields_do_not_dirty(self, registry: Registry) -> None:
+        """Heartbeats alone are not persisted."""
+        registry.register(reg(session_id="a", status="idle"))
+
+        registry.heartbeat("a", Report(status="idle"))
+        registry.heartbeat("a")
+
+        assert registry.dirty == set()
+
+
+class TestEnd:
+    def test_ended_id_says_expired(self, registry: Registry) -> None:
+        """After an end, calls for that id say SESSION_EXPIRED with the reason."""
+        registry.register(reg(session_id="a"))
+        registry.end("a", "died")
+
+        with pytest.raises(SessionExpired, match="process died"):
+            registry.heartbeat("a")
+
+    def test_never_seen_id_is_unknown(self, registry: Registry) -> None:
+        with pytest.raises(UnknownSession):
+            registry.get("nope")
+
+
+class TestBind:
+    def test_closed_connection_ends_after_one_interval(
+        self, registry: Registry, clock: ManualClock
+    ) -> None:
+        """A bound session ends one heartbeat_interval after its connection closes."""
+        registry.register(reg(session_id="a", bind=True, conn_id=7))
+        registry.connection_closed(7)
+        clock.advance(4)
+        assert registry.due() == []
+
+        clock.advance(2)
+
+        assert [(s.session_id, why) for s, why in registry.due()] == [("a", "unbound")]
+
+    def test_re_register_rebinds(self, registry: Registry, clock: ManualClock) -> None:
+        """Re-registering on a new connection cancels the pending unbind."""
+        registry.register(reg(session_id="a", bind=True, conn_id=7))
+        registry.connection_closed(7)
+        registry.register(reg(session_id="a", bind=True, conn_id=8))
+        clock.advance(10)
+
+        assert registry.due() == []
+
+
+class TestRestore:
+    def test_heartbeat_session_gets_one_stale_after_of_grace(
+        self, registry: Registry, clock: ManualClock
+    ) -> None:
+        """Restored long-silent heartbeat sessions live stale_after more, then expire."""
+        s, _ = registry.register(reg(session_id="a"))
+        registry.end("a")
+        clock.advance(5000)  # the daemon was down longer than expire_after
+        s.last_heartbeat = clock.now() - 5000
+        registry.restore(s)
+
+        assert registry.due() == []
+        assert registry.is_stale(s, clock.monotonic())
+        clock.advance(21)
+        assert [x.session_id for x, _ in registry.due()] == ["a"]
+
+    def test_ancestors_follow_parent_links(self, registry: Registry) -> None:
+        registry.register(reg(session_id="root"))
+        registry.register(reg(session_id="kid", parent="root"))
+        registry.register(reg(session_id="grandkid", parent="kid"))
+
+        assert registry.ancestors("grandkid") == ("kid", "root")

@@ -1,0 +1,307 @@
+"""The daemon as a process: one per profile, its socket, config, signals, restore, liveness."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from tests.conftest import DaemonHandle, MeshEnv, rpc
+
+
+def wait_for(cond: Any, timeout: float = 5.0, interval: float = 0.02) -> float:
+    """Poll ``cond`` until true; return the seconds it took; fail after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if cond():
+            return time.monotonic() - start
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def session_ids(d: DaemonHandle) -> set[str]:
+    return {s["session_id"] for s in d.call("session.list")["result"]["sessions"]}
+
+
+class TestOnePerProfile:
+    def test_second_daemon_exits_and_leaves_the_socket(self, daemon: DaemonHandle) -> None:
+        """A second meshd for the profile exits non-zero, says why, and the first keeps serving."""
+        ino = daemon.socket.stat().st_ino
+        second = subprocess.run(
+            [sys.executable, "-m", "meshd", "run", "--profile", "test"],
+            env=daemon.env, capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+
+        assert second.returncode == 1
+        assert "already serves this profile" in second.stderr
+        assert daemon.socket.stat().st_ino == ino
+        assert daemon.call("mesh.ping")["result"]["pong"] is True
+
+
+class TestSocket:
+    def test_modes(self, daemon: DaemonHandle) -> None:
+        """Socket 0600 in a 0700 folder; the served path is recorded in the state folder."""
+        assert stat.S_IMODE(daemon.socket.stat().st_mode) == 0o600
+        assert stat.S_IMODE(daemon.socket.parent.stat().st_mode) == 0o700
+        assert (daemon.state_dir / "test.socket").read_text().strip() == str(daemon.socket)
+
+    def test_recreated_when_removed(self, daemon: DaemonHandle) -> None:
+        """A logout clean-up removing the socket does not orphan the daemon."""
+        daemon.socket.unlink()
+
+        wait_for(daemon.socket.exists)
+        wait_for(lambda: rpc(daemon.socket, "mesh.ping")["result"]["pong"])
+
+    def test_foreign_uid_is_refused(self, daemon: DaemonHandle) -> None:
+        """A process of another uid that reaches the socket gets FORBIDDEN and is closed."""
+        if os.geteuid() != 0:
+            pytest.skip("needs root to connect as another uid")
+        for folder in (daemon.socket.parent, daemon.socket.parent.parent, daemon.state_dir.parent):
+            folder.chmod(0o755)
+        daemon.socket.chmod(0o666)
+        code = (
+            "import os,socket,json;os.setgid(65534);os.setuid(65534);"
+            "s=socket.socket(socket.AF_UNIX);s.connect(%r);"
+            "print(s.makefile().readline())" % str(daemon.socket)
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=10
+        )
+
+        assert '"FORBIDDEN"' in out.stdout, out.stderr
+        assert "pong" not in out.stdout
+
+    def test_socket_path_too_long_is_refused(self, mesh_env: MeshEnv) -> None:
+        """A socket path over sun_path's limit: a clear message that names MESH_SOCKET."""
+        env = {**mesh_env.env, "MESH_SOCKET": str(mesh_env.root / ("x" * 120) / "s.sock")}
+        out = subprocess.run(
+            [sys.executable, "-m", "meshd", "run", "--profile", "test"],
+            env=env, capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+
+        assert out.returncode == 1
+        assert "MESH_SOCKET" in out.stderr
+
+
+class TestConfig:
+    @pytest.mark.parametrize(
+        ("text", "expect"),
+        [
+            ("[defaults]\nstale_afterr = 3\n", "stale_afterr"),
+            ("[defaults]\nstale_after = 'soon'\n", "defaults.stale_after"),
+            ("[profiles.test]\nenabled = 3\n", "profiles.test.enabled"),
+            ("[defaults\n", "not valid TOML"),
+        ],
+    )
+    def test_bad_config_refuses_to_start(self, mesh_env: MeshEnv, text: str, expect: str) -> None:
+        """Unknown key or wrong type: refuse to start, naming the file and the key."""
+        mesh_env.write_config(text)
+        out = subprocess.run(
+            [sys.executable, "-m", "meshd", "run", "--profile", "test"],
+            env=mesh_env.env, capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+
+        assert out.returncode == 1
+        assert str(mesh_env.config) in out.stderr
+        assert expect in out.stderr
+
+    def test_profile_table_overrides_defaults(self, mesh_env: MeshEnv) -> None:
+        mesh_env.write_config(
+            "[defaults]\nstale_after = 7\n[profiles.test]\nheartbeat_interval = 2\n"
+            "[profiles.other]\nstale_after = 1\n"
+        )
+        d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+        d.start()
+        try:
+            cfg = d.call("mesh.info")["result"]["config"]
+        finally:
+            d.stop()
+
+        assert (cfg["stale_after"], cfg["heartbeat_interval"]) == (7, 2)
+
+    def test_reload_keeps_old_config_when_new_is_invalid(
+        self, daemon: DaemonHandle, mesh_env: MeshEnv
+    ) -> None:
+        """mesh.reload applies a valid file, and refuses an invalid one keeping the old."""
+        mesh_env.write_config("[defaults]\nstale_after = 9\n")
+        ok = daemon.call("mesh.reload")["result"]
+        mesh_env.write_config("[defaults]\nnope = 1\n")
+        bad = daemon.call("mesh.reload")["result"]
+
+        assert ok["reloaded"] is True
+        assert bad["reloaded"] is False
+        assert "nope" in bad["error"]
+        assert daemon.call("mesh.info")["result"]["config"]["stale_after"] == 9
+
+    def test_sighup_reloads(self, daemon: DaemonHandle, mesh_env: MeshEnv) -> None:
+        mesh_env.write_config("[defaults]\nstale_after = 11\n")
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGHUP)
+
+        wait_for(lambda: daemon.call("mesh.info")["result"]["config"]["stale_after"] == 11)
+
+    def test_disabled_mesh_answers_no_ops(self, mesh_env: MeshEnv) -> None:
+        """enabled = false: register/heartbeat succeed as no-ops; ping still answers."""
+        mesh_env.write_config("[defaults]\nenabled = false\n")
+        d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+        d.start()
+        try:
+            r = d.call("session.register", {"session_id": "x", "task": "t"})["result"]
+            hb = d.call("session.heartbeat", {"session_id": "x"})["result"]
+            listed = d.call("session.list")["result"]["sessions"]
+        finally:
+            d.stop()
+
+        assert r["disabled"] is True
+        assert r["session_id"] == "x"
+        assert hb["disabled"] is True
+        assert listed == []
+
+
+class TestLiveness:
+    def test_process_death_is_noticed(self, daemon: DaemonHandle) -> None:
+        """A `process` session goes when its process dies (pidfd: at once)."""
+        child = subprocess.Popen(["sleep", "60"])
+        try:
+            daemon.call(
+                "session.register",
+                {"session_id": "w", "pid": child.pid, "liveness": "process", "task": "sleep"},
+            )
+            assert "w" in session_ids(daemon)
+            child.kill()
+            child.wait()
+
+            wait_for(lambda: "w" not in session_ids(daemon), timeout=5)
+        finally:
+            child.kill()
+        err = daemon.call("session.heartbeat", {"session_id": "w"})["error"]
+        assert err["data"]["code"] == "SESSION_EXPIRED"
+
+    def test_dead_pid_is_refused(self, daemon: DaemonHandle) -> None:
+        child = subprocess.Popen(["true"])
+        child.wait()
+
+        err = daemon.call("session.register", {"pid": child.pid, "liveness": "process"})["error"]
+
+        assert err["code"] == -32602
+        assert "not running" in err["message"]
+
+    def test_id_in_use_by_another_live_process(self, daemon: DaemonHandle) -> None:
+        other = subprocess.Popen(["sleep", "60"])
+        try:
+            daemon.call("session.register", {"session_id": "s", "pid": other.pid})
+            err = daemon.call("session.register", {"session_id": "s", "pid": os.getpid()})
+        finally:
+            other.kill()
+            other.wait()
+
+        assert err["error"]["data"]["code"] == "ID_IN_USE"
+
+    def test_heartbeat_session_expires(self, mesh_env: MeshEnv) -> None:
+        """With a short expire_after the silent session expires and says so."""
+        mesh_env.write_config("[defaults]\nstale_after = 0.2\nexpire_after = 0.5\n")
+        d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+        d.start()
+        try:
+            d.call("session.register", {"session_id": "h"})
+            wait_for(lambda: d.call("session.get", {"session_id": "h"}).get("error"))
+            err = d.call("session.heartbeat", {"session_id": "h"})["error"]
+        finally:
+            d.stop()
+
+        assert err["data"]["code"] == "SESSION_EXPIRED"
+
+    def test_bound_session_ends_when_its_connection_closes(self, mesh_env: MeshEnv) -> None:
+        mesh_env.write_config("[defaults]\nheartbeat_interval = 0.2\n")
+        d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+        d.start()
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(d.socket))
+                s.sendall(
+                    b'{"jsonrpc":"2.0","id":1,"method":"session.register",'
+                    b'"params":{"session_id":"b","bind":true}}\n'
+                )
+                assert b'"result"' in s.recv(65536)
+            wait_for(lambda: "b" not in session_ids(d))
+        finally:
+            d.stop()
+
+
+class TestRestart:
+    def test_sessions_survive_kill_9(self, daemon: DaemonHandle) -> None:
+        """Registrations are committed before the reply: a kill -9 loses none."""
+        ids = [
+            daemon.call("session.register", {"session_id": f"k{i}", "task": f"t{i}"})["result"][
+                "session_id"
+            ]
+            for i in range(20)
+        ]
+        daemon.kill()
+        daemon.start()
+
+        assert set(ids) <= session_ids(daemon)
+
+    def test_ended_sessions_stay_ended(self, daemon: DaemonHandle) -> None:
+        daemon.call("session.register", {"session_id": "gone"})
+        daemon.call("session.end", {"session_id": "gone"})
+        daemon.kill()
+        daemon.start()
+
+        assert "gone" not in session_ids(daemon)
+
+    def test_sigterm_writes_a_final_snapshot(self, daemon: DaemonHandle) -> None:
+        """Reported fields changed just before SIGTERM are there after the restart."""
+        daemon.call("session.register", {"session_id": "snap", "task": "old"})
+        daemon.call(
+            "session.heartbeat", {"session_id": "snap", "task": "new", "status": "thinking"}
+        )
+
+        assert daemon.stop() == 0
+        daemon.start()
+        s = daemon.call("session.get", {"session_id": "snap"})["result"]
+        assert (s["task"], s["status"]) == ("new", "thinking")
+
+    def test_dead_process_sessions_go_at_restart(self, daemon: DaemonHandle) -> None:
+        """`process` sessions are re-checked at once on restore."""
+        child = subprocess.Popen(["sleep", "60"])
+        daemon.call(
+            "session.register", {"session_id": "p", "pid": child.pid, "liveness": "process"}
+        )
+        daemon.kill()
+        child.kill()
+        child.wait()
+        daemon.start()
+
+        wait_for(lambda: "p" not in session_ids(daemon))
+
+
+def test_corrupt_database_refuses_to_start(mesh_env: MeshEnv) -> None:
+    """A damaged database is never deleted: meshd refuses and says how to move it aside."""
+    mesh_env.state_dir.mkdir(mode=0o700)
+    db = mesh_env.state_dir / "test.sqlite3"
+    db.write_bytes(b"this is not sqlite" * 100)
+    out = subprocess.run(
+        [sys.executable, "-m", "meshd", "run", "--profile", "test"],
+        env=mesh_env.env, capture_output=True, text=True, timeout=20,
+    )  # fmt: skip
+
+    assert out.returncode == 1
+    assert "mv " in out.stderr
+    assert db.read_bytes().startswith(b"this is not sqlite")
+
+
+def test_profile_name_is_checked(mesh_env: MeshEnv) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "meshd", "run", "--profile", "../etc"],
+        env=mesh_env.env, capture_output=True, text=True, timeout=20,
+    )  # fmt: skip
+
+    assert out.returncode == 1
+    assert "invalid profile name" in out.stderr
