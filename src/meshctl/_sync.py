@@ -488,11 +488,15 @@ class Session:
         """Heartbeat every interval on a connection of our own; back off while it fails."""
         mesh = self.mesh
         own = Mesh(mesh.profile, mesh.socket_path, autostart=mesh.autostart, timeout=mesh.timeout)
-        wait = self._core.interval
+        # Not registered yet (failing open): poll often; the Mesh's own backoff decides
+        # when a connection is really attempted, so polling costs nothing meanwhile.
+        wait = self._core.interval if self._registered else _BACKOFF_FIRST
         try:
             while not self._stop.wait(wait):
                 if self._beat(own):
-                    wait = self._core.interval
+                    wait = self._core.interval if self._registered else _BACKOFF_FIRST
+                elif not self._registered:
+                    wait = _BACKOFF_FIRST
                 else:
                     wait = min(max(wait * 2, _BACKOFF_FIRST), _BACKOFF_MAX)
         finally:
