@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install Session Mesh into .venv, start the daemon (embedded SQLite store) for a demo
+# profile, register a few sessions the way agents would, and show what the mesh sees.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
+export PATH="$PWD/.venv/bin:$PATH"
+export MESH_PROFILE=${MESH_PROFILE:-demo}
+
+echo "== meshctl daemon start (profile $MESH_PROFILE)"
+meshctl daemon start
+
+# A worker process whose session lives exactly as long as it does (liveness: process).
+sleep 300 &
+WORKER=$!
+meshctl register --id "worker:import" --source worker --pid "$WORKER" \
+    --task "importing transactions" >/dev/null
+# A session a shell script keeps alive by heartbeats (liveness: heartbeat).
+SID=$(meshctl register --source cli --liveness heartbeat --task "refactor auth")
+meshctl heartbeat --session "$SID" --status tool-running --task "running tests"
+
+echo
+meshctl sessions active
+echo
+echo "== the worker process ends: its session goes within 2 s (pidfd)"
+kill "$WORKER"; wait "$WORKER" 2>/dev/null || true
+sleep 1
+meshctl sessions active
+echo
+meshctl --json sessions show "$SID"
+meshctl end --session "$SID" >/dev/null
+echo
+echo "The daemon keeps running: 'meshctl daemon status', 'meshctl daemon stop'."
