@@ -90,8 +90,11 @@ class TestReplies:
     def test_error_becomes_its_class(self, code: int, data_code: str, cls: type) -> None:
         """An error object turns into the exception for its data.code, data kept."""
         line = json.dumps(
-            {"jsonrpc": "2.0", "id": 3, "error": {"code": code, "message": "m",
-             "data": {"code": data_code, "path": "$.x"}}}
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "error": {"code": code, "message": "m", "data": {"code": data_code, "path": "$.x"}},
+            }
         ).encode()
 
         reply = _conn.parse_line(line)

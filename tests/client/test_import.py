@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import meshctl
-import meshd.protocol.errors as errors
+from meshd.protocol import errors
 
 
 def test_import_is_cheap() -> None:

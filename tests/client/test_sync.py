@@ -91,7 +91,10 @@ class TestSession:
         assert s.heartbeat_interval == HEARTBEAT
         me = listed[s.session_id]
         assert (me["pid"], me["cwd"], me["source"], me["task"]) == (
-            os.getpid(), os.getcwd(), "cli", "refactor auth"
+            os.getpid(),
+            os.getcwd(),
+            "cli",
+            "refactor auth",
         )
         assert (shown["status"], shown["task"]) == ("tool-running", "running tests")
         assert s.lost == []
@@ -130,9 +133,10 @@ class TestDisabled:
         mesh_env.write_config("[defaults]\nenabled = false\n")
         daemon.restart()
 
-        with caplog.at_level(logging.WARNING, "meshctl"), Mesh() as mesh:
-            with mesh.session(task="t") as s:
-                beat = s.heartbeat(status="thinking")
+        mesh = Mesh()
+        with caplog.at_level(logging.WARNING, "meshctl"), mesh.session(task="t") as s:
+            beat = s.heartbeat(status="thinking")
+        mesh.close()
 
         assert s.disabled
         assert beat is None
@@ -141,9 +145,7 @@ class TestDisabled:
 
 
 class TestFailOpen:
-    def test_unreachable_then_back(
-        self, daemon: Any, caplog: pytest.LogCaptureFixture
-    ) -> None:
+    def test_unreachable_then_back(self, daemon: Any, caplog: pytest.LogCaptureFixture) -> None:
         """fail_open: calls return None and warn once; once the daemon is back they answer."""
         daemon.stop()
         mesh = Mesh(autostart=False, fail_open=True)
