@@ -127,8 +127,12 @@ class TestDaemonStatusOffline:
         assert not offline_env.socket.exists()
 
 
-def imported_modules(args: list[str], env: dict[str, str]) -> set[str]:
-    """Top-level module names a ``meshctl`` run imported (from ``-X importtime``)."""
+def imported_modules(args: list[str], env: dict[str, str], code: int) -> set[str]:
+    """Top-level module names a ``meshctl`` run imported (from ``-X importtime``).
+
+    ``code`` is the exit status the run must have, so that a run that stopped
+    early (and so imported little) cannot pass for a light one.
+    """
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "meshctl.cli", *args],
         env=env,
@@ -142,15 +146,17 @@ def imported_modules(args: list[str], env: dict[str, str]) -> set[str]:
         if line.startswith("import time:") and "|" in line:
             names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
     assert "click" in names, done.stderr[-2000:]
+    assert done.returncode == code, done.stderr[-2000:]
     return names
 
 
 class TestImportWeight:
     @pytest.mark.parametrize(
-        "args", [["--help"], ["heartbeat", "--json"], ["daemon", "status", "--json"]]
+        ("args", "code"),
+        [(["--help"], 0), (["heartbeat", "--json"], 1), (["daemon", "status", "--json"], 69)],
     )
-    def test_no_heavy_imports(self, args: list[str], offline_env: OfflineEnv) -> None:
+    def test_no_heavy_imports(self, args: list[str], code: int, offline_env: OfflineEnv) -> None:
         """anyio, msgspec and platformdirs stay off the CLI's start-up path (BENCH.md)."""
-        names = imported_modules(args, offline_env.env)
+        names = imported_modules(args, offline_env.env, code)
 
         assert names.isdisjoint(HEAVY), sorted(names & set(HEAVY))

@@ -317,3 +317,34 @@ class TestAllProfiles:
         assert "skipped profile ghost" in run.err
         assert not (mesh_env.state_dir / "ghost.log").exists()
         assert not (mesh_env.state_dir / "ghost.lock").exists()
+
+
+class TestDisabled:
+    def test_register_and_heartbeat_note_disabled(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """With enabled = false, register still prints an id and both say so once on stderr."""
+        mesh_env.write_config("[defaults]\nenabled = false\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+
+        reg = ok(meshctl("register", "--task", "t", env=daemon.env))
+        beat = ok(meshctl("--session", reg.out.strip(), "heartbeat", env=daemon.env))
+
+        assert reg.out.strip()
+        assert reg.err.count("disabled") == 1
+        assert beat.err.count("disabled") == 1
+
+
+class TestImportWeightWithDaemon:
+    @pytest.mark.parametrize(
+        "args",
+        [["sessions", "active", "--json"], ["sessions", "active"], ["daemon", "status"]],
+    )
+    def test_no_heavy_imports(self, args: list[str], daemon: Daemon) -> None:
+        """A full round trip imports none of anyio, msgspec, platformdirs (BENCH.md)."""
+        from .test_offline import HEAVY, imported_modules
+
+        names = imported_modules(args, daemon.env, 0)
+
+        assert "meshctl" in names
+        assert names.isdisjoint(HEAVY), sorted(names & set(HEAVY))
