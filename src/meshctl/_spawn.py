@@ -259,12 +259,15 @@ def _wait_ready(
     deadline = time.monotonic() + START_TIMEOUT
     delay = 0.005
     while time.monotonic() < deadline:
+        exited = proc is not None and proc.poll() is not None
         sock = _connect(find_socket(profile, socket_path), timeout)
         if sock is not None:
             if _ping(sock):
                 return sock
             sock.close()
-        if proc is not None and proc.poll() is not None:
+        if exited:
+            # Ours exited; one started outside this lock (a service manager) may serve.
+            assert proc is not None
             raise _start_failed(profile, f"meshd exited with status {proc.returncode}")
         time.sleep(delay)
         delay = min(delay * 2, 0.25)
