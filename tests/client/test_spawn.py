@@ -13,8 +13,6 @@ import pytest
 
 from meshctl import Mesh, MeshUnavailable, _spawn
 
-from .conftest import wait_for
-
 
 class TestAutostart:
     def test_starts_detached_daemon(self, mesh_env: Any, reap: list[int]) -> None:
