@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from meshctl import _conn, _paths, _spawn
 from meshd.protocol.errors import (
@@ -103,18 +104,25 @@ class AsyncMesh:
         self._send_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
-        self._ev_send, self._ev_recv = anyio.create_memory_object_stream[Any](max_events)
+        self._max_events = max_events
+        self._ev_send: MemoryObjectSendStream[Any] | None = None
+        self._ev_recv: MemoryObjectReceiveStream[Any] | None = None
 
     async def __aenter__(self) -> AsyncMesh:
+        self._ev_send, self._ev_recv = anyio.create_memory_object_stream[Any](self._max_events)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
         try:
             await self._ensure()
-        except BaseException as exc:
+        except BaseException:
+            # Close the group cleanly (no task of ours is left worth reporting) and let
+            # the original error through as itself, not wrapped in an exception group.
             self._tg = None
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
             tg.cancel_scope.cancel()
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            await tg.__aexit__(None, None, None)
             raise
         return self
 
@@ -137,7 +145,10 @@ class AsyncMesh:
         stream, self._stream = self._stream, None
         if stream is not None:
             await stream.aclose()
-        self._ev_send.close()
+        if self._ev_send is not None:
+            self._ev_send.close()
+        if self._ev_recv is not None:
+            self._ev_recv.close()
 
     # --- calls -------------------------------------------------------------------
 
@@ -196,6 +207,8 @@ class AsyncMesh:
 
     async def events(self) -> AsyncIterator[Any]:
         """Events pushed to this connection (after a subscription made with :meth:`call`)."""
+        if self._ev_recv is None:
+            raise MeshError("use AsyncMesh inside `async with`")
         async for event in self._ev_recv:
             yield event
 
@@ -281,6 +294,8 @@ class AsyncMesh:
 
     def _route(self, msg: _conn.Reply | _conn.Event) -> None:
         if isinstance(msg, _conn.Event):
+            if self._ev_send is None:
+                return
             try:
                 self._ev_send.send_nowait(msg.params)
             except anyio.WouldBlock:
