@@ -18,9 +18,10 @@ anyio, msgspec and platformdirs are never imported (a test checks it).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -44,8 +45,33 @@ def _wants_json(args: Sequence[str]) -> bool:
     return False
 
 
+#: Top-level commands, imported only when used: a command pays for its own module
+#: alone (``--help`` and completion load them all).
+COMMANDS: dict[str, str] = {
+    "call": "meshctl.cli.raw:call",
+    "daemon": "meshctl.cli.daemon:daemon",
+    "end": "meshctl.cli.lifecycle:end",
+    "heartbeat": "meshctl.cli.lifecycle:heartbeat",
+    "register": "meshctl.cli.lifecycle:register",
+    "sessions": "meshctl.cli.sessions:sessions",
+}
+
+
 class MeshGroup(click.Group):
-    """The root group: one place that turns every failure into output and an exit code."""
+    """The root group: one place that turns every failure into output and an exit code.
+
+    Its commands are listed in :data:`COMMANDS` and imported on first use.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attr = target.partition(":")
+        return cast(click.Command, getattr(importlib.import_module(module_name), attr))
 
     def main(
         self,
@@ -102,20 +128,6 @@ def cli() -> None:
     Exit codes: 0 done; 75 held or timed out; 1 error; 2 usage error;
     69 daemon unreachable.
     """
-
-
-def _register_commands() -> None:
-    from meshctl.cli import daemon, lifecycle, raw, sessions
-
-    cli.add_command(daemon.daemon)
-    cli.add_command(sessions.sessions)
-    cli.add_command(lifecycle.register)
-    cli.add_command(lifecycle.heartbeat)
-    cli.add_command(lifecycle.end)
-    cli.add_command(raw.call)
-
-
-_register_commands()
 
 
 def main() -> None:

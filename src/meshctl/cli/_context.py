@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -33,16 +31,17 @@ PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass
 class State:
     """What one ``meshctl`` invocation knows: the resolved root options and its client."""
 
-    profile: str = "default"
-    socket: str | None = None
-    session: str | None = None
-    json: bool = False
-    explicit: set[str] = field(default_factory=set)
-    _mesh: Mesh | None = None
+    def __init__(self) -> None:
+        self.profile = "default"
+        self.socket: str | None = None
+        self.session: str | None = None
+        self.json = False
+        #: options given on the command line (an outer one then beats the environment)
+        self.explicit: set[str] = set()
+        self._mesh: Mesh | None = None
 
     def mesh(self, *, autostart: bool = True) -> Mesh:
         """A connected client for this profile; starts the daemon unless ``autostart=False``.
@@ -53,8 +52,7 @@ class State:
         if self._mesh is None:
             from meshctl._sync import Mesh
 
-            sock = Path(self.socket) if self.socket else None
-            self._mesh = Mesh(self.profile, sock, autostart=autostart)
+            self._mesh = Mesh(self.profile, self.socket, autostart=autostart)
         return self._mesh
 
     def call(

@@ -10,12 +10,11 @@ command (BENCH.md), and the answer is in two small files: walk up to the first
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class GitPlace:
+class GitPlace(NamedTuple):
     """A folder's repository facts; every field ``None`` outside git."""
 
     repo: str | None = None

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -67,27 +66,33 @@ HINTS: dict[str, str] = {
 }
 
 
-@dataclass
 class Failure(Exception):
     """A failure on its way to the user: one error object plus an exit code.
 
     Every error a command meets -- from the daemon, from the client library, or
     found by the CLI itself -- becomes one of these before it is printed, so
-    the printing rules live in one place (:func:`report`).
+    the printing rules live in one place (:func:`report`). ``hint`` defaults to
+    the one for ``data_code`` in :data:`HINTS`. (A plain class, not a dataclass:
+    building dataclasses costs start-up time on every run.)
     """
 
-    message: str
-    data_code: str
-    code: int = CLI_ERROR_CODE
-    exit_code: int = EXIT_ERROR
-    data: dict[str, Any] = field(default_factory=dict)
-    hint: str | None = None
-
-    def __post_init__(self) -> None:
-        super().__init__(self.message)
-        self.data = {"code": self.data_code, **self.data}
-        if self.hint is None:
-            self.hint = HINTS.get(self.data_code)
+    def __init__(
+        self,
+        message: str,
+        data_code: str,
+        *,
+        code: int = CLI_ERROR_CODE,
+        exit_code: int = EXIT_ERROR,
+        data: dict[str, Any] | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data_code = data_code
+        self.code = code
+        self.exit_code = exit_code
+        self.data: dict[str, Any] = {"code": data_code, **(data or {})}
+        self.hint = hint if hint is not None else HINTS.get(data_code)
 
     def to_json(self) -> dict[str, Any]:
         """The ``{"error": ...}`` document printed under ``--json``."""
@@ -115,8 +120,8 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
     data = dict(exc.data)
     data_code = str(data.pop("code", exc.data_code))
     return Failure(
-        message=exc.message,
-        data_code=data_code,
+        exc.message,
+        data_code,
         code=exc.code,
         exit_code=exit_code_for(exc),
         data=data,
@@ -126,18 +131,15 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
 def no_session() -> Failure:
     """The refusal of a command that acts for a session but was given none."""
     return Failure(
-        message="this command acts for a session, and none was given "
-        "(no --session and no MESH_SESSION)",
-        data_code="NO_SESSION",
+        "this command acts for a session, and none was given (no --session and no MESH_SESSION)",
+        "NO_SESSION",
         code=E.NoSession.code,
     )
 
 
 def usage_failure(exc: click.UsageError) -> Failure:
     """A click usage error as an error document (printed under ``--json`` only)."""
-    return Failure(
-        message=exc.format_message(), data_code="USAGE", code=USAGE_CODE, exit_code=EXIT_USAGE
-    )
+    return Failure(exc.format_message(), "USAGE", code=USAGE_CODE, exit_code=EXIT_USAGE)
 
 
 def report(failure: Failure, as_json: bool) -> None:
