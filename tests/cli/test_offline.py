@@ -160,3 +160,32 @@ class TestImportWeight:
         names = imported_modules(args, offline_env.env, code)
 
         assert names.isdisjoint(HEAVY), sorted(names & set(HEAVY))
+
+
+class TestCompletion:
+    def test_bash_completion_of_lazy_commands(self, offline_env: OfflineEnv) -> None:
+        """_MESHCTL_COMPLETE completes commands that are only imported on use."""
+        env = {
+            **offline_env.env,
+            "COMP_WORDS": "meshctl daemon st",
+            "COMP_CWORD": "2",
+            "_MESHCTL_COMPLETE": "bash_complete",
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "meshctl.cli"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["plain,start", "plain,status", "plain,stop"]
+
+    def test_version(self, meshctl: Meshctl) -> None:
+        """-V prints the version and exits 0."""
+        run = meshctl("-V")
+
+        assert run.code == 0
+        assert run.out.startswith("meshctl, version ")

@@ -27,6 +27,7 @@ import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import State, common_options
+from meshd import __version__
 from meshd.protocol.errors import MeshError
 
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -122,6 +123,7 @@ class MeshGroup(click.Group):
 
 @click.group(cls=MeshGroup, context_settings=CONTEXT_SETTINGS)
 @common_options
+@click.version_option(__version__, "-V", "--version", prog_name="meshctl")
 def cli() -> None:
     """Session Mesh: see, ask and stay out of the way of your other agent sessions.
 

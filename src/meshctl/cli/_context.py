@@ -15,6 +15,7 @@ The client library is imported only when a command asks for a connection, so
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -51,6 +52,10 @@ class State:
         """
         if self._mesh is None:
             from meshctl._sync import Mesh
+
+            if self.socket:
+                # --socket means what MESH_SOCKET means, also to a daemon we start.
+                os.environ["MESH_SOCKET"] = self.socket
 
             self._mesh = Mesh(self.profile, self.socket, autostart=autostart)
         return self._mesh
