@@ -87,7 +87,7 @@ class Daemon:
         self.state = MeshState(SystemClock(), settings, paths.profile)
         self.service = Service(self.state, self.store, paths, reload=self.reload)
         self.server = Server(self.service)
-        self.service._stats = self.server.stats
+        self.service.stats = self.server.stats
         self._listener_ino: int | None = None
         self._tg: TaskGroup | None = None
 

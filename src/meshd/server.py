@@ -143,6 +143,7 @@ class Server:
         self._ids = itertools.count(1)
         self._uid = os.geteuid()
         service.publish = self.publish
+        service.subscribe = self.subscribe
 
     def stats(self) -> dict[str, int]:
         return {"connections": len(self.connections)}

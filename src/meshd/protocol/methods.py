@@ -211,27 +211,21 @@ class GetParams(Params):
     session_id: SessionId
 
 
-SESSION_METHODS: list[MethodSpec] = [
-    MethodSpec("mesh.ping", Empty, PingResult, "Answer at once; the cheapest round trip."),
-    MethodSpec("mesh.info", Empty, InfoResult, "Version, protocol, capabilities, counts."),
-    MethodSpec("mesh.schema", Empty, dict[str, Any], "JSON Schema of every method."),
-    MethodSpec("mesh.reload", Empty, ReloadResult, "Re-read config.toml (as SIGHUP does)."),
-    MethodSpec("session.register", RegisterParams, RegisterResult, "Register or refresh."),
-    MethodSpec("session.heartbeat", HeartbeatParams, HeartbeatResult, "Keep alive, report."),
-    MethodSpec("session.end", EndParams, EndResult, "End a session, releasing everything."),
-    MethodSpec("session.list", ListParams, ListResult, "Live sessions of this profile."),
-    MethodSpec("session.get", GetParams, SessionInfo, "One session."),
-]
+PING = MethodSpec("mesh.ping", Empty, PingResult, "Answer at once; the cheapest round trip.")
+INFO = MethodSpec("mesh.info", Empty, InfoResult, "Version, protocol, capabilities, counts.")
+SCHEMA = MethodSpec("mesh.schema", Empty, dict[str, Any], "JSON Schema of every method.")
+RELOAD = MethodSpec("mesh.reload", Empty, ReloadResult, "Re-read config.toml (as SIGHUP does).")
+REGISTER = MethodSpec("session.register", RegisterParams, RegisterResult, "Register or refresh.")
+HEARTBEAT = MethodSpec(
+    "session.heartbeat", HeartbeatParams, HeartbeatResult, "Keep alive; report what changed."
+)
+END = MethodSpec("session.end", EndParams, EndResult, "End a session, releasing everything.")
+LIST = MethodSpec("session.list", ListParams, ListResult, "Live sessions of this profile.")
+GET = MethodSpec("session.get", GetParams, SessionInfo, "One session.")
 
 
-def all_methods() -> list[MethodSpec]:
-    """Every method the daemon serves, in a stable order."""
-    return list(SESSION_METHODS)
-
-
-def method_schema() -> dict[str, Any]:
+def method_schema(specs: list[MethodSpec]) -> dict[str, Any]:
     """JSON Schema for each method's params and result (for ``mesh.schema``)."""
-    specs = all_methods()
     types: list[Any] = []
     for spec in specs:
         types.extend((spec.params, spec.result))

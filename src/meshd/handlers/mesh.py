@@ -1,0 +1,65 @@
+"""``mesh.*``: liveness, introspection, schema and reload."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from meshd import PROTOCOL_VERSION, __version__
+from meshd.config import as_dict
+from meshd.protocol import methods as m
+from meshd.service import Conn, Service, rfc3339
+
+CAPABILITIES = ["sessions", "liveness.pidfd", "bind", "schema", "reload"]
+
+
+def install(svc: Service) -> None:
+    h = MeshHandlers(svc)
+    svc.add(m.PING, h.ping)
+    svc.add(m.INFO, h.info)
+    svc.add(m.SCHEMA, h.schema)
+    svc.add(m.RELOAD, h.reload)
+
+
+class MeshHandlers:
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self._schema: dict[str, Any] | None = None
+
+    def ping(self, p: m.Empty, conn: Conn) -> m.PingResult:
+        return m.PingResult(time=self.svc.clock.now())
+
+    def info(self, p: m.Empty, conn: Conn) -> m.InfoResult:
+        svc = self.svc
+        st = svc.state
+        reg = st.registry
+        now = svc.clock.monotonic()
+        return m.InfoResult(
+            version=__version__,
+            protocol_version=PROTOCOL_VERSION,
+            capabilities=CAPABILITIES,
+            profile=st.profile,
+            pid=os.getpid(),
+            socket=str(svc.paths.socket),
+            state_dir=str(svc.paths.state),
+            started_at=rfc3339(svc.started_wall),
+            uptime_s=round(now - svc.started_mono, 3),
+            enabled=st.settings.enabled,
+            counts=m.Counts(
+                sessions=len(reg.sessions),
+                stale=sum(1 for s in reg.sessions.values() if reg.is_stale(s, now)),
+                connections=svc.stats().get("connections", 0),
+            ),
+            config=as_dict(st.settings),
+        )
+
+    def schema(self, p: m.Empty, conn: Conn) -> dict[str, Any]:
+        if self._schema is None:
+            self._schema = m.method_schema(self.svc.specs)
+        return self._schema
+
+    def reload(self, p: m.Empty, conn: Conn) -> m.ReloadResult:
+        if self.svc.reload_config is None:
+            return m.ReloadResult(reloaded=False, error="reload is not available")
+        ok, error = self.svc.reload_config()
+        return m.ReloadResult(reloaded=ok, error=error, config=as_dict(self.svc.state.settings))

@@ -1,0 +1,132 @@
+"""``session.*``: register, heartbeat, end, list, get."""
+
+from __future__ import annotations
+
+from meshd.core.registry import Registration, Report, Session
+from meshd.pidwatch import alive, start_time
+from meshd.protocol import methods as m
+from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
+from meshd.service import Conn, Service, rfc3339
+
+
+def install(svc: Service) -> None:
+    h = SessionHandlers(svc)
+    svc.add(m.REGISTER, h.register, is_async=True)
+    svc.add(m.HEARTBEAT, h.heartbeat)
+    svc.add(m.END, h.end, is_async=True)
+    svc.add(m.LIST, h.list)
+    svc.add(m.GET, h.get)
+
+
+_HB_OK = m.HeartbeatResult()
+_HB_DISABLED = m.HeartbeatResult(disabled=True)
+
+
+class SessionHandlers:
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+
+    async def register(self, p: m.RegisterParams, conn: Conn) -> m.RegisterResult:
+        svc = self.svc
+        st = svc.state.settings
+        if not st.enabled:
+            sid = p.session_id or svc.state.registry.new_id(p.source)
+            return m.RegisterResult(session_id=sid, disabled=True, liveness=p.liveness)
+        pid_start = None
+        if p.pid is not None:
+            pid_start = start_time(p.pid)
+            if pid_start is None:
+                raise InvalidParams(f"pid {p.pid} is not running", {"path": "$.pid"})
+        r = Registration(
+            session_id=p.session_id, source=p.source, task=p.task, status=p.status,
+            model=p.model, provider=p.provider, pid=p.pid, pid_start=pid_start,
+            host=p.host or svc.host, cwd=p.cwd, repo=p.repo, branch=p.branch,
+            worktree=p.worktree, tools=p.tools, parent=p.parent, slot=p.slot,
+            kanban_task=p.kanban_task, accept_queries=p.accept_queries,
+            accept_messages=p.accept_messages, liveness=p.liveness,
+            expire_after=p.expire_after, bind=p.bind, conn_id=conn.id,
+        )  # fmt: skip
+        try:
+            s, refreshed = svc.state.register(r)
+        except IdInUse:
+            old = svc.state.registry.sessions[p.session_id or ""]
+            if old.pid is not None and alive(old.pid, old.pid_start):
+                raise
+            svc.end_session(old.session_id, "died")
+            s, refreshed = svc.state.register(r)
+        if s.pid is not None:
+            svc.pids.watch(s.session_id, s.pid, s.pid_start)
+        try:
+            await svc.commit()
+        except MeshError:
+            if not refreshed:  # not stored: not acknowledged, so not kept either
+                svc.state.registry.sessions.pop(s.session_id, None)
+                svc.pids.unwatch(s.session_id)
+            raise
+        return m.RegisterResult(
+            session_id=s.session_id,
+            refreshed=refreshed,
+            heartbeat_interval=st.heartbeat_interval,
+            stale_after=st.stale_after,
+            expire_after=s.expire_after or st.expire_after,
+            liveness=s.liveness,
+        )
+
+    def heartbeat(self, p: m.HeartbeatParams, conn: Conn) -> m.HeartbeatResult:
+        svc = self.svc
+        if not svc.state.settings.enabled:
+            return _HB_DISABLED
+        report = None
+        if (
+            p.status is not None or p.task is not None or p.cwd is not None
+            or p.repo is not None or p.branch is not None or p.worktree is not None
+            or p.tools is not None or p.activity is not None
+        ):  # fmt: skip
+            report = Report(
+                status=p.status, task=p.task, cwd=p.cwd, repo=p.repo, branch=p.branch,
+                worktree=p.worktree, tools=p.tools, activity=p.activity,
+            )  # fmt: skip
+        svc.state.heartbeat(p.session_id, report)
+        return _HB_OK
+
+    async def end(self, p: m.EndParams, conn: Conn) -> m.EndResult:
+        self.svc.end_session(p.session_id, "ended")
+        await self.svc.commit()
+        return m.EndResult(session_id=p.session_id, ended=True)
+
+    def info(self, s: Session, now_mono: float, now_wall: float) -> m.SessionInfo:
+        reg = self.svc.state.registry
+        return m.SessionInfo(
+            session_id=s.session_id, profile=s.profile, source=s.source, status=s.status,
+            task=s.task, cwd=s.cwd, repo=s.repo, branch=s.branch, pid=s.pid, host=s.host,
+            last_heartbeat=rfc3339(s.last_heartbeat),
+            age_s=round(max(0.0, now_wall - s.last_heartbeat), 3),
+            stale=reg.is_stale(s, now_mono), liveness=s.liveness, claims=[],
+            model=s.model, provider=s.provider, worktree=s.worktree, tools=s.tools,
+            parent=s.parent, slot=s.slot, kanban_task=s.kanban_task,
+            started_at=rfc3339(s.started_at), last_activity=rfc3339(s.last_activity),
+            accept_queries=s.accept_queries, accept_messages=s.accept_messages,
+        )  # fmt: skip
+
+    def list(self, p: m.ListParams, conn: Conn) -> m.ListResult:
+        st = self.svc.state
+        if (
+            p.for_profile
+            and p.for_profile != st.profile
+            and not st.settings.visible_to(p.for_profile)
+        ):
+            return m.ListResult(profile=st.profile, visible=False)
+        clock = self.svc.clock
+        now_m, now_w = clock.monotonic(), clock.now()
+        reg = st.registry
+        out = [
+            self.info(s, now_m, now_w)
+            for s in reg.sessions.values()
+            if not (p.fresh and reg.is_stale(s, now_m))
+        ]
+        return m.ListResult(profile=st.profile, sessions=out)
+
+    def get(self, p: m.GetParams, conn: Conn) -> m.SessionInfo:
+        clock = self.svc.clock
+        s = self.svc.state.registry.get(p.session_id)
+        return self.info(s, clock.monotonic(), clock.now())
