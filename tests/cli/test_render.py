@@ -246,6 +246,13 @@ class TestRegisterParams:
         assert "source" not in p
         assert "status" not in p
 
+    def test_deleted_cwd_is_left_out(self) -> None:
+        """A working folder that no longer exists is not sent (nor looked up in git)."""
+        p = params(cwd=None)
+
+        assert "cwd" not in p
+        assert "repo" not in p
+
 
 class TestGitPlace:
     def test_repo_and_branch(self, tmp_path: Path) -> None:

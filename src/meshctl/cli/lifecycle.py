@@ -43,15 +43,15 @@ def register_params(
     queries: bool,
     messages: bool,
     status: str | None,
-    cwd: str,
+    cwd: str | None,
     ppid: int,
     host: str,
 ) -> dict[str, Any]:
     """The ``session.register`` params for ``meshctl register``'s options (pure)."""
     if pid is None and liveness == "process":
         pid = ppid  # the caller of meshctl, not meshctl itself (it exits at once)
-    params: dict[str, Any] = {"task": task, "liveness": liveness, "cwd": cwd, "host": host}
-    place = git_place(cwd)
+    params: dict[str, Any] = {"task": task, "liveness": liveness, "host": host}
+    place = git_place(cwd) if cwd else None
     optional = {
         "session_id": session_id,
         "source": source,
@@ -60,14 +60,23 @@ def register_params(
         "parent": parent,
         "slot": slot,
         "status": status,
-        "repo": place.repo,
-        "branch": place.branch,
-        "worktree": place.worktree,
+        "cwd": cwd,
+        "repo": place and place.repo,
+        "branch": place and place.branch,
+        "worktree": place and place.worktree,
         "accept_queries": None if queries else False,
         "accept_messages": None if messages else False,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
+
+
+def _cwd() -> str | None:
+    """The working folder, or None when it was deleted under us."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _disabled_note(result: Any) -> None:
@@ -148,7 +157,7 @@ def register(
         queries=queries,
         messages=messages,
         status=status,
-        cwd=os.getcwd(),
+        cwd=_cwd(),
         ppid=os.getppid(),
         host=socket.gethostname(),
     )
