@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from meshd.protocol.errors import (
+    FrameTooLarge,
     MeshError,
     MeshProtocolError,
     error_from_wire,
@@ -93,6 +94,14 @@ class Protocol:
         if len(self._buf) > MAX_REPLY and b"\n" not in self._buf:
             raise MeshProtocolError(f"the daemon sent a line over {MAX_REPLY} bytes")
 
+    def take(self, data: bytes) -> Reply | Event | None:
+        """Feed ``data`` and return the next message; the common case (exactly one whole
+        line and nothing buffered) is parsed without copying into the buffer."""
+        if not self._buf and data.find(b"\n") == len(data) - 1 and len(data) > 1:
+            return parse_line(data)
+        self.feed(data)
+        return self.next_message()
+
     def next_message(self) -> Reply | Event | None:
         """The next whole message in the buffer, or None when a line is still incomplete."""
         while True:
@@ -111,8 +120,6 @@ class Protocol:
 
 def check_frame(frame: bytes, method: str) -> None:
     """Refuse a frame the daemon would refuse, before sending a byte of it."""
-    from meshd.protocol.errors import FrameTooLarge
-
     if len(frame) > MAX_FRAME:
         raise FrameTooLarge(
             f"request {method} is {len(frame)} bytes, over the 1 MiB frame limit: "

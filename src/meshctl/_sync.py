@@ -267,8 +267,8 @@ class Mesh:
         assert sock is not None
         proto = self._proto
         deadline = time.monotonic() + timeout
+        msg = proto.next_message()
         while True:
-            msg = proto.next_message()
             if msg is None:
                 try:
                     sock.settimeout(max(deadline - time.monotonic(), 1e-6))
@@ -285,11 +285,13 @@ class Mesh:
                         "meshd closed the connection before replying (it may have stopped or "
                         "restarted; the call may or may not have taken effect); retry"
                     )
-                proto.feed(data)
-            elif isinstance(msg, _conn.Event):
+                msg = proto.take(data)
+                continue
+            if isinstance(msg, _conn.Event):
                 self._events.append(msg.params)
             elif msg.id == rid or msg.id is None:
                 return msg
+            msg = proto.next_message()
 
     def _drop(self) -> None:
         if self._sock is not None:

@@ -68,6 +68,23 @@ class TestReplies:
 
         assert out == [_conn.Reply(1, result={"pong": True})]
 
+    def test_take_whole_line_and_pieces(self) -> None:
+        """take() parses a lone whole line at once, and buffers pieces and pairs correctly."""
+        proto = _conn.Protocol()
+        one = b'{"jsonrpc":"2.0","id":1,"result":1}\n'
+        two = b'{"jsonrpc":"2.0","id":2,"result":2}\n'
+
+        whole = proto.take(one)
+        head = proto.take(two[:10])
+        tail = proto.take(two[10:] + one)
+        rest = proto.next_message()
+
+        assert whole == _conn.Reply(1, result=1)
+        assert head is None
+        assert tail == _conn.Reply(2, result=2)
+        assert rest == _conn.Reply(1, result=1)
+        assert proto.next_message() is None
+
     def test_event_is_not_a_reply(self) -> None:
         """A notification with method ``event`` and no id comes out as an Event."""
         proto = _conn.Protocol()
