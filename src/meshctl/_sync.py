@@ -295,9 +295,8 @@ class Mesh:
 
     def _drop(self) -> None:
         if self._sock is not None:
-            # A forked child must not close its parent's connection's peer state.
-            if self._owner_pid == os.getpid():
-                self._sock.close()
+            # In a forked child this closes only the child's copy: the parent keeps its link.
+            self._sock.close()
             self._sock = None
         self._proto.clear()
 
@@ -384,7 +383,12 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.end(reason="ended" if exc_type is None else f"error: {exc_type.__name__}")
+        try:
+            self.end(reason="ended" if exc_type is None else f"error: {exc_type.__name__}")
+        except MeshUnavailable as failure:
+            # Leaving the block must not fail on the mesh: the daemon expires the session
+            # once its heartbeats stop (or its process ends).
+            log.warning("Session Mesh: could not end session %s: %s", self.session_id, failure)
 
     def start(self) -> Session:
         """Register and start heartbeating (done by ``with``)."""

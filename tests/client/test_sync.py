@@ -124,6 +124,32 @@ class TestSession:
         assert "re-registered" in s.lost[0]
         assert "claims it held were released" in s.lost[0]
 
+    def test_exit_when_daemon_gone(self, daemon: Any, caplog: pytest.LogCaptureFixture) -> None:
+        """Leaving the block while the daemon is down warns instead of raising."""
+        mesh = Mesh(autostart=False)
+        with caplog.at_level(logging.WARNING, "meshctl"), mesh.session(task="t") as s:
+            daemon.kill()
+
+        assert not s.active
+        assert any("could not end session" in r.message for r in caplog.records)
+        mesh.close()
+
+    @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+    def test_forked_child_gets_its_own_connection(self, daemon: Any) -> None:
+        """After fork, the child reconnects instead of sharing the parent's socket."""
+        mesh = Mesh(autostart=False)
+        mesh.ping()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            code = 0 if mesh.ping()["pong"] else 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        pong = mesh.ping()
+        mesh.close()
+
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert pong["pong"] is True
+
 
 class TestDisabled:
     def test_disabled_session_is_a_noop(
