@@ -1,0 +1,251 @@
+"""Targets that need methods the daemon does not serve yet: claims, asks, broadcasts.
+
+Every target here first looks its methods up in ``mesh.schema``; when one is
+missing the row says "not served yet" and is skipped, so the rows light up by
+themselves once ``claim.*``, ``query.*`` and ``message.*`` land. The method and
+parameter names follow SPEC §5/§6 and are kept in the constants below: if the
+daemon's names differ, change them here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from bench import load
+from bench.common import (
+    CLIENT_CPUS,
+    LAT_CPUS,
+    SERVER_CPUS,
+    LineClient,
+    all_cpus,
+    median,
+    pct,
+    pin,
+    pinned,
+    rpc,
+    time_roundtrips,
+)
+
+if TYPE_CHECKING:
+    from bench.targets import Ctx
+
+ACQUIRE = "claim.acquire"
+RELEASE = "claim.release"
+CHECK = "claim.check"
+ASK = "query.ask"
+ANSWER = "query.answer"
+BROADCAST = "message.broadcast"
+SEND = "message.send"
+
+
+def acquire(sid: str, resources: list[str], wait: float = 0) -> bytes:
+    params: dict[str, Any] = {"session_id": sid, "resources": resources}
+    if wait:
+        params["wait"] = wait
+    return rpc(ACQUIRE, params)
+
+
+def release(sid: str, resources: list[str]) -> bytes:
+    return rpc(RELEASE, {"session_id": sid, "resources": resources})
+
+
+def check(sid: str, resources: list[str]) -> bytes:
+    return rpc(CHECK, {"session_id": sid, "resources": resources})
+
+
+def deep(i: int, j: int) -> str:
+    """A claim deep in a path tree: 100 projects x 100 files, 8 levels down."""
+    return f"file:/bench/tree/p{i}/src/pkg/mod/sub/leaf{j}/file{j}.py"
+
+
+def run(ctx: Ctx) -> None:
+    from bench.targets import pipeline, register_many
+
+    g = "claims"
+    missing = {m for m in (ACQUIRE, RELEASE, CHECK) if m not in ctx.served}
+    skip = f"not served yet ({', '.join(sorted(missing))})" if missing else ""
+    names = [
+        "claim.check, 10,000 live claims in deep trees",
+        "claim.check, 10,000 vs 100 claims",
+        "claim + release round trip p50 (durable)",
+        "claim + release with a long history",
+        "100 clients, 95 % heartbeats, 5 % claim + release: throughput",
+        "100 clients, 95/5 mix: p99",
+        "a waiter granted after a release",
+    ]
+    if skip:
+        for name in names:
+            ctx.add(g, name=name, value=None, unit="s", skip=skip)
+    else:
+        _claims(ctx, pipeline, register_many)
+    for name, methods in (
+        ("ask answered by a live responder", (ASK, ANSWER)),
+        ("broadcast to 1,000 subscribed sessions", (BROADCAST,)),
+    ):
+        gone = [m for m in methods if m not in ctx.served]
+        ctx.add(
+            g,
+            name=name,
+            value=None,
+            unit="s",
+            skip=f"not served yet ({', '.join(gone)})"
+            if gone
+            else "served, but its responder protocol is not wired in bench/claims.py yet",
+        )
+
+
+def _claims(ctx: Ctx, pipeline: Any, register_many: Any) -> None:
+    g = "claims"
+    e50, e99, w1 = ctx.cache.get("E.p50"), ctx.cache.get("E.p99"), ctx.cache.get("W1")
+    holders = [f"holder{i}" for i in range(100)]
+    register_many(ctx.sock, holders)
+    c = LineClient(ctx.sock, timeout=60)
+    per = 10 if ctx.quick else 100
+    probe = check(ctx.me, [deep(50, 50).replace("file50.py", "other.py")])
+    n = ctx.n.lat_n
+    # 100 claims: one per holder
+    pipeline(c, [acquire(h, [deep(i, 0)]) for i, h in enumerate(holders)])
+    with pinned(LAT_CPUS, ctx.meshd.pid):
+        c100 = pct(time_roundtrips(c, probe, n), 0.5)
+    pipeline(c, [acquire(h, [deep(i, j)]) for i, h in enumerate(holders) for j in range(1, per)])
+    with pinned(LAT_CPUS, ctx.meshd.pid):
+        c10k = pct(time_roundtrips(c, probe, n), 0.5)
+        pair = []
+        for k in range(n // 4):
+            res = [f"file:/bench/solo/f{k}"]
+            pair += time_roundtrips(c, acquire(ctx.me, res), 1)
+            pair += time_roundtrips(c, release(ctx.me, res), 1)
+        fresh = pct(pair, 0.5)
+    total = 100 * per
+    ctx.add(
+        g,
+        name=f"claim.check, {total:,} live claims in deep trees",
+        value=c10k,
+        unit="s",
+        floor="E p50",
+        floor_value=e50,
+        limit=2.0,
+    )
+    ctx.add(
+        g,
+        name=f"claim.check, {total:,} vs 100 claims",
+        value=c10k,
+        unit="s",
+        floor="check@100",
+        floor_value=c100,
+        limit=1.2,
+    )
+    ctx.add(
+        g,
+        name="claim + release round trip p50 (durable)",
+        value=fresh,
+        unit="s",
+        floor="E+W1",
+        floor_value=(e50 + w1) if e50 and w1 else None,
+        limit=1.5,
+    )
+    hist = 1000 if ctx.quick else 100_000
+    frames = []
+    for k in range(hist // 2):
+        res = [f"file:/bench/hist/f{k}"]
+        frames += [acquire(ctx.me, res), release(ctx.me, res)]
+    pipeline(c, frames, group=200)
+    with pinned(LAT_CPUS, ctx.meshd.pid):
+        pair = []
+        for k in range(n // 4):
+            res = [f"file:/bench/solo2/f{k}"]
+            pair += time_roundtrips(c, acquire(ctx.me, res), 1)
+            pair += time_roundtrips(c, release(ctx.me, res), 1)
+    ctx.add(
+        g,
+        name=f"claim + release with {hist:,} finished claims in history",
+        value=pct(pair, 0.5),
+        unit="s",
+        floor="empty history",
+        floor_value=fresh,
+        limit=1.1,
+    )
+    _mix(ctx, register_many, e99)
+    _waiter(ctx, e50, w1)
+    c.close()
+
+
+def _mix(ctx: Ctx, register_many: Any, e99: float | None) -> None:
+    g = "claims"
+    ids = [f"mix{i}" for i in range(100)]
+    register_many(ctx.sock, ids)
+    frames: list[list[bytes]] = []
+    for i, sid in enumerate(ids):
+        if i % 20 == 0:
+            res = [f"file:/bench/mix/f{i}"]
+            frames.append([acquire(sid, res), release(sid, res)])
+        else:
+            frames.append([rpc("session.heartbeat", {"session_id": sid})])
+    hb = [[rpc("session.heartbeat", {"session_id": sid})] for sid in ids]
+    e, m = [], []
+    try:
+        pin(ctx.echo.pid, SERVER_CPUS)
+        pin(ctx.meshd.pid, SERVER_CPUS)
+        pin(0, CLIENT_CPUS)
+        for _ in range(ctx.n.rounds):
+            e.append(load.drive(ctx.echo_path, hb, ctx.n.dur))
+            m.append(load.drive(ctx.sock, frames, ctx.n.dur))
+    finally:
+        for p in (0, ctx.echo.pid, ctx.meshd.pid):
+            pin(p, all_cpus())
+    ctx.add(
+        g,
+        name="100 clients, 95 % heartbeats, 5 % claim + release: throughput",
+        value=median([r.rate for r in m]),
+        unit="req/s",
+        floor="E@100",
+        floor_value=median([r.rate for r in e]),
+        limit=0.6,
+        kind="min",
+    )
+    ctx.add(
+        g,
+        name="100 clients, 95/5 mix: p99",
+        value=median([r.p99 for r in m]),
+        unit="s",
+        floor="E p99@100",
+        floor_value=median([r.p99 for r in e]),
+        limit=2.0,
+    )
+
+
+def _waiter(ctx: Ctx, e50: float | None, w1: float | None) -> None:
+    """Time from sending a release to the queued waiter's grant arriving."""
+    g = "claims"
+    from bench.targets import register_many
+
+    register_many(ctx.sock, ["waitA", "waitB"])
+    a, b = LineClient(ctx.sock), LineClient(ctx.sock)
+    times = []
+    with pinned(LAT_CPUS, ctx.meshd.pid):
+        for k in range(20 if ctx.quick else 200):
+            res = [f"file:/bench/wait/f{k}"]
+            a.roundtrip(acquire("waitA", res))
+            b.sock.sendall(acquire("waitB", res, wait=10))
+            time.sleep(0.002)  # let the daemon queue B
+            t = time.perf_counter()
+            a.roundtrip(release("waitA", res))
+            reply = json.loads(b.roundtrip(b""))
+            times.append(time.perf_counter() - t)
+            b.roundtrip(release("waitB", res))
+            if reply.get("result", {}).get("status") != "granted":
+                raise RuntimeError(f"waiter not granted: {reply}")
+    a.close()
+    b.close()
+    floor = (e50 + w1 + 0.001) if e50 and w1 else None
+    ctx.add(
+        g,
+        name="a waiter granted after a release",
+        value=median(times),
+        unit="s",
+        floor="E+W1+1ms",
+        floor_value=floor,
+        limit=1.0,
+    )

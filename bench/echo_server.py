@@ -1,0 +1,87 @@
+"""Floor E (and D): the least an anyio + msgspec newline-JSON server can do.
+
+``python -m bench.echo_server SOCKET [--rows N --interval S --db PATH]``
+
+Each line is decoded as a JSON-RPC request and answered with its id and a small
+result, one frame per ``send``, exactly as meshd's server does, minus the work.
+With ``--rows N`` a worker thread also writes N 300-byte rows to SQLite every
+``--interval`` seconds: the floor for the event-loop stall during a snapshot.
+"""
+
+from __future__ import annotations
+
+import resource
+import sqlite3
+import sys
+import threading
+import time
+
+import anyio
+import msgspec
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+
+class Req(msgspec.Struct):
+    jsonrpc: str
+    method: str
+    id: int | str | None = None
+    params: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class Row(msgspec.Struct, gc=False):
+    session_id: str
+    task: str
+    n: int
+
+
+decode = msgspec.json.Decoder(Req).decode
+encode = msgspec.json.Encoder().encode
+
+
+async def handle(stream: anyio.abc.ByteStream) -> None:
+    reader = BufferedByteReceiveStream(stream)
+    async with stream:
+        try:
+            while True:
+                req = decode(await reader.receive_until(b"\n", 1 << 20))
+                reply = {"jsonrpc": "2.0", "id": req.id, "result": {"ok": True}}
+                await stream.send(encode(reply) + b"\n")
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+            return
+
+
+def writer(db_path: str, rows: int, interval: float) -> None:
+    """Snapshot floor: rewrite ``rows`` encoded rows in one transaction every interval."""
+    db = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE IF NOT EXISTS t (id TEXT PRIMARY KEY, record BLOB)")
+    gen = 0
+    while True:
+        time.sleep(interval)
+        gen += 1
+        db.execute("BEGIN IMMEDIATE")
+        for i in range(rows):
+            rec = encode(Row(f"s{i}", "x" * 200 + str(gen), gen))
+            db.execute("INSERT OR REPLACE INTO t VALUES (?, ?)", (f"s{i}", rec))
+        db.execute("COMMIT")
+
+
+async def main(path: str) -> None:
+    listener = await anyio.create_unix_listener(path)
+    await listener.serve(handle)
+
+
+if __name__ == "__main__":
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    args = sys.argv[1:]
+    if "--rows" in args:
+        opts = dict(zip(args[1::2], args[2::2], strict=False))
+        t = threading.Thread(
+            target=writer,
+            args=(opts["--db"], int(opts["--rows"]), float(opts["--interval"])),
+            daemon=True,
+        )
+        t.start()
+    anyio.run(main, args[0])
