@@ -27,6 +27,7 @@ class LoadResult:
     p50: float
     p99: float
     all_answered: float = 0.0  # seconds until every connection had a reply
+    client_busy: float = 0.0  # the generator's CPU share: near 1.0 means it is the limit
 
     @property
     def rate(self) -> float:
@@ -70,30 +71,28 @@ def drive(
         ep.register(s.fileno(), select.EPOLLIN)
     start = clock()
     for i in range(n):
-        sent_at[i] = clock()
         send[i](frames[i][0])
-    # warm-up: until every connection was answered once (all accepted and served)
+    # phase 1: one request on every connection, none resent until all are answered
+    # (under a closed loop the busy connections would starve the accept loop)
     waiting = set(range(n))
-    t_min = start + warmup
     now = start
-    while (waiting or now < t_min) and now < start + accept_timeout:
+    while waiting and now < start + accept_timeout:
         for fd, _ in ep.poll(1.0):
             i = by_fd[fd]
-            data = recv[i](65536)
-            if not data:
-                raise ConnectionError(f"server closed connection {i}")
-            if b"\n" not in data:
-                continue
-            waiting.discard(i)
-            step[i] += 1
-            f = frames[i]
-            sent_at[i] = clock()
-            send[i](f[step[i] % len(f)])
+            if b"\n" in recv[i](65536):
+                waiting.discard(i)
         now = clock()
     all_answered = now - start
     answered = n - len(waiting)
-    t_end = now + duration
+    for i in range(n):
+        step[i] = 1
+        sent_at[i] = clock()
+        send[i](frames[i][1 % len(frames[i])])
+    # phase 2: closed loop; warm up, then count
+    t_end = now + warmup + duration
+    t_warm = now + warmup
     counted = 0
+    cpu0 = 0.0
     while now < t_end:
         for fd, _ in ep.poll(1.0):
             i = by_fd[fd]
@@ -103,13 +102,18 @@ def drive(
             if b"\n" not in data:
                 continue
             t = clock()
-            counted += 1
-            lat.append(t - sent_at[i])
+            if t >= t_warm:
+                if not counted:
+                    cpu0 = time.process_time()
+                    t_warm = t
+                counted += 1
+                lat.append(t - sent_at[i])
             step[i] += 1
             f = frames[i]
             sent_at[i] = t
             send[i](f[step[i] % len(f)])
         now = clock()
+    busy = (time.process_time() - cpu0) / max(1e-9, now - t_warm)
     # drain the outstanding replies so the connections stay usable
     pending = set(range(n))
     deadline = clock() + 10.0
@@ -127,8 +131,9 @@ def drive(
         connections=n,
         answered=answered,
         requests=counted,
-        seconds=duration,
+        seconds=now - t_warm,
         p50=pct(lat, 0.5),
         p99=pct(lat, 0.99),
         all_answered=all_answered,
+        client_busy=busy,
     )
