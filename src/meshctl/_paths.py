@@ -15,6 +15,12 @@ The rules, as platformdirs (>= 4.12) applies them with ``ensure_exists=False``:
 
 The daemon writes the socket it serves into ``<state>/<profile>.socket``;
 :func:`recorded_socket` reads it back, for clients (cron) whose environment differs.
+
+Each rule is computed on plain strings (``*_str``), which is what the connect path
+uses: :mod:`pathlib` costs milliseconds to import (it pulls in ``urllib.parse``,
+``ipaddress`` …), on the start-up path of every ``meshctl`` command. The public
+functions return :class:`~pathlib.Path`, as :mod:`meshd.paths` does, and import it
+when called.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import os
 import re
 import stat
 import sys
-import tempfile
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 APP = "meshd"
 _PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -40,12 +48,19 @@ def check_profile(name: str) -> str:
     return name
 
 
+def _ancestors(path: str) -> list[str]:
+    """``path`` and each folder above it, up to ``/`` (``Path.parents`` without pathlib)."""
+    out = [path]
+    while (parent := os.path.dirname(out[-1])) != out[-1]:
+        out.append(parent)
+    return out
+
+
 def _parents_safe(path: str) -> bool:
     """Whether every existing ancestor of ``path`` is owned by root or us and not writable
     by others (unless sticky), as platformdirs' ``runtime_dir_parent_problem`` requires."""
     owners = {0, os.geteuid()}
-    current = Path(os.path.realpath(os.path.dirname(path)))
-    for entry in (current, *current.parents):
+    for entry in _ancestors(os.path.realpath(os.path.dirname(path))):
         try:
             info = os.stat(entry)
         except FileNotFoundError:
@@ -84,46 +99,78 @@ def _fallback_runtime_base() -> str:
     path = f"/run/user/{os.geteuid()}"
     if _parents_safe(path) and _private_dir(path, missing_ok=False):
         return path
+    import tempfile  # rare (no usable runtime folder): kept off the CLI's start-up path
+
     return os.path.join(tempfile.gettempdir(), f"runtime-{os.geteuid()}")
+
+
+def runtime_dir_str() -> str:
+    """:func:`runtime_dir` as a string."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(xdg) and _xdg_runtime_ok(xdg):
+        return os.path.join(xdg, APP)
+    if sys.platform == "darwin":
+        return os.path.join(os.path.expanduser("~/Library/Caches/TemporaryItems"), APP)
+    return os.path.join(_fallback_runtime_base(), APP)
 
 
 def runtime_dir() -> Path:
     """The folder holding every profile's socket (no ``MESH_SOCKET`` applied)."""
-    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
-    if os.path.isabs(xdg) and _xdg_runtime_ok(xdg):
-        return Path(xdg, APP)
-    if sys.platform == "darwin":
-        return Path(os.path.expanduser("~/Library/Caches/TemporaryItems"), APP)
-    return Path(_fallback_runtime_base(), APP)
+    from pathlib import Path
+
+    return Path(runtime_dir_str())
+
+
+def socket_path_str(profile: str) -> str:
+    """:func:`socket_path` as a string."""
+    if env := os.environ.get("MESH_SOCKET"):
+        return env
+    return os.path.join(runtime_dir_str(), f"{profile}.sock")
 
 
 def socket_path(profile: str) -> Path:
     """The socket a profile's daemon serves (``MESH_SOCKET`` overrides)."""
-    if env := os.environ.get("MESH_SOCKET"):
-        return Path(env)
-    return runtime_dir() / f"{profile}.sock"
+    from pathlib import Path
+
+    return Path(socket_path_str(profile))
+
+
+def state_dir_str() -> str:
+    """:func:`state_dir` as a string."""
+    if env := os.environ.get("MESH_STATE_DIR"):
+        return env
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    if os.path.isabs(xdg):
+        return os.path.join(xdg, APP)
+    if sys.platform == "darwin":
+        return os.path.join(os.path.expanduser("~/Library/Application Support"), APP)
+    return os.path.join(os.path.expanduser("~/.local/state"), APP)
 
 
 def state_dir() -> Path:
     """The folder of databases, locks, daemon logs and recorded socket paths."""
-    if env := os.environ.get("MESH_STATE_DIR"):
-        return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME", "")
-    if os.path.isabs(xdg):
-        return Path(xdg, APP)
-    if sys.platform == "darwin":
-        return Path(os.path.expanduser("~/Library/Application Support"), APP)
-    return Path(os.path.expanduser("~/.local/state"), APP)
+    from pathlib import Path
+
+    return Path(state_dir_str())
+
+
+def recorded_socket_str(profile: str) -> str | None:
+    """:func:`recorded_socket` as a string."""
+    try:
+        with open(os.path.join(state_dir_str(), f"{profile}.socket"), encoding="utf-8") as recorded:
+            text = recorded.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    return line if line and os.path.isabs(line) else None
 
 
 def recorded_socket(profile: str) -> Path | None:
     """The socket path the profile's daemon recorded in the state folder, if any."""
-    try:
-        text = (state_dir() / f"{profile}.socket").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    line = text.strip().splitlines()[0].strip() if text.strip() else ""
-    return Path(line) if line and os.path.isabs(line) else None
+    from pathlib import Path
+
+    found = recorded_socket_str(profile)
+    return None if found is None else Path(found)
 
 
 def spawn_lock(profile: str) -> Path:

@@ -17,7 +17,9 @@ answering, and starts nothing. The daemon is started, in this order, by:
 
 ``MESH_SPAWN=direct`` skips 1 and 2 (tests, machines whose user manager misbehaves).
 
-Standard library only.
+Standard library only. ``subprocess``, ``shutil`` and ``logging`` are imported inside the
+functions that start a daemon: a command that finds its daemon running (every
+``meshctl`` run but the first) must not pay for them (BENCH.md).
 """
 
 from __future__ import annotations
@@ -25,20 +27,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import logging
 import os
-import shutil
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from meshctl import _conn, _paths
+from meshctl import _conn, _log, _paths
 from meshd.protocol.errors import MeshUnavailable
 
-log = logging.getLogger("meshctl")
+if TYPE_CHECKING:
+    import subprocess
+    from pathlib import Path
 
 #: How long a started daemon has to answer ``mesh.ping``.
 START_TIMEOUT = 10.0
@@ -51,23 +52,30 @@ _NO_DAEMON = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK)
 
 def find_socket(profile: str, explicit: str | os.PathLike[str] | None = None) -> Path:
     """The socket to try: explicit, else ours if it exists, else the recorded one, else ours."""
+    from pathlib import Path
+
+    return Path(_find_socket(profile, explicit))
+
+
+def _find_socket(profile: str, explicit: str | os.PathLike[str] | None) -> str:
+    """:func:`find_socket` on strings (no pathlib on the connect path)."""
     if explicit:
-        return Path(explicit)
-    own = _paths.socket_path(profile)
-    if "MESH_SOCKET" in os.environ or own.exists():
+        return os.fspath(explicit)
+    own = _paths.socket_path_str(profile)
+    if "MESH_SOCKET" in os.environ or os.path.exists(own):
         return own
-    recorded = _paths.recorded_socket(profile)
-    if recorded is not None and recorded.exists():
+    recorded = _paths.recorded_socket_str(profile)
+    if recorded is not None and os.path.exists(recorded):
         return recorded
     return own
 
 
-def _connect(path: Path, timeout: float) -> socket.socket | None:
+def _connect(path: str, timeout: float) -> socket.socket | None:
     """A connected socket, or None when no daemon listens there; other errors raise."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        sock.connect(os.fspath(path))
+        sock.connect(path)
     except OSError as exc:
         sock.close()
         if exc.errno in _NO_DAEMON:
@@ -101,7 +109,7 @@ def _ping(sock: socket.socket) -> bool:
 def daemon_running(profile: str, socket_path: str | os.PathLike[str] | None = None) -> bool:
     """Whether a daemon answers for ``profile``; never starts one."""
     try:
-        sock = _connect(find_socket(profile, socket_path), 2.0)
+        sock = _connect(_find_socket(profile, socket_path), 2.0)
     except MeshUnavailable:
         return False
     if sock is None:
@@ -120,7 +128,7 @@ def connect_or_start(
 
     Raises MeshUnavailable with a sentence saying what to do when there is none.
     """
-    path = find_socket(profile, socket_path)
+    path = _find_socket(profile, socket_path)
     sock = _connect(path, timeout)
     if sock is not None:
         return sock
@@ -129,11 +137,11 @@ def connect_or_start(
             f"no meshd is running for profile {profile!r} (socket {path}); start it with "
             f"`meshctl daemon start --profile {profile}`, or let the client start it "
             "(autostart=True)",
-            {"socket": os.fspath(path), "profile": profile},
+            {"socket": path, "profile": profile},
         )
     with _spawn_lock(profile):
         # Another client may have started it while we waited for the lock.
-        path = find_socket(profile, socket_path)
+        path = _find_socket(profile, socket_path)
         sock = _connect(path, timeout)
         if sock is not None:
             return sock
@@ -172,9 +180,15 @@ def _spawn_lock(profile: str) -> Iterator[None]:
         os.close(fd)  # closing drops the flock
 
 
+def _which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)
+
+
 def _systemd_user() -> bool:
     """Whether a systemd user manager answers."""
-    if not shutil.which("systemctl"):
+    if not _which("systemctl"):
         return False
     out = _quiet(["systemctl", "--user", "is-system-running"])
     return out is not None and out.strip() in {"running", "degraded"}
@@ -182,6 +196,8 @@ def _systemd_user() -> bool:
 
 def _quiet(argv: list[str]) -> str | None:
     """Run a short command; its stdout, or None if it failed."""
+    import subprocess
+
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL, check=False
@@ -192,8 +208,8 @@ def _quiet(argv: list[str]) -> str | None:
 
 
 def _meshd_argv(profile: str) -> list[str]:
-    beside = Path(sys.executable).parent / "meshd"
-    exe = os.fspath(beside) if beside.exists() else shutil.which("meshd")
+    beside = os.path.join(os.path.dirname(sys.executable), "meshd")
+    exe = beside if os.path.exists(beside) else _which("meshd")
     base = [exe] if exe else [sys.executable, "-m", "meshd"]
     return [*base, "run", "--profile", profile]
 
@@ -203,11 +219,11 @@ def _start(profile: str) -> subprocess.Popen[bytes] | None:
     via_systemd = os.environ.get("MESH_SPAWN", "auto") != "direct"
     if via_systemd and _start_unit(profile):
         return None
-    if via_systemd and shutil.which("systemd-run") and _systemd_user():
+    if via_systemd and _which("systemd-run") and _systemd_user():
         setenv = [f"--setenv={k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
         argv = ["systemd-run", "--user", "--collect", "--quiet", "--unit", f"meshd-{profile}"]
         if _quiet([*argv, *setenv, *_meshd_argv(profile)]) is not None:
-            log.info("started meshd for profile %s via systemd-run", profile)
+            _log.info("started meshd for profile %s via systemd-run", profile)
             return None
     return _start_detached(profile)
 
@@ -217,15 +233,17 @@ def _start_unit(profile: str) -> bool:
     if any(name in os.environ for name in ("MESH_SOCKET", "MESH_STATE_DIR")):
         return False
     unit = f"meshd@{profile}.service"
-    if not shutil.which("systemctl") or _quiet(["systemctl", "--user", "cat", unit]) is None:
+    if not _which("systemctl") or _quiet(["systemctl", "--user", "cat", unit]) is None:
         return False
     if _quiet(["systemctl", "--user", "start", unit]) is None:
         return False
-    log.info("started meshd for profile %s via %s", profile, unit)
+    _log.info("started meshd for profile %s via %s", profile, unit)
     return True
 
 
 def _start_detached(profile: str) -> subprocess.Popen[bytes]:
+    import subprocess
+
     _reap()
     logfile = _paths.log_file(profile)
     with open(logfile, "ab") as out:
@@ -240,7 +258,7 @@ def _start_detached(profile: str) -> subprocess.Popen[bytes]:
             env=dict(os.environ),
         )
     _SPAWNED.append(proc)
-    log.info("started meshd for profile %s (pid %d, log %s)", profile, proc.pid, logfile)
+    _log.info("started meshd for profile %s (pid %d, log %s)", profile, proc.pid, logfile)
     return proc
 
 
@@ -260,7 +278,7 @@ def _wait_ready(
     delay = 0.005
     while time.monotonic() < deadline:
         exited = proc is not None and proc.poll() is not None
-        sock = _connect(find_socket(profile, socket_path), timeout)
+        sock = _connect(_find_socket(profile, socket_path), timeout)
         if sock is not None:
             if _ping(sock):
                 return sock

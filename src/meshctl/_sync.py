@@ -14,13 +14,13 @@ Error handling: unreachable daemon -> MeshUnavailable (a sentence says what to d
 no reply in time -> MeshTimeout (the connection is dropped, so a late reply cannot be
 mistaken for the next one); the daemon's ``error`` objects -> the class for their
 ``data.code``. With ``fail_open=True`` an unreachable daemon makes calls return None
-instead, says so once through ``logging``, and reconnects with backoff (0.5 s doubling
-to 30 s) on later calls.
+instead, says so once through the ``meshctl`` logger (:mod:`meshctl._log` imports
+logging only when there is something to say), and reconnects with backoff (0.5 s
+doubling to 30 s) on later calls.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import socket as _socket
 import threading
@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from meshctl import _conn, _paths, _spawn
+from meshctl import _log as log
 from meshd.protocol.errors import (
     FrameTooLarge,
     MeshError,
@@ -39,8 +40,6 @@ from meshd.protocol.errors import (
     SessionExpired,
     UnknownSession,
 )
-
-log = logging.getLogger("meshctl")
 
 _BIG_SEND = 64 << 10
 _BACKOFF_FIRST = 0.5

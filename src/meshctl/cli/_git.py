@@ -6,11 +6,14 @@ repository. Spawning ``git`` twice would cost more than the whole rest of the
 command (BENCH.md), and the answer is in two small files: walk up to the first
 ``.git`` (a folder, or a file ``gitdir: …`` in a linked worktree), then read
 ``HEAD`` (``ref: refs/heads/NAME``; a detached HEAD has no branch).
+
+Plain ``os.path`` on strings, not :mod:`pathlib`, whose import (``urllib.parse``,
+``ipaddress`` …) would cost more than this whole walk.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import NamedTuple
 
 
@@ -22,40 +25,43 @@ class GitPlace(NamedTuple):
     worktree: str | None = None
 
 
-def _git_dir(top: Path) -> Path | None:
-    dot_git = top / ".git"
-    if dot_git.is_dir():
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _git_dir(top: str) -> str | None:
+    dot_git = os.path.join(top, ".git")
+    if os.path.isdir(dot_git):
         return dot_git
-    try:
-        text = dot_git.read_text(encoding="utf-8").strip()
-    except OSError:
+    text = _read(dot_git)
+    if text is None or not text.startswith("gitdir:"):
         return None
-    if not text.startswith("gitdir:"):
-        return None
-    gitdir = Path(text[len("gitdir:") :].strip())
-    return gitdir if gitdir.is_absolute() else (top / gitdir).resolve()
+    gitdir = text[len("gitdir:") :].strip()
+    return gitdir if os.path.isabs(gitdir) else os.path.realpath(os.path.join(top, gitdir))
 
 
-def _branch(git_dir: Path) -> str | None:
-    try:
-        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
+def _branch(git_dir: str) -> str | None:
+    head = _read(os.path.join(git_dir, "HEAD"))
     prefix = "ref: refs/heads/"
-    return head[len(prefix) :] if head.startswith(prefix) else None
+    return head[len(prefix) :] if head is not None and head.startswith(prefix) else None
 
 
 def git_place(cwd: str) -> GitPlace:
     """The repository, branch and (for a linked worktree) worktree that contain ``cwd``."""
-    here = Path(cwd)
-    for top in (here, *here.parents):
-        if not (top / ".git").exists():
-            continue
-        git_dir = _git_dir(top)
-        if git_dir is None:
+    top = os.path.normpath(cwd)
+    while True:
+        dot_git = os.path.join(top, ".git")
+        if os.path.exists(dot_git):
+            git_dir = _git_dir(top)
+            if git_dir is None:
+                return GitPlace()
+            linked = os.path.isfile(dot_git)
+            return GitPlace(repo=top, branch=_branch(git_dir), worktree=top if linked else None)
+        parent = os.path.dirname(top)
+        if parent == top:
             return GitPlace()
-        linked = (top / ".git").is_file()
-        return GitPlace(
-            repo=str(top), branch=_branch(git_dir), worktree=str(top) if linked else None
-        )
-    return GitPlace()
+        top = parent

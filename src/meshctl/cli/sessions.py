@@ -31,14 +31,16 @@ Decisions:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import State, common_options, get_state
 from meshd.protocol.errors import MeshError, MeshUnavailable
+
+if TYPE_CHECKING:
+    from pathlib import Path  # imported when --all-profiles needs it (start-up cost)
 
 Session = Mapping[str, Any]
 
@@ -212,7 +214,7 @@ def _own_socket(state: State) -> Path | None:
     from meshctl import _spawn
 
     try:
-        return _spawn.find_socket(state.profile, Path(state.socket) if state.socket else None)
+        return _spawn.find_socket(state.profile, state.socket)
     except (MeshUnavailable, OSError):
         return None
 

@@ -1,0 +1,179 @@
+"""What a ``meshctl`` run imports: the start-up path stays lean (BENCH.md).
+
+BENCH.md holds a one-round-trip command within 2.5x of a stdlib one-request script,
+and click's import is the floor. These tests do not time anything (timings live
+in ``bench/``); they check the cause instead: which modules a real run loaded,
+read from ``sys.modules`` at exit in a subprocess. Each of the modules below costs
+milliseconds and is needed only off the common path:
+
+- ``subprocess``, ``shutil``: starting a daemon (``meshctl._spawn``);
+- ``tempfile``: the fallback runtime folder when there is no usable one;
+- ``logging``: the client library's warnings (``meshctl._log``). click does not
+  import it (checked here too: a bare ``import click`` run is part of the test);
+- ``pathlib``: only ``--all-profiles`` and tests want ``Path`` objects;
+- ``dataclasses``: nothing on the CLI path needs it.
+
+A run's exit status is checked, so a run that stopped early (and so imported
+little) cannot pass for a light one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import pytest
+
+from .conftest import OfflineEnv
+
+#: Off the start-up path of every command that finds its daemon running.
+LAZY = ("subprocess", "shutil", "tempfile", "logging", "pathlib", "dataclasses")
+#: Never on the CLI path at all (BENCH.md).
+HEAVY = ("anyio", "msgspec", "platformdirs")
+
+# Runs ``meshctl`` as the console script does, and writes sys.modules at exit
+# (after click's SystemExit) to the file named by argv[1].
+_PROBE = """
+import atexit, sys
+out = sys.argv.pop(1)
+def dump():
+    with open(out, "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+atexit.register(dump)
+sys.argv[0] = "meshctl"
+from meshctl.cli import main
+main()
+"""
+
+
+def loaded(args: list[str], env: dict[str, str], code: int) -> set[str]:
+    """Every module a ``meshctl ARGS`` run had imported when it exited with ``code``."""
+    fd, path = tempfile.mkstemp(prefix="mods-")
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE, path, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == code, f"{args} -> {done.returncode}\n{done.stderr[-2000:]}"
+        with open(path, encoding="utf-8") as f:
+            names = set(f.read().split())
+    finally:
+        os.unlink(path)
+    assert "click" in names, sorted(names)
+    assert "meshctl.cli" in names, sorted(names)
+    return names
+
+
+def imported_by(code: str) -> set[str]:
+    """The modules ``python -c CODE`` has loaded at its end."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return set(done.stdout.split())
+
+
+def _top(names: set[str], wanted: tuple[str, ...]) -> list[str]:
+    return sorted(set(wanted) & names)
+
+
+class TestImportOnly:
+    def test_click_itself_imports_none_of_them(self) -> None:
+        """The premise: click alone loads none of LAZY (else it would be the floor's cost)."""
+        names = imported_by("import click")
+
+        assert "click" in names
+        assert _top(names, LAZY) == []
+
+    @pytest.mark.parametrize("code", ["import meshctl.cli", "import meshctl; meshctl.Mesh"])
+    def test_import_is_lean(self, code: str) -> None:
+        """Importing the CLI, or the blocking client, loads none of LAZY or HEAVY."""
+        names = imported_by(code)
+
+        assert "meshctl._sync" in names
+        assert _top(names, LAZY + HEAVY) == []
+
+
+class TestOfflineRuns:
+    def test_help(self, offline_env: OfflineEnv) -> None:
+        """--help loads none of LAZY but shutil, which click's HelpFormatter imports itself
+        (for the terminal width) when it formats help: click's cost, not ours."""
+        names = loaded(["--help"], offline_env.env, 0)
+
+        assert _top(names, LAZY + HEAVY) == ["shutil"]
+
+    def test_refusal(self, offline_env: OfflineEnv) -> None:
+        """A refusal (no session) loads none of LAZY or HEAVY."""
+        names = loaded(["heartbeat", "--json"], offline_env.env, 1)
+
+        assert _top(names, LAZY + HEAVY) == []
+
+
+class TestRoundTrips:
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["sessions", "active"],
+            ["sessions", "active", "--json"],
+            ["call", "mesh.ping"],
+            ["register", "--task", "t", "--liveness", "heartbeat"],
+        ],
+    )
+    def test_lean(self, args: list[str], daemon: Any) -> None:
+        """A command that finds its daemon running loads none of LAZY or HEAVY."""
+        names = loaded(args, daemon.env, 0)
+
+        assert "meshctl._sync" in names
+        assert _top(names, LAZY + HEAVY) == []
+
+    def test_heartbeat_of_a_session(self, daemon: Any) -> None:
+        """The per-turn command, heartbeat, on a registered session: lean too."""
+        reg = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "meshctl.cli",
+                "register",
+                "--task",
+                "t",
+                "--pid",
+                str(os.getpid()),
+            ],
+            env=daemon.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        env = {**daemon.env, "MESH_SESSION": reg.stdout.strip()}
+
+        names = loaded(["heartbeat", "--status", "thinking"], env, 0)
+
+        assert _top(names, LAZY + HEAVY) == []
+
+    def test_autostart_does_load_subprocess(self, offline_env: OfflineEnv) -> None:
+        """The other side: starting a daemon is where subprocess is paid for (so the
+        probe can see a lazy import happen, and the lean results above mean something)."""
+        try:
+            names = loaded(["call", "mesh.ping"], offline_env.env, 0)
+        finally:
+            subprocess.run(
+                [sys.executable, "-m", "meshctl.cli", "daemon", "stop"],
+                env=offline_env.env,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+
+        assert "subprocess" in names
