@@ -22,14 +22,16 @@ import sys
 import anyio
 from anyio.abc import SocketListener, TaskGroup
 
-from meshd import __version__, config, sdnotify, singleton
+from meshd import __version__, config, sdnotify, singleton, storage_claims
+from meshd.core.claims import Fencing
 from meshd.core.clock import SystemClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState
+from meshd.keys import from_canonical
 from meshd.paths import PathError, ProfilePaths, check_socket_length, ensure_private_dir
 from meshd.server import Server
 from meshd.service import Service
-from meshd.store import Store, StoreError
+from meshd.store import Restored, Store, StoreError
 
 log = logging.getLogger("meshd")
 SWEEP_INTERVAL = 0.25
@@ -103,6 +105,24 @@ class Daemon:
         self.state.reconfigure(settings)
         log.info("config reloaded from %s", self.paths.config)
         return True, None
+
+    def restore(self, restored: Restored) -> None:
+        """Put back sessions, then their claims; tokens resume above every stored block."""
+        state = self.state
+        for s in restored.sessions:
+            state.registry.restore(s)
+        reserved = int(restored.meta.get(storage_claims.FENCING_KEY, 0) or 0)
+        state.claims.fencing = Fencing(reserved=reserved)
+        now_m, now_w = state.clock.monotonic(), state.clock.now()
+        for c in restored.claims:
+            if c.session_id not in state.registry.sessions:
+                continue
+            ttl_left = None if c.expires_at is None else c.expires_at - now_w
+            state.claims.restore(
+                c.session_id, from_canonical(c.resource), mode="shared" if c.mode == "shared"
+                else "exclusive", token=c.token, reason=c.reason, since=c.since,
+                ttl_left=ttl_left, now_mono=now_m,
+            )  # fmt: skip
 
     # --- listener -------------------------------------------------------------------
 
@@ -180,8 +200,7 @@ class Daemon:
             restored = await anyio.to_thread.run_sync(self.store.open)
         except StoreError as exc:
             raise StartupError(str(exc)) from exc
-        for s in restored.sessions:
-            self.state.registry.restore(s)
+        self.restore(restored)
         listener = await self.listener()
         try:
             async with anyio.create_task_group() as tg:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from meshd.core.registry import EndReason, Session
-from meshd.core.state import Event, MeshState
+from meshd.core.state import Drained, Event, MeshState, Outcome
 from meshd.paths import ProfilePaths
 from meshd.pidwatch import PidWatcher
 from meshd.protocol import methods as m
@@ -75,6 +75,9 @@ class Service:
         self.publish: Callable[[list[Event]], None] = lambda events: None
         self.subscribe: Callable[[Conn, str], None] = lambda conn, sid: None
         self.on_connection_closed: list[Callable[[Conn], None]] = []
+        self.resolve_waiters: Callable[[list[Outcome], BaseException | None], None] = (
+            lambda outcomes, error: None
+        )
         self.handlers: dict[str, Handler] = {}
         self.specs: list[m.MethodSpec] = []
         from meshd.handlers import install_all
@@ -117,19 +120,34 @@ class Service:
             raise InvalidParams(f"Invalid params: {exc}", {"path": "$"}) from exc
 
     async def commit(self) -> None:
-        """Store what the last core calls wrote, publish their events; then reply."""
-        writes, events = self.state.drain()
-        if events:
-            self.publish(events)
-        if writes:
-            await self.store.commit(writes)
+        """Store what the last core calls wrote, then publish and wake waiters; then reply.
+
+        Queued claim requests granted by this change are answered only after the
+        grant is committed, like any other acknowledgement.
+        """
+        d = self.state.drain()
+        if d.writes:
+            try:
+                await self.store.commit(d.writes)
+            except BaseException as exc:
+                self._after_commit(d, exc)
+                raise
+        self._after_commit(d, None)
 
     def flush_background(self) -> None:
-        """Queue what background work (sweeps, deaths) wrote, without waiting."""
-        writes, events = self.state.drain()
-        if events:
-            self.publish(events)
-        self.store.submit(writes)
+        """Queue what background work (sweeps, deaths) wrote; publish once committed."""
+        d = self.state.drain()
+        if d.writes:
+            self.store.submit(d.writes, on_done=lambda error: self._after_commit(d, error))
+        else:
+            self._after_commit(d, None)
+
+    def _after_commit(self, d: Drained, error: BaseException | None) -> None:
+        """Tell what is now durable; a failed commit tells waiters, not subscribers."""
+        if d.events and error is None:
+            self.publish(d.events)
+        if d.outcomes:
+            self.resolve_waiters(d.outcomes, error)
 
     # --- session lifecycle, whoever triggers it -------------------------------------
 

@@ -21,17 +21,19 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
 
+from meshd import storage_claims
 from meshd.core.registry import Session
 from meshd.protocol.errors import StorageUnavailable
 
 log = logging.getLogger("meshd.store")
 
 Write = tuple[Any, ...]
+T = TypeVar("T")
 
 MIGRATIONS: list[str] = [
     # 1: sessions and meta
@@ -46,6 +48,8 @@ MIGRATIONS: list[str] = [
     ) STRICT;
     CREATE INDEX sessions_live ON sessions(session_id) WHERE ended_at IS NULL;
     """,
+    # 2: claims, audit log
+    storage_claims.DDL,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -93,7 +97,11 @@ _WRITERS: dict[str, Callable[..., None]] = {
     "session.snapshot": _session_snapshot,
     "session.end": _session_end,
     "meta.set": _meta_set,
+    "claim.audit": storage_claims.write_audit,
+    "fencing.reserve": storage_claims.write_fencing,
 }
+# Write kinds that must survive power loss: their batch commits with synchronous=FULL.
+SYNC_KINDS: set[str] = {"fencing.reserve"}
 
 
 def register_writer(kind: str, fn: Callable[..., None]) -> None:
@@ -106,6 +114,7 @@ class _Pending:
     writes: list[Write]
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
+    on_done: Callable[[BaseException | None], None] | None = None
 
 
 @dataclass
@@ -114,6 +123,7 @@ class Restored:
 
     sessions: list[Session]
     meta: dict[str, Any]
+    claims: list[storage_claims.StoredClaim] = field(default_factory=list)
 
 
 class Store:
@@ -174,7 +184,7 @@ class Store:
             except msgspec.DecodeError:
                 log.warning("skipping an unreadable session record")
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        return Restored(sessions=sessions, meta=meta)
+        return Restored(sessions=sessions, meta=meta, claims=storage_claims.load_claims(db))
 
     def close(self) -> None:
         if self._db is not None:
@@ -198,11 +208,20 @@ class Store:
                 {"path": str(self.path)},
             )
 
-    def submit(self, writes: list[Write]) -> None:
-        """Queue writes without waiting (snapshots, expiry found by the sweeper)."""
+    def submit(
+        self,
+        writes: list[Write],
+        on_done: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        """Queue writes without waiting (snapshots, expiry found by the sweeper).
+
+        ``on_done(error)`` runs on the event loop once they are committed (or failed).
+        """
         if writes:
-            self._queue.append(_Pending(writes))
+            self._queue.append(_Pending(writes, on_done=on_done))
             self._wake.set()
+        elif on_done is not None:
+            on_done(None)
 
     async def run_writer(self) -> None:
         """The writer task: take what is queued, commit it in one go, wake the callers."""
@@ -233,12 +252,17 @@ class Store:
                 p.error = exc
         for p in batch:
             p.done.set()
+            if p.on_done is not None:
+                p.on_done(p.error)
 
     def _apply(self, batch: Iterable[_Pending]) -> None:
         db = self._db
         if db is None:
             raise StoreError("database is closed")
         n = 0
+        sync = any(w[0] in SYNC_KINDS for p in batch for w in p.writes)
+        if sync:
+            db.execute("PRAGMA synchronous=FULL")
         db.execute("BEGIN IMMEDIATE")
         try:
             for p in batch:
@@ -250,11 +274,19 @@ class Store:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        finally:
+            if sync:
+                db.execute("PRAGMA synchronous=NORMAL")
         self.commits += 1
         self.writes += n
 
-    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """A read on the writer's connection (blocking; call from a worker thread)."""
-        if self._db is None:
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking read ``fn(db, *args)`` in the writer's thread, between commits.
+
+        History (audit log, read messages) lives here, not in memory: reads go to
+        SQLite off the event loop.
+        """
+        db = self._db
+        if db is None:
             raise StoreError("database is closed")
-        return self._db.execute(sql, args).fetchall()
+        return await anyio.to_thread.run_sync(lambda: fn(db, *args), limiter=self._limiter)

@@ -1,9 +1,10 @@
-"""The aggregate the service drives: registry (and, as they land, claims and mailboxes).
+"""The aggregate the service drives: the registry and the claim table (mailboxes next).
 
-Each command mutates memory at once and appends what must be stored to
-:attr:`MeshState.writes` and what must be pushed to :attr:`MeshState.events`.
-The service drains both right after the call, commits the writes before it
-replies, and hands the events to the server: the core itself does no I/O.
+Each command mutates memory at once and leaves what must be stored in
+:attr:`MeshState.writes`, what must be pushed in :attr:`MeshState.events`, and
+the fate of queued claim requests in :attr:`MeshState.outcomes`. The service
+drains all three right after the call (:meth:`MeshState.drain`), commits the
+writes before it replies, and hands the rest on: the core itself does no I/O.
 """
 
 from __future__ import annotations
@@ -11,11 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshd.core.claims import Cancelled, ClaimTable, EndHow, Fencing, Notice
 from meshd.core.clock import Clock
 from meshd.core.registry import EndReason, Registration, Registry, Report, Session
 from meshd.core.settings import Settings
 
 Write = tuple[Any, ...]
+Outcome = Notice | Cancelled
+
+# How a session's end reads to its claims: a clean end, or a loss the next holder is told of.
+_END_HOW: dict[str, EndHow] = {
+    "ended": "ended",
+    "replaced": "ended",
+    "expired": "expired",
+    "unbound": "expired",
+    "died": "died",
+}
 
 
 @dataclass(slots=True)
@@ -27,6 +39,13 @@ class Event:
     payload: dict[str, Any]
 
 
+@dataclass(slots=True)
+class Drained:
+    writes: list[Write]
+    events: list[Event]
+    outcomes: list[Outcome]
+
+
 @dataclass
 class MeshState:
     """Everything the daemon holds in memory for one profile."""
@@ -34,18 +53,32 @@ class MeshState:
     clock: Clock
     settings: Settings
     profile: str
+    fencing_reserved: int = 0
     registry: Registry = field(init=False)
+    claims: ClaimTable = field(init=False)
     writes: list[Write] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.registry = Registry(self.clock, self.settings, self.profile)
+        self.claims = ClaimTable(
+            ancestors=self.registry.ancestors, fencing=Fencing(reserved=self.fencing_reserved)
+        )
 
-    def drain(self) -> tuple[list[Write], list[Event]]:
-        """Take the writes and events the last commands produced."""
+    def drain(self) -> Drained:
+        """Take the writes, events and waiter outcomes the last commands produced."""
+        out = self.claims.drain()
         writes, events = self.writes, self.events
         self.writes, self.events = [], []
-        return writes, events
+        if out.reserve_until is not None:  # first, so the block is stored with its grants
+            writes.insert(0, ("fencing.reserve", out.reserve_until))
+        writes.extend(("claim.audit", rec) for rec in out.audit)
+        outcomes: list[Outcome] = list(out.cancelled)
+        for n in out.notices:
+            if n.waiter_id is not None:
+                outcomes.append(n)
+            events.append(Event(n.session_id, f"claim.{n.kind}", _notice_payload(n)))
+        return Drained(writes, events, outcomes)
 
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings
@@ -62,16 +95,20 @@ class MeshState:
         return self.registry.heartbeat(sid, report)
 
     def end(self, sid: str, reason: EndReason = "ended") -> Session:
-        """End a session and release everything it held."""
+        """End a session and release everything it held (cancelling its waits)."""
         s = self.registry.end(sid, reason)
         self.writes.append(("session.end", sid, self.clock.now(), reason))
+        self.claims.release_session(
+            sid, _END_HOW[reason], now_mono=self.clock.monotonic(), now_wall=self.clock.now()
+        )
         return s
 
     def expire_due(self) -> list[tuple[Session, EndReason]]:
-        """End every session whose deadline passed (sweeper)."""
+        """End every session whose deadline passed, and free claims whose ttl ran out."""
         due = self.registry.due()
         for s, reason in due:
             self.end(s.session_id, reason)
+        self.claims.expire_ttls(self.clock.monotonic(), self.clock.now())
         return due
 
     def snapshot_writes(self) -> list[Write]:
@@ -82,3 +119,19 @@ class MeshState:
         ]
         reg.dirty.clear()
         return out
+
+
+def _notice_payload(n: Notice) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "resources": list(n.resources),
+        "token": n.token,
+        "at": n.at,
+        "framing": "claim notice from the mesh daemon (not from the user)",
+    }
+    if n.how:
+        payload["how"] = n.how
+    if n.by:
+        payload["by"] = n.by
+    if n.reason:
+        payload["reason"] = n.reason
+    return payload
