@@ -4,7 +4,9 @@
 imports what the daemon imports (``meshd.app`` pulls in server, store, service,
 handlers), builds a :class:`meshd.core.registry.Registry` on a
 :class:`~meshd.core.clock.ManualClock` and registers the sessions through it, as
-``session.register`` would, then times full collections.
+``session.register`` would, then times full collections. It runs in a fresh
+process (``python -m bench.gcpause N REPEATS``) so the harness's own objects do
+not count.
 """
 
 from __future__ import annotations
@@ -16,11 +18,17 @@ from typing import Any
 from bench.common import median
 
 
-def measure(n: int, repeats: int) -> dict[str, Any]:
+def measure(n: int, repeats: int, freeze: bool = False) -> dict[str, Any]:
+    """With ``freeze``: ``gc.freeze()`` after the imports, before any session exists
+    (what the daemon could do at start-up: the proposed fix)."""
     import meshd.app  # noqa: F401  (the daemon's whole module graph)
     from meshd.core.clock import ManualClock
     from meshd.core.registry import Registration, Registry
     from meshd.core.settings import Settings
+
+    if freeze:
+        gc.collect()
+        gc.freeze()
 
     reg = Registry(ManualClock(), Settings(), "bench")
     for i in range(n):
@@ -52,11 +60,7 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
             )
         )
     gc.collect()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        gc.collect()
-        times.append(time.perf_counter() - t)
+    times = _collections(repeats)
     return {
         "pause": median(times),
         "min": min(times),
@@ -65,5 +69,17 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
     }
 
 
+def _collections(repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        gc.collect()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 if __name__ == "__main__":
-    print(measure(10_000, 7))
+    import json
+    import sys
+
+    print(json.dumps(measure(int(sys.argv[1]), int(sys.argv[2]), "freeze" in sys.argv[3:])))
