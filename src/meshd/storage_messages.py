@@ -16,13 +16,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from meshd.core.mailbox import REPLY_WINDOW, Handoff, Message
 from meshd.protocol.messages import HandoffInfo, InboxItem, ItemState, framing, rfc3339
-from meshd.store import register_writer
 
 DDL = """
 CREATE TABLE messages (
@@ -112,7 +112,12 @@ def _message_prune(db: sqlite3.Connection, cutoff: float) -> None:
 
 
 def install() -> None:
-    """Teach the store the SQL of this domain's write kinds."""
+    """Teach the store the SQL of this domain's write kinds.
+
+    Imported here, not at the top, so that :mod:`meshd.store` may import :data:`DDL`.
+    """
+    from meshd.store import register_writer
+
     register_writer("message.put", _message_put)
     register_writer("message.state", _message_state)
     register_writer("handoff.put", _handoff_put)
@@ -237,3 +242,12 @@ def restore(db: sqlite3.Connection, now_wall: float) -> RestoredMail:
         max_message_id=max_m,
         max_handoff_id=max_h,
     )
+
+
+def restore_file(path: str | Path, now_wall: float) -> RestoredMail:
+    """:func:`restore` on a connection of its own (blocking; run it in a worker thread)."""
+    db = sqlite3.connect(path)
+    try:
+        return restore(db, now_wall)
+    finally:
+        db.close()

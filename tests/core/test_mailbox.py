@@ -183,6 +183,22 @@ class TestReading:
 
         assert mb.ack("c", [m.id]) == []
 
+    def test_only_the_ids_a_reader_was_shown(self, mb: Mailbox) -> None:
+        """``only`` hands over exactly those items (a history page), nothing else."""
+        first = mb.send("a", "b", "one")
+        second = mb.send("a", "b", "two")
+        mb.inbox("b", only=[second.id, 999])
+
+        assert (first.state, second.state) == ("queued", "read")
+
+    def test_discard_forgets_an_unstored_item(self, mb: Mailbox) -> None:
+        """An item whose commit failed leaves no trace in memory."""
+        m = mb.send("a", "b", "x")
+        mb.discard(m.id)
+
+        assert mb.unread("b") == []
+        assert mb.reply_target("b", m.id) is None
+
     def test_inbox_is_oldest_first_and_limited(self, mb: Mailbox) -> None:
         """Unread items come oldest first, at most ``limit`` of them."""
         ids = [mb.send("a", "b", f"m{i}").id for i in range(3)]
@@ -522,6 +538,13 @@ class TestHandoffs:
         assert (item.kind, item.sender) == ("handoff", "a")
         assert "- write tests" in item.text
 
+    def test_requested_handoff_need_not_land_in_the_inbox(self, mb: Mailbox) -> None:
+        """``deliver=False`` stores the handoff without an inbox item."""
+        mb.write_handoff("a", "done", to="b", deliver=False)
+
+        assert mb.unread("b") == []
+        assert "done" in mb.status_text("a", "b")
+
     def test_ids_grow(self, mb: Mailbox) -> None:
         """Handoff ids come from their own growing sequence."""
         first = mb.write_handoff("a", "one")
@@ -613,6 +636,14 @@ class TestRestoreAndHousekeeping:
 
         with pytest.raises(NotFound):
             mb.answer("b", q.id, "too late")
+
+    def test_sweep_forgets_abandoned_queries(self, mb: Mailbox, clock: ManualClock) -> None:
+        """A query whose waiter vanished without finishing it is dropped after close."""
+        q = live_ask(mb, "a", "b", timeout=5)
+        clock.advance(65)
+        mb.sweep()
+
+        assert q.id not in mb.queries
 
     def test_prune_drops_old_unread_of_ended_sessions(
         self, mb: Mailbox, clock: ManualClock

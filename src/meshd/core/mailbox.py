@@ -29,7 +29,7 @@ or a push to a subscriber) → ``read`` (only on ack, or an inbox read without
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -420,17 +420,26 @@ class Mailbox:
         """Unread items of ``sid``, oldest first, without changing anything."""
         return list(self._inbox.get(sid, {}).values())
 
-    def inbox(self, sid: str, *, peek: bool = False, limit: int = 100) -> list[Message]:
+    def inbox(
+        self,
+        sid: str,
+        *,
+        peek: bool = False,
+        limit: int = 100,
+        only: Collection[int] | None = None,
+    ) -> list[Message]:
         """Hand ``sid``'s unread items (oldest first) to a reader.
 
         They become ``delivered``; without ``peek`` they are also ``read`` and leave
-        memory (the text lives on in SQLite). Returned items show their new state.
+        memory (the text lives on in SQLite). ``only``: just these ids (the ones a
+        history page shows). Returned items show their new state.
         """
         self.registry.get(sid)
         box = self._inbox.get(sid, {})
         now = self.clock.now()
         out = []
-        for m in list(box.values())[:limit]:
+        chosen = box.values() if only is None else (box[i] for i in only if i in box)
+        for m in list(chosen)[:limit]:
             if m.state == "queued":
                 m.state, m.delivered_at = "delivered", now
                 if peek:
@@ -454,6 +463,13 @@ class Mailbox:
                 self._mark_read(box, m, now)
                 done.append(i)
         return done
+
+    def discard(self, msg_id: int) -> None:
+        """Forget a new item whose storage failed: it was never acknowledged."""
+        self._recent.pop(msg_id, None)
+        for box in self._inbox.values():
+            if box.pop(msg_id, None) is not None:
+                return
 
     def _mark_read(self, box: dict[int, Message], m: Message, now: float) -> None:
         m.state, m.read_at = "read", now
@@ -709,11 +725,13 @@ class Mailbox:
         branch: str | None = None,
         next_steps: Sequence[str] = (),
         require_live: bool = True,
+        deliver: bool = True,
     ) -> Handoff:
         """A durable handoff; one addressed to a live session also lands in its inbox.
 
         ``require_live=False`` stores one for a sender that may just have ended (a
-        requested handoff, answered by the status responder).
+        requested handoff, answered by the status responder); ``deliver=False``
+        skips the inbox item (the requester gets the handoff in its reply).
         """
         if require_live:
             self.registry.get(sender)
@@ -732,7 +750,7 @@ class Mailbox:
         self._next_handoff += 1
         self._keep_handoff(h)
         self.writes.append(("handoff.put", h))
-        if to is not None and to in self.registry.sessions:
+        if deliver and to is not None and to in self.registry.sessions:
             self._put(sender, to, "handoff", _clip(handoff_text(h), self.settings.max_body_bytes))
         return h
 
@@ -751,9 +769,13 @@ class Mailbox:
     # --- housekeeping -------------------------------------------------------------------
 
     def sweep(self) -> None:
-        """Forget what no rule needs any more: closed queries, old reply links, budgets."""
+        """Forget what no rule needs any more: closed queries, old reply links, budgets.
+
+        A query is closed once late answers are no longer taken; one never finished
+        by then was abandoned by its waiter (its connection went away).
+        """
         now = self.clock.monotonic()
-        for q in [q for q in self.queries.values() if q.finished and now >= q.close_at]:
+        for q in [q for q in self.queries.values() if now >= q.close_at]:
             del self.queries[q.id]
         while self._recent_order:
             i = self._recent_order[0]

@@ -1,0 +1,305 @@
+"""``message.*``, ``query.*``, ``broadcast.send``, ``handoff.*``, ``events.subscribe`` (SPEC §6).
+
+The rules live in :mod:`meshd.core.mailbox`; this module waits and stores:
+
+* Asks (``query.ask``, ``handoff.request``, collected broadcasts) are concurrent
+  handlers. A query goes as an ``event`` of kind ``query`` to the connections
+  that called ``query.respond`` for the target (the responder channel), and the
+  ask waits for ``query.answer`` at most its timeout (``anyio.move_on_after``),
+  then takes the status answer: an ask never hangs past its timeout.
+* A responder or subscriber counts until its connection closes
+  (``svc.on_connection_closed``).
+* History (``inbox --all``, handoff list/show, sent states) is read from SQLite on
+  a read-only connection of its own, in a worker thread: WAL lets it read while
+  the store's writer writes.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, cast
+
+import anyio
+
+from meshd import storage_messages as sm
+from meshd.core.mailbox import (
+    HANDOFF_QUESTION,
+    Answer,
+    Mailbox,
+    Query,
+    item_of,
+    responder_channel,
+)
+from meshd.core.registry import Session
+from meshd.core.state import Event
+from meshd.keys import Key, canonical_key, path_key
+from meshd.protocol import messages as mm
+from meshd.protocol.errors import MeshDisabled, MeshError, NotFound
+from meshd.service import Conn, Service
+
+T = TypeVar("T")
+
+
+class _Claim(Protocol):
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def key(self) -> Key: ...
+
+
+class _ClaimTable(Protocol):
+    def list_claims(self, session_id: str | None = None) -> tuple[_Claim, ...]: ...
+
+
+def install(svc: Service) -> None:
+    h = MessageHandlers(svc)
+    svc.add(mm.SEND, h.send, is_async=True)
+    svc.add(mm.INBOX, h.inbox, is_async=True)
+    svc.add(mm.ACK, h.ack, is_async=True)
+    svc.add(mm.STATUS, h.status, is_async=True)
+    svc.add(mm.ASK, h.ask, is_async=True, concurrent=True)
+    svc.add(mm.ANSWER, h.answer, is_async=True)
+    svc.add(mm.RESPOND, h.respond)
+    svc.add(mm.BROADCAST, h.broadcast, is_async=True, concurrent=True)
+    svc.add(mm.HANDOFF_WRITE, h.handoff_write, is_async=True)
+    svc.add(mm.HANDOFF_REQUEST, h.handoff_request, is_async=True, concurrent=True)
+    svc.add(mm.HANDOFF_LIST, h.handoff_list, is_async=True)
+    svc.add(mm.HANDOFF_SHOW, h.handoff_show, is_async=True)
+    svc.add(mm.SUBSCRIBE, h.subscribe)
+    svc.on_connection_closed.append(h.connection_closed)
+
+
+def mailbox_of(svc: Service) -> Mailbox:
+    """The profile's mailbox, held by :class:`meshd.core.state.MeshState`."""
+    mb = getattr(svc.state, "mailbox", None)
+    if not isinstance(mb, Mailbox):
+        raise TypeError("MeshState has no mailbox: wire meshd.core.mailbox in core/state.py")
+    return mb
+
+
+class MessageHandlers:
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.mb = mailbox_of(svc)
+        self.mb.wake = self._wake
+        self._waits: dict[int, anyio.Event] = {}
+        self._reader: sqlite3.Connection | None = None
+        self._read_limiter = anyio.CapacityLimiter(1)
+        sm.install()
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    async def _commit(self) -> None:
+        """Hand the mailbox's writes and pushes to the service; stored before the reply."""
+        writes, pushes = self.mb.drain()
+        self.svc.state.writes.extend(writes)
+        self.svc.state.events.extend(Event(*p) for p in pushes)
+        await self.svc.commit()
+
+    def _enabled(self) -> None:
+        if not self.svc.state.settings.enabled:
+            raise MeshDisabled("the mesh is disabled in config (enabled = false)")
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a blocking read helper on the read-only connection, in a worker thread."""
+        return await anyio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter)
+
+    def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._reader is None:
+            uri = Path(self.svc.store.path).resolve().as_uri() + "?mode=ro"
+            self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        return fn(self._reader)
+
+    def _claims(self, sid: str) -> list[str]:
+        table = cast("_ClaimTable | None", getattr(self.svc.state, "claims", None))
+        return [c.resource for c in table.list_claims(sid)] if table is not None else []
+
+    def _wake(self, query_id: int) -> None:
+        ev = self._waits.get(query_id)
+        if ev is not None:
+            ev.set()
+
+    async def _wait(self, queries: list[Query]) -> list[Answer]:
+        """Wait until every query is answered (or its party ended) or the first deadline."""
+        events = {q.id: self._waits.setdefault(q.id, anyio.Event()) for q in queries}
+        try:
+            if queries:
+                deadline = min(q.deadline for q in queries)
+                with anyio.move_on_after(max(0.0, deadline - self.svc.clock.monotonic())):
+                    for q in queries:
+                        if q.answer is None and not q.ended:
+                            await events[q.id].wait()
+        finally:
+            for qid in events:
+                self._waits.pop(qid, None)
+        return [self.mb.finish(q.id) for q in queries]
+
+    def connection_closed(self, conn: Conn) -> None:
+        self.mb.connection_closed(conn.id)
+
+    # --- messages -----------------------------------------------------------------------
+
+    async def send(self, p: mm.SendParams, conn: Conn) -> mm.SendResult:
+        self._enabled()
+        to = p.to or await self._reply_target(p.session_id, p.reply_to)
+        m = self.mb.send(p.session_id, to, p.text, reply_to=p.reply_to)
+        try:
+            await self._commit()
+        except MeshError:
+            self.mb.discard(m.id)
+            raise
+        return mm.SendResult(
+            id=m.id, to=m.to, state=m.state, created_at=mm.rfc3339(m.created_at), depth=m.depth
+        )
+
+    async def _reply_target(self, sid: str, reply_to: int | None) -> str:
+        if reply_to is None:
+            raise NotFound("give `to`, or `reply_to` to answer a message", {"path": "$.to"})
+        known = self.mb.reply_target(sid, reply_to)
+        if known is not None:
+            return known
+        parties = await self._read(lambda db: sm.message_parties(db, reply_to))
+        if parties is None:
+            raise NotFound(f"no message {reply_to} to reply to", {"reply_to": reply_to})
+        sender, to = parties
+        return sender if to == sid else to
+
+    async def inbox(self, p: mm.InboxParams, conn: Conn) -> mm.InboxResult:
+        mb = self.mb
+        if not p.all:
+            got = mb.inbox(p.session_id, peek=p.peek, limit=p.limit)
+            await self._commit()
+            items = [item_of(m) for m in got]
+            return mm.InboxResult(items=items, unread=mb.unread_count(p.session_id))
+        self.svc.state.registry.get(p.session_id)
+        page = await self._read(
+            lambda db: sm.inbox_page(db, p.session_id, limit=p.limit, before=p.before)
+        )
+        handed = {m.id: m for m in mb.inbox(p.session_id, peek=p.peek, only=[i.id for i in page])}
+        await self._commit()
+        items = [item_of(handed[i.id]) if i.id in handed else i for i in page]
+        return mm.InboxResult(items=items, unread=mb.unread_count(p.session_id))
+
+    async def ack(self, p: mm.AckParams, conn: Conn) -> mm.AckResult:
+        done = self.mb.ack(p.session_id, p.ids)
+        await self._commit()
+        return mm.AckResult(acked=done)
+
+    async def status(self, p: mm.StatusParams, conn: Conn) -> mm.StatusResult:
+        states = await self._read(lambda db: sm.message_states(db, p.session_id, p.ids))
+        return mm.StatusResult(states={str(k): cast(Any, v) for k, v in states.items()})
+
+    # --- queries ------------------------------------------------------------------------
+
+    async def ask(self, p: mm.AskParams, conn: Conn) -> mm.AskResult:
+        self._enabled()
+        r = self.mb.ask(
+            p.session_id, p.to, p.question, timeout=p.timeout, claims=self._claims(p.to)
+        )
+        await self._commit()
+        ans = r if isinstance(r, Answer) else (await self._wait([r]))[0]
+        return ask_result(ans)
+
+    async def answer(self, p: mm.AnswerParams, conn: Conn) -> mm.AnswerResult:
+        late = self.mb.answer(p.session_id, p.query_id, p.text)
+        if late is None:
+            return mm.AnswerResult(query_id=p.query_id)
+        await self._commit()
+        return mm.AnswerResult(query_id=p.query_id, late=True, message_id=late.id)
+
+    def respond(self, p: mm.RespondParams, conn: Conn) -> mm.RespondResult:
+        self.mb.respond(p.session_id, conn.id)
+        self.svc.subscribe(conn, responder_channel(p.session_id))
+        return mm.RespondResult(session_id=p.session_id)
+
+    def subscribe(self, p: mm.SubscribeParams, conn: Conn) -> mm.SubscribeResult:
+        unread = self.mb.subscribe(p.session_id, conn.id)
+        self.svc.subscribe(conn, p.session_id)
+        return mm.SubscribeResult(session_id=p.session_id, unread=unread)
+
+    # --- broadcasts ---------------------------------------------------------------------
+
+    async def broadcast(self, p: mm.BroadcastParams, conn: Conn) -> mm.BroadcastResult:
+        self._enabled()
+        select = self._overlapping(p.path) if p.path is not None else None
+        out = self.mb.broadcast(
+            p.session_id, p.text, select=select, collect=p.collect, timeout=p.timeout,
+            claims_of=self._claims,
+        )  # fmt: skip
+        await self._commit()
+        answers = out.answers + await self._wait(out.pending)
+        return mm.BroadcastResult(
+            recipients=out.recipients,
+            message_ids=[m.id for m in out.messages],
+            answers=[ask_result(a) for a in answers],
+            skipped=out.skipped,
+        )
+
+    def _overlapping(self, path: str) -> Callable[[Session], bool]:
+        """Sessions whose claims, cwd or repo overlap ``path`` (canonicalised as a claim)."""
+        key = canonical_key(path, home=os.path.expanduser("~"), broad=True)
+        table = cast("_ClaimTable | None", getattr(self.svc.state, "claims", None))
+
+        def select(s: Session) -> bool:
+            for where in (s.cwd, s.repo):
+                if where and path_key("file", where).overlaps(key):
+                    return True
+            mine = table.list_claims(s.session_id) if table is not None else ()
+            return any(c.key.overlaps(key) for c in mine)
+
+        return select
+
+    # --- handoffs -----------------------------------------------------------------------
+
+    async def handoff_write(self, p: mm.HandoffWriteParams, conn: Conn) -> mm.HandoffInfo:
+        h = self.mb.write_handoff(
+            p.session_id, p.summary, to=p.to, files=p.files, branch=p.branch,
+            next_steps=p.next_steps,
+        )  # fmt: skip
+        await self._commit()
+        return sm.handoff_info(h)
+
+    async def handoff_request(
+        self, p: mm.HandoffRequestParams, conn: Conn
+    ) -> mm.HandoffRequestResult:
+        self._enabled()
+        r = self.mb.ask(
+            p.session_id, p.to, HANDOFF_QUESTION, timeout=p.timeout,
+            claims=self._claims(p.to), request="handoff",
+        )  # fmt: skip
+        await self._commit()
+        ans = r if isinstance(r, Answer) else (await self._wait([r]))[0]
+        h = self.mb.write_handoff(
+            ans.sender, ans.answer, to=p.session_id, require_live=False, deliver=False
+        )
+        await self._commit()
+        return mm.HandoffRequestResult(
+            handoff=sm.handoff_info(h),
+            answered_by=ans.answered_by,
+            timed_out=ans.timed_out,
+            elapsed_s=ans.elapsed_s,
+        )
+
+    async def handoff_list(self, p: mm.HandoffListParams, conn: Conn) -> mm.HandoffListResult:
+        found = await self._read(
+            lambda db: sm.handoff_list(db, p.session_id, every=p.all, limit=p.limit)
+        )
+        return mm.HandoffListResult(handoffs=found)
+
+    async def handoff_show(self, p: mm.HandoffShowParams, conn: Conn) -> mm.HandoffInfo:
+        h = await self._read(lambda db: sm.handoff_show(db, p.id))
+        if h is None:
+            raise NotFound(f"no handoff {p.id}", {"id": p.id})
+        return h
+
+
+def ask_result(a: Answer) -> mm.AskResult:
+    """The wire shape of an ask's outcome (SPEC §9 ``sessions ask --json``)."""
+    return mm.AskResult(
+        answer=a.answer, answered_by=a.answered_by, timed_out=a.timed_out, from_=a.sender,
+        elapsed_s=a.elapsed_s, query_id=a.query_id, framing=mm.framing(a.sender),
+    )  # fmt: skip
