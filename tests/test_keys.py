@@ -1,0 +1,187 @@
+"""Resource keys made canonical (SPEC §5), on a real filesystem with real symlinks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from meshd.keys import Key, canonical_key, describe, from_canonical
+from meshd.protocol.errors import BadKey
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A real temp folder (resolved: /tmp may itself be a symlink) with a home inside."""
+    top = Path(os.path.realpath(tempfile.mkdtemp(prefix="meshkeys-")))
+    (top / "home" / "u" / "project" / "src").mkdir(parents=True)
+    (top / "home" / "u" / "link").symlink_to(top / "home" / "u" / "project")
+    yield top
+    shutil.rmtree(top)
+
+
+def key(raw: str, root: Path, **kw: bool) -> Key:
+    return canonical_key(raw, home=str(root / "home" / "u"), **kw)
+
+
+class TestPaths:
+    def test_bare_absolute_path_means_file(self, root: Path) -> None:
+        """A bare absolute path is a file: key."""
+        k = key(f"{root}/home/u/project", root)
+
+        assert (k.kind, k.value) == ("file", f"{root}/home/u/project")
+
+    def test_symlinks_are_resolved(self, root: Path) -> None:
+        """A path through a symlink canonicalises to the real path."""
+        via_link = key(f"file:{root}/home/u/link/src/a.py", root)
+
+        assert via_link == key(f"file:{root}/home/u/project/src/a.py", root)
+
+    def test_tilde_dot_dotdot_and_trailing_slash(self, root: Path) -> None:
+        """~, ., .. and a trailing / all fold into one spelling."""
+        expected = key(f"file:{root}/home/u/project/src", root)
+
+        assert key("file:~/project/./x/../src/", root) == expected
+        assert key("~/link/src", root) == expected
+
+    def test_path_that_does_not_exist_yet(self, root: Path) -> None:
+        """A new file under a symlinked folder resolves through the link."""
+        k = key("~/link/new/dir/file.txt", root)
+
+        assert k.value == f"{root}/home/u/project/new/dir/file.txt"
+        assert k.parts[-3:] == ("new", "dir", "file.txt")
+
+    def test_repo_is_canonicalised_the_same_way(self, root: Path) -> None:
+        """repo: keys resolve like file: keys and overlap file: keys under them."""
+        repo = key("repo:~/link", root)
+
+        assert repo.value == f"{root}/home/u/project"
+        assert repo.overlaps(key("~/project/src/a.py", root))
+        assert not repo.overlaps(key("~/projectile", root))
+
+    def test_relative_path_is_refused(self, root: Path) -> None:
+        """Relative paths are refused, never resolved against the daemon's cwd."""
+        with pytest.raises(BadKey, match=r"'file:src/a\.py'.*relative"):
+            key("file:src/a.py", root)
+        with pytest.raises(BadKey, match=r"'src/a\.py'"):
+            key("src/a.py", root)
+
+    def test_other_users_tilde_is_refused(self, root: Path) -> None:
+        """~user is not expanded: the daemon only knows its own home."""
+        with pytest.raises(BadKey, match="~user"):
+            key("~root/x", root)
+
+
+class TestBroad:
+    def test_root_is_refused(self, root: Path) -> None:
+        """file:/ needs broad."""
+        with pytest.raises(BadKey, match=r"whole filesystem.*--broad"):
+            key("file:/", root)
+
+    def test_home_itself_is_refused(self, root: Path) -> None:
+        """The home folder, however spelt, needs broad."""
+        for raw in ("~", "file:~/", f"{root}/home/u/project/.."):
+            with pytest.raises(BadKey, match="home folder"):
+                key(raw, root)
+
+    def test_folder_above_home_is_refused(self, root: Path) -> None:
+        """A folder containing home is broader still."""
+        with pytest.raises(BadKey, match="contains your home"):
+            key(f"{root}/home", root)
+
+    def test_broad_allows_them(self, root: Path) -> None:
+        """With broad=True the root and home are accepted."""
+        assert key("file:/", root, broad=True).parts == ()
+        assert key("~", root, broad=True).value == f"{root}/home/u"
+
+
+class TestOtherKinds:
+    @pytest.mark.parametrize(
+        ("raw", "text"),
+        [
+            ("port:8080", "port:8080"),
+            ("port:8080/tcp", "port:8080"),
+            ("port:53/udp", "port:53/udp"),
+            ("port:0080", "port:80"),
+            ("cron:finance-daily", "cron:finance-daily"),
+            ("gateway:telegram:home", "gateway:telegram:home"),
+            ("account:ibkr", "account:ibkr"),
+            ("box:gpu1", "box:gpu1"),
+            ("skill:deploy", "skill:deploy"),
+            ("res:anything at all", "res:anything at all"),
+            ("memory", "memory"),
+            ("ui:desktop", "ui:desktop"),
+        ],
+    )
+    def test_canonical_text(self, raw: str, text: str, root: Path) -> None:
+        """Each kind has one canonical spelling."""
+        assert key(raw, root).text == text
+
+    def test_branch_splits_at_the_last_colon(self, root: Path) -> None:
+        """branch:/repo:NAME resolves the repo part and keeps the name."""
+        k = key("branch:~/link:feat/auth", root)
+
+        assert k.text == f"branch:{root}/home/u/project:feat/auth"
+
+    def test_exact_kinds_do_not_cover_anything(self, root: Path) -> None:
+        """cron:a does not overlap cron:ab."""
+        assert not key("cron:a", root).overlaps(key("cron:ab", root))
+
+
+class TestRefusals:
+    @pytest.mark.parametrize(
+        ("raw", "why"),
+        [
+            ("", "empty"),
+            ("cron:", "empty"),
+            ("nope:x", "unknown kind 'nope'"),
+            ("port:0", "1-65535"),
+            ("port:65536", "1-65535"),
+            ("port:80/sctp", "1-65535"),
+            ("port:http", "1-65535"),
+            ("branch:/r", "branch:/repo:NAME"),
+            ("branch:/r:", "branch:/repo:NAME"),
+            ("branch:rel:main", "relative"),
+            ("ui:laptop", "ui:desktop"),
+            ("memory:x", "memory"),
+            ("cron:a\nb", "control characters"),
+            ("file:/a\x00b", "control characters"),
+            ("cron: daily", "spaces"),
+            ("file:/" + "a" * 5000, "longer than 4096 bytes"),
+        ],
+    )
+    def test_bad_keys_name_the_key(self, raw: str, why: str, root: Path) -> None:
+        """Each bad key is refused with BAD_KEY; the message names it and says why."""
+        with pytest.raises(BadKey) as info:
+            key(raw, root)
+
+        assert why in info.value.message
+        assert info.value.data["code"] == "BAD_KEY"
+        assert info.value.data["key"] == raw[:200] + ("…" if len(raw) > 200 else "")
+
+
+class TestRoundTrip:
+    def test_canonical_text_rebuilds_the_same_key(self, root: Path) -> None:
+        """from_canonical(k.text) == k, without touching the disk (store restore)."""
+        for raw in ("~/link/x", "repo:~/project", "port:53/udp", "memory", "branch:~/link:m"):
+            k = key(raw, root)
+
+            assert from_canonical(k.text) == k
+
+
+class TestDescribe:
+    def test_home_is_shown_as_tilde(self, root: Path) -> None:
+        """Human text shows paths under home with ~."""
+        home = str(root / "home" / "u")
+
+        assert describe(key("~/project/src", root), home=home) == "~/project/src"
+        assert describe(key("repo:~/project", root), home=home) == "repo ~/project"
+        assert describe(key("branch:~/project:main", root), home=home) == (
+            "branch main of ~/project"
+        )
+        assert describe(key("port:53/udp", root), home=home) == "port 53/udp"
+        assert describe(key("memory", root)) == "memory"
