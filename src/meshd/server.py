@@ -22,7 +22,10 @@ Resource handling: each connection runs in its own task and is closed in
 ``finally``. Error handling: any exception inside a connection is logged and ends
 that connection only; ``accept`` errors from descriptor or memory exhaustion are
 logged and retried after 100 ms (trio's ``_highlevel_serve_listeners``), so the
-accept loop survives its clients.
+accept loop survives its clients. anyio reports them as ``BrokenResourceError``
+with the ``OSError`` as its cause, so the cause is what is looked at; any other
+accept failure is logged and raised, so the daemon exits (and its supervisor
+restarts it) rather than living on with no listener.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ log = logging.getLogger("meshd.server")
 OUTBOX_LIMIT = 1024
 SEND_TIMEOUT = 10.0
 ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+"""Resource exhaustion: wait 100 ms (connections close meanwhile), then accept again."""
+ACCEPT_SKIP_ERRNOS = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.EINTR}
+"""That one connection failed (trio ignores these too): accept the next at once."""
 _TOO_LARGE = encoder.encode(
     error_response(
         None,
@@ -162,14 +168,22 @@ class Server:
             while True:
                 try:
                     stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno in ACCEPT_RETRY_ERRNOS:
-                        log.warning("accept failed (%s); retrying in 100 ms", exc.strerror)
+                except anyio.ClosedResourceError:
+                    return  # we closed the listener: shutting down
+                except (OSError, anyio.BrokenResourceError) as exc:
+                    # anyio wraps accept()'s OSError in BrokenResourceError (cause
+                    # kept), so the errno is looked for on both.
+                    err = exc if isinstance(exc, OSError) else exc.__cause__
+                    code = err.errno if isinstance(err, OSError) else None
+                    if code in ACCEPT_SKIP_ERRNOS:
+                        continue  # that one client went away before we took it
+                    if code in ACCEPT_RETRY_ERRNOS:
+                        assert isinstance(err, OSError)
+                        log.warning("accept failed (%s); retrying in 100 ms", err.strerror)
                         await anyio.sleep(0.1)
                         continue
+                    log.error("accept failed for good: %r (cause %r)", exc, err)
                     raise
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    return
                 tg.start_soon(self._handle, stream)
 
     async def _handle(self, stream: ByteStream) -> None:

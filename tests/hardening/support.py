@@ -125,18 +125,19 @@ class LimitedDaemon(DaemonHandle):
 
     def start(self, *, wait: bool = True) -> None:
         self.log = self.state_dir.parent / f"meshd-{self.profile}.log"
-        limit = self.nofile
-
-        def lower() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-
+        # The limit is set by a tiny launcher that then execs meshd, rather than by
+        # preexec_fn, which is unsafe in a process that has threads.
+        launcher = (
+            "import os, resource, sys; n = int(sys.argv[1]); "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+            "os.execv(sys.executable, [sys.executable, '-m', 'meshd', *sys.argv[2:]])"
+        )
+        argv = [sys.executable, "-c", launcher, str(self.nofile),
+                "run", "--profile", self.profile, "--log-level", "debug"]  # fmt: skip
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "meshd", "run", "--profile", self.profile,
-                 "--log-level", "debug"],
-                env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                preexec_fn=lower,
-            )  # fmt: skip
+                argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
         if wait:
             self.wait_ready()
 

@@ -88,7 +88,8 @@ class TestThousandsOfConnections:
                 for s in socks:
                     s.close()
 
-            assert seen["pending"] == 0 and seen["bad"] == 0, seen
+            assert seen["pending"] == 0, seen
+            assert seen["bad"] == 0, seen
             assert seen["answered"] + seen["closed"] == 3000
             assert wait_for(lambda: ping(d.socket))
         finally:
@@ -113,7 +114,8 @@ class TestDescriptorExhaustion:
             assert seen["bad"] == 0, seen
             assert seen["answered"] > 0, seen
             assert wait_for(lambda: _ping_or_false(d.socket), timeout=10)
-            assert d.proc is not None and d.proc.poll() is None
+            assert d.proc is not None
+            assert d.proc.poll() is None
         finally:
             d.stop()
 
