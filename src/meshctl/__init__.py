@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from meshctl._sync import Mesh, Session
+from meshctl._sync import Claim, Mesh, Session
 from meshd.protocol.errors import (
     BadKey,
     BudgetExceeded,
@@ -57,6 +57,7 @@ __all__ = [
     "AsyncSession",
     "BadKey",
     "BudgetExceeded",
+    "Claim",
     "Cycle",
     "Forbidden",
     "FrameTooLarge",

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from meshctl import _conn, _paths, _spawn
+from meshctl import _claims, _conn, _paths, _spawn
 from meshctl import _log as log
 from meshd.protocol.errors import (
     FrameTooLarge,
@@ -441,6 +441,78 @@ class Session:
         except (SessionExpired, UnknownSession):
             return None
 
+    # --- claims (SPEC §5) ---------------------------------------------------------
+
+    def claim(
+        self,
+        *resources: str,
+        shared: bool = False,
+        reason: str = "",
+        ttl: float | None = None,
+        wait: float = 0.0,
+        broad: bool = False,
+    ) -> Claim:
+        """Claim ``resources`` as one set (all or nothing); use the handle as a context manager.
+
+        ``with s.claim("file:/x", wait=10) as c: if c.granted: …`` -- leaving the block
+        releases what this call acquired, never a claim the session ``already_held``.
+        Relative paths are resolved against the working folder (the daemon refuses them).
+        ``wait`` > 0 queues (FIFO) until the whole set is granted or the wait runs out.
+        When the session is a no-op (mesh disabled, or unreachable with ``fail_open``),
+        the handle is granted and :attr:`Claim.guarded` is False.
+        """
+        if not resources:
+            raise ValueError("claim() needs at least one resource")
+        keys = _claims.resolve_all(resources)
+        with self._state:
+            if not self.active:
+                return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
+            params = _claims.acquire_params(
+                str(self.session_id),
+                keys,
+                shared=shared,
+                reason=reason,
+                ttl=ttl,
+                wait=wait,
+                broad=broad,
+            )
+            timeout = _claims.wait_timeout(wait, self.mesh.timeout)
+            try:
+                result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
+            except (SessionExpired, UnknownSession) as exc:
+                self._reregister(exc)
+                params["session_id"] = self.session_id
+                result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
+        if result is None:  # failing open
+            return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
+        return Claim(self, result, keys, guarded=not result.get("disabled", False))
+
+    def check(self, *resources: str) -> dict[str, Any]:
+        """``claim.check``: other sessions' overlapping claims (``conflicts``), and live
+        sessions working there without a claim (``present``). Paths may be relative."""
+        params: dict[str, Any] = {"resources": _claims.resolve_all(resources)}
+        if self.active:
+            params["session_id"] = self.session_id
+        result = self.mesh.call(_claims.CHECK, params)
+        return {} if result is None else dict(result)
+
+    def release(self, *resources: str) -> list[str]:
+        """Release ``resources`` (all of the session's claims when none are named).
+
+        Idempotent: releasing what the session does not hold is not an error.
+        Returns what the daemon released.
+        """
+        if not self.active:
+            return []
+        params: dict[str, Any] = {"session_id": self.session_id}
+        if resources:
+            params["resources"] = _claims.resolve_all(resources)
+        try:
+            result = self.mesh.call(_claims.RELEASE, params)
+        except (SessionExpired, UnknownSession):
+            return []  # an ended session holds nothing
+        return [] if result is None else [str(r) for r in result.get("released") or []]
+
     # --- registration and loss ---------------------------------------------------
 
     def _register(self) -> bool:
@@ -542,6 +614,102 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session {self.session_id!r} active={self.active}>"
+
+
+class Claim:
+    """What one ``Session.claim`` call got; releases what it acquired when its block ends.
+
+    ``granted``: the whole set is held. ``holders``: who held it when it was not.
+    ``token``: the set's fencing token (pass it along to whatever checks
+    ``claim.validate``). ``acquired``: the keys (canonical, as the daemon wrote
+    them) this call newly took -- the only ones :meth:`release` gives back.
+    ``lost``: True once this handle knows its claim is gone (a ``lost``, ``expired``
+    or ``stolen`` notice arrived, the session had to register again, or
+    :meth:`validate` said so); call :meth:`validate` to ask the daemon now.
+    """
+
+    def __init__(
+        self, session: Session, result: dict[str, Any], requested: list[str], *, guarded: bool
+    ) -> None:
+        self.session = session
+        self.result = result
+        self.requested = requested
+        #: False when the mesh is disabled or unreachable (fail_open): nothing is held.
+        self.guarded = guarded
+        self.granted = result.get("status") == "granted"
+        self.holders: list[dict[str, Any]] = [dict(h) for h in result.get("holders") or []]
+        self.claims = _claims.claims_of(result)
+        self.token = _claims.token_of(result)
+        self.acquired = _claims.acquired(result) if guarded else []
+        self.deadlock = bool(result.get("deadlock", False))
+        self._released = False
+        self._lost = False
+        self._losses_at_grant = len(session.lost)
+
+    @property
+    def lost(self) -> bool:
+        """Whether this claim is known to be gone (see the class docs)."""
+        if self._lost or not self.granted or not self.guarded or self._released:
+            return self._lost
+        if len(self.session.lost) > self._losses_at_grant or self._noticed():
+            self._lost = True
+        return self._lost
+
+    def _noticed(self) -> bool:
+        """A lost/expired/stolen notice for one of our keys among the events kept aside."""
+        mine = {c.get("resource") for c in self.claims}
+        for event in list(self.session.mesh._events):
+            if not isinstance(event, dict):
+                continue
+            kind = event.get("kind") or event.get("type") or event.get("notice")
+            if kind not in ("lost", "expired", "stolen"):
+                continue
+            token = event.get("token")
+            if event.get("resource") in mine and (token is None or token == self.token):
+                return True
+        return False
+
+    def validate(self) -> bool:
+        """Ask the daemon whether our token still holds every acquired key (fencing)."""
+        if not self.granted or not self.guarded:
+            return self.granted
+        for resource in [str(c.get("resource")) for c in self.claims]:
+            result = self.session.mesh.call(
+                _claims.VALIDATE, {"resource": resource, "token": self.token}
+            )
+            if result is not None and not result.get("valid", False):
+                self._lost = True
+                return False
+        return True
+
+    def release(self) -> list[str]:
+        """Release what this call acquired (never an ``already_held`` claim); once."""
+        if self._released or not self.acquired:
+            self._released = True
+            return []
+        self._released = True
+        return self.session.release(*self.acquired)
+
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.release()
+        except MeshUnavailable as failure:
+            log.warning("Session Mesh: could not release %s: %s", self.acquired, failure)
+
+    def __bool__(self) -> bool:
+        return self.granted
+
+    def __repr__(self) -> str:
+        state = "granted" if self.granted else "held"
+        return f"<Claim {state} {self.requested!r} token={self.token}>"
 
 
 def _local_id(source: Any) -> str:

@@ -50,11 +50,17 @@ def _wants_json(args: Sequence[str]) -> bool:
 #: alone (``--help`` and completion load them all).
 COMMANDS: dict[str, str] = {
     "call": "meshctl.cli.raw:call",
+    "check": "meshctl.cli.claims:check",
+    "claim": "meshctl.cli.claims:claim",
     "daemon": "meshctl.cli.daemon:daemon",
     "end": "meshctl.cli.lifecycle:end",
     "heartbeat": "meshctl.cli.lifecycle:heartbeat",
+    "log": "meshctl.cli.claims:log_",
     "register": "meshctl.cli.lifecycle:register",
+    "release": "meshctl.cli.claims:release",
+    "run": "meshctl.cli.run:run",
     "sessions": "meshctl.cli.sessions:sessions",
+    "steal": "meshctl.cli.claims:steal",
 }
 
 

@@ -1,0 +1,298 @@
+"""Claims on the client side, without I/O: keys, params, and the words for a held claim.
+
+Shared by the blocking library (``Session.claim``/``Session.check``) and the CLI
+(``claim``, ``check``, ``steal``, ``run`` …), so both send the same params and say
+the same sentence about the same holder (SPEC §5).
+
+The method and param names of the claim domain live here, in one place: they
+follow SPEC §5 and ``meshd.protocol.claims`` (the daemon's msgspec structs); if the
+two ever disagree, this module is the one place to change.
+
+Relative paths: the daemon refuses them (``BAD_KEY``: it cannot know the caller's
+folder), so the client resolves a bare relative path, or ``file:``/``repo:`` with a
+relative value, against its own working folder before sending. ``~`` is left for
+the daemon to expand, as are ``.``/``..`` and symlinks (it canonicalises every key).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+ACQUIRE = "claim.acquire"
+RELEASE = "claim.release"
+CHECK = "claim.check"
+STEAL = "claim.steal"
+VALIDATE = "claim.validate"
+LOG = "claim.log"
+
+#: ``kind:`` prefixes: anything shaped like one is a key (the daemon judges the kind).
+_KIND_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*:")
+#: Keys without a ``kind:`` prefix that are not paths (SPEC §5).
+_BARE_KEYS = frozenset({"memory"})
+_PATH_KINDS = ("file:", "repo:")
+
+
+def resolve(resource: str, cwd: str | None = None) -> str:
+    """``resource`` with a relative path made absolute against ``cwd`` (default: ours).
+
+    ``src/a.py`` -> ``file:/here/src/a.py``; ``file:src`` -> ``file:/here/src``;
+    ``repo:.`` -> ``repo:/here/.``. Absolute paths, ``~`` paths, other kinds and the
+    bare ``memory`` are sent as typed. A relative path from a deleted folder is sent
+    as typed too (the daemon then names it in its ``BAD_KEY``).
+    """
+    text = resource
+    for prefix in _PATH_KINDS:
+        if text.startswith(prefix):
+            value = text[len(prefix) :]
+            return prefix + _absolute(value, cwd) if _relative(value) else text
+    if text in _BARE_KEYS or _KIND_RE.match(text):
+        return text
+    return "file:" + _absolute(text, cwd) if _relative(text) else text
+
+
+def _relative(value: str) -> bool:
+    return bool(value) and not value.startswith(("/", "~"))
+
+
+def _absolute(value: str, cwd: str | None) -> str:
+    try:
+        base = cwd if cwd is not None else os.getcwd()
+    except OSError:
+        return value
+    return os.path.join(base, value)
+
+
+def resolve_all(resources: Iterable[str], cwd: str | None = None) -> list[str]:
+    """:func:`resolve` for each resource, order kept."""
+    return [resolve(r, cwd) for r in resources]
+
+
+def acquire_params(
+    session_id: str,
+    resources: Sequence[str],
+    *,
+    shared: bool = False,
+    reason: str = "",
+    ttl: float | None = None,
+    wait: float = 0.0,
+    broad: bool = False,
+) -> dict[str, Any]:
+    """``claim.acquire`` params (defaults left out, as the daemon's structs omit them)."""
+    params: dict[str, Any] = {"session_id": session_id, "resources": list(resources)}
+    if shared:
+        params["mode"] = "shared"
+    if reason:
+        params["reason"] = reason
+    if ttl is not None:
+        params["ttl"] = ttl
+    if wait:
+        params["wait"] = wait
+    if broad:
+        params["broad"] = True
+    return params
+
+
+def wait_timeout(wait: float, base: float) -> float:
+    """How long to wait for the reply of a call that may itself wait ``wait`` seconds."""
+    return wait + base if wait else base
+
+
+# --- reading results -------------------------------------------------------------
+
+
+def claims_of(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The granted claims of an acquire/steal result, each ``{resource, mode, token, …}``."""
+    return [dict(c) for c in result.get("claims") or []]
+
+
+def acquired(result: Mapping[str, Any]) -> list[str]:
+    """The resources this grant newly took: what a wrapper may release afterwards.
+
+    Never one that was ``already_held`` (SPEC §5): the daemon marks those per claim
+    (``already_held``), as a list (``held_before``), or for the whole set.
+    """
+    if result.get("status") != "granted" or result.get("disabled"):
+        return []
+    claims = claims_of(result)
+    if result.get("already_held") and not any("already_held" in c for c in claims):
+        before = set(result.get("held_before") or [c.get("resource") for c in claims])
+    else:
+        before = set(result.get("held_before") or [])
+    return [
+        str(c["resource"])
+        for c in claims
+        if not c.get("already_held") and c.get("resource") not in before
+    ]
+
+
+def token_of(result: Mapping[str, Any]) -> int | None:
+    """The fencing token of a grant (one per set)."""
+    token = result.get("token")
+    if token is None:
+        tokens = [c.get("token") for c in claims_of(result) if c.get("token") is not None]
+        token = tokens[0] if tokens else None
+    return None if token is None else int(token)
+
+
+def cli_document(result: Mapping[str, Any]) -> dict[str, Any]:
+    """SPEC §9's ``claim --json`` shape: status, claims, holders (more fields kept)."""
+    doc = dict(result)
+    doc["status"] = result.get("status", "granted" if result.get("disabled") else "held")
+    doc["claims"] = [
+        {"resource": c.get("resource"), "mode": c.get("mode"), "token": c.get("token"), **c}
+        for c in claims_of(result)
+    ]
+    doc["holders"] = [
+        {
+            "session_id": h.get("session_id"),
+            "resource": h.get("resource"),
+            "task": h.get("task", ""),
+            "since": h.get("since"),
+            "reason": h.get("reason", ""),
+            **h,
+        }
+        for h in result.get("holders") or []
+    ]
+    return doc
+
+
+# --- the human sentence ------------------------------------------------------------
+
+
+def tilde(path: str, home: str | None = None) -> str:
+    """``/home/u/p`` -> ``~/p``."""
+    home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
+    if home and home != "~":
+        if path == home:
+            return "~"
+        if path.startswith(home + "/"):
+            return "~" + path[len(home) :]
+    return path
+
+
+def show_resource(resource: str, home: str | None = None) -> str:
+    """A key as people read it: ``file:/home/u/p`` -> ``~/p``; other kinds unchanged."""
+    if resource.startswith("file:"):
+        return tilde(resource[len("file:") :], home)
+    if resource.startswith("repo:"):
+        return "repo " + tilde(resource[len("repo:") :], home)
+    return resource
+
+
+def clock(since: Any, now: float | None = None) -> str:
+    """An RFC 3339 (or epoch) time as local ``14:02``, with the date when not today."""
+    ts = _epoch(since)
+    if ts is None:
+        return str(since) if since else "?"
+    local = time.localtime(ts)
+    today = time.localtime(now if now is not None else time.time())
+    if local[:3] == today[:3]:
+        return time.strftime("%H:%M", local)
+    return time.strftime("%b %d %H:%M", local)
+
+
+def _epoch(value: Any) -> float | None:
+    if isinstance(value, int | float):
+        return float(value)
+    if not isinstance(value, str) or not value:
+        return None
+    import calendar
+
+    text = value.strip().replace("z", "Z")
+    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ"):
+        try:
+            return calendar.timegm(time.strptime(text, fmt)) + _fraction(text)
+        except ValueError:
+            continue
+    return None
+
+
+def _fraction(text: str) -> float:
+    if "." not in text:
+        return 0.0
+    digits = text.rsplit(".", 1)[1].rstrip("Z")
+    return float("0." + digits) if digits.isdigit() else 0.0
+
+
+def holder_line(
+    holder: Mapping[str, Any], home: str | None = None, now: float | None = None
+) -> str:
+    """``cli:… is editing ~/project (branch feat/auth) since 14:02 — refactor auth``.
+
+    The verb follows the key (editing a path, holding anything else, sharing a
+    shared claim); the branch shows when the daemon reports the holder's; the text
+    after the dash is the claim's reason, else the holder's task.
+    """
+    who = holder.get("session_id") or "another session"
+    resource = str(holder.get("resource") or "")
+    shown = show_resource(resource, home)
+    if holder.get("mode") == "shared":
+        verb = "is sharing"
+    elif resource.startswith(("file:", "repo:")):
+        verb = "is editing"
+    else:
+        verb = "holds"
+    line = f"{who} {verb} {shown}"
+    if branch := holder.get("branch"):
+        line += f" (branch {branch})"
+    if holder.get("since"):
+        line += f" since {clock(holder.get('since'), now)}"
+    if what := (holder.get("reason") or holder.get("task")):
+        line += f" — {what}"
+    return line
+
+
+def present_line(
+    session: Mapping[str, Any], home: str | None = None, now: float | None = None
+) -> str:
+    """A live session working near the path (no claim): ``cli:… works in ~/p (branch b) — task``."""
+    who = session.get("session_id") or "another session"
+    where = session.get("cwd") or session.get("repo") or session.get("path") or ""
+    line = f"{who} works in {tilde(str(where), home)}" if where else f"{who} works nearby"
+    if branch := session.get("branch"):
+        line += f" (branch {branch})"
+    if why := session.get("why"):
+        line += f" [{why}]"
+    if task := session.get("task"):
+        line += f" — {task}"
+    return line
+
+
+def granted_line(result: Mapping[str, Any]) -> str:
+    """``granted file:/x (token 12)``; several keys comma-separated; already-held marked."""
+    claims = claims_of(result)
+    keys = ", ".join(str(c.get("resource")) for c in claims) or "(nothing)"
+    token = token_of(result)
+    extra = [f"token {token}"] if token is not None else []
+    new = set(acquired(result))
+    if claims and not new:
+        extra.append("already held")
+    elif len(new) < len(claims):
+        extra.append("some already held")
+    if any(c.get("mode") == "shared" for c in claims):
+        extra.append("shared")
+    text = f"granted {keys}" + (f" ({', '.join(extra)})" if extra else "")
+    for prev in result.get("previous") or []:
+        text += (
+            f"\nnote: the last holder of {prev.get('resource')}, {prev.get('session_id')}, "
+            f"did not release it cleanly ({prev.get('how')} at {clock(prev.get('at'))})"
+        )
+    return text
+
+
+def held_lines(result: Mapping[str, Any], home: str | None = None) -> str:
+    """``held: …`` one line a holder (or a note on the queue and deadlock)."""
+    holders = list(result.get("holders") or [])
+    lines = [f"held: {holder_line(h, home)}" for h in holders]
+    if result.get("deadlock"):
+        lines.append("held: waiting would close a cycle of waiters (deadlock); not queued")
+    if not lines:
+        ahead = len(result.get("ahead") or [])
+        lines.append(f"held: {ahead} earlier waiter(s) are queued for it" if ahead else "held")
+    return "\n".join(lines)

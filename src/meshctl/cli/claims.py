@@ -1,0 +1,312 @@
+"""``meshctl claim``, ``release``, ``check``, ``steal`` and ``log`` (SPEC §5, §9).
+
+Keys are ``kind:value`` (``file:/abs/path``, ``port:8080``, ``branch:/repo:main`` …).
+A bare path means ``file:PATH``. **Relative paths** -- bare, or after ``file:`` /
+``repo:`` -- are resolved here against the current folder before sending, since
+the daemon refuses relative keys; ``~`` is left for the daemon to expand.
+
+Exit codes: ``claim`` 0 granted, 75 held (also when ``--wait`` ran out);
+``check`` 75 only when another session's claim overlaps, 0 otherwise (sessions
+merely working there are printed as a notice); ``steal`` 0 done. Human output is
+the sentence a person needs ("held: cli:… is editing ~/project (branch feat/auth)
+since 14:02 — refactor auth"); ``--json`` prints the daemon's answer in SPEC §9's
+shape. When the mesh is disabled, ``claim`` and ``check`` succeed as no-ops and
+say so on stderr.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from meshctl import _claims
+from meshctl.cli import _output
+from meshctl.cli._context import State, common_options, get_state
+
+RES_HELP = (
+    "RES is kind:value (file:/p, repo:/p, branch:/repo:NAME, port:N, res:NAME …); a bare "
+    "path means file:PATH. Relative paths are resolved against the current folder."
+)
+
+
+def _disabled(result: Any) -> bool:
+    if isinstance(result, dict) and result.get("disabled"):
+        _output.note("the mesh is disabled (enabled = false in config); nothing was claimed")
+        return True
+    return False
+
+
+def _timeout(state: State, wait: float) -> float:
+    return _claims.wait_timeout(wait, state.mesh().timeout)
+
+
+# --- claim ----------------------------------------------------------------------------
+
+
+@click.command(epilog=RES_HELP)
+@common_options
+@click.argument("resources", metavar="RES…", nargs=-1, required=True)
+@click.option("--shared", is_flag=True, help="Shared mode: many shared holders, no exclusive.")
+@click.option("--reason", default="", metavar="R", help="Why (shown to whoever is held).")
+@click.option(
+    "--ttl", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Free it after S s."
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="S",
+    help="Queue up to S seconds for the whole set (FIFO).",
+)
+@click.option("--broad", is_flag=True, help="Allow file:/ or the home folder itself.")
+def claim(
+    *,
+    resources: tuple[str, ...],
+    shared: bool,
+    reason: str,
+    ttl: float | None,
+    wait: float,
+    broad: bool,
+) -> int:
+    """Claim RES… as one set, all or nothing, for the session.
+
+    Exit 0 when granted, 75 when held (also after --wait ran out).
+    """
+    state = get_state()
+    params = _claims.acquire_params(
+        state.require_session(),
+        _claims.resolve_all(resources),
+        shared=shared,
+        reason=reason,
+        ttl=ttl,
+        wait=wait,
+        broad=broad,
+    )
+    result = state.mesh().call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+    if _disabled(result):
+        _output.emit(state.json, _claims.cli_document(result), None)
+        return _output.EXIT_OK
+    doc = _claims.cli_document(result)
+    if doc["status"] == "granted":
+        _output.emit(state.json, doc, lambda: _claims.granted_line(result))
+        return _output.EXIT_OK
+    _output.emit(state.json, doc, lambda: _claims.held_lines(result))
+    return _output.EXIT_TEMPFAIL
+
+
+# --- release --------------------------------------------------------------------------
+
+
+@click.command(epilog=RES_HELP)
+@common_options
+@click.argument("resources", metavar="[RES…]", nargs=-1)
+def release(resources: tuple[str, ...]) -> None:
+    """Release RES… (every claim of the session when none is named).
+
+    Releasing what the session does not hold is not an error.
+    """
+    state = get_state()
+    params: dict[str, Any] = {"session_id": state.require_session()}
+    if resources:
+        params["resources"] = _claims.resolve_all(resources)
+    result = state.call(_claims.RELEASE, params)
+    released = [str(r) for r in (result or {}).get("released") or []]
+    _output.emit(
+        state.json,
+        result,
+        lambda: f"released {', '.join(released)}" if released else "nothing to release",
+    )
+
+
+# --- check ----------------------------------------------------------------------------
+
+
+@click.command(epilog=RES_HELP)
+@common_options
+@click.argument("resources", metavar="RES…|PATH", nargs=-1, required=True)
+@click.option(
+    "--all-profiles",
+    is_flag=True,
+    help="Also ask the profiles whose daemons let this one see them.",
+)
+def check(resources: tuple[str, ...], all_profiles: bool) -> int:
+    """Before editing: does another session claim RES, or work there?
+
+    Exit 75 only when another session's claim overlaps; sessions that merely work
+    in the place are shown as a notice (exit 0).
+    """
+    state = get_state()
+    keys = _claims.resolve_all(resources)
+    params: dict[str, Any] = {"resources": keys}
+    if state.session:
+        params["session_id"] = state.session
+    result = dict(state.call(_claims.CHECK, params) or {})
+    if _disabled(result):
+        _output.emit(state.json, result, None)
+        return _output.EXIT_OK
+    others = _other_profiles(state, keys) if all_profiles else []
+    if all_profiles:
+        result["other_profiles"] = others
+    conflicts = list(result.get("conflicts") or [])
+    _output.emit(state.json, result, lambda: render_check(keys, result))
+    return _output.EXIT_TEMPFAIL if conflicts else _output.EXIT_OK
+
+
+def render_check(keys: list[str], result: dict[str, Any], home: str | None = None) -> str:
+    """What ``check`` prints: held lines, then notices, or that the place is free."""
+    lines = [f"held: {_claims.holder_line(c, home)}" for c in result.get("conflicts") or []]
+    lines += [f"notice: {_claims.present_line(p, home)}" for p in result.get("present") or []]
+    for other in result.get("other_profiles") or []:
+        for c in other.get("conflicts") or []:
+            lines.append(f"other profile {other.get('profile')}: {_claims.holder_line(c, home)}")
+    if not lines:
+        shown = ", ".join(_claims.show_resource(k, home) for k in keys)
+        return f"free: no other session claims or works on {shown}"
+    return "\n".join(lines)
+
+
+def _other_profiles(state: State, keys: list[str]) -> list[dict[str, Any]]:
+    """``claim.check`` in every other profile's daemon that lets ours see it (never starts one)."""
+    from meshctl import _paths, _spawn
+    from meshctl._sync import Mesh
+    from meshd.protocol.errors import MeshError
+
+    own = _spawn._find_socket(state.profile, state.socket)
+    seen = {_realpath(own)}
+    found: list[dict[str, Any]] = []
+    try:
+        import os
+
+        folder = _paths.runtime_dir_str()
+        sockets = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".sock"))
+    except OSError:
+        return found
+    for sock in sockets:
+        if _realpath(sock) in seen:
+            continue
+        seen.add(_realpath(sock))
+        name = sock.rsplit("/", 1)[-1][: -len(".sock")]
+        try:
+            mesh = Mesh(name, sock, autostart=False)
+        except ValueError:
+            continue
+        try:
+            result = mesh.call(_claims.CHECK, {"resources": keys, "for_profile": state.profile})
+        except MeshError as exc:
+            _output.note(f"skipped profile {name} ({sock}): {exc.message}")
+            continue
+        finally:
+            mesh.close()
+        if not result or not result.get("visible", True):
+            continue
+        found.append({"profile": result.get("profile", name), **result})
+    return found
+
+
+def _realpath(path: str) -> str:
+    import os
+
+    return os.path.realpath(path)
+
+
+# --- steal ----------------------------------------------------------------------------
+
+
+@click.command(epilog=RES_HELP)
+@common_options
+@click.argument("resources", metavar="RES…", nargs=-1, required=True)
+@click.option("--reason", required=True, metavar="R", help="Why (logged; told to the holders).")
+@click.option("--shared", is_flag=True, help="Take it in shared mode.")
+def steal(resources: tuple[str, ...], reason: str, shared: bool) -> None:
+    """Take RES… now: release the conflicting claims and grant them to the session.
+
+    Bypasses the queue; logged, and the holders are told.
+    """
+    state = get_state()
+    params = _claims.acquire_params(
+        state.require_session(), _claims.resolve_all(resources), shared=shared, reason=reason
+    )
+    result = state.call(_claims.STEAL, params)
+    if _disabled(result):
+        _output.emit(state.json, _claims.cli_document(result), None)
+        return
+    doc = _claims.cli_document(result)
+    _output.emit(state.json, doc, lambda: _stolen(result))
+
+
+def _stolen(result: dict[str, Any]) -> str:
+    text = _claims.granted_line(result)
+    for victim in result.get("stolen") or []:
+        text += f"\nstole {victim.get('resource')} from {victim.get('session_id')}"
+    return text
+
+
+# --- log ------------------------------------------------------------------------------
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: float | None = None) -> str:
+    """``--since``: a duration (``90s``, ``10m``, ``2h``, ``1d``) or an RFC 3339 time;
+    returned as RFC 3339 UTC, the way the daemon writes times."""
+    now = time.time() if now is None else now
+    value = text.strip()
+    if value and value[-1] in _UNITS and _number(value[:-1]):
+        ts = now - float(value[:-1]) * _UNITS[value[-1]]
+    elif _number(value):
+        ts = now - float(value)
+    else:
+        ts_or_none = _claims._epoch(value if value.endswith(("Z", "z")) else value + "Z")
+        if ts_or_none is None:
+            raise click.BadParameter(
+                f"{text!r}: give a duration (90s, 10m, 2h, 1d) or a UTC time "
+                "(2026-11-29T14:02:00Z)",
+                param_hint="--since",
+            )
+        ts = ts_or_none
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def _number(text: str) -> bool:
+    try:
+        return float(text) >= 0
+    except ValueError:
+        return False
+
+
+@click.command(name="log")
+@common_options
+@click.option("--since", metavar="T", help="Only newer entries: 10m, 2h, 1d or a UTC time.")
+def log_(since: str | None) -> None:
+    """The claims audit log: grants, releases, expiries, losses, steals."""
+    state = get_state()
+    params: dict[str, Any] = {}
+    if since:
+        params["since"] = parse_since(since)
+    result = state.call(_claims.LOG, params or None)
+    entries = list((result or {}).get("entries") or [])
+    _output.emit(state.json, entries, lambda: render_log(entries))
+
+
+def render_log(entries: list[dict[str, Any]], home: str | None = None) -> str:
+    """One line an entry: ``14:02 grant ~/project cli:… (token 12, exclusive) — reason``."""
+    if not entries:
+        return "No claim activity."
+    lines = []
+    for e in entries:
+        what = _claims.show_resource(str(e.get("resource", "")), home)
+        bits = [f"token {e.get('token')}"] if e.get("token") is not None else []
+        if e.get("mode"):
+            bits.append(str(e["mode"]))
+        if e.get("how") and e.get("how") != e.get("action"):
+            bits.append(str(e["how"]))
+        if e.get("by"):
+            bits.append(f"by {e['by']}")
+        line = f"{_claims.clock(e.get('at'))} {e.get('action')} {what} {e.get('session_id')}"
+        line += f" ({', '.join(bits)})" if bits else ""
+        if e.get("reason"):
+            line += f" — {e['reason']}"
+        lines.append(line)
+    return "\n".join(lines)

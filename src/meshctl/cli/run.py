@@ -1,0 +1,358 @@
+"""``meshctl run --res RES… [--task T] [--wait S] [--held-exit N] [--fail-open] -- COMMAND…``.
+
+Runs COMMAND while holding RES…, for cron jobs and scripts (SPEC §9):
+
+1. registers a short-lived session of its own (``source: run``, a child of
+   ``--session``/``MESH_SESSION`` when given, so it never conflicts with, and
+   never releases, its parent's claims), ``liveness: process`` for run's pid;
+2. claims RES… as one set (queueing up to ``--wait`` seconds); when held it
+   prints who holds it on stderr and exits 75 (``--held-exit N`` instead, for a
+   COMMAND that may itself exit 75), without running COMMAND;
+3. forks COMMAND *gated*: the child exists (so its pid is known) but waits on a
+   pipe before ``exec``. run registers the child's pid as a second liveness
+   anchor of its session (``session.register`` with the same id and
+   ``pids: [child]``), then opens the gate. So the session -- and its claims --
+   lives while either run or COMMAND lives: a SIGKILLed run leaves COMMAND
+   guarded until it exits, and a run killed before the gate opens takes the gate
+   with it (the child sees EOF and exits without running COMMAND, never unguarded);
+4. passes stdin/stdout/stderr through untouched, forwards SIGINT, SIGTERM and SIGHUP
+   (not the ones the terminal already sent to COMMAND's process group: Ctrl-C
+   reaches COMMAND once), heartbeats meanwhile so the session does not show as
+   stale, and exits with COMMAND's status (128+N for signal N);
+5. ends its session, which releases what it acquired.
+
+When the daemon cannot be reached, run fails (exit 69) unless ``--fail-open``, which
+runs COMMAND unguarded and says so on stderr. With ``enabled = false`` in config it
+runs COMMAND unguarded and warns. Its own messages always go to stderr; with
+``--json`` the claim document is printed on stdout only when COMMAND did not run
+(held), since COMMAND owns stdout otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from meshctl import _claims
+from meshctl.cli import _output
+from meshctl.cli._context import State, common_options, get_state
+from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable
+
+if TYPE_CHECKING:
+    from meshctl._sync import Mesh
+
+#: The ``session.register`` param naming further processes the session lives with.
+ANCHOR_PARAM = "pids"
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_SI_KERNEL = 0x80  # Linux si_code of signals the tty driver sent to a process group
+_EXEC_FAILED = 127
+_NOT_EXECUTABLE = 126
+
+
+def expand_res(args: Sequence[str]) -> list[str]:
+    """Let ``--res A B C -- CMD`` mean ``--res A --res B --res C -- CMD`` (SPEC's ``RES…``).
+
+    Only before the first ``--``: everything after it is COMMAND, untouched.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out.extend(args[i:])
+            break
+        out.append(arg)
+        i += 1
+        if arg == "--res" and i < len(args):
+            out.append(args[i])
+            i += 1
+            while i < len(args) and not args[i].startswith("-"):
+                out.extend(("--res", args[i]))
+                i += 1
+    return out
+
+
+class RunCommand(click.Command):
+    """``run``'s parsing: variadic ``--res``, and COMMAND only after ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" not in args and not any(a in ("-h", "--help") for a in args):
+            raise click.UsageError("put -- before COMMAND: meshctl run --res RES -- COMMAND…", ctx)
+        return super().parse_args(ctx, expand_res(args))
+
+
+@click.command(
+    cls=RunCommand,
+    context_settings={"allow_interspersed_args": False},
+    epilog=(
+        "RES is kind:value (file:/p, port:N, res:NAME …) or a path; relative paths are "
+        "resolved against the current folder. Exit: COMMAND's status (128+N for signal N); "
+        "75 (or --held-exit) when held; 69 when the daemon is unreachable without --fail-open."
+    ),
+)
+@common_options
+@click.option(
+    "--res", "resources", multiple=True, required=True, metavar="RES…", help="What to hold."
+)
+@click.option("--task", metavar="T", help="The session's task (default: COMMAND).")
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="S",
+    help="Queue up to S seconds for RES (FIFO).",
+)
+@click.option(
+    "--held-exit",
+    type=click.IntRange(0, 255),
+    default=_output.EXIT_TEMPFAIL,
+    show_default=True,
+    metavar="N",
+    help="Exit status when held.",
+)
+@click.option(
+    "--fail-open", is_flag=True, help="Daemon unreachable: run COMMAND unguarded (and say so)."
+)
+@click.argument("command", nargs=-1, required=True, metavar="-- COMMAND…")
+def run(
+    *,
+    resources: tuple[str, ...],
+    task: str | None,
+    wait: float,
+    held_exit: int,
+    fail_open: bool,
+    command: tuple[str, ...],
+) -> int:
+    """Run COMMAND while holding RES…; exit with COMMAND's status."""
+    state = get_state()
+    argv = list(command)
+    keys = _claims.resolve_all(resources)
+    try:
+        mesh = state.mesh()
+        params = _register_params(state, task, argv)
+        reg = mesh.call("session.register", params)
+    except MeshUnavailable as exc:
+        if not fail_open:
+            raise
+        _output.note(f"{exc.message}\nmeshctl: --fail-open: running COMMAND UNGUARDED (no claims)")
+        return _run_unguarded(argv)
+    if reg.get("disabled"):
+        _output.note("the mesh is disabled (enabled = false in config): running COMMAND unguarded")
+        return _run_unguarded(argv)
+    guard = _Guard(mesh, params, reg)
+    try:
+        result = mesh.call(
+            _claims.ACQUIRE,
+            _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait),
+            timeout=_claims.wait_timeout(wait, mesh.timeout),
+        )
+        if result.get("status") != "granted":
+            if state.json:
+                _output.write_json(_claims.cli_document(result))
+            click.echo(_claims.held_lines(result), err=True)
+            return held_exit
+        return guard.run(argv)
+    finally:
+        guard.end()
+
+
+def _register_params(state: State, task: str | None, argv: list[str]) -> dict[str, Any]:
+    import socket
+
+    params: dict[str, Any] = {
+        "source": "run",
+        "task": (task or " ".join(argv))[:200],
+        "status": "tool-running",
+        "liveness": "process",
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
+    with contextlib.suppress(OSError):
+        params["cwd"] = os.getcwd()
+    if state.session:
+        params["parent"] = state.session
+    return params
+
+
+class _Guard:
+    """run's session around one COMMAND: anchors, heartbeats, the end."""
+
+    def __init__(self, mesh: Mesh, params: dict[str, Any], reg: dict[str, Any]) -> None:
+        self.mesh = mesh
+        self.params = params
+        self.sid = str(reg["session_id"])
+        self.interval = float(reg.get("heartbeat_interval") or 5.0)
+        self._ended = False
+        self._quiet = False
+
+    def anchor(self, pid: int) -> None:
+        """Make COMMAND's pid a second liveness anchor of the session (same id, same pid)."""
+        params = {**self.params, "session_id": self.sid, ANCHOR_PARAM: [pid]}
+        try:
+            self.mesh.call("session.register", params)
+        except InvalidParams:
+            _output.note(
+                "this meshd cannot watch COMMAND's pid (no session.register pids): "
+                "if run is killed, its claims are freed while COMMAND may still run"
+            )
+        except MeshError as exc:
+            _output.note(f"could not tie the claims to COMMAND's pid: {exc.message}")
+
+    def beat(self) -> None:
+        """Keep the session from showing stale while COMMAND runs; failures are not fatal."""
+        try:
+            self.mesh.call("session.heartbeat", {"session_id": self.sid})
+        except MeshError as exc:
+            if not self._quiet:
+                _output.note(f"heartbeat failed (COMMAND keeps running): {exc.message}")
+                self._quiet = True
+
+    def run(self, argv: list[str]) -> int:
+        child = _Child(argv)
+        self.anchor(child.pid)
+        return child.start_and_wait(self.beat, self.interval)
+
+    def end(self) -> None:
+        """End the session: releases what it acquired (never its parent's claims)."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self.mesh.call("session.end", {"session_id": self.sid, "reason": "run finished"})
+        except MeshError as exc:
+            _output.note(
+                f"could not end session {self.sid} ({exc.message}); the daemon frees its "
+                "claims when this process is gone"
+            )
+
+
+def _run_unguarded(argv: list[str]) -> int:
+    return _Child(argv).start_and_wait(None, 3600.0)
+
+
+class _Child:
+    """COMMAND, forked and held at a gate until :meth:`start_and_wait` opens it."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        gate_r, self._gate_w = os.pipe()
+        self._err_r, err_w = os.pipe()
+        self._blocked = (*_FORWARDED, signal.SIGCHLD)
+        if hasattr(signal, "sigtimedwait"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, self._blocked)
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - the child never returns
+            _child_main(argv, gate_r, self._gate_w, self._err_r, err_w)
+        os.close(gate_r)
+        os.close(err_w)
+
+    def start_and_wait(self, beat: Any, interval: float) -> int:
+        """Open the gate, then wait for COMMAND, forwarding signals; its exit status."""
+        os.write(self._gate_w, b"x")
+        os.close(self._gate_w)
+        failure = _read_all(self._err_r)
+        os.close(self._err_r)
+        if failure:
+            code, _, message = failure.decode(errors="replace").partition(":")
+            self._reap()
+            _output.note(f"cannot run {self.argv[0]!r}: {message}")
+            return int(code) if code.isdigit() else _EXEC_FAILED
+        if hasattr(signal, "sigtimedwait"):
+            return self._wait_linux(beat, interval)
+        return self._wait_portable()
+
+    def _reap(self) -> int:
+        _, status = _waitpid(self.pid, 0)
+        return _exit_code(status)
+
+    def _wait_linux(self, beat: Any, interval: float) -> int:
+        """sigtimedwait loop: exact forwarding (si_code tells the tty's signals apart)."""
+        try:
+            next_beat = time.monotonic() + interval
+            while True:
+                done, status = _waitpid(self.pid, os.WNOHANG)
+                if done:
+                    return _exit_code(status)
+                left = max(next_beat - time.monotonic(), 0.0)
+                info = signal.sigtimedwait(self._blocked, left)
+                if info is None:
+                    if beat is not None:
+                        beat()
+                    next_beat = time.monotonic() + interval
+                elif info.si_signo != signal.SIGCHLD and self._forward(info.si_code):
+                    _kill(self.pid, info.si_signo)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self._blocked)
+
+    def _forward(self, si_code: int) -> bool:
+        """Forward unless the terminal sent it to a process group COMMAND is in."""
+        if si_code != _SI_KERNEL:
+            return True
+        try:
+            return os.getpgid(self.pid) != os.getpgrp()
+        except OSError:
+            return False
+
+    def _wait_portable(self) -> int:  # pragma: no cover - platforms without sigtimedwait
+        """Handlers forward every signal; waitpid resumes after each (PEP 475)."""
+        for signum in _FORWARDED:
+            signal.signal(signum, lambda n, _f: _kill(self.pid, n))
+        return self._reap()
+
+
+def _child_main(argv: list[str], gate_r: int, gate_w: int, err_r: int, err_w: int) -> None:
+    """In the forked child: wait at the gate, then exec COMMAND (never returns)."""
+    code = _EXEC_FAILED
+    try:
+        os.close(gate_w)
+        os.close(err_r)
+        for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, *_FORWARDED):
+            signal.signal(signum, signal.SIG_DFL)
+        if _read_all(gate_r, 1) != b"x":
+            os._exit(_output.EXIT_TEMPFAIL)  # run died before opening the gate: never unguarded
+        os.close(gate_r)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            code = _NOT_EXECUTABLE if isinstance(exc, PermissionError) else _EXEC_FAILED
+            os.write(err_w, f"{code}:{exc.strerror or exc}".encode())
+    finally:
+        os._exit(code)
+
+
+def _read_all(fd: int, limit: int = 4096) -> bytes:
+    out = b""
+    while len(out) < limit:
+        try:
+            chunk = os.read(fd, limit - len(out))
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def _waitpid(pid: int, flags: int) -> tuple[int, int]:
+    try:
+        return os.waitpid(pid, flags)
+    except ChildProcessError:
+        return pid, 0
+
+
+def _exit_code(status: int) -> int:
+    """COMMAND's exit status, 128+N when signal N ended it (the shell's convention)."""
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _kill(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
