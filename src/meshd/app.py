@@ -22,7 +22,7 @@ import sys
 import anyio
 from anyio.abc import SocketListener, TaskGroup
 
-from meshd import __version__, config, sdnotify, singleton, storage_claims
+from meshd import __version__, config, sdnotify, singleton, storage_claims, storage_messages
 from meshd.core.claims import Fencing
 from meshd.core.clock import SystemClock
 from meshd.core.settings import Settings
@@ -201,6 +201,13 @@ class Daemon:
         except StoreError as exc:
             raise StartupError(str(exc)) from exc
         self.restore(restored)
+        mail = await anyio.to_thread.run_sync(
+            storage_messages.restore_file, self.store.path, self.state.clock.now()
+        )
+        self.state.mailbox.restore(
+            mail.messages, mail.handoffs,
+            max_message_id=mail.max_message_id, max_handoff_id=mail.max_handoff_id,
+        )  # fmt: skip
         listener = await self.listener()
         try:
             async with anyio.create_task_group() as tg:

@@ -79,6 +79,7 @@ class Service:
             lambda outcomes, error: None
         )
         self.handlers: dict[str, Handler] = {}
+        self._next_prune = 0.0
         self.specs: list[m.MethodSpec] = []
         from meshd.handlers import install_all
 
@@ -171,4 +172,8 @@ class Service:
         """Expire what is due; called by the sweeper every tick."""
         for s, _ in self.state.expire_due():
             self.pids.unwatch(s.session_id)
+        self.state.mailbox.sweep()
+        if self.clock.monotonic() >= self._next_prune:  # history_days, checked hourly
+            self._next_prune = self.clock.monotonic() + 3600
+            self.state.mailbox.prune()
         self.flush_background()

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
-from meshd import storage_claims
+from meshd import storage_claims, storage_messages
 from meshd.core.registry import Session
 from meshd.protocol.errors import StorageUnavailable
 
@@ -50,6 +50,8 @@ MIGRATIONS: list[str] = [
     """,
     # 2: claims, audit log
     storage_claims.DDL,
+    # 3: messages and handoffs
+    storage_messages.DDL,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

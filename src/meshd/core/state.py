@@ -14,6 +14,7 @@ from typing import Any
 
 from meshd.core.claims import Cancelled, ClaimTable, EndHow, Fencing, Notice
 from meshd.core.clock import Clock
+from meshd.core.mailbox import Mailbox
 from meshd.core.registry import EndReason, Registration, Registry, Report, Session
 from meshd.core.settings import Settings
 
@@ -56,11 +57,13 @@ class MeshState:
     fencing_reserved: int = 0
     registry: Registry = field(init=False)
     claims: ClaimTable = field(init=False)
+    mailbox: Mailbox = field(init=False)
     writes: list[Write] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.registry = Registry(self.clock, self.settings, self.profile)
+        self.mailbox = Mailbox(self.clock, self.settings, self.registry)
         self.claims = ClaimTable(
             ancestors=self.registry.ancestors, fencing=Fencing(reserved=self.fencing_reserved)
         )
@@ -68,6 +71,9 @@ class MeshState:
     def drain(self) -> Drained:
         """Take the writes, events and waiter outcomes the last commands produced."""
         out = self.claims.drain()
+        mail_writes, pushes = self.mailbox.drain()
+        self.writes.extend(mail_writes)
+        self.events.extend(Event(*p) for p in pushes)
         writes, events = self.writes, self.events
         self.writes, self.events = [], []
         if out.reserve_until is not None:  # first, so the block is stored with its grants
@@ -83,6 +89,7 @@ class MeshState:
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings
         self.registry.settings = settings
+        self.mailbox.settings = settings
 
     # --- sessions ---------------------------------------------------------------------
 
@@ -97,6 +104,7 @@ class MeshState:
     def end(self, sid: str, reason: EndReason = "ended") -> Session:
         """End a session and release everything it held (cancelling its waits)."""
         s = self.registry.end(sid, reason)
+        self.mailbox.session_ended(sid)
         self.writes.append(("session.end", sid, self.clock.now(), reason))
         self.claims.release_session(
             sid, _END_HOW[reason], now_mono=self.clock.monotonic(), now_wall=self.clock.now()

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 
 def install_all(svc: Service) -> None:
     """Add every domain's methods to ``svc`` (the order is the schema's order)."""
-    from meshd.handlers import mesh, sessions
+    from meshd.handlers import mesh, messages, sessions
 
     mesh.install(svc)
     sessions.install(svc)
+    messages.install(svc)

@@ -90,9 +90,12 @@ class SessionHandlers:
         return _HB_OK
 
     async def end(self, p: m.EndParams, conn: Conn) -> m.EndResult:
+        handoff_id = None
+        if p.handoff:  # the final handoff, stored in the same commit as the end
+            handoff_id = self.svc.state.mailbox.write_handoff(p.session_id, p.handoff).id
         self.svc.end_session(p.session_id, "ended")
         await self.svc.commit()
-        return m.EndResult(session_id=p.session_id, ended=True)
+        return m.EndResult(session_id=p.session_id, ended=True, handoff_id=handoff_id)
 
     def info(self, s: Session, now_mono: float, now_wall: float) -> m.SessionInfo:
         reg = self.svc.state.registry
