@@ -10,6 +10,7 @@ moment the daemon side lands. ``needs_pids`` likewise waits for the
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -198,6 +199,77 @@ class TestOffline:
 
         assert run.code == 127, run
         assert "cannot run '/nonexistent/cmd'" in run.err
+
+
+class TestSignals:
+    @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+    def test_forwarded_to_command(self, sig: int, offline_env: OfflineEnv) -> None:
+        """A signal sent to run (by kill, not the tty) reaches COMMAND; run exits with
+        COMMAND's status (the trap's 7 here, so the forwarding is what is seen)."""
+        env = _unreachable(offline_env)
+        ready = offline_env.root / "ready"
+        script = f"trap 'exit 7' {sig.name[3:]}; touch {ready}; while :; do sleep 0.05; done"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "meshctl.cli",
+                "run",
+                "--res",
+                "a",
+                "--fail-open",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "COMMAND never started"
+            time.sleep(0.02)
+
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+
+        assert proc.returncode == 7, err
+
+    def test_ctrl_c_reaches_command_once(self, offline_env: OfflineEnv) -> None:
+        """Ctrl-C on a terminal goes to the whole foreground group: run does not send a
+        second SIGINT (COMMAND counts the ones it got and exits 40 + count)."""
+        import pty
+
+        env = _unreachable(offline_env)
+        child = (
+            "import signal, sys, time\n"
+            "n = []\n"
+            "signal.signal(signal.SIGINT, lambda *a: n.append(1))\n"
+            "print('ready', flush=True)\n"
+            "while not n: time.sleep(0.01)\n"
+            "time.sleep(0.5)\n"  # room for a duplicate to arrive
+            "sys.exit(40 + len(n))\n"
+        )
+        argv = [sys.executable, "-m", "meshctl.cli", "run", "--res", "a", "--fail-open", "--"]
+        pid, fd = pty.fork()
+        if pid == 0:  # pragma: no cover - the child execs
+            os.execve(sys.executable, [*argv, sys.executable, "-c", child], env)
+        seen = b""
+        deadline = time.monotonic() + 20
+        while b"ready" not in seen:
+            assert time.monotonic() < deadline, seen
+            seen += os.read(fd, 1024)
+
+        os.write(fd, b"\x03")
+        with contextlib.suppress(OSError):
+            while os.read(fd, 1024):
+                pass
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+
+        assert os.waitstatus_to_exitcode(status) == 41
 
 
 class TestDisabled:
