@@ -6,7 +6,8 @@ Connection protocol (SPEC §3):
   ``LOCAL_PEERCRED``) must be ours, else one ``FORBIDDEN`` error line and close.
 * Then the client sends JSON-RPC 2.0 frames, one compact JSON value per line.
   Blank lines are ignored. A line that is not JSON gets ``-32700`` and the
-  connection stays open (the framing is intact). A line over 1 MiB gets
+  connection stays open (the framing is intact); so does a line nested too deeply
+  to decode (``-32600``). A line over 1 MiB gets
   ``-32600`` and the connection is closed, because the rest of that line cannot
   be framed.
 * Requests on one connection are answered in order, except methods marked
@@ -46,7 +47,13 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from meshd.core.state import Event
-from meshd.protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, Forbidden, MeshError
+from meshd.protocol.errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    Forbidden,
+    InvalidParams,
+    MeshError,
+)
 from meshd.protocol.framing import DELIMITER, MAX_FRAME
 from meshd.protocol.jsonrpc import (
     EMPTY_BATCH_REPLY,
@@ -80,6 +87,13 @@ _TOO_LARGE = encoder.encode(
         ),
     )
 )
+
+_DEEP_MESSAGE = "Invalid request: nested too deeply to decode"
+_TOO_DEEP = encoder.encode(
+    error_response(None, error_object(INVALID_REQUEST, _DEEP_MESSAGE, {"code": "INVALID_REQUEST"}))
+)
+"""msgspec raises RecursionError (not DecodeError) past Python's recursion limit; a frame
+nested that deeply is refused like any other invalid request, and the line stays open."""
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int | None, int]:
@@ -245,6 +259,8 @@ class Server:
                 items = batch_decoder.decode(body)
             except msgspec.DecodeError:
                 return PARSE_ERROR_REPLY
+            except RecursionError:
+                return _TOO_DEEP
             if not items:
                 return EMPTY_BATCH_REPLY
             replies = [r for item in items if (r := await self.one(item, c, inline=True))]
@@ -257,9 +273,15 @@ class Server:
         except msgspec.ValidationError as exc:
             msg = f"Invalid request: {exc}"
             err = error_object(INVALID_REQUEST, msg, {"code": "INVALID_REQUEST"})
-            return encoder.encode(error_response(recover_id(raw), err))
+            try:
+                rid = recover_id(raw)
+            except RecursionError:  # the id itself is nested too deeply
+                rid = None
+            return encoder.encode(error_response(rid, err))
         except msgspec.DecodeError:
             return PARSE_ERROR_REPLY
+        except RecursionError:
+            return _TOO_DEEP
         rid = req.id if req.id is not msgspec.UNSET else None
         notify = req.id is msgspec.UNSET
         if req.jsonrpc != "2.0":
@@ -271,9 +293,12 @@ class Server:
             return None if notify else encoder.encode(error_response(rid, err))
         try:
             h = self.service.lookup(req.method)
-            params = self.service.decode_params(
-                h, None if req.params is msgspec.UNSET else req.params
-            )
+            try:
+                params = self.service.decode_params(
+                    h, None if req.params is msgspec.UNSET else req.params
+                )
+            except RecursionError as exc:
+                raise InvalidParams(_DEEP_MESSAGE, {"path": "$"}) from exc
             if h.concurrent and not inline:
                 c.tg.start_soon(self._later, h, params, c, rid, notify)
                 return None

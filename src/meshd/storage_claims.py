@@ -100,7 +100,12 @@ def load_claims(db: sqlite3.Connection) -> list[StoredClaim]:
 
 
 def audit_page(
-    db: sqlite3.Connection, *, since: float | None, limit: int, session_id: str | None
+    db: sqlite3.Connection,
+    *,
+    since: float | None,
+    limit: int,
+    session_id: str | None,
+    resource: str | None = None,
 ) -> list[dict[str, Any]]:
     """The newest ``limit`` audit rows at or after ``since``, oldest first."""
     sql = "SELECT at, action, session_id, resource, mode, token, reason, how, by FROM audit"
@@ -112,6 +117,9 @@ def audit_page(
     if session_id is not None:
         where.append("session_id = ?")
         args.append(session_id)
+    if resource is not None:
+        where.append("resource = ?")
+        args.append(resource)
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY id DESC LIMIT ?"

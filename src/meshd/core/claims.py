@@ -297,6 +297,7 @@ class ClaimTable:
         self._seq = 0
         self._heap: list[tuple[float, int, str, str]] = []
         self._previous: dict[str, Previous] = {}
+        self._mode_changed: list[Key] = []  # keys re-granted in another mode: may free waiters
 
     # --- queries ----------------------------------------------------------------
 
@@ -389,7 +390,9 @@ class ClaimTable:
             return self._grant(req, now_mono, now_wall)
         holders, ahead = self._blockers(req, None)
         if not holders and not ahead:
-            return self._grant(req, now_mono, now_wall)
+            granted = self._grant(req, now_mono, now_wall)
+            self._wake((), now_mono, now_wall)  # a downgrade to shared may let readers in
+            return granted
         held_views = tuple(w.view() for w in ahead)
         if not wait:
             return Held(tuple(holders), held_views)
@@ -556,6 +559,8 @@ class ClaimTable:
                     previous.append(prev)
             if old is not None:
                 self._unput(old)
+                if old.mode != claim.mode:
+                    self._mode_changed.append(key)
             self._put(claim)
             self._audit(claim, "refresh" if key.text in kept else "grant", now_wall, how=how)
             claims.append(claim)
@@ -665,16 +670,26 @@ class ClaimTable:
     def _wake(self, keys: Iterable[Key], now_mono: float, now_wall: float) -> None:
         """Grant, in FIFO order, the waiters overlapping ``keys`` that can now go.
 
-        One pass suffices: a granted waiter's claims block later waiters exactly
-        as its place in the queue did, so granting never frees anyone else.
+        A granted waiter's claims block later waiters exactly as its place in the
+        queue did, so a grant frees no one else -- unless it changed a claim's
+        mode (a downgrade to shared): those keys get another pass.
         """
-        if not self._waiters:
-            return
+        pending = [*keys, *self._mode_changed]
+        self._mode_changed.clear()
+        while pending and self._waiters:
+            self._wake_pass(pending, now_mono, now_wall)
+            pending = list(self._mode_changed)
+            self._mode_changed.clear()
+        self._mode_changed.clear()
+
+    def _wake_pass(self, keys: Iterable[Key], now_mono: float, now_wall: float) -> None:
         candidates: dict[str, _Waiter] = {}
         for key in keys:
             for waiter in self._waiters_over(key):
                 candidates[waiter.waiter_id] = waiter
         for waiter in sorted(candidates.values(), key=lambda w: w.seq):
+            if waiter.waiter_id not in self._waiters:
+                continue
             holders, ahead = self._blockers(waiter.request, waiter.seq)
             if holders or ahead:
                 continue

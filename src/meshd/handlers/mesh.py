@@ -10,7 +10,10 @@ from meshd.config import as_dict
 from meshd.protocol import methods as m
 from meshd.service import Conn, Service, rfc3339
 
-CAPABILITIES = ["sessions", "liveness.pidfd", "bind", "schema", "reload"]
+CAPABILITIES = [
+    "sessions", "liveness.pidfd", "bind", "schema", "reload", "claims", "fencing", "audit",
+    "messages", "queries", "broadcasts", "handoffs", "events",
+]  # fmt: skip
 
 
 def install(svc: Service) -> None:
@@ -34,6 +37,7 @@ class MeshHandlers:
         st = svc.state
         reg = st.registry
         now = svc.clock.monotonic()
+        claim_stats = st.claims.statistics()
         return m.InfoResult(
             version=__version__,
             protocol_version=PROTOCOL_VERSION,
@@ -49,6 +53,8 @@ class MeshHandlers:
                 sessions=len(reg.sessions),
                 stale=sum(1 for s in reg.sessions.values() if reg.is_stale(s, now)),
                 connections=svc.stats().get("connections", 0),
+                claims=claim_stats.claims,
+                waiters=claim_stats.waiters,
             ),
             config=as_dict(st.settings),
         )

@@ -104,7 +104,14 @@ class SessionHandlers:
             task=s.task, cwd=s.cwd, repo=s.repo, branch=s.branch, pid=s.pid, host=s.host,
             last_heartbeat=rfc3339(s.last_heartbeat),
             age_s=round(max(0.0, now_wall - s.last_heartbeat), 3),
-            stale=reg.is_stale(s, now_mono), liveness=s.liveness, claims=[],
+            stale=reg.is_stale(s, now_mono), liveness=s.liveness,
+            claims=[
+                m.ClaimInfo(
+                    resource=c.resource, mode=c.mode, token=c.token, since=rfc3339(c.since),
+                    reason=c.reason,
+                )
+                for c in self.svc.state.claims.list_claims(s.session_id)
+            ],
             model=s.model, provider=s.provider, worktree=s.worktree, tools=s.tools,
             parent=s.parent, slot=s.slot, kanban_task=s.kanban_task,
             started_at=rfc3339(s.started_at), last_activity=rfc3339(s.last_activity),

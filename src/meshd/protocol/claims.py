@@ -119,6 +119,7 @@ class ClaimCheckParams(Params):
     session_id: SessionId | None = None
     all_profiles: bool = False
     broad: bool = True
+    for_profile: str | None = None
 
 
 class ClaimPresent(Result):
@@ -141,6 +142,8 @@ class ClaimCheckResult(Result):
     elsewhere: list[ClaimHolder] = []
     warnings: list[str] = []
     disabled: bool = False
+    profile: str = ""
+    visible: bool = True
 
 
 class ClaimListParams(Params):

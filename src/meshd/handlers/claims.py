@@ -1,0 +1,318 @@
+"""``claim.*`` and ``audit.log``: advisory claims with fencing tokens (SPEC §5).
+
+Keys arrive as the user typed them and are made canonical here (that reads the
+filesystem, so it is not the core's job). A request with ``wait`` queues in the
+core and this handler sleeps on an event until the core grants it -- the grant
+is pushed by whichever release freed it, after that release is committed -- or
+until the wait runs out, when the request is withdrawn and answered ``held``.
+Waits are not durable: a waiter whose connection closes is withdrawn.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import anyio
+
+from meshd.core.claims import Cancelled, Claim, Granted, Held, Previous, Queued
+from meshd.core.state import Outcome
+from meshd.keys import Key, canonical_key, describe
+from meshd.protocol import claims as pc
+from meshd.protocol.errors import InvalidParams, MeshError
+from meshd.service import Conn, Service, rfc3339
+from meshd.storage_claims import audit_page
+
+HOME = os.path.expanduser("~")
+
+
+def install(svc: Service) -> None:
+    h = ClaimHandlers(svc)
+    spec = {s.name: s for s in pc.CLAIM_METHODS}
+    svc.add(spec["claim.acquire"], h.acquire, is_async=True, concurrent=True)
+    svc.add(spec["claim.release"], h.release, is_async=True)
+    svc.add(spec["claim.check"], h.check)
+    svc.add(spec["claim.list"], h.list)
+    svc.add(spec["claim.validate"], h.validate)
+    svc.add(spec["claim.steal"], h.steal, is_async=True)
+    svc.add(spec["audit.log"], h.audit, is_async=True)
+    svc.resolve_waiters = h.resolve
+
+
+@dataclass
+class _Wait:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: Granted | Held | None = None
+    error: BaseException | None = None
+
+
+class ClaimHandlers:
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.waits: dict[str, _Wait] = {}
+        self._ids = itertools.count(1)
+
+    # --- helpers --------------------------------------------------------------------
+
+    def _keys(self, resources: list[str], broad: bool) -> list[Key]:
+        return [canonical_key(r, home=HOME, broad=broad) for r in resources]
+
+    def _holder(self, c: Claim) -> pc.ClaimHolder:
+        s = self.svc.state.registry.sessions.get(c.session_id)
+        return pc.ClaimHolder(
+            session_id=c.session_id, resource=c.resource, task=s.task if s else "",
+            since=rfc3339(c.since), reason=c.reason, mode=c.mode, profile=self.svc.state.profile,
+        )  # fmt: skip
+
+    def warning(self, c: Claim) -> str:
+        """The human sentence: "cli:… is editing ~/p (branch x) since 14:02 — task"."""
+        s = self.svc.state.registry.sessions.get(c.session_id)
+        verb = "editing" if c.key.is_path else "holding"
+        branch = f" (branch {s.branch})" if s is not None and s.branch else ""
+        since = datetime.fromtimestamp(c.since).strftime("%H:%M")
+        what = (s.task if s is not None and s.task else "") or c.reason
+        tail = f" — {what}" if what else ""
+        return f"{c.session_id} is {verb} {describe(c.key, home=HOME)}{branch} since {since}{tail}"
+
+    @staticmethod
+    def _previous(p: Previous) -> pc.ClaimPrevious:
+        return pc.ClaimPrevious(
+            resource=p.resource, session_id=p.session_id, how=p.how, at=rfc3339(p.at)
+        )
+
+    def _granted(self, g: Granted, waited: float = 0.0) -> pc.ClaimAcquireResult:
+        prev = {p.resource: self._previous(p) for p in g.previous}
+        grants = [
+            pc.ClaimGrant(
+                resource=c.resource, mode=c.mode, token=c.token,
+                already_held=c.resource in g.held_before, previous=prev.get(c.resource),
+            )
+            for c in g.claims
+        ]  # fmt: skip
+        return pc.ClaimAcquireResult(
+            status="granted", claims=grants, token=g.token, already_held=g.already_held,
+            previous=next(iter(prev.values()), None),
+            stolen=[self._holder(c) for c in g.stolen], waited_s=round(waited, 3),
+        )  # fmt: skip
+
+    def _held(self, h: Held, waited: float = 0.0) -> pc.ClaimAcquireResult:
+        ahead = [
+            pc.ClaimWaiting(
+                session_id=w.session_id, resources=list(w.resources), mode=w.mode,
+                since=rfc3339(w.since),
+            )
+            for w in h.ahead
+        ]  # fmt: skip
+        return pc.ClaimAcquireResult(
+            status="held", holders=[self._holder(c) for c in h.holders], deadlock=h.deadlock,
+            ahead=ahead, waited_s=round(waited, 3),
+        )  # fmt: skip
+
+    # --- acquire / steal --------------------------------------------------------------
+
+    async def acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult:
+        svc, st = self.svc, self.svc.state
+        if not st.settings.enabled:
+            return pc.ClaimAcquireResult(status="granted", disabled=True)
+        st.registry.get(p.session_id)
+        keys = self._keys(p.resources, p.broad)
+        wait = min(p.wait, st.settings.max_query_timeout)
+        waiter_id = f"c{conn.id}.{next(self._ids)}" if wait > 0 else None
+        clock = svc.clock
+        outcome = st.claims.acquire(
+            p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl,
+            now_mono=clock.monotonic(), now_wall=clock.now(), wait=waiter_id is not None,
+            waiter_id=waiter_id,
+        )  # fmt: skip
+        if isinstance(outcome, Granted):
+            await svc.commit()
+            return self._granted(outcome)
+        if isinstance(outcome, Held):
+            return self._held(outcome)
+        return await self._wait(outcome, wait)
+
+    async def _wait(self, q: Queued, wait: float) -> pc.ClaimAcquireResult:
+        svc, st = self.svc, self.svc.state
+        w = self.waits[q.waiter_id] = _Wait()
+        t0 = time.monotonic()
+        try:
+            with anyio.move_on_after(wait):
+                await w.done.wait()
+            if not w.done.is_set():
+                clock = svc.clock
+                held = st.claims.cancel_waiter(
+                    q.waiter_id, now_mono=clock.monotonic(), now_wall=clock.now(), why="timeout"
+                )
+                if held is not None:
+                    w.outcome = held
+                    w.done.set()
+                await svc.commit()  # withdrawing may let later waiters go
+                await w.done.wait()  # granted just now: its commit is in flight
+        finally:
+            self.waits.pop(q.waiter_id, None)
+            if not w.done.is_set():  # cancelled (connection closed): withdraw the wait
+                clock = svc.clock
+                st.claims.cancel_waiter(
+                    q.waiter_id, now_mono=clock.monotonic(), now_wall=clock.now(), why="closed"
+                )
+                svc.flush_background()
+        waited = time.monotonic() - t0
+        if w.error is not None:
+            raise MeshError(str(w.error)) if not isinstance(w.error, MeshError) else w.error
+        if isinstance(w.outcome, Granted):
+            return self._granted(w.outcome, waited)
+        assert w.outcome is not None
+        return self._held(w.outcome, waited)
+
+    def resolve(self, outcomes: list[Outcome], error: BaseException | None) -> None:
+        """Wake the handlers whose queued requests were granted or withdrawn."""
+        for o in outcomes:
+            waiter_id = o.waiter_id
+            w = self.waits.get(waiter_id) if waiter_id else None
+            if w is None or w.done.is_set():
+                continue
+            if error is not None:
+                w.error = error
+            elif isinstance(o, Cancelled):
+                w.outcome = o.held
+            else:
+                w.outcome = o.granted
+            w.done.set()
+
+    async def steal(self, p: pc.ClaimStealParams, conn: Conn) -> pc.ClaimAcquireResult:
+        svc, st = self.svc, self.svc.state
+        if not st.settings.enabled:
+            return pc.ClaimAcquireResult(status="granted", disabled=True)
+        st.registry.get(p.session_id)
+        keys = self._keys(p.resources, p.broad)
+        if not p.reason.strip():
+            raise InvalidParams("a steal needs a reason", {"path": "$.reason"})
+        clock = svc.clock
+        granted = st.claims.steal(
+            p.session_id, keys, reason=p.reason, mode=p.mode, ttl=p.ttl,
+            now_mono=clock.monotonic(), now_wall=clock.now(),
+        )  # fmt: skip
+        await svc.commit()
+        return self._granted(granted)
+
+    # --- release / check / list / validate / audit --------------------------------------
+
+    async def release(self, p: pc.ClaimReleaseParams, conn: Conn) -> pc.ClaimReleaseResult:
+        svc, st = self.svc, self.svc.state
+        if not st.settings.enabled:
+            return pc.ClaimReleaseResult(disabled=True)
+        st.registry.get(p.session_id)
+        keys = None if p.resources is None else self._keys(p.resources, True)
+        clock = svc.clock
+        released = st.claims.release(
+            p.session_id, keys, now_mono=clock.monotonic(), now_wall=clock.now()
+        )
+        await svc.commit()
+        return pc.ClaimReleaseResult(released=released)
+
+    def check(self, p: pc.ClaimCheckParams, conn: Conn) -> pc.ClaimCheckResult:
+        st = self.svc.state
+        if (
+            p.for_profile
+            and p.for_profile != st.profile
+            and not st.settings.visible_to(p.for_profile)
+        ):
+            return pc.ClaimCheckResult(status="free", profile=st.profile, visible=False)
+        if not st.settings.enabled:
+            return pc.ClaimCheckResult(status="free", disabled=True, profile=st.profile)
+        keys = self._keys(p.resources, p.broad)
+        found = st.claims.check(keys, p.session_id)
+        present = self._present(keys, p.session_id)
+        warnings = [self.warning(c) for c in found]
+        warnings += [
+            f"{x.session_id} is working in {x.path}"
+            + (f" (branch {x.branch})" if x.branch else "")
+            + (f" — {x.task}" if x.task else "")
+            for x in present
+        ]
+        return pc.ClaimCheckResult(
+            status="held" if found else "free", claims=[self._holder(c) for c in found],
+            present=present, warnings=warnings, profile=st.profile,
+        )  # fmt: skip
+
+    def _present(self, keys: list[Key], caller: str | None) -> list[pc.ClaimPresent]:
+        """Other live sessions whose cwd or repo contains (or lies under) one of the paths."""
+        paths = [k.value for k in keys if k.is_path]
+        if not paths:
+            return []
+        st = self.svc.state
+        out: list[pc.ClaimPresent] = []
+        for s in st.registry.sessions.values():
+            if caller is not None and st.claims.related(caller, s.session_id):
+                continue
+            for why, where in (("cwd", s.cwd), ("repo", s.repo)):
+                if where and any(_overlaps(where, path) for path in paths):
+                    out.append(
+                        pc.ClaimPresent(
+                            session_id=s.session_id, task=s.task, why=why, path=where,  # type: ignore[arg-type]
+                            branch=s.branch, since=rfc3339(s.started_at),
+                        )
+                    )  # fmt: skip
+                    break
+        return out
+
+    def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
+        st = self.svc.state
+        now = self.svc.clock.monotonic()
+        claims = [
+            pc.ClaimRecord(
+                session_id=c.session_id, resource=c.resource, mode=c.mode, token=c.token,
+                since=rfc3339(c.since), reason=c.reason,
+                expires_in_s=None if c.deadline is None else round(c.deadline - now, 3),
+            )
+            for c in st.claims.list_claims(p.session_id)
+        ]  # fmt: skip
+        waiting = [
+            pc.ClaimWaiting(
+                session_id=w.session_id, resources=list(w.resources), mode=w.mode,
+                since=rfc3339(w.since),
+            )
+            for w in st.claims.waiting(p.session_id)
+        ]  # fmt: skip
+        return pc.ClaimListResult(claims=claims, waiting=waiting)
+
+    def validate(self, p: pc.ClaimValidateParams, conn: Conn) -> pc.ClaimValidateResult:
+        st = self.svc.state
+        key = canonical_key(p.resource, home=HOME, broad=True)
+        now = self.svc.clock.monotonic()
+        valid = st.claims.validate(key, p.token, now)
+        holder = None
+        if valid:
+            holder = next(
+                (c.session_id for c in st.claims.check([key]) if c.token == p.token), None
+            )
+        return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=holder)
+
+    async def audit(self, p: pc.AuditLogParams, conn: Conn) -> pc.AuditLogResult:
+        since = None
+        if p.since is not None:
+            try:
+                since = datetime.fromisoformat(p.since.replace("Z", "+00:00")).timestamp()
+            except ValueError as exc:
+                raise InvalidParams(
+                    f"since must be an RFC 3339 time, got {p.since!r}", {"path": "$.since"}
+                ) from exc
+        resource = None
+        if p.resource is not None:
+            resource = canonical_key(p.resource, home=HOME, broad=True).text
+        rows = await self.svc.store.read(
+            lambda db: audit_page(
+                db, since=since, limit=p.limit, session_id=p.session_id, resource=resource
+            )
+        )
+        return pc.AuditLogResult(
+            entries=[pc.AuditEntry(**{**r, "at": rfc3339(r["at"])}) for r in rows]
+        )
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """One path is the other or lies under it."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
