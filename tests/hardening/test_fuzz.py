@@ -1,0 +1,274 @@
+"""Fuzzing the real daemon over its real socket (hypothesis).
+
+Random bytes, deep nesting, huge numbers, invalid UTF-8, NUL bytes, wrong types,
+unknown fields, batches of junk, and every method that ``mesh.schema`` lists with
+params generated from its own JSON Schema and then broken on purpose. After each
+example: the fuzzing connection got only well-formed JSON-RPC frames (or was
+closed), and the daemon answers ``mesh.ping`` on a new connection. Every socket
+has a timeout, so a hang fails instead of hanging. The method list is read from the
+running daemon, so methods that land later (claims, messages …) are fuzzed too.
+
+The default profile keeps the file under 30 s; the ``slow`` twins run longer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from tests.conftest import DaemonHandle
+from tests.hardening.schema_strategy import JSON, encode, from_schema, mutated
+from tests.hardening.support import Client, is_reply, ping
+
+SENTINEL_ID = "sentinel-7f3a"
+SENTINEL = b'{"jsonrpc":"2.0","id":"' + SENTINEL_ID.encode() + b'","method":"mesh.ping"}\n'
+INTERNAL_ERROR = -32603
+
+
+def fuzz_settings(n: int) -> settings:
+    return settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,  # deterministic: the same examples every run
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def is_frame(value: Any) -> bool:
+    """A reply, a batch of replies, or an event notification."""
+    if isinstance(value, list):
+        return bool(value) and all(is_reply(v) for v in value)
+    if isinstance(value, dict) and "id" not in value:
+        return value.get("jsonrpc") == "2.0" and value.get("method") == "event"
+    return is_reply(value)
+
+
+def exchange(d: DaemonHandle, frames: list[bytes]) -> list[Any]:
+    """Send ``frames`` then a sentinel ping on one connection; return every frame read back.
+
+    Stops at the sentinel's reply or when the daemon closes the connection; a
+    daemon that does neither within the socket timeout fails the test.
+    """
+    seen: list[Any] = []
+    with Client(d.socket) as c:
+        try:
+            for f in frames:
+                c.send(f)
+            c.send(SENTINEL)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed on us (a frame over 1 MiB): allowed, read what was sent
+        while (line := c.line()) is not None:
+            value = json.loads(line)
+            assert is_frame(value), line[:300]
+            if isinstance(value, dict) and value.get("id") == SENTINEL_ID:
+                break
+            seen.append(value)
+    assert ping(d.socket), "the daemon stopped answering new connections"
+    return seen
+
+
+def replies(frames: list[Any]) -> Iterator[dict[str, Any]]:
+    for f in frames:
+        yield from (f if isinstance(f, list) else [f])
+
+
+def no_internal_errors(frames: list[Any]) -> None:
+    """Bad input is the client's fault: never -32603."""
+    bad = [r for r in replies(frames) if r.get("error", {}).get("code") == INTERNAL_ERROR]
+    assert not bad, bad[:3]
+
+
+@pytest.fixture
+def log_is_clean(daemon: DaemonHandle) -> Iterator[DaemonHandle]:
+    """The daemon logged no traceback while being fuzzed (a caught crash is still a bug)."""
+    yield daemon
+    assert "Traceback" not in daemon.logs(), daemon.logs()[-3000:]
+
+
+# --- strategies -------------------------------------------------------------------------
+
+ENVELOPE_JUNK = st.fixed_dictionaries(
+    {},
+    optional={
+        "jsonrpc": JSON | st.just("2.0"),
+        "id": JSON | st.integers() | st.just(2**70) | st.just(1e400),
+        "method": JSON | st.sampled_from(["mesh.ping", "session.list", "", "\x00", "a" * 10_000]),
+        "params": JSON,
+        "extra": JSON,
+    },
+)
+
+
+def deep_frame(n: int, where: str) -> bytes:
+    nest = b"[" * n + b"]" * n
+    return {
+        "top": nest,
+        "object": b'{"a":' * n + b"1" + b"}" * n,
+        "batch": b"[" + nest + b"]",
+        "params": b'{"jsonrpc":"2.0","id":1,"method":"session.register","params":{"tools":'
+        + nest
+        + b"}}",
+        "id": b'{"jsonrpc":"2.0","id":' + nest + b',"method":"mesh.ping"}',
+        "method": b'{"jsonrpc":"2.0","id":1,"method":' + nest + b"}",
+    }[where]
+
+
+STRUCTURED = st.one_of(
+    ENVELOPE_JUNK.map(lambda v: json.dumps(v).encode()),
+    st.lists(ENVELOPE_JUNK | JSON, min_size=1, max_size=20).map(lambda v: json.dumps(v).encode()),
+    st.builds(
+        deep_frame,
+        st.integers(1_000, 100_000),
+        st.sampled_from(["top", "object", "batch", "params", "id", "method"]),
+    ),
+    st.sampled_from(
+        [
+            b'{"jsonrpc":"2.0","id":1,"method":"session.register","params":{"pid":1e400}}',
+            b'{"jsonrpc":"2.0","id":1,"method":"session.register","params":{"pid":'
+            + b"9" * 5000
+            + b"}}",
+            b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"mesh.ping"}',
+            b'{"jsonrpc":"2.0","id":1,"method":"session.register","params":{"task":"\xff\xfe"}}',
+            b'{"jsonrpc":"2.0","id":1,"method":"mesh.\x00ping"}',
+            b'{"jsonrpc":"2.0","id":1,"method":"session.register","params":{"task":"a\\u0000b"}}',
+            b'{"jsonrpc":"2.0","id":1,"method":"session.get","params":{"session_id":"\\ud800"}}',
+            b"\x00" * 100,
+            b"[]",
+            b"[[]]",
+            b"[1,2,3]",
+            b'"\\u',
+            b"NaN",
+            b"-0",
+        ]
+    ),
+)
+
+
+# --- tests --------------------------------------------------------------------------------
+
+
+def run_bytes(d: DaemonHandle, n: int) -> None:
+    @fuzz_settings(n)
+    @given(st.lists(st.binary(max_size=2048), min_size=1, max_size=4))
+    def check(chunks: list[bytes]) -> None:
+        exchange(d, [c + b"\n" for c in chunks])
+
+    check()
+
+
+def run_structured(d: DaemonHandle, n: int) -> None:
+    @fuzz_settings(n)
+    @given(st.lists(STRUCTURED, min_size=1, max_size=3))
+    def check(frames: list[bytes]) -> None:
+        no_internal_errors(exchange(d, [f + b"\n" for f in frames]))
+
+    check()
+
+
+def method_calls(schema: dict[str, Any]) -> st.SearchStrategy[tuple[str, Any]]:
+    defs = schema["$defs"]
+    per_method = [
+        st.tuples(st.just(name), mutated(from_schema(spec["params"], defs)) | st.none())
+        for name, spec in sorted(schema["methods"].items())
+    ]
+    return st.one_of(per_method)
+
+
+INT64 = range(-(2**63), 2**63)
+KNOWN_ISSUES: dict[str, set[str]] = {
+    # An integer beyond SQLite's 64-bit range reaches a query and is answered -32603
+    # (OverflowError in storage_messages); the fix is a bound on these params in
+    # protocol/messages.py (proposed to the lead). test_known_int64_overflow fails
+    # (strict xfail) as soon as it is fixed: then delete the entry here.
+    "handoff.show": {"id"},
+    "message.send": {"reply_to"},
+}
+
+
+def known_issue(name: str, params: Any) -> bool:
+    fields = KNOWN_ISSUES.get(name, set())
+    return isinstance(params, dict) and any(
+        isinstance(v := params.get(f), int) and v not in INT64 for f in fields
+    )
+
+
+def run_methods(d: DaemonHandle, n: int) -> None:
+    schema = d.call("mesh.schema")["result"]
+    calls = method_calls(schema)
+
+    @fuzz_settings(n)
+    @given(st.lists(calls, min_size=1, max_size=5), st.booleans())
+    def check(batch: list[tuple[str, Any]], as_batch: bool) -> None:
+        assume(not any(known_issue(name, params) for name, params in batch))
+        reqs = [
+            {"jsonrpc": "2.0", "id": i, "method": name}
+            | ({} if params is None else {"params": params})
+            for i, (name, params) in enumerate(batch)
+        ]
+        frames = [encode(reqs) + b"\n"] if as_batch else [encode(r) + b"\n" for r in reqs]
+        seen = exchange(d, frames)
+        no_internal_errors(seen)
+
+    check()
+
+
+PROFILES: list[tuple[Callable[[DaemonHandle, int], None], int, int]] = [
+    (run_bytes, 150, 3000),
+    (run_structured, 150, 3000),
+    (run_methods, 300, 5000),
+]
+
+
+@pytest.mark.parametrize(
+    ("run", "n"), [(r, n) for r, n, _ in PROFILES], ids=lambda v: getattr(v, "__name__", str(v))
+)
+def test_fuzz(log_is_clean: DaemonHandle, run: Callable[[DaemonHandle, int], None], n: int) -> None:
+    """Whatever arrives, the daemon answers well-formed frames or closes, and keeps serving."""
+    run(log_is_clean, n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("run", "n"), [(r, n) for r, _, n in PROFILES], ids=lambda v: getattr(v, "__name__", str(v))
+)
+def test_fuzz_long(
+    log_is_clean: DaemonHandle, run: Callable[[DaemonHandle, int], None], n: int
+) -> None:
+    """The same, with many more examples."""
+    run(log_is_clean, n)
+
+
+class TestDeepNesting:
+    @pytest.mark.parametrize("where", ["top", "object", "batch", "params", "id", "method"])
+    def test_100k_nested_is_refused_and_the_connection_stays_open(
+        self, log_is_clean: DaemonHandle, where: str
+    ) -> None:
+        """100,000 nested arrays anywhere in a frame: an error reply, and the line is still open."""
+        seen = exchange(log_is_clean, [deep_frame(100_000, where) + b"\n"])
+
+        assert len(seen) == 1
+        (reply,) = replies(seen)
+        assert reply["error"]["code"] in (-32600, -32602)
+
+
+@pytest.mark.xfail(strict=True, reason="int params beyond 64 bits reach SQLite (see KNOWN_ISSUES)")
+@pytest.mark.parametrize(
+    ("method", "field"), [(m, f) for m, fs in KNOWN_ISSUES.items() for f in fs]
+)
+def test_known_int64_overflow(daemon: DaemonHandle, method: str, field: str) -> None:
+    """An integer param beyond 64 bits is the caller's error, not an internal one."""
+    schema = daemon.call("mesh.schema")["result"]
+    if method not in schema["methods"]:
+        pytest.skip(f"{method} is not served")
+    spec = schema["methods"][method]["params"]
+    spec = schema["$defs"].get(spec.get("$ref", "").rsplit("/", 1)[-1], spec)
+    params: dict[str, Any] = dict.fromkeys(spec.get("required", []), "x")
+    params[field] = 2**64
+    reply = daemon.call(method, params)
+
+    assert reply["error"]["code"] != INTERNAL_ERROR
