@@ -57,6 +57,12 @@ class ClaimHandlers:
 
     # --- helpers --------------------------------------------------------------------
 
+    def _expire(self) -> None:
+        """Free claims whose ttl ran out before answering (the sweeper may not have yet)."""
+        clock = self.svc.clock
+        if self.svc.state.claims.expire_ttls(clock.monotonic(), clock.now()):
+            self.svc.flush_background()
+
     def _keys(self, resources: list[str], broad: bool) -> list[Key]:
         return [canonical_key(r, home=HOME, broad=broad) for r in resources]
 
@@ -119,6 +125,7 @@ class ClaimHandlers:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
         st.registry.get(p.session_id)
         keys = self._keys(p.resources, p.broad)
+        self._expire()
         wait = min(p.wait, st.settings.max_query_timeout)
         waiter_id = f"c{conn.id}.{next(self._ids)}" if wait > 0 else None
         clock = svc.clock
@@ -188,6 +195,7 @@ class ClaimHandlers:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
         st.registry.get(p.session_id)
         keys = self._keys(p.resources, p.broad)
+        self._expire()
         if not p.reason.strip():
             raise InvalidParams("a steal needs a reason", {"path": "$.reason"})
         clock = svc.clock
@@ -224,6 +232,7 @@ class ClaimHandlers:
         if not st.settings.enabled:
             return pc.ClaimCheckResult(status="free", disabled=True, profile=st.profile)
         keys = self._keys(p.resources, p.broad)
+        self._expire()
         found = st.claims.check(keys, p.session_id)
         present = self._present(keys, p.session_id)
         warnings = [self.warning(c) for c in found]

@@ -1,0 +1,279 @@
+"""Claims through the real daemon: conflicts, queues, fencing across restarts, losses."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import DaemonHandle, MeshEnv
+
+
+class Client:
+    """A kept raw connection speaking JSON-RPC."""
+
+    def __init__(self, d: DaemonHandle) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(15)
+        self.sock.connect(str(d.socket))
+        self.f = self.sock.makefile("rwb")
+        self.n = 0
+
+    def raw(self, method: str, **params: Any) -> dict[str, Any]:
+        self.n += 1
+        frame = {"jsonrpc": "2.0", "id": self.n, "method": method, "params": params}
+        self.f.write(json.dumps(frame).encode() + b"\n")
+        self.f.flush()
+        return json.loads(self.f.readline())  # type: ignore[no-any-return]
+
+    def call(self, method: str, **params: Any) -> Any:
+        reply = self.raw(method, **params)
+        assert "result" in reply, reply
+        return reply["result"]
+
+    def close(self) -> None:
+        self.f.close()
+        self.sock.close()
+
+
+def wait_for(cond: Any, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met")
+
+
+@pytest.fixture
+def c(daemon: DaemonHandle) -> Any:
+    cl = Client(daemon)
+    for sid in ("a", "b", "c"):
+        cl.call("session.register", session_id=sid)
+    yield cl
+    cl.close()
+
+
+@pytest.fixture
+def tree(short_tmp: Path) -> Path:
+    (short_tmp / "proj" / "src").mkdir(parents=True)
+    return short_tmp / "proj"
+
+
+class TestConflicts:
+    def test_descendant_conflicts_with_ancestor(self, c: Client, tree: Path) -> None:
+        """A claim on a folder covers its files; a file claim blocks the folder."""
+        c.call("claim.acquire", session_id="a", resources=[f"{tree}/src/a.py"], reason="edit")
+
+        r = c.call("claim.acquire", session_id="b", resources=[str(tree)])
+
+        assert r["status"] == "held"
+        assert [(h["session_id"], h["resource"]) for h in r["holders"]] == [
+            ("a", f"file:{tree}/src/a.py")
+        ]
+
+    def test_symlinks_meet_in_one_key(self, c: Client, tree: Path) -> None:
+        """A path through a symlink is the same resource as the real path."""
+        link = tree.parent / "link"
+        link.symlink_to(tree)
+        c.call("claim.acquire", session_id="a", resources=[f"file:{link}/src/"])
+
+        r = c.call("claim.acquire", session_id="b", resources=[f"{tree}/src"])
+
+        assert r["status"] == "held"
+
+    def test_atomic_set_grants_nothing_when_one_is_held(self, c: Client) -> None:
+        """All or nothing: a set with one held key leaves the free ones free."""
+        c.call("claim.acquire", session_id="a", resources=["port:8080"])
+        r = c.call("claim.acquire", session_id="b", resources=["port:9090", "port:8080"])
+        free = c.call("claim.acquire", session_id="c", resources=["port:9090"])
+
+        assert r["status"] == "held"
+        assert free["status"] == "granted"
+
+    def test_shared_holders_coexist_but_block_exclusive(self, c: Client) -> None:
+        s1 = c.call("claim.acquire", session_id="a", resources=["res:db"], mode="shared")
+        s2 = c.call("claim.acquire", session_id="b", resources=["res:db"], mode="shared")
+        ex = c.call("claim.acquire", session_id="c", resources=["res:db"])
+
+        assert (s1["status"], s2["status"], ex["status"]) == ("granted", "granted", "held")
+
+    def test_child_never_conflicts_with_parent(self, c: Client) -> None:
+        c.call("session.register", session_id="kid", parent="a", slot="1")
+        c.call("claim.acquire", session_id="a", resources=["cron:daily"])
+
+        r = c.call("claim.acquire", session_id="kid", resources=["cron:daily"])
+
+        assert r["status"] == "granted"
+
+    def test_already_held_keeps_the_token(self, c: Client) -> None:
+        first = c.call("claim.acquire", session_id="a", resources=["account:ibkr"], ttl=60)
+        again = c.call("claim.acquire", session_id="a", resources=["account:ibkr"], reason="r2")
+
+        assert again["already_held"] is True
+        assert again["token"] == first["token"]
+
+    @pytest.mark.parametrize(
+        "key", ["relative/path", "file:", "bogus:x", "port:70000", "file:/", "~"]
+    )
+    def test_bad_keys_are_refused_by_name(self, c: Client, key: str) -> None:
+        r = c.raw("claim.acquire", session_id="a", resources=[key])
+
+        assert r["error"]["data"]["code"] == "BAD_KEY"
+        assert key.split(":", maxsplit=1)[0] in r["error"]["message"]
+
+
+class TestQueue:
+    def test_waiter_is_pushed_the_grant_on_release(self, daemon: DaemonHandle, c: Client) -> None:
+        """A queued request is answered granted right after the release, not by polling."""
+        c.call("claim.acquire", session_id="a", resources=["box:gpu"])
+        w = Client(daemon)
+        got: list[Any] = []
+        t = threading.Thread(
+            target=lambda: got.append(
+                w.call("claim.acquire", session_id="b", resources=["box:gpu"], wait=30)
+            )
+        )
+        t.start()
+        wait_for(lambda: c.call("claim.list")["waiting"])
+        c.call("claim.release", session_id="a", resources=["box:gpu"])
+        t.join(10)
+        w.close()
+
+        assert got[0]["status"] == "granted"
+        assert got[0]["waited_s"] < 30
+
+    def test_fifo_no_barging(self, daemon: DaemonHandle, c: Client) -> None:
+        """A later request never passes an earlier waiter on the same key."""
+        c.call("claim.acquire", session_id="a", resources=["res:q"])
+        w = Client(daemon)
+        t = threading.Thread(
+            target=lambda: w.call("claim.acquire", session_id="b", resources=["res:q"], wait=30)
+        )
+        t.start()
+        wait_for(lambda: c.call("claim.list")["waiting"])
+        c.call("claim.release", session_id="a")
+
+        t.join(10)
+        late = c.call("claim.acquire", session_id="c", resources=["res:q"])
+        w.close()
+
+        assert late["status"] == "held"
+        assert late["holders"][0]["session_id"] == "b"
+
+    def test_wait_runs_out_as_held(self, c: Client) -> None:
+        c.call("claim.acquire", session_id="a", resources=["res:slow"])
+
+        r = c.call("claim.acquire", session_id="b", resources=["res:slow"], wait=0.3)
+
+        assert r["status"] == "held"
+        assert c.call("claim.list")["waiting"] == []
+
+    def test_closed_connection_cancels_its_wait(self, daemon: DaemonHandle, c: Client) -> None:
+        """A waiter whose connection closes is never granted."""
+        c.call("claim.acquire", session_id="a", resources=["res:gone"])
+        w = Client(daemon)
+        frame = {
+            "jsonrpc": "2.0", "id": 1, "method": "claim.acquire",
+            "params": {"session_id": "b", "resources": ["res:gone"], "wait": 30},
+        }  # fmt: skip
+        w.sock.sendall(json.dumps(frame).encode() + b"\n")
+        wait_for(lambda: c.call("claim.list")["waiting"])
+        w.close()
+        wait_for(lambda: not c.call("claim.list")["waiting"])
+        c.call("claim.release", session_id="a")
+
+        assert c.call("claim.list", session_id="b")["claims"] == []
+
+    def test_wait_that_closes_a_cycle_is_refused(self, daemon: DaemonHandle, c: Client) -> None:
+        c.call("claim.acquire", session_id="a", resources=["res:1"])
+        c.call("claim.acquire", session_id="b", resources=["res:2"])
+        w = Client(daemon)
+        t = threading.Thread(
+            target=lambda: w.raw("claim.acquire", session_id="a", resources=["res:2"], wait=5)
+        )
+        t.start()
+        wait_for(lambda: c.call("claim.list")["waiting"])
+
+        r = c.call("claim.acquire", session_id="b", resources=["res:1"], wait=5)
+
+        c.call("claim.release", session_id="b")
+        t.join(10)
+        w.close()
+        assert r["status"] == "held"
+        assert r["deadlock"] is True
+
+
+class TestLoss:
+    def test_ttl_expiry_invalidates_the_token(self, daemon: DaemonHandle, c: Client) -> None:
+        r = c.call("claim.acquire", session_id="a", resources=["res:t"], ttl=0.3)
+        token = r["token"]
+        assert c.call("claim.validate", resource="res:t", token=token)["valid"] is True
+
+        wait_for(lambda: not c.call("claim.validate", resource="res:t", token=token)["valid"])
+        nxt = c.call("claim.acquire", session_id="b", resources=["res:t"])
+        assert nxt["previous"]["how"] == "ttl"
+
+    def test_process_death_releases_at_once(self, daemon: DaemonHandle, c: Client) -> None:
+        child = subprocess.Popen(["sleep", "60"])
+        c.call("session.register", session_id="p", pid=child.pid, liveness="process")
+        c.call("claim.acquire", session_id="p", resources=["res:dead"])
+        child.kill()
+        child.wait()
+
+        wait_for(
+            lambda: (
+                c.call("claim.acquire", session_id="b", resources=["res:dead"])["status"]
+                == "granted"
+            )
+        )
+        log = c.call("audit.log", resource="res:dead")["entries"]
+        assert [e["action"] for e in log][:2] == ["grant", "lose"]
+
+    def test_steal_takes_and_tells(self, c: Client) -> None:
+        c.call("claim.acquire", session_id="a", resources=["res:s"])
+
+        r = c.call("claim.steal", session_id="b", resources=["res:s"], reason="a is stuck")
+
+        assert r["status"] == "granted"
+        assert [h["session_id"] for h in r["stolen"]] == ["a"]
+        actions = [e["action"] for e in c.call("audit.log", resource="res:s")["entries"]]
+        assert actions == ["grant", "steal", "grant"]
+
+
+class TestRestart:
+    def test_claims_and_tokens_survive_kill_9(self, daemon: DaemonHandle, c: Client) -> None:
+        """Claims come back after kill -9 and new tokens are above every old one."""
+        tokens = [
+            c.call("claim.acquire", session_id="a", resources=[f"res:k{i}"])["token"]
+            for i in range(5)
+        ]
+        c.close()
+        daemon.kill()
+        daemon.start()
+        c2 = Client(daemon)
+        held = c2.call("claim.acquire", session_id="b", resources=["res:k0"])
+        new = c2.call("claim.acquire", session_id="b", resources=["res:new"])
+        valid = c2.call("claim.validate", resource="res:k4", token=tokens[-1])
+        c2.close()
+
+        assert held["status"] == "held"
+        assert new["token"] > max(tokens)
+        assert valid["valid"] is True
+
+
+def test_disabled_mesh_grants_as_a_no_op(mesh_env: MeshEnv) -> None:
+    mesh_env.write_config("[defaults]\nenabled = false\n")
+    d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+    d.start()
+    try:
+        r = d.call("claim.acquire", {"session_id": "x", "resources": ["res:a"]})["result"]
+    finally:
+        d.stop()
+
+    assert (r["status"], r["disabled"]) == ("granted", True)
