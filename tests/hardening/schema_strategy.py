@@ -92,8 +92,11 @@ def from_schema(  # noqa: PLR0912 - one branch per JSON Schema keyword, flat on 
     if kind == "string":
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
         if "pattern" in schema:
-            s = st.from_regex(schema["pattern"], fullmatch=True)
-            return s.filter(lambda v: lo <= len(v) and (hi is None or len(v) <= hi))
+
+            def fits(v: str) -> bool:
+                return lo <= len(v) and (hi is None or len(v) <= hi)
+
+            return st.from_regex(schema["pattern"], fullmatch=True).filter(fits)
         return st.text(min_size=lo, max_size=min(hi, 40) if hi is not None else 40)
     if kind == "array":
         items = schema.get("items", {})
