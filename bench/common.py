@@ -206,7 +206,7 @@ class Place:
         config = self.root / f"config-{name}.toml"
         if config_text is not None or not config.exists():
             config.write_text(config_text or "[defaults]\n")
-        env = dict(os.environ)
+        env = self.child_env()
         env.update(
             MESH_SOCKET=str(run / f"{name}.sock"),
             MESH_STATE_DIR=str(state),
@@ -216,6 +216,19 @@ class Place:
             MESH_SPAWN="direct",
         )
         env.pop("MESH_SESSION", None)
+        return env
+
+    def child_env(self) -> dict[str, str]:
+        """Environment for every process we start: bytecode cached in our folder.
+
+        Installed packages ship compiled bytecode, so users never pay for compiling
+        meshd or meshctl; an environment with ``PYTHONDONTWRITEBYTECODE=1`` (this
+        one's) would make every start-up compile them again. The cache lives in the
+        temp folder (``PYTHONPYCACHEPREFIX``), so the tree is left untouched, and
+        the warm-up runs fill it.
+        """
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONPYCACHEPREFIX=str(self.root / "pyc"))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         return env
 
     def sock(self, name: str) -> str:
@@ -273,7 +286,7 @@ def start_meshd(
 def start_echo(place: Place, name: str = "echo", *extra: str) -> tuple[Proc, str]:
     """Start floor E's echo server on its own socket."""
     path = place.sock(name)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = place.child_env()
     proc = Proc([PYTHON, "-m", "bench.echo_server", path, *extra], env)
     wait_answering(path, proc=proc.p)
     return proc, path

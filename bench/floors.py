@@ -172,7 +172,7 @@ def handoff(n: int) -> float:
 def daemon_start(place: Place, i: int) -> float:
     """Exec the echo server (anyio + msgspec) and wait for its first answer."""
     path = place.sock(f"d{i}")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = place.child_env()
     t = time.monotonic()
     proc = Proc([PYTHON, "-m", "bench.echo_server", path], env)
     try:

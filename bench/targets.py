@@ -565,6 +565,7 @@ def scale(ctx: Ctx) -> None:
     interval = 0.5 if ctx.quick else 2.0
     conf = f"[defaults]\nsnapshot_interval = {interval}\n"
     with pinned(LAT_CPUS):
+        floors.daemon_start(ctx.place, 999)  # warm-up: page cache, bytecode
         d = [floors.daemon_start(ctx.place, i) for i in range(ctx.n.starts)]
     ctx.add(
         g,
@@ -675,7 +676,7 @@ def _stall(ctx: Ctx, big: Proc, path: str, n: int, interval: float) -> None:
         str(ctx.place.root / "stall.sqlite3"),
     )
     out: dict[str, list[dict[str, float]]] = {}
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = ctx.place.child_env()
     try:
         pin(big.pid, LAT_CPUS)
         pin(echo.pid, LAT_CPUS)
