@@ -214,8 +214,8 @@ class Daemon:
                 self._tg = tg
                 await tg.start(self.service.pids.run)
                 for s in list(self.state.registry.sessions.values()):
-                    if s.pid is not None:  # re-checked at once; the dead go now
-                        self.service.pids.watch(s.session_id, s.pid, s.pid_start)
+                    for pid, start in s.pids():  # re-checked at once; the dead go now
+                        self.service.pids.watch(s.session_id, pid, start)
                 tg.start_soon(self.store.run_writer)
                 await tg.start(self.server.serve, listener)
                 tg.start_soon(self._sweeper)

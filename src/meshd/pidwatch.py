@@ -58,13 +58,18 @@ def alive(pid: int, start: int | None) -> bool:
 
 
 class PidWatcher:
-    """Watches the processes of sessions and reports deaths to ``on_death(session_id)``."""
+    """Watches the processes of sessions; reports each death as ``on_death(session_id, pid)``.
 
-    def __init__(self, on_death: Callable[[str], None]) -> None:
+    A session may be anchored to several processes (``meshctl run`` anchors its
+    session to itself and to COMMAND); each (session, pid) is watched on its own.
+    """
+
+    def __init__(self, on_death: Callable[[str, int], None]) -> None:
         self.on_death = on_death
         self._tg: TaskGroup | None = None
-        self._scopes: dict[str, anyio.CancelScope] = {}
-        self._polled: dict[str, tuple[int, int | None]] = {}
+        self._scopes: dict[tuple[str, int], anyio.CancelScope] = {}
+        self._polled: dict[tuple[str, int], int | None] = {}
+        self._of: dict[str, set[int]] = {}
         self.pidfd = hasattr(os, "pidfd_open")
 
     async def run(
@@ -77,50 +82,69 @@ class PidWatcher:
             await anyio.sleep_forever()
 
     def watch(self, sid: str, pid: int, start: int | None) -> None:
-        """Start watching; replaces an earlier watch of the same session."""
-        self.unwatch(sid)
+        """Watch one more process of ``sid`` (watching the same pid again is a no-op)."""
+        key = (sid, pid)
+        if key in self._scopes or key in self._polled:
+            return
+        self._of.setdefault(sid, set()).add(pid)
         if self.pidfd and self._tg is not None:
             try:
                 fd = os.pidfd_open(pid)
             except OSError as exc:
                 if exc.errno == errno.ESRCH:
-                    self.on_death(sid)
+                    self._died(key)
                     return
                 log.debug("pidfd_open(%d) failed (%s); polling instead", pid, exc)
             else:
                 if not alive(pid, start):  # opened a reused pid: not ours
                     os.close(fd)
-                    self.on_death(sid)
+                    self._died(key)
                     return
                 scope = anyio.CancelScope()
-                self._scopes[sid] = scope
-                self._tg.start_soon(self._wait_fd, sid, fd, scope)
+                self._scopes[key] = scope
+                self._tg.start_soon(self._wait_fd, key, fd, scope)
                 return
-        self._polled[sid] = (pid, start)
+        self._polled[key] = start
 
-    def unwatch(self, sid: str) -> None:
-        scope = self._scopes.pop(sid, None)
-        if scope is not None:
-            scope.cancel()
-        self._polled.pop(sid, None)
+    def unwatch(self, sid: str, pid: int | None = None) -> None:
+        """Stop watching one process of ``sid``, or all of them."""
+        pids = self._of.get(sid, set())
+        for p in [pid] if pid is not None else list(pids):
+            key = (sid, p)
+            scope = self._scopes.pop(key, None)
+            if scope is not None:
+                scope.cancel()
+            self._polled.pop(key, None)
+            pids.discard(p)
+        if not pids:
+            self._of.pop(sid, None)
 
     @property
     def watched(self) -> int:
         return len(self._scopes) + len(self._polled)
 
-    async def _wait_fd(self, sid: str, fd: int, scope: anyio.CancelScope) -> None:
+    def _died(self, key: tuple[str, int]) -> None:
+        self._scopes.pop(key, None)
+        self._polled.pop(key, None)
+        pids = self._of.get(key[0])
+        if pids is not None:
+            pids.discard(key[1])
+            if not pids:
+                del self._of[key[0]]
+        self.on_death(*key)
+
+    async def _wait_fd(self, key: tuple[str, int], fd: int, scope: anyio.CancelScope) -> None:
         try:
             with scope:
                 await anyio.wait_readable(fd)
-                if self._scopes.get(sid) is scope:
-                    del self._scopes[sid]
-                    self.on_death(sid)
+                if self._scopes.get(key) is scope:
+                    self._died(key)
         finally:
             os.close(fd)
 
     async def _poll_loop(self) -> None:
         while True:
             await anyio.sleep(POLL_INTERVAL)
-            for sid, (pid, start) in list(self._polled.items()):
-                if not alive(pid, start) and self._polled.pop(sid, None) is not None:
-                    self.on_death(sid)
+            for key, start in list(self._polled.items()):
+                if not alive(key[1], start) and key in self._polled:
+                    self._died(key)

@@ -157,11 +157,17 @@ class Service:
         self.pids.unwatch(sid)
         return self.state.end(sid, reason)
 
-    def process_died(self, sid: str) -> None:
-        """A watched process exited: expire its session at once."""
-        if sid in self.state.registry.sessions:
+    def process_died(self, sid: str, pid: int) -> None:
+        """A watched process exited: end its session at once, unless another anchors it."""
+        reg = self.state.registry
+        s = reg.sessions.get(sid)
+        if s is None:
+            return
+        if reg.process_gone(sid, pid):
             self.end_session(sid, "died")
-            self.flush_background()
+        else:
+            self.state.writes.append(("session.put", s))
+        self.flush_background()
 
     def connection_closed(self, conn: Conn) -> None:
         self.state.registry.connection_closed(conn.id)

@@ -183,6 +183,28 @@ class TestLiveness:
         err = daemon.call("session.heartbeat", {"session_id": "w"})["error"]
         assert err["data"]["code"] == "SESSION_EXPIRED"
 
+    def test_session_lives_while_any_anchor_lives(self, daemon: DaemonHandle) -> None:
+        """session.attach adds a process; the session ends only when the last one exits."""
+        first, second = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+        try:
+            daemon.call(
+                "session.register", {"session_id": "r", "pid": first.pid, "liveness": "process"}
+            )
+            pids = daemon.call("session.attach", {"session_id": "r", "pid": second.pid})
+            first.kill()
+            first.wait()
+            wait_for(lambda: daemon.call("session.get", {"session_id": "r"})["result"]["pid"]
+                     == second.pid)  # fmt: skip
+            assert "r" in session_ids(daemon)
+            second.kill()
+            second.wait()
+
+            wait_for(lambda: "r" not in session_ids(daemon))
+        finally:
+            first.kill()
+            second.kill()
+        assert pids["result"]["pids"] == [first.pid, second.pid]
+
     def test_dead_pid_is_refused(self, daemon: DaemonHandle) -> None:
         child = subprocess.Popen(["true"])
         child.wait()

@@ -77,6 +77,12 @@ class Session(msgspec.Struct, kw_only=True, gc=False):
     grace_until: float = 0.0
     unbound_at: float | None = None
     conn_id: int | None = None
+    anchors: list[tuple[int, int | None]] = []
+
+    def pids(self) -> list[tuple[int, int | None]]:
+        """Every (pid, start time) this session lives with."""
+        main = [] if self.pid is None else [(self.pid, self.pid_start)]
+        return main + self.anchors
 
 
 class Registration(msgspec.Struct, kw_only=True):
@@ -265,6 +271,7 @@ class Registry:
             last_activity=now_w,
             last_hb_mono=now_m,
             conn_id=r.conn_id if r.bind else None,
+            anchors=[a for a in old.anchors if a[0] != r.pid] if old else [],
         )
         self.sessions[sid] = s
         self.ended.pop(sid, None)
@@ -314,6 +321,26 @@ class Registry:
         while len(self.ended) > ENDED_MEMORY:
             self.ended.popitem(last=False)
         return s
+
+    def attach(self, sid: str, pid: int, start: int | None) -> Session:
+        """Anchor ``sid`` to one more process: it lives while any of them lives."""
+        s = self.get(sid)
+        if (pid, start) not in s.pids():
+            if s.pid is None:
+                s.pid, s.pid_start = pid, start
+            else:
+                s.anchors.append((pid, start))
+        return s
+
+    def process_gone(self, sid: str, pid: int) -> bool:
+        """One process of ``sid`` exited; True when it was the last one."""
+        s = self.sessions.get(sid)
+        if s is None:
+            return False
+        s.anchors = [a for a in s.anchors if a[0] != pid]
+        if s.pid == pid:
+            s.pid, s.pid_start = s.anchors.pop(0) if s.anchors else (None, None)
+        return s.pid is None
 
     def connection_closed(self, conn_id: int) -> list[Session]:
         """Start the one-interval grace of sessions bound to a closed connection."""

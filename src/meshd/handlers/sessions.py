@@ -16,6 +16,7 @@ def install(svc: Service) -> None:
     svc.add(m.END, h.end, is_async=True)
     svc.add(m.LIST, h.list)
     svc.add(m.GET, h.get)
+    svc.add(m.ATTACH, h.attach, is_async=True)
 
 
 _HB_OK = m.HeartbeatResult()
@@ -54,8 +55,8 @@ class SessionHandlers:
                 raise
             svc.end_session(old.session_id, "died")
             s, refreshed = svc.state.register(r)
-        if s.pid is not None:
-            svc.pids.watch(s.session_id, s.pid, s.pid_start)
+        for pid, start in s.pids():
+            svc.pids.watch(s.session_id, pid, start)
         try:
             await svc.commit()
         except MeshError:
@@ -96,6 +97,17 @@ class SessionHandlers:
         self.svc.end_session(p.session_id, "ended")
         await self.svc.commit()
         return m.EndResult(session_id=p.session_id, ended=True, handoff_id=handoff_id)
+
+    async def attach(self, p: m.AttachParams, conn: Conn) -> m.AttachResult:
+        svc = self.svc
+        start = start_time(p.pid)
+        if start is None:
+            raise InvalidParams(f"pid {p.pid} is not running", {"path": "$.pid"})
+        s = svc.state.registry.attach(p.session_id, p.pid, start)
+        svc.pids.watch(s.session_id, p.pid, start)
+        svc.state.writes.append(("session.put", s))
+        await svc.commit()
+        return m.AttachResult(session_id=s.session_id, pids=[pid for pid, _ in s.pids()])
 
     def info(self, s: Session, now_mono: float, now_wall: float) -> m.SessionInfo:
         reg = self.svc.state.registry

@@ -155,6 +155,22 @@ class EndResult(Result):
     handoff_id: int | None = None
 
 
+class AttachParams(Params):
+    """Anchor a session to one more process: it lives while any of its processes lives.
+
+    ``meshctl run`` anchors its session to itself and to COMMAND, so a SIGKILLed
+    ``run`` does not free the claims COMMAND still uses.
+    """
+
+    session_id: SessionId
+    pid: Annotated[int, Meta(gt=0)]
+
+
+class AttachResult(Result):
+    session_id: str
+    pids: list[int]
+
+
 class ClaimInfo(Result):
     resource: str
     mode: Literal["exclusive", "shared"]
@@ -222,6 +238,9 @@ HEARTBEAT = MethodSpec(
 END = MethodSpec("session.end", EndParams, EndResult, "End a session, releasing everything.")
 LIST = MethodSpec("session.list", ListParams, ListResult, "Live sessions of this profile.")
 GET = MethodSpec("session.get", GetParams, SessionInfo, "One session.")
+ATTACH = MethodSpec(
+    "session.attach", AttachParams, AttachResult, "Anchor a session to one more process."
+)
 
 
 def method_schema(specs: list[MethodSpec]) -> dict[str, Any]:
