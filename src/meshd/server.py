@@ -88,6 +88,8 @@ _TOO_LARGE = encoder.encode(
     )
 )
 
+_DISCONNECTS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+"""The client went away: the end of a connection, not a failure."""
 _DEEP_MESSAGE = "Invalid request: nested too deeply to decode"
 _TOO_DEEP = encoder.encode(
     error_response(None, error_object(INVALID_REQUEST, _DEEP_MESSAGE, {"code": "INVALID_REQUEST"}))
@@ -121,10 +123,19 @@ class Connection:
         self.closed = False
 
     async def send(self, frame: bytes) -> None:
-        """Write one frame; a client that stops reading for SEND_TIMEOUT is dropped."""
-        with anyio.move_on_after(SEND_TIMEOUT) as scope:
-            async with self.lock:
-                await self.stream.send(frame + DELIMITER)
+        """Write one frame; a client that stops reading for SEND_TIMEOUT is dropped.
+
+        A client that hung up before its reply is normal (the work it asked for is
+        done, or not, whole): the connection just ends, without a traceback.
+        """
+        try:
+            with anyio.move_on_after(SEND_TIMEOUT) as scope:
+                async with self.lock:
+                    await self.stream.send(frame + DELIMITER)
+        except _DISCONNECTS as exc:
+            log.debug("connection %d went away before its reply: %r", self.conn.id, exc)
+            self.close()
+            return
         if scope.cancelled_caught:
             log.info("connection %d stopped reading; dropped", self.conn.id)
             self.close()
@@ -215,8 +226,14 @@ class Server:
                 self.connections[conn.id] = c
                 await self._frames(c)
                 tg.cancel_scope.cancel()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+        except _DISCONNECTS as exc:
             log.debug("connection %d: %s", conn.id, exc)
+        except ExceptionGroup as group:  # from the connection's task group
+            _gone, rest = group.split(_DISCONNECTS)
+            if rest is not None:
+                log.error("connection %d failed", conn.id, exc_info=rest)
+            else:
+                log.debug("connection %d: %s", conn.id, group)
         except Exception:
             log.exception("connection %d failed", conn.id)
         finally:

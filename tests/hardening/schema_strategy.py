@@ -94,7 +94,7 @@ def from_schema(  # noqa: PLR0912 - one branch per JSON Schema keyword, flat on 
         if "pattern" in schema:
 
             def fits(v: str) -> bool:
-                return lo <= len(v) and (hi is None or len(v) <= hi)
+                return int(lo or 0) <= len(v) and (hi is None or len(v) <= int(hi))
 
             return st.from_regex(schema["pattern"], fullmatch=True).filter(fits)
         return st.text(min_size=lo, max_size=min(hi, 40) if hi is not None else 40)
