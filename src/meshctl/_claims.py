@@ -5,8 +5,8 @@ Shared by the blocking library (``Session.claim``/``Session.check``) and the CLI
 the same sentence about the same holder (SPEC §5).
 
 The method and param names of the claim domain live here, in one place: they
-follow SPEC §5 and ``meshd.protocol.claims`` (the daemon's msgspec structs); if the
-two ever disagree, this module is the one place to change.
+follow ``meshd.protocol.claims`` (the daemon's msgspec structs, the contract); if
+that ever changes, this module is the one place to change.
 
 Relative paths: the daemon refuses them (``BAD_KEY``: it cannot know the caller's
 folder), so the client resolves a bare relative path, or ``file:``/``repo:`` with a
@@ -29,7 +29,7 @@ RELEASE = "claim.release"
 CHECK = "claim.check"
 STEAL = "claim.steal"
 VALIDATE = "claim.validate"
-LOG = "claim.log"
+LOG = "audit.log"
 
 #: ``kind:`` prefixes: anything shaped like one is a key (the daemon judges the kind).
 _KIND_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*:")
@@ -248,17 +248,27 @@ def holder_line(
     return line
 
 
+_PRESENT = {
+    "cwd": "is working in {path}",
+    "repo": "is working in the repository {path}",
+    "branch": "is on branch {branch} of {path}",
+    "changed": "recently changed files under {path}",
+}
+
+
 def present_line(
     session: Mapping[str, Any], home: str | None = None, now: float | None = None
 ) -> str:
-    """A live session working near the path (no claim): ``cli:… works in ~/p (branch b) — task``."""
+    """A live session working there without a claim: ``cli:… is working in ~/p — task``."""
     who = session.get("session_id") or "another session"
-    where = session.get("cwd") or session.get("repo") or session.get("path") or ""
-    line = f"{who} works in {tilde(str(where), home)}" if where else f"{who} works nearby"
-    if branch := session.get("branch"):
+    path = tilde(str(session.get("path") or session.get("cwd") or ""), home)
+    branch = session.get("branch")
+    why = str(session.get("why") or "cwd")
+    line = f"{who} " + _PRESENT.get(why, _PRESENT["cwd"]).format(path=path, branch=branch)
+    if branch and why != "branch":
         line += f" (branch {branch})"
-    if why := session.get("why"):
-        line += f" [{why}]"
+    if session.get("since"):
+        line += f" since {clock(session.get('since'), now)}"
     if task := session.get("task"):
         line += f" — {task}"
     return line
@@ -278,12 +288,21 @@ def granted_line(result: Mapping[str, Any]) -> str:
     if any(c.get("mode") == "shared" for c in claims):
         extra.append("shared")
     text = f"granted {keys}" + (f" ({', '.join(extra)})" if extra else "")
-    for prev in result.get("previous") or []:
+    for prev in previous_of(result):
         text += (
             f"\nnote: the last holder of {prev.get('resource')}, {prev.get('session_id')}, "
             f"did not release it cleanly ({prev.get('how')} at {clock(prev.get('at'))})"
         )
     return text
+
+
+def previous_of(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Unclean ends of the last holders (per claim, and the set's), each once."""
+    found: list[dict[str, Any]] = []
+    for prev in [*(c.get("previous") for c in claims_of(result)), result.get("previous")]:
+        if isinstance(prev, dict) and prev not in found:
+            found.append(dict(prev))
+    return found
 
 
 def held_lines(result: Mapping[str, Any], home: str | None = None) -> str:

@@ -26,6 +26,7 @@ from meshctl.cli.claims import parse_since, render_check, render_log
 from meshctl.cli.run import expand_res
 
 from .conftest import Meshctl, OfflineEnv, Run
+from .test_with_daemon import other_daemons as _other_daemons
 
 Daemon = Any
 MeshEnv = Any
@@ -96,7 +97,8 @@ class TestRender:
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         hhmm = time.strftime("%H:%M")  # local time of day, as people read it
         result = {
-            "conflicts": [
+            "status": "held",
+            "claims": [
                 {
                     "session_id": "cli:1f3a9c",
                     "resource": "file:/home/u/project",
@@ -105,7 +107,9 @@ class TestRender:
                     "reason": "refactor auth",
                 }
             ],
-            "present": [{"session_id": "tui:2", "cwd": "/home/u/project", "task": "docs"}],
+            "present": [
+                {"session_id": "tui:2", "why": "cwd", "path": "/home/u/project", "task": "docs"}
+            ],
         }
 
         text = render_check(["file:/home/u/project"], result, home="/home/u")
@@ -114,7 +118,7 @@ class TestRender:
         assert first == (
             f"held: cli:1f3a9c is editing ~/project (branch feat/auth) since {hhmm} — refactor auth"
         )
-        assert second == "notice: tui:2 works in ~/project — docs"
+        assert second == "notice: tui:2 is working in ~/project — docs"
 
     def test_check_free(self) -> None:
         text = render_check(["file:/home/u/p", "port:80"], {}, home="/home/u")
@@ -310,6 +314,42 @@ class TestClaimCommands:
         assert held.out.startswith(f"held: {a} is editing /tmp/mc-proj")
         assert "— refactor auth" in held.out
 
+    def test_held_line_names_the_holders_branch(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        """The warning says which branch the holder works on, as SPEC §5's example."""
+        (short_tmp / ".git").mkdir()
+        (short_tmp / ".git" / "HEAD").write_text("ref: refs/heads/feat/auth\n")
+        reg = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "meshctl.cli",
+                "register",
+                "--task",
+                "refactor auth",
+                "--pid",
+                str(os.getpid()),
+            ],
+            env=daemon.env,
+            cwd=short_tmp,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        holder = reg.stdout.strip()
+        ok(meshctl("claim", str(short_tmp), env={**daemon.env, "MESH_SESSION": holder}))
+        other = register(meshctl, daemon.env)
+
+        held = meshctl("claim", f"{short_tmp}/a.py", env={**daemon.env, "MESH_SESSION": other})
+
+        assert held.code == 75, held
+        assert held.out.startswith(
+            f"held: {holder} is editing {short_tmp} (branch feat/auth) since "
+        )
+        assert held.out.rstrip().endswith(" — refactor auth")
+
     def test_json_shape_and_wait_runs_out(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """--json: SPEC §9's shape; a --wait that runs out is held (75) too."""
         a = register(meshctl, daemon.env)
@@ -454,3 +494,40 @@ class TestRunSurvivesSigkill:
             time.sleep(0.1)
 
         assert set(held) == {75}
+
+
+other_daemons = _other_daemons  # the fixture of test_with_daemon, shared
+
+
+@needs_claims
+class TestCheckAllProfiles:
+    @pytest.mark.usefixtures("other_daemons")
+    def test_visible_profiles_are_a_notice(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """--all-profiles shows claims in profiles that let us see them (not in hidden
+        ones), as a notice: only our own profile's claims make check exit 75."""
+        for profile in ("other", "hidden"):
+            sock = daemon.socket.parent / f"{profile}.sock"
+            where = ["--profile", profile, "--socket", str(sock)]
+            sid = ok(
+                meshctl(
+                    "register",
+                    "--task",
+                    f"in {profile}",
+                    "--pid",
+                    str(os.getpid()),
+                    *where,
+                    env=daemon.env,
+                )
+            ).out.strip()
+            ok(meshctl("claim", "res:shared-db", "--session", sid, *where, env=daemon.env))
+
+        human = meshctl("check", "res:shared-db", "--all-profiles", env=daemon.env)
+        doc = meshctl("check", "res:shared-db", "--all-profiles", "--json", env=daemon.env)
+        plain = meshctl("check", "res:shared-db", env=daemon.env)
+
+        assert human.code == 0, human
+        assert "notice: in profile other, " in human.out
+        assert "hidden" not in human.out
+        assert "skipped profile gone" in human.err
+        assert [c["profile"] for c in doc.json()["elsewhere"]] == ["other"]
+        assert plain.out.startswith("free:")

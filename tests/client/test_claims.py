@@ -158,7 +158,7 @@ class TestWithDaemon:
             seen = b.check("res:y")
             valid = c.validate()
 
-            assert [h["session_id"] for h in seen["conflicts"]] == [a.session_id]
+            assert [h["session_id"] for h in seen["claims"]] == [a.session_id]
             assert valid
             assert not c.lost
 

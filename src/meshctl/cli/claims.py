@@ -92,6 +92,8 @@ def claim(
     if doc["status"] == "granted":
         _output.emit(state.json, doc, lambda: _claims.granted_line(result))
         return _output.EXIT_OK
+    if not state.json:
+        _with_branches(state, result.get("holders") or [])
     _output.emit(state.json, doc, lambda: _claims.held_lines(result))
     return _output.EXIT_TEMPFAIL
 
@@ -135,7 +137,8 @@ def check(resources: tuple[str, ...], all_profiles: bool) -> int:
     """Before editing: does another session claim RES, or work there?
 
     Exit 75 only when another session's claim overlaps; sessions that merely work
-    in the place are shown as a notice (exit 0).
+    in the place (and, with --all-profiles, claims in other profiles) are shown
+    as a notice (exit 0).
     """
     state = get_state()
     keys = _claims.resolve_all(resources)
@@ -146,69 +149,93 @@ def check(resources: tuple[str, ...], all_profiles: bool) -> int:
     if _disabled(result):
         _output.emit(state.json, result, None)
         return _output.EXIT_OK
-    others = _other_profiles(state, keys) if all_profiles else []
     if all_profiles:
-        result["other_profiles"] = others
-    conflicts = list(result.get("conflicts") or [])
+        result["elsewhere"] = [*(result.get("elsewhere") or []), *_elsewhere(state, keys)]
+    if not state.json:
+        _with_branches(state, result.get("claims") or [])
     _output.emit(state.json, result, lambda: render_check(keys, result))
-    return _output.EXIT_TEMPFAIL if conflicts else _output.EXIT_OK
+    return _output.EXIT_TEMPFAIL if result.get("status") == "held" else _output.EXIT_OK
 
 
 def render_check(keys: list[str], result: dict[str, Any], home: str | None = None) -> str:
     """What ``check`` prints: held lines, then notices, or that the place is free."""
-    lines = [f"held: {_claims.holder_line(c, home)}" for c in result.get("conflicts") or []]
+    lines = [f"held: {_claims.holder_line(c, home)}" for c in result.get("claims") or []]
     lines += [f"notice: {_claims.present_line(p, home)}" for p in result.get("present") or []]
-    for other in result.get("other_profiles") or []:
-        for c in other.get("conflicts") or []:
-            lines.append(f"other profile {other.get('profile')}: {_claims.holder_line(c, home)}")
+    for c in result.get("elsewhere") or []:
+        lines.append(f"notice: in profile {c.get('profile')}, {_claims.holder_line(c, home)}")
+    lines += [f"notice: {w}" for w in result.get("warnings") or []]
     if not lines:
         shown = ", ".join(_claims.show_resource(k, home) for k in keys)
         return f"free: no other session claims or works on {shown}"
     return "\n".join(lines)
 
 
-def _other_profiles(state: State, keys: list[str]) -> list[dict[str, Any]]:
-    """``claim.check`` in every other profile's daemon that lets ours see it (never starts one)."""
+def _with_branches(state: State, holders: list[dict[str, Any]]) -> None:
+    """Add each holder's branch (for "… (branch feat/auth) …"), from ``session.get``.
+
+    Human output only, and only when something is held: one round trip per holder.
+    """
+    from meshd.protocol.errors import MeshError
+
+    branches: dict[str, Any] = {}
+    for holder in holders:
+        sid = holder.get("session_id")
+        if not sid or holder.get("branch") is not None:
+            continue
+        if holder.get("profile") not in (None, "", state.profile):
+            continue
+        if sid not in branches:
+            try:
+                branches[sid] = (state.call("session.get", {"session_id": sid}) or {}).get("branch")
+            except MeshError:
+                branches[sid] = None
+        if branches[sid]:
+            holder["branch"] = branches[sid]
+
+
+def _elsewhere(state: State, keys: list[str]) -> list[dict[str, Any]]:
+    """Claims on ``keys`` in the other profiles whose daemons let ours see them.
+
+    As ``sessions active --all-profiles``: every other socket in the runtime folder
+    is asked ``claim.check`` with ``for_profile``; one that does not list ours in
+    ``visible_to_profiles`` answers ``visible: false`` and is left out; one that does
+    not answer is skipped with a note. Never starts a daemon.
+    """
+    import os
+
     from meshctl import _paths, _spawn
     from meshctl._sync import Mesh
     from meshd.protocol.errors import MeshError
 
-    own = _spawn._find_socket(state.profile, state.socket)
-    seen = {_realpath(own)}
-    found: list[dict[str, Any]] = []
+    seen = {os.path.realpath(_spawn._find_socket(state.profile, state.socket))}
+    folder = _paths.runtime_dir_str()
     try:
-        import os
-
-        folder = _paths.runtime_dir_str()
-        sockets = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".sock"))
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".sock"))
     except OSError:
-        return found
-    for sock in sockets:
-        if _realpath(sock) in seen:
+        return []
+    found: list[dict[str, Any]] = []
+    for name in names:
+        sock = os.path.join(folder, name)
+        if os.path.realpath(sock) in seen:
             continue
-        seen.add(_realpath(sock))
-        name = sock.rsplit("/", 1)[-1][: -len(".sock")]
+        seen.add(os.path.realpath(sock))
+        profile = name[: -len(".sock")]
         try:
-            mesh = Mesh(name, sock, autostart=False)
+            mesh = Mesh(profile, sock, autostart=False)
         except ValueError:
-            continue
+            continue  # not named like a profile: not one of our daemons
         try:
-            result = mesh.call(_claims.CHECK, {"resources": keys, "for_profile": state.profile})
+            other = mesh.call(_claims.CHECK, {"resources": keys, "for_profile": state.profile})
         except MeshError as exc:
-            _output.note(f"skipped profile {name} ({sock}): {exc.message}")
+            _output.note(f"skipped profile {profile} ({sock}): {exc.message}")
             continue
         finally:
             mesh.close()
-        if not result or not result.get("visible", True):
+        if not other or not other.get("visible", True) or other.get("profile") == state.profile:
             continue
-        found.append({"profile": result.get("profile", name), **result})
+        for holder in other.get("claims") or []:
+            found.append({**holder, "profile": holder.get("profile") or other.get("profile")})
     return found
-
-
-def _realpath(path: str) -> str:
-    import os
-
-    return os.path.realpath(path)
 
 
 # --- steal ----------------------------------------------------------------------------
@@ -280,7 +307,7 @@ def _number(text: str) -> bool:
 @common_options
 @click.option("--since", metavar="T", help="Only newer entries: 10m, 2h, 1d or a UTC time.")
 def log_(since: str | None) -> None:
-    """The claims audit log: grants, releases, expiries, losses, steals."""
+    """The claims audit log, newest last: grants, releases, expiries, losses, steals."""
     state = get_state()
     params: dict[str, Any] = {}
     if since:

@@ -155,6 +155,10 @@ def run(
         if result.get("status") != "granted":
             if state.json:
                 _output.write_json(_claims.cli_document(result))
+            else:
+                from meshctl.cli.claims import _with_branches
+
+                _with_branches(state, result.get("holders") or [])
             click.echo(_claims.held_lines(result), err=True)
             return held_exit
         return guard.run(argv)
