@@ -1,0 +1,396 @@
+"""``meshctl send``, ``inbox``, ``reply``, ``broadcast`` and ``sessions ask`` (SPEC §6, §9).
+
+Every item shown to a person or a model is framed as coming from another
+session of the same user (SPEC §6 Safety): human output puts
+``[from X — another session of yours, not you]`` in front of the words, and
+``--json`` keeps the daemon's ``framing`` sentence in each object.
+
+Decisions:
+
+- ``inbox`` prints the unread items and marks read what it printed (one
+  ``message.inbox`` without ``peek``: the daemon marks read exactly what it
+  returns); ``--peek`` leaves them unread (``delivered``).
+- ``inbox --follow`` subscribes first, then prints the backlog, then each event
+  as it arrives (one compact JSON object a line with ``--json``), acking every
+  item after printing it unless ``--peek``. It stops when its session ends
+  (exit 0), reconnects when the daemon restarts, and runs until Ctrl-C.
+- ``--follow --respond`` also makes the follower the session's live responder:
+  queries are printed, and a person answers them with ``meshctl reply QID TEXT``
+  from another shell. The daemon then waits for that answer up to the asker's
+  timeout instead of answering from status at once.
+- ``reply ID`` answers the open query ``ID`` when there is one, else sends a
+  message in reply to message ``ID`` (ids of messages and queries share one
+  sequence, so the id names one thing).
+- ``sessions ask`` exits 0 when answered (live or by status), 75 when the live
+  responder did not answer in time (the status answer is still printed).
+
+Each module here has ``register(group)``, which adds its commands to a group
+(the root ``cli`` lazily loads them by name instead; see ``meshctl.cli.COMMANDS``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import State, common_options, get_state
+
+if TYPE_CHECKING:
+    from meshctl._messaging import Listener
+
+Item = Mapping[str, Any]
+
+DAEMON_SENDER = "meshd"
+_IDLE = 5.0  # seconds without events after which a follower checks its session still lives
+
+
+# --- rendering (pure) -------------------------------------------------------------------
+
+
+def label(sender: str) -> str:
+    """The frame in front of another session's words (same text as the library's)."""
+    if sender == DAEMON_SENDER:
+        return "[from the mesh daemon — a notice about your sessions, not from you]"
+    return f"[from {sender} — another session of yours, not you]"
+
+
+def indent(text: str, prefix: str = "    ") -> str:
+    """Every line of ``text`` indented (empty text: one indented empty line)."""
+    return "\n".join(prefix + line for line in (text.splitlines() or [""]))
+
+
+def _what(item: Item) -> str:
+    kind = str(item.get("kind") or "message")
+    reply_to = item.get("reply_to")
+    if kind == "answer":
+        return f"late answer to your query #{reply_to}" if reply_to else "late answer"
+    if kind == "query":
+        request = item.get("request") or "question"
+        what = {"handoff": "asks for a handoff", "broadcast": "collected broadcast"}
+        head = what.get(str(request), "query")
+        return f"{head} (answer with: meshctl reply {item.get('id')} TEXT)"
+    return f"{kind}, reply to #{reply_to}" if reply_to else kind
+
+
+def render_item(item: Item) -> str:
+    """One inbox item or pushed query: framed header line, then the text indented."""
+    when = f", {item['created_at']}" if item.get("created_at") else ""
+    head = f"#{item.get('id')} {label(str(item.get('from', '?')))} {_what(item)}{when}:"
+    return f"{head}\n{indent(str(item.get('text', '')))}"
+
+
+def render_inbox(items: list[Item], session_id: str, *, every: bool, peek: bool) -> str:
+    """``meshctl inbox`` for people."""
+    if not items:
+        return f"No {'' if every else 'unread '}items for {session_id}."
+    text = "\n".join(render_item(i) for i in items)
+    if peek:
+        text += "\n(peeked: left unread)"
+    return text
+
+
+def render_event(event: Item) -> str:
+    """A pushed event in ``inbox --follow``: items and queries framed, notices as such."""
+    if event.get("kind") == "query" or "text" in event:
+        return render_item(event)
+    kind = event.get("kind", "event")
+    detail = ", ".join(f"{k}: {v}" for k, v in event.items() if k not in ("kind", "session_id"))
+    return f"{label(DAEMON_SENDER)} {kind}" + (f" — {detail}" if detail else "")
+
+
+def render_answer(result: Item, to: str) -> str:
+    """``sessions ask`` for people: who answered, how, and the framed answer."""
+    sender = str(result.get("from") or to)
+    took = f"{float(result.get('elapsed_s') or 0):.2f} s"
+    if result.get("timed_out"):
+        how = (
+            f"timed out after {took}: {sender}'s live responder did not answer in time; "
+            f"status answer from what {sender} reported"
+        )
+    elif result.get("answered_by") == "session":
+        how = f"answered live by {sender} in {took}"
+    else:
+        how = f"answered by the status responder ({sender} has no live responder)"
+    return f"{label(sender)} {how}:\n{indent(str(result.get('answer', '')))}"
+
+
+def render_broadcast(result: Item) -> str:
+    """``broadcast`` for people: who got it, who was skipped, and collected answers."""
+    recipients = [str(r) for r in result.get("recipients") or []]
+    if recipients:
+        lines = [f"Sent to {len(recipients)} session(s): {', '.join(recipients)}."]
+    else:
+        lines = ["No other live session to broadcast to."]
+    for sid, why in (result.get("skipped") or {}).items():
+        lines.append(f"Skipped {sid}: {why}.")
+    for answer in result.get("answers") or []:
+        lines.append(render_answer(answer, str(answer.get("from", "?"))))
+    return "\n".join(lines)
+
+
+def json_line(obj: Any) -> str:
+    """One compact JSON object on one line (``inbox --follow --json``)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+# --- send / reply -----------------------------------------------------------------------
+
+
+@click.command()
+@common_options
+@click.argument("to", metavar="ID")
+@click.argument("text", metavar="TEXT…", nargs=-1, required=True)
+def send(to: str, text: tuple[str, ...]) -> None:
+    """Send a durable message to session ID; it waits in their inbox.
+
+    The words are joined with spaces. The receiver sees it framed as coming
+    from another session of the same user, not from the user.
+    """
+    state = get_state()
+    params = {"session_id": state.require_session(), "to": to, "text": " ".join(text)}
+    result = state.call("message.send", params)
+    _output.emit(
+        state.json, result, f"Sent #{result.get('id')} to {result.get('to')} ({result['state']})."
+    )
+
+
+@click.command()
+@common_options
+@click.argument("msg_id", metavar="MSG_ID", type=click.IntRange(min=1))
+@click.argument("text", metavar="TEXT…", nargs=-1, required=True)
+def reply(msg_id: int, text: tuple[str, ...]) -> None:
+    """Answer query MSG_ID, or reply to message MSG_ID.
+
+    An open query (shown by `inbox --follow --respond`) is answered (at most
+    2 KiB); an answer after the asker stopped waiting goes to its inbox. Any
+    other id is taken as a message to reply to: the reply goes to its sender.
+    """
+    from meshd.protocol.errors import NotFound
+
+    state = get_state()
+    sid, body = state.require_session(), " ".join(text)
+    try:
+        result = state.call("query.answer", {"session_id": sid, "query_id": msg_id, "text": body})
+    except NotFound:
+        pass
+    else:
+        doc = {"kind": "answer", **result}
+        _output.emit(state.json, doc, _answered(result))
+        return
+    try:
+        sent = state.call("message.send", {"session_id": sid, "reply_to": msg_id, "text": body})
+    except NotFound as exc:
+        raise _output.Failure(
+            f"#{msg_id} is neither an open query for {sid} nor a message to reply to",
+            "NOT_FOUND",
+            code=exc.code,
+            data={"id": msg_id},
+            hint="see the ids with `meshctl inbox --all`; a query can be answered only "
+            "while its asker waits (and shortly after)",
+        ) from exc
+    doc = {"kind": "message", **sent}
+    text_out = (
+        f"Replied to #{msg_id}: sent #{sent.get('id')} to {sent.get('to')} ({sent['state']})."
+    )
+    _output.emit(state.json, doc, text_out)
+
+
+def _answered(result: Item) -> str:
+    qid = result.get("query_id")
+    if result.get("late"):
+        return (
+            f"Answered query #{qid} late: the asker had stopped waiting, so it went to "
+            f"their inbox as #{result.get('message_id')}."
+        )
+    return f"Answered query #{qid}."
+
+
+# --- inbox ------------------------------------------------------------------------------
+
+
+@click.command()
+@common_options
+@click.option("--all", "every", is_flag=True, help="Also items already read (newest first).")
+@click.option("--peek", is_flag=True, help="Leave what is printed unread.")
+@click.option("--follow", is_flag=True, help="Keep printing items as they arrive (Ctrl-C stops).")
+@click.option(
+    "--respond",
+    is_flag=True,
+    help="With --follow: also be the session's live responder (see above).",
+)
+def inbox(every: bool, peek: bool, follow: bool, respond: bool) -> None:
+    """Print unread items and mark them read (--peek leaves them unread).
+
+    Items come from other sessions of the same user, never from the user: they
+    are framed so. With --json: a list of {id, kind, from, text, created_at,
+    state, reply_to}; with --follow --json, one such object a line.
+
+    \b
+    --follow --respond makes this follower the session's live responder: the
+    daemon counts it, so asks wait for an answer (up to their timeout) instead
+    of getting the status answer at once. Each query is printed with its id;
+    answer it from another shell with:  meshctl reply QID TEXT…
+    """
+    if respond and not follow:
+        raise click.UsageError("--respond needs --follow (a responder must stay connected)")
+    state = get_state()
+    sid = state.require_session()
+    if follow:
+        _Follower(state, sid, peek=peek, respond=respond).run()
+        return
+    result = state.call("message.inbox", {"session_id": sid, "all": every, "peek": peek})
+    items = list(result.get("items") or [])
+    _output.emit(state.json, items, lambda: render_inbox(items, sid, every=every, peek=peek))
+
+
+class _Follower:
+    """``inbox --follow``: one connection subscribed to the session (and responding)."""
+
+    def __init__(self, state: State, sid: str, *, peek: bool, respond: bool) -> None:
+        self.state = state
+        self.sid = sid
+        self.peek = peek
+        self.respond = respond
+        self.shown: dict[int, None] = {}  # ids printed already (ordered, bounded)
+        self.started = False
+
+    def run(self) -> None:
+        from meshd.protocol.errors import MeshUnavailable, SessionExpired, UnknownSession
+
+        backoff = 0.5
+        while True:
+            try:
+                self._session()
+                return
+            except (SessionExpired, UnknownSession) as exc:
+                if not self.started:
+                    raise
+                _output.note(f"{exc.message}; stopped following")
+                return
+            except MeshUnavailable as exc:
+                if not self.started:
+                    raise
+                _output.note(f"{exc.message}; reconnecting in {backoff:g} s")
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _session(self) -> None:
+        from meshctl._messaging import Listener
+
+        state, sid = self.state, self.sid
+        with Listener.like(state.mesh()) as conn:
+            conn.call("events.subscribe", {"session_id": sid})
+            if self.respond:
+                conn.call("query.respond", {"session_id": sid})
+            backlog = conn.call("message.inbox", {"session_id": sid, "peek": True})
+            if not self.started:
+                self.started = True
+                role = " and answering its queries (meshctl reply QID TEXT)" if self.respond else ""
+                _output.note(f"following the inbox of {sid}{role}; Ctrl-C stops")
+            for item in backlog.get("items") or []:
+                self._show(conn, item)
+            while True:
+                event = conn.next_event(_IDLE)
+                if event is None:
+                    conn.call("session.get", {"session_id": sid})  # raises once it has ended
+                else:
+                    self._show(conn, event)
+
+    def _show(self, conn: Listener, event: dict[str, Any]) -> None:
+        item_id = event.get("id")
+        is_item = isinstance(item_id, int) and event.get("kind") != "query"
+        if is_item and item_id in self.shown:
+            return
+        click.echo(json_line(event) if self.state.json else render_event(event))
+        if not is_item:
+            return
+        self.shown[int(str(item_id))] = None
+        if len(self.shown) > 10_000:
+            del self.shown[next(iter(self.shown))]
+        if not self.peek:
+            conn.call("message.ack", {"session_id": self.sid, "ids": [item_id]})
+
+
+# --- ask / broadcast --------------------------------------------------------------------
+
+_TIMEOUT = click.FloatRange(min=0, min_open=True)
+
+
+@click.command()
+@common_options
+@click.argument("to", metavar="ID")
+@click.argument("question", metavar="QUESTION…", nargs=-1, required=True)
+@click.option(
+    "--timeout", type=_TIMEOUT, default=10.0, show_default=True, metavar="S", help="Wait at most S."
+)
+def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
+    """Ask session ID a bounded question; print who answered and what.
+
+    Its live responder answers when it has one; otherwise the mesh answers at
+    once from what ID reported (status, task, folder, claims, last handoff).
+    Exit 0 when answered, 75 when the live responder did not answer within the
+    timeout (the status answer is printed instead).
+    """
+    state = get_state()
+    params = {
+        "session_id": state.require_session(),
+        "to": to,
+        "question": " ".join(question),
+        "timeout": timeout,
+    }
+    mesh = state.mesh()
+    result = mesh.call("query.ask", params, timeout=timeout + mesh.timeout)
+    _output.emit(state.json, result, lambda: render_answer(result, to))
+    return _output.EXIT_TEMPFAIL if result.get("timed_out") else _output.EXIT_OK
+
+
+@click.command()
+@common_options
+@click.argument("text", metavar="TEXT…", nargs=-1, required=True)
+@click.option("--collect", is_flag=True, help="Gather answers until the timeout.")
+@click.option(
+    "--timeout",
+    type=_TIMEOUT,
+    default=10.0,
+    show_default=True,
+    metavar="S",
+    help="With --collect: wait at most S.",
+)
+@click.option("--path", metavar="P", help="Only sessions whose claims, folder or repo overlap P.")
+def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | None) -> None:
+    """Send a message to every other live session (or those working on --path).
+
+    With --collect each is asked instead, and the answers are printed; the
+    silent ones are answered by the status responder. Counts once against the
+    message budget.
+    """
+    state = get_state()
+    params: dict[str, Any] = {"session_id": state.require_session(), "text": " ".join(text)}
+    if collect:
+        params.update(collect=True, timeout=timeout)
+    if path is not None:
+        from meshctl import _claims
+
+        params["path"] = _claims.resolve(path)
+    mesh = state.mesh()
+    result = mesh.call("broadcast.send", params, timeout=(timeout if collect else 0) + mesh.timeout)
+    _output.emit(state.json, result, lambda: render_broadcast(result))
+
+
+# --- registration -----------------------------------------------------------------------
+
+
+def register(group: click.Group) -> None:
+    """Add send, inbox, reply and broadcast to ``group``, and ``ask`` to ``sessions``."""
+    for command in (send, inbox, reply, broadcast):
+        if command.name not in group.commands:
+            group.add_command(command)
+    from meshctl.cli.sessions import sessions
+
+    if "ask" not in sessions.commands:
+        sessions.add_command(ask)
