@@ -30,7 +30,7 @@ DAEMON_SENDER = "meshd"
 
 Timeout = Annotated[float, Meta(gt=0)]
 Limit = Annotated[int, Meta(ge=1, le=1000)]
-ItemId = Annotated[int, Meta(ge=1)]
+ItemId = Annotated[int, Meta(ge=1, le=2**63 - 1)]  # SQLite INTEGER range
 Text = Annotated[str, Meta(min_length=1)]
 
 
