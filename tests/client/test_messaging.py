@@ -7,6 +7,8 @@ MessagingMixin)`` (the same MRO works once it does). Live responders are real
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, cast
@@ -275,6 +277,20 @@ class TestBroadcastAndHandoffs:
         assert req is not None
         assert (req.answered_by, req.handoff.from_, req.handoff.to) == ("session", "b", "a")
         assert req.handoff.summary == "handoff for a: done"
+
+
+class TestImport:
+    def test_stdlib_only_and_light(self) -> None:
+        """The mixin and the messaging CLI load no heavy or start-up-costly module."""
+        code = (
+            "import sys, meshctl._messaging, meshctl.cli.messages, meshctl.cli.handoff, "
+            "meshctl.cli.sync\n"
+            "bad = ('anyio', 'msgspec', 'platformdirs', 'dataclasses', 'logging', 'subprocess')\n"
+            "print(sorted(m for m in bad if m in sys.modules))"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+        assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
 
 
 class TestHelpers:

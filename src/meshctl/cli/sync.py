@@ -46,7 +46,7 @@ def render_sync(doc: Doc, home: str | None = None) -> str:
     sessions = list(doc.get("sessions") or [])
     others = [s for s in sessions if s.get("session_id") != sid]
     lines = [f"Sync for {sid} (profile {doc.get('profile')}):", ""]
-    lines.append(f"Other live sessions: {len(others) or 'none'}")
+    lines.append(f"Live sessions ({len(others) or 'no'} besides you):")
     for s in sessions:
         line = describe(s, home)
         lines.append(line + ("  (you)" if s.get("session_id") == sid else ""))
