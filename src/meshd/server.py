@@ -12,7 +12,9 @@ Connection protocol (SPEC §3):
   be framed.
 * Requests on one connection are answered in order, except methods marked
   ``concurrent`` (waits, asks), which answer when they are done; clients match
-  replies by id. Batches are answered element by element, in one array.
+  replies by id. At most :data:`MAX_INFLIGHT` of those run at once per
+  connection; past that the connection is not read until one finishes. Batches
+  are answered element by element, in one array.
 * Events for sessions the connection subscribed to arrive as notifications
   (``{"jsonrpc":"2.0","method":"event","params":…}``) through a bounded queue: a
   reader that falls behind by more than :data:`OUTBOX_LIMIT` frames is dropped,
@@ -35,6 +37,7 @@ import errno
 import itertools
 import logging
 import os
+import select
 import socket
 import struct
 import sys
@@ -72,6 +75,10 @@ from meshd.service import Conn, Handler, Service
 log = logging.getLogger("meshd.server")
 
 OUTBOX_LIMIT = 1024
+MAX_INFLIGHT = 128
+"""Concurrent requests (waits, asks) one connection may have running at once. At the
+bound the connection's frames are not read until one finishes: the client's writes
+back up in its own socket buffer instead of the daemon queueing without limit."""
 SEND_TIMEOUT = 10.0
 ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 """Resource exhaustion: wait 100 ms (connections close meanwhile), then accept again."""
@@ -111,6 +118,16 @@ def peer_credentials(sock: socket.socket) -> tuple[int | None, int]:
     raise OSError("cannot read peer credentials on this platform")
 
 
+_HANGUP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+
+
+def peer_gone(sock: socket.socket) -> bool:
+    """Whether the peer hung up, without reading (POLLRDHUP where the OS has it)."""
+    poller = select.poll()
+    poller.register(sock.fileno(), _HANGUP)
+    return bool(poller.poll(0))
+
+
 class Connection:
     """One client: its stream, send lock, and (once subscribed) its event queue."""
 
@@ -121,6 +138,8 @@ class Connection:
         self.lock = anyio.Lock()
         self.outbox: MemoryObjectSendStream[bytes] | None = None
         self.closed = False
+        self.inflight = anyio.Semaphore(MAX_INFLIGHT)
+        self.sock: socket.socket | None = None
 
     async def send(self, frame: bytes) -> None:
         """Write one frame; a client that stops reading for SEND_TIMEOUT is dropped.
@@ -223,6 +242,7 @@ class Server:
                 return
             async with anyio.create_task_group() as tg:
                 c = Connection(stream, conn, tg)
+                c.sock = sock
                 self.connections[conn.id] = c
                 await self._frames(c)
                 tg.cancel_scope.cancel()
@@ -317,6 +337,9 @@ class Server:
             except RecursionError as exc:
                 raise InvalidParams(_DEEP_MESSAGE, {"path": "$"}) from exc
             if h.concurrent and not inline:
+                if not await self._slot(c):
+                    c.close()  # the client hung up while we were not reading it
+                    return None
                 c.tg.start_soon(self._later, h, params, c, rid, notify)
                 return None
             result = await h.fn(params, c.conn) if h.is_async else h.fn(params, c.conn)
@@ -328,16 +351,34 @@ class Server:
             return None if notify else encoder.encode(error_response(rid, err))
         return None if notify else encoder.encode(response(rid, result))
 
+    @staticmethod
+    async def _slot(c: Connection) -> bool:
+        """Wait for one of the connection's MAX_INFLIGHT slots; False if the peer left.
+
+        While it waits the connection is not read (that is the backpressure), so a
+        hang-up would go unseen and the connection's waits would linger: the socket
+        is polled for it every 100 ms meanwhile.
+        """
+        while True:
+            with anyio.move_on_after(0.1):
+                await c.inflight.acquire()
+                return True
+            if c.sock is not None and peer_gone(c.sock):
+                return False
+
     async def _later(self, h: Handler, params: Any, c: Connection, rid: Any, notify: bool) -> None:
         try:
-            result = await h.fn(params, c.conn)
-            frame = encoder.encode(response(rid, result))
-        except MeshError as exc:
-            frame = encoder.encode(error_response(rid, exc.to_wire()))
-        except Exception:
-            log.exception("internal error")
-            err = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
-            frame = encoder.encode(error_response(rid, err))
+            try:
+                result = await h.fn(params, c.conn)
+                frame = encoder.encode(response(rid, result))
+            except MeshError as exc:
+                frame = encoder.encode(error_response(rid, exc.to_wire()))
+            except Exception:
+                log.exception("internal error")
+                err = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
+                frame = encoder.encode(error_response(rid, err))
+        finally:
+            c.inflight.release()
         if not notify:
             await c.send(frame)
 

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import MeshEnv
+from tests.conftest import DaemonHandle, MeshEnv
 from tests.hardening.support import LimitedDaemon, is_reply, ping, raise_own_nofile, wait_for
+
+from meshd.server import MAX_INFLIGHT
 
 PING = b'{"jsonrpc":"2.0","id":1,"method":"mesh.ping"}\n'
 
@@ -143,3 +145,41 @@ def _ping_or_false(path: Path) -> bool:
         return ping(path)
     except OSError:
         return False
+
+
+class TestPipelinedWaits:
+    def test_waits_in_flight_per_connection_are_bounded(self, daemon: DaemonHandle) -> None:
+        """5,000 pipelined waiting acquires on one connection: the daemon stops reading at a
+        bound instead of queueing them all, keeps serving others, and lets go on close."""
+        schema = daemon.call("mesh.schema")["result"]["methods"]
+        if "claim.acquire" not in schema:
+            pytest.skip("claim.acquire is not served yet")
+        daemon.call("session.register", {"session_id": "holder"})
+        daemon.call("session.register", {"session_id": "greedy"})
+        key = f"file:{daemon.state_dir}/contended"
+        held = daemon.call("claim.acquire", {"session_id": "holder", "resources": [key]})
+        assert held["result"]["status"] == "granted"
+        frames = b"".join(
+            json.dumps({"jsonrpc": "2.0", "id": i, "method": "claim.acquire",
+                        "params": {"session_id": "greedy", "resources": [key], "wait": 600}}
+                       ).encode() + b"\n"
+            for i in range(5000)
+        )  # fmt: skip
+        greedy = socket.socket(socket.AF_UNIX)
+        greedy.connect(str(daemon.socket))
+        greedy.setblocking(False)
+        sent = 0
+        stalled_since = time.monotonic()
+        while sent < len(frames) and time.monotonic() - stalled_since < 2.0:
+            try:
+                sent += greedy.send(frames[sent : sent + 65536])
+                stalled_since = time.monotonic()
+            except BlockingIOError:
+                time.sleep(0.01)
+        waiters = daemon.call("mesh.info")["result"]["counts"]["waiters"]
+        greedy.close()
+
+        assert sent < len(frames)  # the daemon stopped reading: backpressure
+        assert 0 < waiters <= MAX_INFLIGHT
+        assert wait_for(lambda: daemon.call("mesh.info")["result"]["counts"]["waiters"] == 0)
+        assert ping(daemon.socket)
