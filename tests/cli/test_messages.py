@@ -24,7 +24,7 @@ from meshctl import Mesh, _conn
 from meshctl._messaging import MessagingMixin, Query
 from meshctl._sync import Session
 from meshctl.cli.handoff import expand_variadic
-from meshctl.cli.messages import render_answer, render_item
+from meshctl.cli.messages import render_answer, render_event, render_item
 
 from .conftest import Run
 
@@ -162,6 +162,16 @@ class TestRendering:
         assert "answered live by b" in live_
         assert "status responder (b has no live responder)" in status
         assert late.startswith("[from b — another session of yours, not you] timed out after")
+
+    def test_claim_notice_reads_as_the_daemons(self) -> None:
+        """A pushed claim notice is framed as the daemon's, in one line."""
+        event = {"session_id": "a", "kind": "claim.stolen", "resources": ["port:8080"], "token": 4}
+        text = render_event({**event, "by": "b", "reason": "deploy", "framing": "…"})
+
+        assert text == (
+            "[from the mesh daemon — a notice about your sessions, not from you] "
+            "claim stolen port:8080 (token 4) by b — deploy"
+        )
 
     def test_variadic_options(self) -> None:
         """--files/--next take values up to the next option; nothing moves after --."""
@@ -396,6 +406,25 @@ class TestFollow:
 
         assert code == 0
         assert "stopped following" in said
+
+    def test_follower_prints_claim_notices(self, daemon: Daemon) -> None:
+        """A claim stolen from the session shows up as the daemon's notice."""
+        register(daemon, "a")
+        register(daemon, "b")
+        ok(mc(daemon, "claim", "port:9999", session="a"))
+        follower = Follower(daemon, "a")
+        try:
+            follower.ready()
+            ok(mc(daemon, "steal", "port:9999", "--reason", "deploy now", session="b"))
+            line = follower.line()
+        finally:
+            follower.stop()
+
+        assert line.startswith(
+            "[from the mesh daemon — a notice about your sessions, not from you]"
+        )
+        assert "port:9999" in line
+        assert "by b — deploy now" in line
 
     def test_respond_needs_follow(self, daemon: Daemon) -> None:
         """--respond alone is a usage error (a responder must stay connected)."""

@@ -98,9 +98,16 @@ def render_event(event: Item) -> str:
     """A pushed event in ``inbox --follow``: items and queries framed, notices as such."""
     if event.get("kind") == "query" or "text" in event:
         return render_item(event)
-    kind = event.get("kind", "event")
-    detail = ", ".join(f"{k}: {v}" for k, v in event.items() if k not in ("kind", "session_id"))
-    return f"{label(DAEMON_SENDER)} {kind}" + (f" — {detail}" if detail else "")
+    kind = str(event.get("kind", "event"))
+    text = f"{label(DAEMON_SENDER)} {kind.replace('.', ' ')}"
+    if resources := event.get("resources"):
+        text += " " + ", ".join(str(r) for r in resources)
+    if event.get("token") is not None:
+        text += f" (token {event['token']})"
+    for key, word in (("how", ""), ("by", "by "), ("reason", "— ")):
+        if event.get(key):
+            text += f" {word}{event[key]}"
+    return text
 
 
 def render_answer(result: Item, to: str) -> str:
