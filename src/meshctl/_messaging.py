@@ -428,7 +428,8 @@ class MessagingMixin:
             reregister = getattr(self, "_reregister", None)
             if exc.data.get("session_id") != self.session_id or reregister is None:
                 raise
-            reregister(exc)
+            with getattr(self, "_state", None) or contextlib.nullcontext():
+                reregister(exc)  # under the session's lock, as its heartbeat thread does
         return self.mesh.call(method, {**params, "session_id": self.session_id}, timeout=timeout)
 
 

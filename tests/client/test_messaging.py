@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from meshctl import Mesh, _conn
+from meshctl import Mesh, UnknownSession, _conn
 from meshctl._messaging import Answer, Item, MessagingMixin, Query, clip_answer, label
 from meshctl._sync import Session
 
@@ -98,6 +98,26 @@ class TestMessages:
         assert back is not None
         assert (back.to, back.depth) == ("a", 2)
         assert [(i.from_, i.text, i.reply_to) for i in got] == [("b", "8080", first.id)]
+
+    def test_forgotten_sender_registers_again(self, daemon: Daemon, pair: tuple[S, S]) -> None:
+        """When the daemon ended *this* session, send registers it again, says so, and sends."""
+        a, b = pair
+        daemon.call("session.end", {"session_id": "a"})
+        sent = a.send("b", "still here")
+        got = b.inbox()
+
+        assert sent is not None
+        assert [i.text for i in got] == ["still here"]
+        assert len(a.lost) == 1
+        assert "re-registered" in a.lost[0]
+
+    def test_unknown_target_is_an_error(self, pair: tuple[S, S]) -> None:
+        """An unknown addressee raises UnknownSession; the sender is not re-registered."""
+        a, _ = pair
+        with pytest.raises(UnknownSession):
+            a.send("nobody", "x")
+
+        assert a.lost == []
 
     def test_not_started_is_a_no_op(self, mesh: Mesh) -> None:
         """A session that is not active sends nothing and reads nothing."""
