@@ -171,7 +171,7 @@ def run_claims(d: DaemonHandle, clients: int, rounds: int, seed: int) -> dict[st
     threads = [
         Contender(
             d.socket, f"cl{i}", keys=keys, rounds=rounds, hist=hist, seed=rng.randrange(1 << 30)
-        )  # fmt: skip
+        )
         for i in range(clients)
     ]
     for t in threads:
