@@ -21,6 +21,9 @@ Runs COMMAND while holding RES…, for cron jobs and scripts (SPEC §9):
    stale, and exits with COMMAND's status (128+N for signal N);
 5. ends its session, which releases what it acquired.
 
+A meshd that does not know ``pids`` refuses the param (``-32602``): run then goes on
+quietly, and its claims live with run alone (a SIGKILLed run frees them early).
+
 When the daemon cannot be reached, run fails (exit 69) unless ``--fail-open``, which
 runs COMMAND unguarded and says so on stderr. With ``enabled = false`` in config it
 runs COMMAND unguarded and warns. Its own messages always go to stderr; with
@@ -147,11 +150,17 @@ def run(
         return _run_unguarded(argv)
     guard = _Guard(mesh, params, reg)
     try:
-        result = mesh.call(
-            _claims.ACQUIRE,
-            _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait),
-            timeout=_claims.wait_timeout(wait, mesh.timeout),
-        )
+        try:
+            result = mesh.call(
+                _claims.ACQUIRE,
+                _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait),
+                timeout=_claims.wait_timeout(wait, mesh.timeout),
+            )
+        except MeshUnavailable as exc:
+            if not fail_open:
+                raise
+            _output.note(f"{exc.message}\nmeshctl: --fail-open: running COMMAND UNGUARDED")
+            return _run_unguarded(argv)
         if result.get("status") != "granted":
             if state.json:
                 _output.write_json(_claims.cli_document(result))
@@ -201,10 +210,9 @@ class _Guard:
         try:
             self.mesh.call("session.register", params)
         except InvalidParams:
-            _output.note(
-                "this meshd cannot watch COMMAND's pid (no session.register pids): "
-                "if run is killed, its claims are freed while COMMAND may still run"
-            )
+            # An older meshd: the claims then live with run alone. Said in --help, not
+            # on every run (cron mails whatever a job writes to stderr).
+            pass
         except MeshError as exc:
             _output.note(f"could not tie the claims to COMMAND's pid: {exc.message}")
 
@@ -250,7 +258,11 @@ class _Child:
         self._blocked = (*_FORWARDED, signal.SIGCHLD)
         if hasattr(signal, "sigtimedwait"):
             signal.pthread_sigmask(signal.SIG_BLOCK, self._blocked)
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self._blocked)
+            raise
         if self.pid == 0:  # pragma: no cover - the child never returns
             _child_main(argv, gate_r, self._gate_w, self._err_r, err_w)
         os.close(gate_r)
