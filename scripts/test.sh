@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything from scratch into .venv and run every check: ruff, mypy --strict, pytest.
-# Usage: scripts/test.sh [pytest args...]     (e.g. -m "not slow")
+# Usage: scripts/test.sh [pytest args...]     (e.g. -m "not slow"; MESH_TEST_WORKERS=1 for serial)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -15,4 +15,5 @@ echo "== ruff"
 echo "== mypy --strict (src)"
 .venv/bin/mypy
 echo "== pytest"
-.venv/bin/python -m pytest "$@"
+# Most tests wait on real daemons and subprocesses, so 4 workers help even on 2 cores.
+.venv/bin/python -m pytest -n "${MESH_TEST_WORKERS:-4}" "$@"
