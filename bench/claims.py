@@ -36,8 +36,9 @@ RELEASE = "claim.release"
 CHECK = "claim.check"
 ASK = "query.ask"
 ANSWER = "query.answer"
+RESPOND = "query.respond"
 BROADCAST = "broadcast.send"
-SEND = "message.send"
+SUBSCRIBE = "events.subscribe"
 
 
 def acquire(sid: str, resources: list[str], wait: float = 0) -> bytes:
@@ -80,20 +81,18 @@ def run(ctx: Ctx) -> None:
             ctx.add(g, name=name, value=None, unit="s", skip=skip)
     else:
         _claims(ctx, pipeline, register_many)
-    for name, methods in (
-        ("ask answered by a live responder", (ASK, ANSWER)),
-        ("broadcast to 1,000 subscribed sessions", (BROADCAST,)),
-    ):
-        gone = [m for m in methods if m not in ctx.served]
-        ctx.add(
-            g,
-            name=name,
-            value=None,
-            unit="s",
-            skip=f"not served yet ({', '.join(gone)})"
-            if gone
-            else "served, but its responder protocol is not wired in bench/claims.py yet",
-        )
+    ask_missing = [m for m in (ASK, ANSWER, RESPOND, SUBSCRIBE) if m not in ctx.served]
+    if ask_missing:
+        ctx.add(g, name="ask answered by a live responder", value=None, unit="s",
+                skip=f"not served yet ({', '.join(ask_missing)})")  # fmt: skip
+    else:
+        _ask(ctx)
+    bc_missing = [m for m in (BROADCAST, SUBSCRIBE) if m not in ctx.served]
+    if bc_missing:
+        ctx.add(g, name="broadcast to 1,000 subscribed sessions", value=None, unit="s",
+                skip=f"not served yet ({', '.join(bc_missing)})")  # fmt: skip
+    else:
+        _broadcast(ctx)
 
 
 def _floors(ctx: Ctx) -> tuple[float, float, float]:
@@ -276,3 +275,112 @@ def _waiter(ctx: Ctx, e50: float | None, w1: float | None) -> None:
         floor_value=floor,
         limit=1.0,
     )
+
+
+def _ask(ctx: Ctx) -> None:
+    """query.ask round trip answered by a live responder process, all on one CPU."""
+    import subprocess
+
+    from bench.common import PYTHON, ROOT
+    from bench.targets import register_many
+
+    e50, _, _ = _floors(ctx)
+    n = 40 if ctx.quick else 400
+    askers = [f"asker{i}" for i in range(n // 20 + 1)]  # under the per-minute budget
+    register_many(ctx.sock, ["responder", *askers])
+    resp = subprocess.Popen(
+        [PYTHON, "-m", "bench.responder", ctx.sock, "responder"], cwd=ROOT,
+        env=ctx.place.child_env(),
+    )  # fmt: skip
+    c = LineClient(ctx.sock, timeout=30)
+    times: list[float] = []
+    try:
+        time.sleep(0.5)
+        with pinned(LAT_CPUS, ctx.meshd.pid, resp.pid):
+            for k in range(n):
+                frame = rpc(ASK, {"session_id": askers[k // 20], "to": "responder",
+                                  "question": "what are you doing?", "timeout": 5})  # fmt: skip
+                t = time.perf_counter()
+                reply = json.loads(c.roundtrip(frame))
+                times.append(time.perf_counter() - t)
+                by = reply.get("result", {}).get("answered_by")
+                if by != "session":
+                    raise RuntimeError(f"ask not answered by the live responder: {reply}")
+    finally:
+        c.close()
+        resp.terminate()
+        resp.wait()
+    ctx.add("claims", name="ask answered by a live responder", value=median(times), unit="s",
+            floor="E p50", floor_value=e50, limit=3.0)  # fmt: skip
+
+
+def _fanout(path: str, socks: list[Any], frame: bytes, rounds: int) -> list[float]:
+    """Send ``frame`` on a connection of its own; time until every socket got a line."""
+    import select
+
+    sender = LineClient(path, timeout=60)
+    ep = select.epoll()
+    index = {s.fileno(): s for s in socks}
+    for s in socks:
+        s.setblocking(False)
+        ep.register(s.fileno(), select.EPOLLIN)
+    out = []
+    for _ in range(rounds):
+        waiting = set(index)
+        t = time.perf_counter()
+        sender.sock.sendall(frame)
+        deadline = t + 30
+        while waiting and time.perf_counter() < deadline:
+            for fd, _ in ep.poll(1.0):
+                if b"\n" in index[fd].recv(1 << 16):
+                    waiting.discard(fd)
+        out.append(time.perf_counter() - t)
+        if waiting:
+            raise RuntimeError(f"{len(waiting)} subscribers got nothing")
+        sender.roundtrip(b"")  # the sender's own reply
+        time.sleep(0.2)
+        for s in socks:  # drain stragglers (a subscriber may get more than one line)
+            try:
+                while s.recv(1 << 16):
+                    pass
+            except BlockingIOError:
+                pass
+    ep.close()
+    sender.close()
+    return out
+
+
+def _broadcast(ctx: Ctx) -> None:
+    """broadcast.send to N subscribed sessions until the last has it, vs the echo fan-out."""
+    from bench.targets import pipeline, register_many
+
+    n = 100 if ctx.quick else 1000
+    rounds = 2 if ctx.quick else 5
+    ids = [f"sub{i}" for i in range(n)]
+    register_many(ctx.sock, ["caster", *ids])
+    subs = load.connect_all(ctx.sock, n)
+    for s, sid in zip(subs, ids, strict=True):
+        c = LineClient.__new__(LineClient)
+        c.sock, c.buf = s, b""
+        reply = json.loads(c.roundtrip(rpc(SUBSCRIBE, {"session_id": sid})))
+        if "error" in reply:
+            raise RuntimeError(f"subscribe failed: {reply}")
+    echo_subs = load.connect_all(ctx.echo_path, n)
+    frame = rpc(BROADCAST, {"session_id": "caster", "text": "heads up: rebasing main"})
+    floor, mine = [], []
+    try:
+        with pinned(LAT_CPUS, ctx.meshd.pid, ctx.echo.pid):
+            for _ in range(rounds):
+                floor += _fanout(ctx.echo_path, echo_subs, rpc("fanout"), 1)
+                mine += _fanout(ctx.sock, subs, frame, 1)
+    finally:
+        for s in subs + echo_subs:
+            s.close()
+        c = LineClient(ctx.sock, timeout=60)
+        pipeline(c, [rpc("session.end", {"session_id": sid}) for sid in ids])
+        c.close()
+    ctx.add("claims", name=f"E: echo writing one line to each of {n:,} connections",
+            value=median(floor), unit="s", note="floor")  # fmt: skip
+    ctx.add("claims", name=f"broadcast to {n:,} subscribed sessions, until the last has it",
+            value=median(mine), unit="s", floor="fan-out", floor_value=median(floor),
+            limit=2.0)  # fmt: skip

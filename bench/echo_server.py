@@ -4,6 +4,8 @@
 
 Each line is decoded as a JSON-RPC request and answered with its id and a small
 result, one frame per ``send``, exactly as meshd's server does, minus the work.
+Method ``fanout`` first writes one event line to every other connection: the
+floor for a broadcast.
 With ``--rows N`` a worker thread also writes N 300-byte rows to SQLite every
 ``--interval`` seconds: the floor for the event-loop stall during a snapshot.
 """
@@ -38,16 +40,26 @@ decode = msgspec.json.Decoder(Req).decode
 encode = msgspec.json.Encoder().encode
 
 
+STREAMS: set[anyio.abc.ByteStream] = set()
+EVENT = encode({"jsonrpc": "2.0", "method": "event", "params": {"kind": "message"}}) + b"\n"
+
+
 async def handle(stream: anyio.abc.ByteStream) -> None:
     reader = BufferedByteReceiveStream(stream)
+    STREAMS.add(stream)
     async with stream:
         try:
             while True:
                 req = decode(await reader.receive_until(b"\n", 1 << 20))
+                if req.method == "fanout":  # the broadcast floor: one line to everyone else
+                    for other in list(STREAMS - {stream}):
+                        await other.send(EVENT)
                 reply = {"jsonrpc": "2.0", "id": req.id, "result": {"ok": True}}
                 await stream.send(encode(reply) + b"\n")
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
             return
+        finally:
+            STREAMS.discard(stream)
 
 
 def writer(db_path: str, rows: int, interval: float) -> None:
