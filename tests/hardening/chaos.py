@@ -106,3 +106,57 @@ def report(name: str, figures: dict[str, Any]) -> None:
     if out:
         with open(out, "a") as f:
             f.write(line + "\n")
+
+
+class Messenger(threading.Thread):
+    """Sends messages to ``recipients`` until stopped; records each acknowledged id."""
+
+    def __init__(self, path: Path, sender: str, recipients: list[str], seed: int) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.sender = sender
+        self.recipients = recipients
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.acked: dict[int, tuple[str, str]] = {}  # id -> (to, text)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        n = 0
+        try:
+            with Client(self.path) as c:
+                r = c.call("session.register", {"session_id": self.sender})
+                if r == "closed" or "result" not in r:
+                    return
+                while not self.stop.is_set():
+                    n += 1
+                    to = self.rng.choice(self.recipients)
+                    text = f"{self.sender} #{n}"
+                    p = {"session_id": self.sender, "to": to, "text": text}
+                    r = c.call("message.send", p)
+                    if r == "closed":
+                        return
+                    if "result" in r:
+                        self.acked[r["result"]["id"]] = (to, text)
+        except OSError:
+            return
+        except BaseException as exc:
+            self.error = exc
+
+
+def inbox_all(path: Path, session_id: str) -> dict[int, str]:
+    """Every item in ``session_id``'s inbox (read or not, without marking): id -> text."""
+    out: dict[int, str] = {}
+    before: int | None = None
+    with Client(path) as c:
+        while True:
+            p: dict[str, Any] = {"session_id": session_id, "all": True, "peek": True,
+                                 "limit": 1000}  # fmt: skip
+            if before is not None:
+                p["before"] = before
+            items = c.call("message.inbox", p)["result"]["items"]
+            if not items:
+                return out
+            for it in items:
+                out[it["id"]] = it["text"]
+            before = min(it["id"] for it in items)

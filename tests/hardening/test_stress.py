@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle
-from tests.hardening.chaos import Churner, History, report
+from tests.hardening.chaos import Churner, History, Messenger, inbox_all, report
 from tests.hardening.support import Client, session_ids, wait_for
 
 # --- claims -----------------------------------------------------------------------------
@@ -277,26 +277,41 @@ def run_load(d: DaemonHandle, churners: int, seed: int) -> dict[str, int]:
         for i in range(10)
     ]
     chs = [Churner(d.socket, f"ld{i}", history, rng.randrange(1 << 30)) for i in range(churners)]
-    for t in [*hbs, *chs]:
+    messaging = "message.send" in d.call("mesh.schema")["result"]["methods"]
+    inboxes = beating[:10]
+    mss = [
+        Messenger(d.socket, f"ms{i}", inboxes, rng.randrange(1 << 30))
+        for i in range(5 if messaging else 0)
+    ]
+    for t in [*hbs, *chs, *mss]:
         t.start()
     target = rng.randrange(200, 3000)
     wait_for(lambda: history.acks >= target, timeout=120)
     d.kill()
     stop.set()
-    for t in [*hbs, *chs]:
+    for t in [*hbs, *chs, *mss]:
         t.join(timeout=30)
         assert not t.is_alive()
     for ch in chs:
         assert ch.error is None, ch.error
+    for ms in mss:
+        assert ms.error is None, ms.error
     d.start()
     listed = session_ids(d.socket)
     must = history.must_be_listed() | set(beating)
     lost = must - listed
     undone = history.must_not_be_listed() & listed
+    sent = {mid: v for m in mss for mid, v in m.acked.items()}
+    readable = {sid: inbox_all(d.socket, sid) for sid in inboxes} if mss else {}
+    lost_messages = [mid for mid, (to, text) in sent.items() if readable[to].get(mid) != text]
 
     assert not lost, sorted(lost)[:10]
     assert not undone, sorted(undone)[:10]
+    assert not lost_messages, lost_messages[:10]
     return {
+        "messages_acknowledged": len(sent),
+        "messages_readable_after_restart": len(sent) - len(lost_messages),
+        "messages_lost": len(lost_messages),
         "heartbeating_sessions": len(beating),
         "heartbeats_answered": sum(beats),
         "churners": churners,
