@@ -338,6 +338,26 @@ class TestFifo:
         assert out.deadlock
 
 
+    def test_downgrade_lets_shared_waiters_in(self, tb: Table) -> None:
+        """Re-claiming an exclusive key as shared grants the readers waiting for it."""
+        tb.grant("a", "file:/x")
+        tb.acquire("r", "file:/x", mode="shared", wait=True)
+
+        tb.grant("a", "file:/x", mode="shared")
+
+        assert ("r", "file:/x") in tb.holders()
+
+    def test_parents_new_claim_frees_its_childs_wait(self, tb: Table) -> None:
+        """A child queued behind a stranger goes once its parent's new claim covers the key."""
+        tb.grant("sibling", "file:/x", mode="shared")
+        tb.acquire("w", "file:/x", wait=True)
+        assert isinstance(tb.acquire("child", "file:/x", mode="shared", wait=True), Queued)
+
+        tb.grant("parent", "file:/x", mode="shared")  # covered by its own child, sibling
+
+        assert ("child", "file:/x") in tb.holders()
+
+
 class TestCancel:
     def test_cancelled_waiter_is_never_granted(self, tb: Table) -> None:
         """A waiter withdrawn before the release gets nothing when the key frees."""

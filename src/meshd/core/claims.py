@@ -297,7 +297,7 @@ class ClaimTable:
         self._seq = 0
         self._heap: list[tuple[float, int, str, str]] = []
         self._previous: dict[str, Previous] = {}
-        self._mode_changed: list[Key] = []  # keys re-granted in another mode: may free waiters
+        self._granted_keys: list[Key] = []  # new grants can free a related waiter: see _wake
 
     # --- queries ----------------------------------------------------------------
 
@@ -391,7 +391,7 @@ class ClaimTable:
         holders, ahead = self._blockers(req, None)
         if not holders and not ahead:
             granted = self._grant(req, now_mono, now_wall)
-            self._wake((), now_mono, now_wall)  # a downgrade to shared may let readers in
+            self._wake((), now_mono, now_wall)
             return granted
         held_views = tuple(w.view() for w in ahead)
         if not wait:
@@ -559,8 +559,8 @@ class ClaimTable:
                     previous.append(prev)
             if old is not None:
                 self._unput(old)
-                if old.mode != claim.mode:
-                    self._mode_changed.append(key)
+            if key.text not in kept:
+                self._granted_keys.append(key)
             self._put(claim)
             self._audit(claim, "refresh" if key.text in kept else "grant", now_wall, how=how)
             claims.append(claim)
@@ -670,17 +670,18 @@ class ClaimTable:
     def _wake(self, keys: Iterable[Key], now_mono: float, now_wall: float) -> None:
         """Grant, in FIFO order, the waiters overlapping ``keys`` that can now go.
 
-        A granted waiter's claims block later waiters exactly as its place in the
-        queue did, so a grant frees no one else -- unless it changed a claim's
-        mode (a downgrade to shared): those keys get another pass.
+        Freed keys are looked at first; then the keys of every grant made meanwhile,
+        because a new claim can free a waiter of a related session (its parent's
+        claim now covers the key, so the waiters ahead no longer count) and a
+        downgrade to shared can let readers in. Each pass grants or stops.
         """
-        pending = [*keys, *self._mode_changed]
-        self._mode_changed.clear()
+        pending = [*keys, *self._granted_keys]
+        self._granted_keys.clear()
         while pending and self._waiters:
             self._wake_pass(pending, now_mono, now_wall)
-            pending = list(self._mode_changed)
-            self._mode_changed.clear()
-        self._mode_changed.clear()
+            pending = list(self._granted_keys)
+            self._granted_keys.clear()
+        self._granted_keys.clear()
 
     def _wake_pass(self, keys: Iterable[Key], now_mono: float, now_wall: float) -> None:
         candidates: dict[str, _Waiter] = {}
