@@ -91,6 +91,14 @@ class Contender(threading.Thread):
             self.error = exc
 
     def round(self, c: Client) -> bool:
+        if self.rng.random() < 0.3:  # a private key, kept: must survive the kill -9
+            key = f"res:kept-{self.sid}-{self.rng.randrange(1 << 30)}"
+            r = c.call("claim.acquire", {"session_id": self.sid, "resources": [key]})
+            if r == "closed":
+                return False
+            res = r["result"]
+            self.hist.add(Grant(self.sid, (res["claims"][0]["resource"],), res["token"],
+                                time.monotonic()))  # fmt: skip
         want = self.rng.sample(self.keys, self.rng.choice([1, 1, 2]))
         r = c.call("claim.acquire", {"session_id": self.sid, "resources": want, "wait": 30})
         if r == "closed":
@@ -188,6 +196,7 @@ def run_claims(d: DaemonHandle, clients: int, rounds: int, seed: int) -> dict[st
     d.start()
     with Client(d.socket) as c:
         listed = c.call("claim.list")["result"]["claims"]
+        assert "result" in c.call("session.register", {"session_id": "fresh"})
         after = c.call("claim.acquire", {"session_id": "fresh", "resources": ["port:47999"]})
     holding = {(r["session_id"], r["resource"]): r["token"] for r in listed}
     kept = [g for g in hist.grants if g.release_sent_at is None]
@@ -199,8 +208,7 @@ def run_claims(d: DaemonHandle, clients: int, rounds: int, seed: int) -> dict[st
     assert not audit_overlaps(audit), audit_overlaps(audit)[:3]
     assert len(set(tokens)) == len(tokens)
     assert not lost, lost[:5]
-    if "result" in after:  # fresh is not registered: NO_SESSION/UNKNOWN_SESSION is fine too
-        assert after["result"]["token"] > max(tokens, default=0)
+    assert after["result"]["token"] > max(tokens, default=0)
     return {
         "grants_acknowledged": len(hist.grants),
         "audit_entries_replayed": len(audit),
@@ -208,6 +216,8 @@ def run_claims(d: DaemonHandle, clients: int, rounds: int, seed: int) -> dict[st
         "held_after_restart": len(kept) - len(lost),
         "lost": len(lost),
         "overlaps": 0,
+        "max_token_before_kill": max(tokens, default=0),
+        "first_token_after_restart": after["result"]["token"],
     }
 
 
