@@ -13,6 +13,7 @@ still ours. The flock goes with the process.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -26,7 +27,7 @@ from meshd import __version__, config, sdnotify, singleton, storage_claims, stor
 from meshd.core.claims import Fencing
 from meshd.core.clock import SystemClock
 from meshd.core.settings import Settings
-from meshd.core.state import MeshState
+from meshd.core.state import MeshState, Write
 from meshd.keys import from_canonical
 from meshd.paths import PathError, ProfilePaths, check_socket_length, ensure_private_dir
 from meshd.server import Server
@@ -174,7 +175,23 @@ class Daemon:
             tick += SWEEP_INTERVAL
             if tick >= self.state.settings.snapshot_interval:
                 tick = 0.0
-                self.store.submit(self.state.snapshot_writes())
+                writes = self.state.snapshot_writes()
+                self.store.submit(writes, on_done=functools.partial(self._redirty, writes))
+
+    def _redirty(self, writes: list[Write], error: BaseException | None) -> None:
+        """A snapshot that could not be stored (disk full) is tried again next time.
+
+        ``snapshot_writes`` forgets which sessions changed; without this, a change
+        made while the disk was full would never be stored, not even by the final
+        snapshot at SIGTERM. The write holds the live session, so a retry stores its
+        latest fields.
+        """
+        if error is None:
+            return
+        dirty = self.state.registry.dirty
+        for w in writes:
+            if w[0] == "session.snapshot" and w[1].session_id in self.state.registry.sessions:
+                dirty.add(w[1].session_id)
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:

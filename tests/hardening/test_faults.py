@@ -214,6 +214,35 @@ class TestDiskFull:
         assert not [h for h in out["holders"] if h["resource"] == out["key"]]
         assert out["other"]["result"]["status"] == "granted"
 
+    def test_snapshot_refused_on_a_full_disk_is_written_later(
+        self, mesh_env: MeshEnv, small_state: Path
+    ) -> None:
+        """A task changed while the disk was full is stored once space is back (not lost)."""
+        mesh_env.write_config("[defaults]\nsnapshot_interval = 0.05\n")
+        d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=small_state)
+        d.start()
+        try:
+            with Client(d.socket) as c:
+                assert "result" in register(c, "snap")
+                filler = fill(small_state)
+                for i in range(2000):  # use up what room the WAL still has
+                    if "error" in register(c, f"pad{i}", big=True):
+                        break
+                hb = {"session_id": "snap", "task": "changed while full"}
+                assert "result" in c.call("session.heartbeat", hb)
+                # the sweeper tries the snapshot and fails (logged), then space comes back
+                wait_for(lambda: d.logs().count("commit failed") >= 2, timeout=10)
+                filler.unlink()
+                assert "result" in register(c, "after")
+            assert d.stop() == 0
+            d.start()
+            with Client(d.socket) as c:
+                task = c.call("session.get", {"session_id": "snap"})["result"]["task"]
+
+            assert task == "changed while full"
+        finally:
+            d.stop()
+
 
 class TestReadOnly:
     def test_read_only_state_folder(self, mesh_env: MeshEnv, small_state: Path) -> None:
