@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from meshctl import AsyncMesh, MeshError, MeshUnavailable, MethodNotFound
+from meshctl import AsyncMesh, MeshUnavailable, MethodNotFound
 
 from .conftest import HEARTBEAT
 
@@ -110,15 +110,46 @@ class TestAsyncSession:
 
         assert s.lost == []
 
-    async def test_events_unsupported_is_clear(self, daemon: Any) -> None:
-        """Without ``events.subscribe`` on the daemon, iterating events says so plainly."""
+    async def test_events_arrive_on_the_subscribed_connection(self, daemon: Any) -> None:
+        """After events.subscribe, a message to the session arrives as an event."""
         async with AsyncMesh() as mesh, mesh.session(task="t") as s:
-            try:
-                await mesh.call("events.subscribe", {"session_id": s.session_id})
-            except MethodNotFound:
-                pass
-            else:
-                pytest.skip("this daemon serves events.subscribe")
-            events = s.events()
-            with pytest.raises(MeshError, match="does not push events yet"):
-                await events.__anext__()
+            await mesh.call("events.subscribe", {"session_id": s.session_id})
+            await mesh.call("session.register", {"session_id": "sender"})
+            await mesh.call(
+                "message.send", {"session_id": "sender", "to": s.session_id, "text": "hello"}
+            )
+            with anyio.fail_after(5):
+                async for ev in mesh.events():
+                    event = ev
+                    break
+
+        assert event["kind"] == "message"
+        assert (event["from"], event["text"]) == ("sender", "hello")
+
+    async def test_session_events_iterator(self, daemon: Any) -> None:
+        """``async for event in s.events()`` yields what is sent to the session."""
+        async with AsyncMesh() as mesh, mesh.session(task="t") as s:
+            await mesh.call("session.register", {"session_id": "sender2"})
+            first = anyio.Event()
+            got: list[Any] = []
+
+            async def read() -> None:
+                async with s.events() as events:
+                    async for ev in events:
+                        got.append(ev)
+                        first.set()
+                        return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                with anyio.fail_after(5):
+                    while not got:
+                        await mesh.call(
+                            "message.send",
+                            {"session_id": "sender2", "to": s.session_id, "text": "ping"},
+                        )
+                        with anyio.move_on_after(0.2):
+                            await first.wait()
+
+        assert got[0]["kind"] == "message"
+        assert got[0]["text"] == "ping"
