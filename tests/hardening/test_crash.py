@@ -14,8 +14,9 @@ import socket
 import threading
 import time
 
+import pytest
 from tests.conftest import DaemonHandle, MeshEnv
-from tests.hardening.chaos import Churner, History, report
+from tests.hardening.chaos import Churner, History, inbox_all, report
 from tests.hardening.support import Client, ping, session_ids, wait_for
 
 
@@ -181,4 +182,42 @@ class TestVanishingClients:
         assert dropped
         assert served_meanwhile > 0
         assert "stopped reading; dropped" in daemon.logs()
+        assert ping(daemon.socket)
+
+    def test_a_subscriber_that_never_reads_is_dropped(self, mesh_env: MeshEnv) -> None:
+        """Events pile up for a subscriber that never reads: it is dropped, senders are not
+        slowed, and every message is still in the inbox."""
+        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 100000\n")
+        daemon = DaemonHandle(mesh_env.env, mesh_env.socket, mesh_env.state_dir)
+        daemon.start()
+        try:
+            self.never_reading_subscriber(daemon)
+        finally:
+            daemon.stop()
+
+    @staticmethod
+    def never_reading_subscriber(daemon: DaemonHandle) -> None:
+        if "events.subscribe" not in daemon.call("mesh.schema")["result"]["methods"]:
+            pytest.skip("events.subscribe is not served yet")
+        daemon.call("session.register", {"session_id": "sub"})
+        daemon.call("session.register", {"session_id": "sender"})
+        lazy = Client(daemon.socket)
+        assert "result" in lazy.call("events.subscribe", {"session_id": "sub"})
+        lazy.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sent = 0
+        with Client(daemon.socket) as c:
+            for i in range(3000):
+                r = c.call("message.send", {"session_id": "sender", "to": "sub", "text": f"m{i}"})
+                assert "result" in r, r
+                sent += 1
+        wait_for(lambda: "events behind; dropped" in daemon.logs(), timeout=30)
+        lazy.sock.settimeout(10)
+        drained = 0
+        while lazy.line() is not None:  # what was buffered, then the close
+            drained += 1
+        lazy.close()
+
+        assert sent == 3000
+        assert drained < 3000
+        assert len(inbox_all(daemon.socket, "sub")) == 3000
         assert ping(daemon.socket)
