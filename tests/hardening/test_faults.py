@@ -150,11 +150,6 @@ class TestDiskFull:
         assert refused <= restored
         assert not ({sid for sid, ok in acked.items() if ok} & restored)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="session.end applies the end in memory before the commit and does not undo "
-        "it when the commit fails (handlers/sessions.py; proposal in the hardening report)",
-    )
     def test_refused_end_is_not_applied(self, mesh_env: MeshEnv, small_state: Path) -> None:
         """An end that was not acknowledged has no effect: the session stays listed."""
         acked, listed, _restored = self.ends_on_a_full_disk(mesh_env, small_state)
@@ -201,11 +196,6 @@ class TestDiskFull:
         assert out["msg"]["error"]["data"]["code"] == "UNAVAILABLE", out["msg"]
         assert out["inbox"] == []
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="claim.acquire grants in memory before the commit and keeps the grant when "
-        "the commit fails (handlers/claims.py; proposal in the hardening report)",
-    )
     def test_refused_claim_is_not_held(self, mesh_env: MeshEnv, small_state: Path) -> None:
         """Disk full: a claim told UNAVAILABLE is not held, and another session gets it later."""
         out = self.claim_and_message_on_a_full_disk(mesh_env, small_state)

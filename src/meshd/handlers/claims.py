@@ -135,11 +135,28 @@ class ClaimHandlers:
             waiter_id=waiter_id,
         )  # fmt: skip
         if isinstance(outcome, Granted):
-            await svc.commit()
+            await self._commit_grant(outcome)
             return self._granted(outcome)
         if isinstance(outcome, Held):
             return self._held(outcome)
         return await self._wait(outcome, wait)
+
+    async def _commit_grant(self, g: Granted) -> None:
+        """Commit a grant; if it cannot be stored, take it back before saying UNAVAILABLE.
+
+        An unacknowledged grant must not keep others out. The take-back is an
+        ordinary release (queued for the log, in case the disk recovers).
+        """
+        try:
+            await self.svc.commit()
+        except MeshError:
+            new = [c.key for c in g.claims if c.resource not in g.held_before]
+            clock = self.svc.clock
+            self.svc.state.claims.release(
+                g.session_id, new, now_mono=clock.monotonic(), now_wall=clock.now()
+            )
+            self.svc.flush_background()
+            raise
 
     async def _wait(self, q: Queued, wait: float) -> pc.ClaimAcquireResult:
         svc, st = self.svc, self.svc.state
@@ -203,7 +220,7 @@ class ClaimHandlers:
             p.session_id, keys, reason=p.reason, mode=p.mode, ttl=p.ttl,
             now_mono=clock.monotonic(), now_wall=clock.now(),
         )  # fmt: skip
-        await svc.commit()
+        await self._commit_grant(granted)
         return self._granted(granted)
 
     # --- release / check / list / validate / audit --------------------------------------
@@ -214,6 +231,8 @@ class ClaimHandlers:
             return pc.ClaimReleaseResult(disabled=True)
         st.registry.get(p.session_id)
         keys = None if p.resources is None else self._keys(p.resources, True)
+        if keys == []:
+            return pc.ClaimReleaseResult()
         clock = svc.clock
         released = st.claims.release(
             p.session_id, keys, now_mono=clock.monotonic(), now_wall=clock.now()

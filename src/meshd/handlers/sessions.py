@@ -91,11 +91,17 @@ class SessionHandlers:
         return _HB_OK
 
     async def end(self, p: m.EndParams, conn: Conn) -> m.EndResult:
+        """End a session. The end is stored *before* it is applied: releasing claims
+        and waking waiters cannot be undone, so a disk that refuses the write leaves
+        the session exactly as it was (UNAVAILABLE, nothing acknowledged)."""
+        svc = self.svc
+        svc.state.registry.get(p.session_id)
+        await svc.store.commit([("session.end", p.session_id, svc.clock.now(), "ended")])
         handoff_id = None
-        if p.handoff:  # the final handoff, stored in the same commit as the end
-            handoff_id = self.svc.state.mailbox.write_handoff(p.session_id, p.handoff).id
-        self.svc.end_session(p.session_id, "ended")
-        await self.svc.commit()
+        if p.handoff:  # the final handoff, stored in the same commit as the releases
+            handoff_id = svc.state.mailbox.write_handoff(p.session_id, p.handoff).id
+        svc.end_session(p.session_id, "ended")
+        await svc.commit()
         return m.EndResult(session_id=p.session_id, ended=True, handoff_id=handoff_id)
 
     async def attach(self, p: m.AttachParams, conn: Conn) -> m.AttachResult:
