@@ -183,10 +183,6 @@ KNOWN_ISSUES: dict[str, tuple[dict[str, Any], str]] = {
     # method: (params that still get -32603, why). The fuzzer steps around these
     # exact params; test_known_issue (strict xfail) fails as soon as one is fixed,
     # so the entry gets deleted. Each has a proposal in the hardening report.
-    "claim.release": (
-        {"session_id": "s", "resources": []},
-        "an empty resources list reaches ClaimTable.release: ValueError",
-    ),
 }
 
 
@@ -258,14 +254,9 @@ class TestDeepNesting:
         assert reply["error"]["code"] in (-32600, -32602)
 
 
-@pytest.mark.xfail(strict=True, reason="a known internal error (see KNOWN_ISSUES)")
-@pytest.mark.parametrize("method", sorted(KNOWN_ISSUES))
-def test_known_issue(daemon: DaemonHandle, method: str) -> None:
-    """The params in KNOWN_ISSUES are the caller's error, not an internal one."""
-    if method not in daemon.call("mesh.schema")["result"]["methods"]:
-        pytest.skip(f"{method} is not served")
-    params, _why = KNOWN_ISSUES[method]
+def test_empty_release_list_is_not_internal(daemon: DaemonHandle) -> None:
+    """Once a KNOWN_ISSUES entry: an empty resources list releases nothing, no -32603."""
     daemon.call("session.register", {"session_id": "s"})
-    reply = daemon.call(method, params)
+    reply = daemon.call("claim.release", {"session_id": "s", "resources": []})
 
-    assert reply.get("error", {}).get("code") != INTERNAL_ERROR
+    assert reply["result"]["released"] == []
