@@ -275,6 +275,9 @@ def heartbeater(path: Path, sids: list[str], stop: threading.Event, beats: list[
 
 def run_load(d: DaemonHandle, churners: int, seed: int) -> dict[str, int]:
     rng = random.Random(seed)
+    # Lift the per-sender message budget (30 a minute) so messengers keep sending.
+    Path(d.env["MESH_CONFIG"]).write_text("[defaults]\nmessage_budget_per_minute = 1000000\n")
+    assert d.call("mesh.reload")["result"]["reloaded"]
     beating = [f"hb{i}" for i in range(1000)]
     with Client(d.socket) as c:
         for sid in beating:
