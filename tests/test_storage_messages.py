@@ -36,15 +36,14 @@ def db_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 async def commit(path: Path, writes: list[tuple[Any, ...]]) -> None:
-    """Open the store, commit ``writes`` through its writer task, close it."""
+    """Open the store, commit ``writes`` through its writer thread, close it."""
     st = Store(path)
     await anyio.to_thread.run_sync(st.open)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(st.run_writer)
-            await st.commit(writes)
-            tg.cancel_scope.cancel()
+        st.start()
+        await st.commit(writes)
     finally:
+        st.stop()
         st.close()
 
 

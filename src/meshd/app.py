@@ -218,6 +218,7 @@ class Daemon:
         except StoreError as exc:
             raise StartupError(str(exc)) from exc
         self.restore(restored)
+        self.store.start()
         mail = await anyio.to_thread.run_sync(
             storage_messages.restore_file, self.store.path, self.state.clock.now()
         )
@@ -233,7 +234,6 @@ class Daemon:
                 for s in list(self.state.registry.sessions.values()):
                     for pid, start in s.pids():  # re-checked at once; the dead go now
                         self.service.pids.watch(s.session_id, pid, start)
-                tg.start_soon(self.store.run_writer)
                 await tg.start(self.server.serve, listener)
                 tg.start_soon(self._sweeper)
                 tg.start_soon(self._guard_socket)
@@ -250,6 +250,7 @@ class Daemon:
             with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_DEADLINE):
                 self.store.submit(self.state.snapshot_writes())
                 await self.store.flush()
+            self.store.stop()
             self.store.close()
             self._remove_socket()
             log.info("stopped")

@@ -1,12 +1,15 @@
 """SQLite persistence: schema, migrations, group-commit writer, restore.
 
-One connection, used by one writer task at a time through a single worker
-thread (a ``CapacityLimiter(1)``), so SQLite never blocks the event loop.
+One connection, owned by one long-lived writer thread, so SQLite never blocks
+the event loop. Callers put their writes on a ``queue.SimpleQueue`` and await an
+event; the thread wakes them with one ``call_soon_threadsafe`` per batch (the
+daemon runs anyio on its asyncio backend). That hand-off costs about one thread
+switch each way -- the floor T -- where ``anyio.to_thread`` cost four times that.
 
-Group commit: callers append their writes to a queue and wait; the writer takes
-everything queued, applies it in ONE transaction, commits, and wakes every
-caller. While a commit is in flight new writes pile up for the next one, so N
-concurrent writers cost about one commit, not N. Nothing is acknowledged before
+Group commit: the writer takes everything queued, applies it in ONE
+transaction, commits, and wakes every caller. While a commit is in flight new
+writes pile up for the next one, so N concurrent writers cost about one commit,
+not N. Nothing is acknowledged before
 its commit returns; a failed commit wakes its callers with
 :class:`~meshd.protocol.errors.StorageUnavailable`.
 
@@ -16,14 +19,16 @@ Writes are plain tuples ``(kind, *args)`` produced by the pure core; the
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import queue
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio
 import msgspec
 
 from meshd import storage_claims, storage_messages
@@ -111,12 +116,28 @@ def register_writer(kind: str, fn: Callable[..., None]) -> None:
     _WRITERS[kind] = fn
 
 
-@dataclass
 class _Pending:
-    writes: list[Write]
-    done: anyio.Event = field(default_factory=anyio.Event)
-    error: BaseException | None = None
-    on_done: Callable[[BaseException | None], None] | None = None
+    """Writes (or a read) handed to the writer thread, and how to tell the caller."""
+
+    __slots__ = ("done", "error", "on_done", "read", "result", "writes")
+
+    def __init__(
+        self,
+        writes: list[Write],
+        *,
+        done: asyncio.Event | None = None,
+        on_done: Callable[[BaseException | None], None] | None = None,
+        read: Callable[[sqlite3.Connection], Any] | None = None,
+    ) -> None:
+        self.writes = writes
+        self.done = done
+        self.on_done = on_done
+        self.read = read
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+_STOP = _Pending([])
 
 
 @dataclass
@@ -135,9 +156,9 @@ class Store:
         self.path = path
         self.group_commit = group_commit
         self._db: sqlite3.Connection | None = None
-        self._queue: list[_Pending] = []
-        self._wake = anyio.Event()
-        self._limiter = anyio.CapacityLimiter(1)
+        self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self.commits = 0
         self.writes = 0
         self.failed: str | None = None
@@ -195,13 +216,19 @@ class Store:
 
     # --- writing ------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Start the writer thread; call on the event loop, after :meth:`open`."""
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._writer, name="meshd-store", daemon=True)
+        self._thread.start()
+
     async def commit(self, writes: list[Write]) -> None:
         """Write and wait until committed; raise StorageUnavailable if it was not."""
         if not writes:
             return
-        pending = _Pending(writes)
-        self._queue.append(pending)
-        self._wake.set()
+        pending = _Pending(writes, done=asyncio.Event())
+        self._queue.put(pending)
+        assert pending.done is not None
         await pending.done.wait()
         if pending.error is not None:
             raise StorageUnavailable(
@@ -220,42 +247,88 @@ class Store:
         ``on_done(error)`` runs on the event loop once they are committed (or failed).
         """
         if writes:
-            self._queue.append(_Pending(writes, on_done=on_done))
-            self._wake.set()
+            self._queue.put(_Pending(writes, on_done=on_done))
         elif on_done is not None:
             on_done(None)
 
-    async def run_writer(self) -> None:
-        """The writer task: take what is queued, commit it in one go, wake the callers."""
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            while self._queue:
-                if self.group_commit:
-                    batch, self._queue = self._queue, []
-                else:
-                    batch = [self._queue.pop(0)]
-                await self._commit_batch(batch)
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking read ``fn(db, *args)`` in the writer thread, between commits.
+
+        History (audit log, read messages) lives here, not in memory: reads go to
+        SQLite off the event loop.
+        """
+        pending = _Pending([], done=asyncio.Event(), read=lambda db: fn(db, *args))
+        self._queue.put(pending)
+        assert pending.done is not None
+        await pending.done.wait()
+        if pending.error is not None:
+            raise StorageUnavailable(f"the database could not be read ({pending.error})")
+        return pending.result  # type: ignore[no-any-return]
 
     async def flush(self) -> None:
-        """Commit whatever is queued now (shutdown)."""
-        while self._queue:
-            batch, self._queue = self._queue, []
-            await self._commit_batch(batch)
+        """Wait until everything queued so far is committed (shutdown)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._drain_inline()
+            return
+        marker = _Pending([], done=asyncio.Event())
+        self._queue.put(marker)
+        assert marker.done is not None
+        await marker.done.wait()
 
-    async def _commit_batch(self, batch: list[_Pending]) -> None:
-        try:
-            await anyio.to_thread.run_sync(self._apply, batch, limiter=self._limiter)
-            self.failed = None
-        except Exception as exc:  # any failure: nobody in the batch is acknowledged
-            self.failed = str(exc)
-            log.error("commit failed, %d callers told UNAVAILABLE: %s", len(batch), exc)
-            for p in batch:
-                p.error = exc
+    def stop(self) -> None:
+        """Stop the writer thread after what is queued (blocking, short)."""
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join(timeout=10)
+
+    def _drain_inline(self) -> None:
+        batch = []
+        while not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+        if batch:
+            self._run_batch(batch)
+
+    # --- the writer thread ----------------------------------------------------------
+
+    def _writer(self) -> None:
+        """Take everything queued, commit it in one transaction, wake every caller."""
+        q = self._queue
+        while True:
+            batch = [q.get()]
+            if self.group_commit:
+                while not q.empty():
+                    batch.append(q.get_nowait())
+            stop = _STOP in batch
+            self._run_batch([p for p in batch if p is not _STOP])
+            if stop:
+                return
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        writes = [p for p in batch if p.writes]
+        error: BaseException | None = None
+        if writes:
+            try:
+                self._apply(writes)
+                self.failed = None
+            except Exception as exc:  # any failure: nobody in the batch is acknowledged
+                error = exc
+                self.failed = str(exc)
+                log.error("commit failed, %d callers told UNAVAILABLE: %s", len(writes), exc)
         for p in batch:
-            p.done.set()
-            if p.on_done is not None:
-                p.on_done(p.error)
+            if p.read is not None:
+                try:
+                    p.result = p.read(self._db)  # type: ignore[arg-type]
+                except Exception as exc:
+                    p.error = exc
+            elif p.writes:
+                p.error = error
+        if self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(_wake, batch)
+            except RuntimeError:  # the loop closed meanwhile
+                _wake(batch)
+        else:
+            _wake(batch)
 
     def _apply(self, batch: Iterable[_Pending]) -> None:
         db = self._db
@@ -282,13 +355,11 @@ class Store:
         self.commits += 1
         self.writes += n
 
-    async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a blocking read ``fn(db, *args)`` in the writer's thread, between commits.
 
-        History (audit log, read messages) lives here, not in memory: reads go to
-        SQLite off the event loop.
-        """
-        db = self._db
-        if db is None:
-            raise StoreError("database is closed")
-        return await anyio.to_thread.run_sync(lambda: fn(db, *args), limiter=self._limiter)
+def _wake(batch: list[_Pending]) -> None:
+    """On the event loop: tell each caller its batch is done."""
+    for p in batch:
+        if p.done is not None:
+            p.done.set()
+        if p.on_done is not None:
+            p.on_done(p.error)
