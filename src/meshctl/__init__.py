@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Responder, Sent
 from meshctl._sync import Claim, Mesh, Session
 from meshd.protocol.errors import (
     BadKey,
@@ -53,18 +54,22 @@ if TYPE_CHECKING:
     from meshctl._async import AsyncMesh, AsyncSession
 
 __all__ = [
+    "Answer",
     "AsyncMesh",
     "AsyncSession",
     "BadKey",
+    "Broadcast",
     "BudgetExceeded",
     "Claim",
     "Cycle",
     "Forbidden",
     "FrameTooLarge",
+    "Handoff",
     "IdInUse",
     "InternalError",
     "InvalidParams",
     "InvalidRequest",
+    "Item",
     "Mesh",
     "MeshDisabled",
     "MeshError",
@@ -76,7 +81,10 @@ __all__ = [
     "NoSession",
     "NotFound",
     "ParseError",
+    "Query",
     "QueryRefused",
+    "Responder",
+    "Sent",
     "Session",
     "SessionExpired",
     "StorageUnavailable",

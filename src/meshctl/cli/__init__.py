@@ -49,18 +49,24 @@ def _wants_json(args: Sequence[str]) -> bool:
 #: Top-level commands, imported only when used: a command pays for its own module
 #: alone (``--help`` and completion load them all).
 COMMANDS: dict[str, str] = {
+    "broadcast": "meshctl.cli.messages:broadcast",
     "call": "meshctl.cli.raw:call",
     "check": "meshctl.cli.claims:check",
     "claim": "meshctl.cli.claims:claim",
     "daemon": "meshctl.cli.daemon:daemon",
     "end": "meshctl.cli.lifecycle:end",
+    "handoff": "meshctl.cli.handoff:handoff",
     "heartbeat": "meshctl.cli.lifecycle:heartbeat",
+    "inbox": "meshctl.cli.messages:inbox",
     "log": "meshctl.cli.claims:log_",
     "register": "meshctl.cli.lifecycle:register",
     "release": "meshctl.cli.claims:release",
+    "reply": "meshctl.cli.messages:reply",
     "run": "meshctl.cli.run:run",
+    "send": "meshctl.cli.messages:send",
     "sessions": "meshctl.cli.sessions:sessions",
     "steal": "meshctl.cli.claims:steal",
+    "sync": "meshctl.cli.sync:sync",
 }
 
 

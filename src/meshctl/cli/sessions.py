@@ -227,3 +227,9 @@ def show(session_id: str) -> None:
     state = get_state()
     info = state.call("session.get", {"session_id": session_id})
     _output.emit(state.json, info, lambda: render_one(info))
+
+
+# `sessions ask` lives with the other query commands; importing it costs only click.
+from meshctl.cli.messages import ask  # noqa: E402
+
+sessions.add_command(ask)
