@@ -4,8 +4,8 @@ Offline parts (parsing, rendering, ``run`` without a daemon or with the mesh
 disabled) always run. The parts that need the daemon's claim methods are marked
 ``needs_claims``: an expected failure (strict) until ``meshd.handlers.claims``
 serves them, so they turn into real tests, and a stale mark into a failure, the
-moment the daemon side lands. ``needs_pids`` likewise waits for the
-``session.register`` ``pids`` param (run's second liveness anchor).
+moment the daemon side lands. ``needs_pids`` likewise waits for
+``session.attach`` (run's second liveness anchor).
 """
 
 from __future__ import annotations
@@ -36,18 +36,18 @@ def _served() -> bool:
     return importlib.util.find_spec("meshd.handlers.claims") is not None
 
 
-def _pids_known() -> bool:
+def _attach_known() -> bool:
     from meshd.protocol import methods
 
-    return "pids" in methods.RegisterParams.__struct_fields__
+    return hasattr(methods, "AttachParams")
 
 
 needs_claims = pytest.mark.xfail(
     not _served(), reason="the daemon does not serve claim.* yet", strict=True
 )
 needs_pids = pytest.mark.xfail(
-    not (_served() and _pids_known()),
-    reason="needs claim.* and session.register pids (run's second liveness anchor)",
+    not (_served() and _attach_known()),
+    reason="needs claim.* and session.attach (run's second liveness anchor)",
     strict=True,
 )
 

@@ -9,9 +9,8 @@ Runs COMMAND while holding RES…, for cron jobs and scripts (SPEC §9):
    prints who holds it on stderr and exits 75 (``--held-exit N`` instead, for a
    COMMAND that may itself exit 75), without running COMMAND;
 3. forks COMMAND *gated*: the child exists (so its pid is known) but waits on a
-   pipe before ``exec``. run registers the child's pid as a second liveness
-   anchor of its session (``session.register`` with the same id and
-   ``pids: [child]``), then opens the gate. So the session -- and its claims --
+   pipe before ``exec``. run makes the child's pid a second liveness anchor of
+   its session (``session.attach``), then opens the gate. So the session -- and its claims --
    lives while either run or COMMAND lives: a SIGKILLed run leaves COMMAND
    guarded until it exits, and a run killed before the gate opens takes the gate
    with it (the child sees EOF and exits without running COMMAND, never unguarded);
@@ -21,8 +20,8 @@ Runs COMMAND while holding RES…, for cron jobs and scripts (SPEC §9):
    stale, and exits with COMMAND's status (128+N for signal N);
 5. ends its session, which releases what it acquired.
 
-A meshd that does not know ``pids`` refuses the param (``-32602``): run then goes on
-quietly, and its claims live with run alone (a SIGKILLed run frees them early).
+A meshd without ``session.attach`` (-32601): run goes on quietly, and its claims
+live with run alone (a SIGKILLed run frees them early).
 
 When the daemon cannot be reached, run fails (exit 69) unless ``--fail-open``, which
 runs COMMAND unguarded and says so on stderr. With ``enabled = false`` in config it
@@ -45,13 +44,13 @@ import click
 from meshctl import _claims
 from meshctl.cli import _output
 from meshctl.cli._context import State, common_options, get_state
-from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable
+from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
 if TYPE_CHECKING:
     from meshctl._sync import Mesh
 
-#: The ``session.register`` param naming further processes the session lives with.
-ANCHOR_PARAM = "pids"
+#: Anchors a session to one more process: it lives while any of its processes lives.
+ATTACH = "session.attach"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _SI_KERNEL = 0x80  # Linux si_code of signals the tty driver sent to a process group
 _EXEC_FAILED = 127
@@ -205,11 +204,10 @@ class _Guard:
         self._quiet = False
 
     def anchor(self, pid: int) -> None:
-        """Make COMMAND's pid a second liveness anchor of the session (same id, same pid)."""
-        params = {**self.params, "session_id": self.sid, ANCHOR_PARAM: [pid]}
+        """Make COMMAND's pid a second liveness anchor of the session (``session.attach``)."""
         try:
-            self.mesh.call("session.register", params)
-        except InvalidParams:
+            self.mesh.call(ATTACH, {"session_id": self.sid, "pid": pid})
+        except MethodNotFound:
             # An older meshd: the claims then live with run alone. Said in --help, not
             # on every run (cron mails whatever a job writes to stderr).
             pass
