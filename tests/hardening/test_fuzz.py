@@ -14,6 +14,7 @@ The default profile keeps the file under 30 s; the ``slow`` twins run longer.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -83,11 +84,23 @@ def no_internal_errors(frames: list[Any]) -> None:
     assert not bad, bad[:3]
 
 
+# anyio's raw-socket streams (asyncio backend) wait with loop.add_reader(sock,
+# f.set_result, None) and remove the reader from the future's done-callback; when a
+# connection's task is cancelled just as its socket turns readable, the reader fires
+# on the cancelled future and asyncio logs this. Harmless, and not meshd's code.
+_ANYIO_READER_RACE = re.compile(
+    r"Exception in callback Future\.set_result\(None\)\nhandle: <Handle Future\.set_result"
+    r"\(None\)>\nTraceback \(most recent call last\):\n(?:  .*\n)+"
+    r"asyncio\.exceptions\.InvalidStateError: invalid state\n"
+)
+
+
 @pytest.fixture
 def log_is_clean(daemon: DaemonHandle) -> Iterator[DaemonHandle]:
     """The daemon logged no traceback while being fuzzed (a caught crash is still a bug)."""
     yield daemon
-    assert "Traceback" not in daemon.logs(), daemon.logs()[-3000:]
+    logs = _ANYIO_READER_RACE.sub("", daemon.logs())
+    assert "Traceback" not in logs, logs[-3000:]
 
 
 # --- strategies -------------------------------------------------------------------------
