@@ -16,10 +16,11 @@ Connection protocol (SPEC §3):
   connection; past that the connection is not read until one finishes. Batches
   are answered element by element, in one array.
 * Events for sessions the connection subscribed to arrive as notifications
-  (``{"jsonrpc":"2.0","method":"event","params":…}``) through a bounded queue: a
-  reader that falls behind by more than :data:`OUTBOX_LIMIT` frames is dropped,
-  never waited on. A reply that cannot be written within :data:`SEND_TIMEOUT`
-  (the client stopped reading) also drops the connection.
+  (``{"jsonrpc":"2.0","method":"event","params":…}``). Replies and events share
+  one write path: straight to the socket, with what the kernel does not take
+  kept in a bounded backlog. A reader that falls behind by more than
+  :data:`BACKLOG_LIMIT` bytes, or takes nothing for :data:`SEND_TIMEOUT`, is
+  dropped, never waited on.
 
 Resource handling: each connection runs in its own task and is closed in
 ``finally``. Error handling: any exception inside a connection is logged and ends
@@ -47,7 +48,6 @@ import anyio
 import msgspec
 from anyio.abc import ByteStream, SocketAttribute, SocketListener, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
-from anyio.streams.memory import MemoryObjectSendStream
 
 from meshd.core.state import Event
 from meshd.protocol.errors import (
@@ -74,7 +74,12 @@ from meshd.service import Conn, Handler, Service
 
 log = logging.getLogger("meshd.server")
 
-OUTBOX_LIMIT = 1024
+BACKLOG_LIMIT = 16 * 1024 * 1024
+"""Bytes of replies and events one connection may have unwritten before it is dropped
+(a listing of 10,000 sessions is about 5 MB, so a single big reply fits)."""
+EVENT_BACKLOG_LIMIT = 256 * 1024
+"""A subscriber this far behind on events (about 700 message events) is dropped:
+events wait in the inbox anyway, and a stalled reader must not cost memory."""
 MAX_INFLIGHT = 128
 """Concurrent requests (waits, asks) one connection may have running at once. At the
 bound the connection's frames are not read until one finishes: the client's writes
@@ -129,54 +134,79 @@ def peer_gone(sock: socket.socket) -> bool:
 
 
 class Connection:
-    """One client: its stream, send lock, and (once subscribed) its event queue."""
+    """One client: its stream, and one write path for replies and events alike.
+
+    Writes go straight to the non-blocking socket when nothing is waiting to be
+    written, which is nearly always: no lock, no task switch, no timer per reply.
+    What the kernel does not take waits in :attr:`backlog` (bounded by
+    :data:`BACKLOG_LIMIT` bytes) and one flusher task writes it out as the socket
+    drains. A reader that falls that far behind, or makes no progress for
+    :data:`SEND_TIMEOUT`, is dropped, never waited on.
+    """
 
     def __init__(self, stream: ByteStream, conn: Conn, tg: TaskGroup) -> None:
         self.stream = stream
         self.conn = conn
         self.tg = tg
-        self.lock = anyio.Lock()
-        self.outbox: MemoryObjectSendStream[bytes] | None = None
         self.closed = False
         self.inflight = anyio.Semaphore(MAX_INFLIGHT)
         self.sock: socket.socket | None = None
+        self.backlog = bytearray()
+        self._flushing = False
 
     async def send(self, frame: bytes) -> None:
-        """Write one frame; a client that stops reading for SEND_TIMEOUT is dropped.
-
-        A client that hung up before its reply is normal (the work it asked for is
-        done, or not, whole): the connection just ends, without a traceback.
-        """
-        try:
-            with anyio.move_on_after(SEND_TIMEOUT) as scope:
-                async with self.lock:
-                    await self.stream.send(frame + DELIMITER)
-        except _DISCONNECTS as exc:
-            log.debug("connection %d went away before its reply: %r", self.conn.id, exc)
-            self.close()
-            return
-        if scope.cancelled_caught:
-            log.info("connection %d stopped reading; dropped", self.conn.id)
-            self.close()
+        """Write one reply frame (never blocks; see :meth:`write`)."""
+        self.write(frame + DELIMITER, BACKLOG_LIMIT)
 
     def push(self, frame: bytes) -> None:
-        """Queue an event frame without waiting; drop the connection if it fell behind."""
+        """Write one event frame without waiting; drop the connection if it fell behind."""
+        self.write(frame + DELIMITER, EVENT_BACKLOG_LIMIT)
+
+    def write(self, data: bytes, limit: int) -> None:
         if self.closed:
             return
-        if self.outbox is None:
-            send, receive = anyio.create_memory_object_stream[bytes](OUTBOX_LIMIT)
-            self.outbox = send
-            self.tg.start_soon(self._drain, receive)
-        try:
-            self.outbox.send_nowait(frame)
-        except anyio.WouldBlock:
-            log.info("connection %d fell %d events behind; dropped", self.conn.id, OUTBOX_LIMIT)
+        if not self.backlog and self.sock is not None:
+            try:
+                sent = self.sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:  # the client went away: the end, not a failure
+                log.debug("connection %d went away before its reply: %r", self.conn.id, exc)
+                self.close()
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
+        self.backlog += data
+        if len(self.backlog) > BACKLOG_LIMIT:
+            log.info("connection %d fell %d bytes behind; dropped", self.conn.id, len(self.backlog))
             self.close()
+            return
+        if not self._flushing:
+            self._flushing = True
+            self.tg.start_soon(self._flush)
 
-    async def _drain(self, receive: Any) -> None:
-        async with receive:
-            async for frame in receive:
-                await self.send(frame)
+    async def _flush(self) -> None:
+        try:
+            while self.backlog and not self.closed:
+                with anyio.move_on_after(SEND_TIMEOUT) as scope:
+                    await anyio.wait_writable(self.sock)  # type: ignore[arg-type]
+                if scope.cancelled_caught:
+                    log.info("connection %d stopped reading; dropped", self.conn.id)
+                    self.close()
+                    return
+                assert self.sock is not None
+                try:
+                    sent = self.sock.send(self.backlog)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    log.debug("connection %d went away: %r", self.conn.id, exc)
+                    self.close()
+                    return
+                del self.backlog[:sent]
+        finally:
+            self._flushing = False
 
     def close(self) -> None:
         self.closed = True
