@@ -71,6 +71,7 @@ class ClaimHandlers:
         return pc.ClaimHolder(
             session_id=c.session_id, resource=c.resource, task=s.task if s else "",
             since=rfc3339(c.since), reason=c.reason, mode=c.mode, profile=self.svc.state.profile,
+            branch=s.branch if s else None,
         )  # fmt: skip
 
     def warning(self, c: Claim) -> str:

@@ -62,6 +62,7 @@ class ClaimHolder(Result):
     reason: str
     mode: Mode = "exclusive"
     profile: str = ""
+    branch: str | None = None
 
 
 class ClaimWaiting(Result):
@@ -113,7 +114,12 @@ class ClaimReleaseResult(Result):
 
 
 class ClaimCheckParams(Params):
-    """Who else is on these keys or this path? ``session_id`` leaves out the caller's family."""
+    """Who else is on these keys or this path? ``session_id`` leaves out the caller's family.
+
+    ``all_profiles`` is accepted for symmetry with the CLI flag but the daemon only
+    answers for its own profile: the CLI asks each visible profile's daemon itself,
+    passing ``for_profile`` so each can say whether the caller may see it.
+    """
 
     resources: Resources
     session_id: SessionId | None = None
