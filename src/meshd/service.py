@@ -10,6 +10,7 @@ disk (SPEC §8). Handlers that may wait (queued claims, asks) are marked
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from collections.abc import Callable
@@ -31,8 +32,14 @@ _EMPTY = b"{}"
 
 
 def rfc3339(ts: float) -> str:
-    """Wall time as RFC 3339 in UTC, to the second."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    """Wall time as RFC 3339 in UTC, to the second (cached: listings format the same
+    few seconds over and over, and strftime is most of a small listing's cost)."""
+    return _rfc3339(int(ts))
+
+
+@functools.lru_cache(maxsize=8192)
+def _rfc3339(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 @dataclass(eq=False)
