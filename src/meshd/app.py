@@ -14,6 +14,7 @@ still ours. The flock goes with the process.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import resource
@@ -241,6 +242,11 @@ class Daemon:
                 if (interval := sdnotify.watchdog_interval()) is not None:
                     tg.start_soon(self._watchdog, interval)
                 n = len(self.state.registry.sessions)
+                # Everything allocated so far (modules, restored sessions) lives as long
+                # as the daemon: out of the collector's sight, a full GC pause stays
+                # under a millisecond instead of tens (bench finding 8).
+                gc.collect()
+                gc.freeze()
                 log.info(
                     "meshd %s serving profile %s on %s (%d sessions restored)",
                     __version__, self.paths.profile, self.paths.socket, n,

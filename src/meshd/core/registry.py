@@ -186,6 +186,7 @@ class Registry:
         self.sessions: dict[str, Session] = {}
         self.ended: OrderedDict[str, str] = OrderedDict()
         self.dirty: set[str] = set()
+        self.bound: dict[int, set[str]] = {}  # conn_id -> sessions bound to it
         self._heap: list[tuple[float, str]] = []
         self._ids = 0
 
@@ -275,6 +276,8 @@ class Registry:
         )
         self.sessions[sid] = s
         self.ended.pop(sid, None)
+        if s.conn_id is not None:
+            self.bound.setdefault(s.conn_id, set()).add(sid)
         self._schedule(s)
         return s, old is not None
 
@@ -345,7 +348,10 @@ class Registry:
     def connection_closed(self, conn_id: int) -> list[Session]:
         """Start the one-interval grace of sessions bound to a closed connection."""
         now = self.clock.monotonic()
-        hit = [s for s in self.sessions.values() if s.conn_id == conn_id]
+        bound = self.bound.pop(conn_id, set())
+        hit = [
+            s for sid in bound if (s := self.sessions.get(sid)) is not None and s.conn_id == conn_id
+        ]
         for s in hit:
             s.conn_id = None
             s.unbound_at = now
