@@ -337,7 +337,6 @@ class TestFifo:
         assert isinstance(out, Held)
         assert out.deadlock
 
-
     def test_downgrade_lets_shared_waiters_in(self, tb: Table) -> None:
         """Re-claiming an exclusive key as shared grants the readers waiting for it."""
         tb.grant("a", "file:/x")
