@@ -94,9 +94,9 @@ class Client:
         return self.reply()
 
 
-def ping(path: Path) -> bool:
+def ping(path: Path, timeout: float = TIMEOUT) -> bool:
     """True when the daemon answers ``mesh.ping`` on a new connection."""
-    with Client(path) as c:
+    with Client(path, timeout=timeout) as c:
         r = c.call("mesh.ping")
     return isinstance(r, dict) and r.get("result", {}).get("pong") is True
 
