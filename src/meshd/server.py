@@ -180,8 +180,12 @@ class Connection:
                 return
             data = data[sent:]
         self.backlog += data
-        if len(self.backlog) > BACKLOG_LIMIT:
-            log.info("connection %d fell %d bytes behind; dropped", self.conn.id, len(self.backlog))
+        if len(self.backlog) > limit:
+            what = "events behind" if limit == EVENT_BACKLOG_LIMIT else "replies unread"
+            log.info(
+                "connection %d has %d bytes of %s (stopped reading); dropped",
+                self.conn.id, len(self.backlog), what,
+            )  # fmt: skip
             self.close()
             return
         if not self._flushing:

@@ -381,6 +381,21 @@ class TestCancel:
 
         assert ("c", "port:2") in tb.holders()
 
+    def test_deferred_wake_lets_later_waiters_go_once(self, tb: Table) -> None:
+        """Withdrawals with wake=False grant nothing until wake_deferred, then in order."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", "port:2", wait=True, waiter_id="wb1")
+        tb.acquire("b", "port:1", "port:2", wait=True, waiter_id="wb2")
+        tb.acquire("c", "port:2", wait=True, waiter_id="wc")
+
+        tb.t.cancel_waiter("wb1", wake=False, **tb.now())
+        tb.t.cancel_waiter("wb2", wake=False, **tb.now())
+        before = tb.holders()
+        tb.t.wake_deferred(**tb.now())
+
+        assert ("c", "port:2") not in before
+        assert ("c", "port:2") in tb.holders()
+
     def test_cancelling_twice_is_harmless(self, tb: Table) -> None:
         """A second cancel (or one after the grant) returns None."""
         tb.grant("a", "port:1")

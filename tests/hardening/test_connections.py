@@ -185,12 +185,6 @@ class TestPipelinedWaits:
         assert ping(daemon.socket)
 
     @pytest.mark.slow
-    @pytest.mark.xfail(
-        strict=True,
-        reason="ClaimTable.cancel_waiter rescans every waiter for every waiter it may wake: "
-        "cancelling W waits of one session on one key costs O(W^3) on the event loop "
-        "(512: ~10-30 s); proposal in the hardening report",
-    )
     def test_many_waits_of_one_session_go_quickly(self, daemon: DaemonHandle) -> None:
         """One session waiting 512 times on one key over 4 connections, then gone: the
         daemon answers others again within 5 s."""

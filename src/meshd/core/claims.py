@@ -297,6 +297,7 @@ class ClaimTable:
         self._seq = 0
         self._heap: list[tuple[float, int, str, str]] = []
         self._previous: dict[str, Previous] = {}
+        self._deferred: dict[str, Key] = {}
         self._granted_keys: list[Key] = []  # new grants can free a related waiter: see _wake
 
     # --- queries ----------------------------------------------------------------
@@ -462,14 +463,15 @@ class ClaimTable:
         next grantee of each key sees ``previous``.
         """
         for waiter_id in list(self._waiters_of.get(session_id, {})):
-            self.cancel_waiter(waiter_id, now_mono=now_mono, now_wall=now_wall, why=how)
+            self.cancel_waiter(waiter_id, now_mono=now_mono, now_wall=now_wall, why=how, wake=False)
         gone = list(self._by_session.get(session_id, {}).values())
         action: AuditAction = "release" if how in CLEAN_ENDS else "lose"
         for claim in gone:
             self._drop(claim, action, now_wall, how=how)
         if how not in CLEAN_ENDS:
             self._notify_losses(gone, "lost", now_wall, how=how)
-        self._wake([c.key for c in gone], now_mono, now_wall)
+        self._deferred.update((c.key.text, c.key) for c in gone)
+        self.wake_deferred(now_mono, now_wall)
         return [c.resource for c in gone]
 
     def expire_ttls(self, now_mono: float, now_wall: float) -> list[Notice]:
@@ -489,22 +491,45 @@ class ClaimTable:
         return notices
 
     def cancel_waiter(
-        self, waiter_id: str, *, now_mono: float, now_wall: float, why: str = "cancelled"
+        self,
+        waiter_id: str,
+        *,
+        now_mono: float,
+        now_wall: float,
+        why: str = "cancelled",
+        wake: bool = True,
     ) -> Held | None:
         """Withdraw a wait (connection closed, session ended, wait ran out).
 
         Returns what held it (for the ``held`` reply), or None if it was not
         waiting (already granted or cancelled). Later waiters it blocked may go.
+
+        ``wake=False`` defers that to :meth:`wake_deferred` and skips working out
+        the holders (nobody reads the reply): withdrawing W waits one by one would
+        otherwise rescan the queue W times per wake, O(W^3) on the event loop.
         """
         waiter = self._waiters.get(waiter_id)
         if waiter is None:
             return None
-        holders, ahead = self._blockers(waiter.request, waiter.seq)
-        held = Held(tuple(holders), tuple(w.view() for w in ahead))
+        if wake:
+            holders, ahead = self._blockers(waiter.request, waiter.seq)
+            held = Held(tuple(holders), tuple(w.view() for w in ahead))
+        else:
+            held = Held(())
         self._unqueue(waiter)
         self.outbox.cancelled.append(Cancelled(waiter_id, waiter.session_id, why, held))
-        self._wake(waiter.request.keys, now_mono, now_wall)
+        if wake:
+            self._wake(waiter.request.keys, now_mono, now_wall)
+        else:
+            self._deferred.update((k.text, k) for k in waiter.request.keys)
         return held
+
+    def wake_deferred(self, now_mono: float, now_wall: float) -> None:
+        """Let waiters go that withdrawals with ``wake=False`` may have unblocked."""
+        if self._deferred:
+            keys = list(self._deferred.values())
+            self._deferred.clear()
+            self._wake(keys, now_mono, now_wall)
 
     def restore(
         self,
