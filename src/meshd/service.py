@@ -126,6 +126,8 @@ class Service:
             raise InvalidParams(f"Invalid params: {msg}", {"path": path}) from exc
         except msgspec.DecodeError as exc:
             raise InvalidParams(f"Invalid params: {exc}", {"path": "$"}) from exc
+        except RecursionError as exc:
+            raise InvalidParams("Invalid params: nested too deeply", {"path": "$"}) from exc
 
     async def commit(self) -> None:
         """Store what the last core calls wrote, then publish and wake waiters; then reply.

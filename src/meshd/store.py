@@ -310,17 +310,24 @@ class Store:
             try:
                 self._apply(writes)
                 self.failed = None
-            except Exception as exc:  # any failure: nobody in the batch is acknowledged
+            except sqlite3.OperationalError as exc:  # disk full, read-only, I/O error
                 error = exc
                 self.failed = str(exc)
                 log.error("commit failed, %d callers told UNAVAILABLE: %s", len(writes), exc)
+            except Exception:  # a bad write (a bug): only its own caller should fail
+                log.exception("a batch of %d failed; committing each caller alone", len(writes))
+                for p in writes:
+                    try:
+                        self._apply([p])
+                    except Exception as exc:
+                        p.error = exc
         for p in batch:
             if p.read is not None:
                 try:
                     p.result = p.read(self._db)  # type: ignore[arg-type]
                 except Exception as exc:
                     p.error = exc
-            elif p.writes:
+            elif p.writes and error is not None:
                 p.error = error
         if self._loop is not None and not self._loop.is_closed():
             try:
