@@ -1,0 +1,71 @@
+"""The store on a real SQLite file: group commit, failure isolation, schema guard."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+from meshd.protocol.errors import StorageUnavailable
+from meshd.store import SCHEMA_VERSION, Store, StoreError
+
+
+async def open_store(path: Path) -> Store:
+    st = Store(path)
+    await anyio.to_thread.run_sync(st.open)
+    st.start()
+    return st
+
+
+class TestGroupCommit:
+    async def test_concurrent_writers_share_commits(self, short_tmp: Path) -> None:
+        """Many callers waiting at once cost fewer commits than callers."""
+        st = await open_store(short_tmp / "s.sqlite3")
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(200):
+                    tg.start_soon(st.commit, [("meta.set", f"k{i}", i)])
+        finally:
+            st.stop()
+            st.close()
+        rows = sqlite3.connect(short_tmp / "s.sqlite3").execute("SELECT count(*) FROM meta")
+
+        assert rows.fetchone()[0] == 200
+        assert st.writes == 200
+        assert st.commits < 200
+
+    async def test_a_bad_write_fails_only_its_caller(self, short_tmp: Path) -> None:
+        """A write that raises (not a storage failure) fails alone; its batch-mates commit."""
+        st = await open_store(short_tmp / "s.sqlite3")
+        outcome: dict[str, str] = {}
+
+        async def one(name: str, value: int) -> None:
+            try:
+                await st.commit([("meta.set", name, value)])
+                outcome[name] = "ok"
+            except StorageUnavailable:
+                outcome[name] = "unavailable"
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, "good1", 1)
+                tg.start_soon(one, "bad", 2**70)  # too large for SQLite INTEGER
+                tg.start_soon(one, "good2", 2)
+        finally:
+            st.stop()
+            st.close()
+
+        assert outcome == {"good1": "ok", "bad": "unavailable", "good2": "ok"}
+
+
+def test_newer_schema_is_refused(short_tmp: Path) -> None:
+    """A database from a newer meshd is refused with a clear message, not touched."""
+    path = short_tmp / "new.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.close()
+
+    with pytest.raises(StoreError, match="newer than this meshd"):
+        Store(path).open()
