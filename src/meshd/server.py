@@ -393,7 +393,7 @@ class Server:
                 if not await self._slot(c):
                     c.close()  # the client hung up while we were not reading it
                     return None
-                c.tg.start_soon(self._later, h, params, c, rid, notify)
+                await c.tg.start(self._later, h, params, c, rid, notify)
                 return None
             result = await h.fn(params, c.conn) if h.is_async else h.fn(params, c.conn)
         except MeshError as exc:
@@ -419,21 +419,43 @@ class Server:
             if c.sock is not None and peer_gone(c.sock):
                 return False
 
-    async def _later(self, h: Handler, params: Any, c: Connection, rid: Any, notify: bool) -> None:
+    async def _later(
+        self,
+        h: Handler,
+        params: Any,
+        c: Connection,
+        rid: Any,
+        notify: bool,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run a handler that may block; the frame loop goes on once it detaches."""
+        started = False
+
+        def detach() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
+        c.conn.detach = detach
         try:
             try:
-                result = await h.fn(params, c.conn)
-                frame = encoder.encode(response(rid, result))
-            except MeshError as exc:
-                frame = encoder.encode(error_response(rid, exc.to_wire()))
-            except Exception:
-                log.exception("internal error")
-                err = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
-                frame = encoder.encode(error_response(rid, err))
+                try:
+                    result = await h.fn(params, c.conn)
+                    frame = encoder.encode(response(rid, result))
+                except MeshError as exc:
+                    frame = encoder.encode(error_response(rid, exc.to_wire()))
+                except Exception:
+                    log.exception("internal error")
+                    err = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
+                    frame = encoder.encode(error_response(rid, err))
+            finally:
+                c.inflight.release()
+            if not notify:
+                await c.send(frame)
         finally:
-            c.inflight.release()
-        if not notify:
-            await c.send(frame)
+            detach()
 
     # --- events -------------------------------------------------------------------
 

@@ -49,6 +49,11 @@ class Conn:
     id: int
     peer_pid: int | None = None
     subscriptions: set[str] = field(default_factory=set)
+    detach: Callable[[], None] = field(default=lambda: None, repr=False)
+    """Called by a ``concurrent`` handler just before it blocks (a queued claim, an
+    ask waiting for its responder): only then does the connection read its next
+    request. Until that point requests are handled in the order they came, so a
+    pipelined ``acquire`` then ``release`` does what it says."""
 
 
 class Handler(NamedTuple):

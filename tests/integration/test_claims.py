@@ -277,3 +277,25 @@ def test_disabled_mesh_grants_as_a_no_op(mesh_env: MeshEnv) -> None:
         d.stop()
 
     assert (r["status"], r["disabled"]) == ("granted", True)
+
+
+def test_pipelined_acquire_then_release_run_in_order(daemon: DaemonHandle) -> None:
+    """Frames sent back to back on one connection are handled in the order sent,
+    unless one has to wait: an acquire then a release leave nothing held."""
+    c = Client(daemon)
+    c.call("session.register", session_id="p")
+    frames = b""
+    for i in range(50):
+        for n, method in ((2 * i, "claim.acquire"), (2 * i + 1, "claim.release")):
+            req = {
+                "jsonrpc": "2.0", "id": 1000 + n, "method": method,
+                "params": {"session_id": "p", "resources": [f"res:pipe{i}"]},
+            }  # fmt: skip
+            frames += json.dumps(req).encode() + b"\n"
+    c.sock.sendall(frames)
+    replies = [json.loads(c.f.readline()) for _ in range(100)]
+    held = c.call("claim.list", session_id="p")["claims"]
+    c.close()
+
+    assert [r["id"] for r in replies] == list(range(1000, 1100))
+    assert held == []

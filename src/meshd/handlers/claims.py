@@ -142,6 +142,7 @@ class ClaimHandlers:
             return self._granted(outcome)
         if isinstance(outcome, Held):
             return self._held(outcome)
+        conn.detach()  # queued: the connection goes on serving while this waits
         return await self._wait(outcome, wait)
 
     async def _commit_grant(self, g: Granted) -> None:

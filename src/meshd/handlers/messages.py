@@ -201,6 +201,7 @@ class MessageHandlers:
             p.session_id, p.to, p.question, timeout=p.timeout, claims=self._claims(p.to)
         )
         await self._commit()
+        conn.detach()  # the connection goes on serving while this waits
         ans = r if isinstance(r, Answer) else (await self._wait([r]))[0]
         return ask_result(ans)
 
@@ -231,6 +232,7 @@ class MessageHandlers:
             claims_of=self._claims,
         )  # fmt: skip
         await self._commit()
+        conn.detach()
         answers = out.answers + await self._wait(out.pending)
         return mm.BroadcastResult(
             recipients=out.recipients,
@@ -272,6 +274,7 @@ class MessageHandlers:
             claims=self._claims(p.to), request="handoff",
         )  # fmt: skip
         await self._commit()
+        conn.detach()  # the connection goes on serving while this waits
         ans = r if isinstance(r, Answer) else (await self._wait([r]))[0]
         h = self.mb.write_handoff(
             ans.sender, ans.answer, to=p.session_id, require_live=False, deliver=False
