@@ -231,3 +231,27 @@ class TestRestore:
         registry.register(reg(session_id="grandkid", parent="kid"))
 
         assert registry.ancestors("grandkid") == ("kid", "root")
+
+
+class TestPresence:
+    def test_present_at_finds_containing_and_contained_places(self, registry: Registry) -> None:
+        """A path shows the sessions working above it and below it, not beside it."""
+        registry.register(reg(session_id="top", cwd="/home/u/proj"))
+        registry.register(reg(session_id="deep", cwd="/home/u/proj/src/pkg"))
+        registry.register(reg(session_id="other", cwd="/home/u/other"))
+        registry.register(reg(session_id="repo", cwd="/tmp", repo="/home/u/proj"))
+
+        found = {(s.session_id, why) for s, why, _ in registry.present_at("/home/u/proj/src")}
+
+        assert found == {("top", "cwd"), ("deep", "cwd"), ("repo", "repo")}
+
+    def test_index_follows_moves_and_ends(self, registry: Registry) -> None:
+        """A heartbeat that changes cwd moves the session; an end removes it."""
+        registry.register(reg(session_id="a", cwd="/srv/one"))
+        registry.heartbeat("a", Report(cwd="/srv/two"))
+
+        assert [s.session_id for s, _, _ in registry.present_at("/srv/two/x")] == ["a"]
+        assert registry.present_at("/srv/one/x") == []
+        registry.end("a")
+        assert registry.present_at("/srv/two/x") == []
+        assert registry.places == {}

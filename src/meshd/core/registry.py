@@ -11,6 +11,7 @@ So a heartbeat is O(1) and a sweep is O(expired · log n).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import os
@@ -187,6 +188,8 @@ class Registry:
         self.ended: OrderedDict[str, str] = OrderedDict()
         self.dirty: set[str] = set()
         self.bound: dict[int, set[str]] = {}  # conn_id -> sessions bound to it
+        self.places: dict[str, set[str]] = {}  # cwd or repo -> sessions working there
+        self._place_list: list[str] = []  # the keys of places, sorted
         self._heap: list[tuple[float, str]] = []
         self._ids = 0
 
@@ -274,7 +277,10 @@ class Registry:
             conn_id=r.conn_id if r.bind else None,
             anchors=[a for a in old.anchors if a[0] != r.pid] if old else [],
         )
+        if old is not None:
+            self._unplace(old)
         self.sessions[sid] = s
+        self._place(s)
         self.ended.pop(sid, None)
         if s.conn_id is not None:
             self.bound.setdefault(s.conn_id, set()).add(sid)
@@ -300,7 +306,13 @@ class Registry:
         s.last_heartbeat = self.clock.now()
         if report is not None:
             validate_report(report)
-            if self._apply(s, report):
+            moved = report.cwd is not None or report.repo is not None
+            if moved:
+                self._unplace(s)
+            changed = self._apply(s, report)
+            if moved:
+                self._place(s)
+            if changed:
                 s.last_activity = s.last_heartbeat
                 self.dirty.add(sid)
         return s
@@ -319,6 +331,7 @@ class Registry:
         """Remove a live session and remember why (so its next call says so)."""
         s = self.get(sid)
         del self.sessions[sid]
+        self._unplace(s)
         self.dirty.discard(sid)
         self.ended[sid] = _END_TEXT[reason]
         while len(self.ended) > ENDED_MEMORY:
@@ -395,7 +408,60 @@ class Registry:
             # Its connection died with the old daemon: same grace as a closed one.
             s.unbound_at = now_m + self.settings.stale_after - self.settings.heartbeat_interval
         self.sessions[s.session_id] = s
+        self._place(s)
         self._schedule(s)
+
+    # --- where sessions work -------------------------------------------------------
+
+    def _place(self, s: Session) -> None:
+        for where in {s.cwd, s.repo} - {None}:
+            assert where is not None
+            ids = self.places.get(where)
+            if ids is None:
+                ids = self.places[where] = set()
+                bisect.insort(self._place_list, where)
+            ids.add(s.session_id)
+
+    def _unplace(self, s: Session) -> None:
+        for where in {s.cwd, s.repo} - {None}:
+            assert where is not None
+            ids = self.places.get(where)
+            if ids is not None:
+                ids.discard(s.session_id)
+                if not ids:
+                    del self.places[where]
+                    i = bisect.bisect_left(self._place_list, where)
+                    del self._place_list[i]
+
+    def present_at(self, path: str) -> list[tuple[Session, str, str]]:
+        """Sessions working at ``path``: their cwd or repo contains it, or lies under it.
+
+        (session, "cwd"|"repo", where). The ancestors are looked up in an index of
+        places and the places under ``path`` found by bisection in their sorted
+        list, so the cost follows the path's depth and the hits, not the number of
+        sessions.
+        """
+        out: list[tuple[Session, str, str]] = []
+        path = path.rstrip("/") or "/"
+        prefix = path
+        while True:
+            out.extend(self._at(prefix))
+            if prefix == "/":
+                break
+            prefix = prefix.rsplit("/", 1)[0] or "/"
+        below = path + "/" if path != "/" else "/"
+        i = bisect.bisect_left(self._place_list, below)
+        while i < len(self._place_list) and self._place_list[i].startswith(below):
+            out.extend(self._at(self._place_list[i]))
+            i += 1
+        return out
+
+    def _at(self, where: str) -> list[tuple[Session, str, str]]:
+        out = []
+        for sid in self.places.get(where, ()):
+            s = self.sessions[sid]
+            out.append((s, "cwd" if s.cwd == where else "repo", where))
+        return out
 
     def descendants_of(self, sid: str) -> list[str]:
         return [s.session_id for s in self.sessions.values() if s.parent == sid]

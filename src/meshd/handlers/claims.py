@@ -285,24 +285,25 @@ class ClaimHandlers:
         )  # fmt: skip
 
     def _present(self, keys: list[Key], caller: str | None) -> list[pc.ClaimPresent]:
-        """Other live sessions whose cwd or repo contains (or lies under) one of the paths."""
-        paths = [k.value for k in keys if k.is_path]
-        if not paths:
-            return []
+        """Other live sessions whose cwd or repo contains one of the paths."""
         st = self.svc.state
         out: list[pc.ClaimPresent] = []
-        for s in st.registry.sessions.values():
-            if caller is not None and st.claims.related(caller, s.session_id):
+        seen: set[str] = set()
+        for key in keys:
+            if not key.is_path:
                 continue
-            for why, where in (("cwd", s.cwd), ("repo", s.repo)):
-                if where and any(_overlaps(where, path) for path in paths):
-                    out.append(
-                        pc.ClaimPresent(
-                            session_id=s.session_id, task=s.task, why=why, path=where,  # type: ignore[arg-type]
-                            branch=s.branch, since=rfc3339(s.started_at),
-                        )
-                    )  # fmt: skip
-                    break
+            for s, why, where in st.registry.present_at(key.value):
+                if s.session_id in seen or (
+                    caller is not None and st.claims.related(caller, s.session_id)
+                ):
+                    continue
+                seen.add(s.session_id)
+                out.append(
+                    pc.ClaimPresent(
+                        session_id=s.session_id, task=s.task, why=why,  # type: ignore[arg-type]
+                        path=where, branch=s.branch, since=rfc3339(s.started_at),
+                    )
+                )  # fmt: skip
         return out
 
     def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
@@ -357,8 +358,3 @@ class ClaimHandlers:
         return pc.AuditLogResult(
             entries=[pc.AuditEntry(**{**r, "at": rfc3339(r["at"])}) for r in rows]
         )
-
-
-def _overlaps(a: str, b: str) -> bool:
-    """One path is the other or lies under it."""
-    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
