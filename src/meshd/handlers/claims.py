@@ -122,13 +122,21 @@ class ClaimHandlers:
 
     # --- acquire / steal --------------------------------------------------------------
 
+    def _prepare(self, session_id: str, resources: list[str], broad: bool) -> list[Key] | None:
+        """The checks acquire and steal share: None when the mesh is switched off."""
+        st = self.svc.state
+        if not st.settings.enabled:
+            return None
+        st.registry.get(session_id)
+        keys = self._keys(resources, broad)
+        self._expire()
+        return keys
+
     async def acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult:
         svc, st = self.svc, self.svc.state
-        if not st.settings.enabled:
+        keys = self._prepare(p.session_id, p.resources, p.broad)
+        if keys is None:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
-        st.registry.get(p.session_id)
-        keys = self._keys(p.resources, p.broad)
-        self._expire()
         wait = min(p.wait, st.settings.max_query_timeout)
         waiter_id = f"c{conn.id}.{next(self._ids)}" if wait > 0 else None
         clock = svc.clock
@@ -226,11 +234,9 @@ class ClaimHandlers:
 
     async def steal(self, p: pc.ClaimStealParams, conn: Conn) -> pc.ClaimAcquireResult:
         svc, st = self.svc, self.svc.state
-        if not st.settings.enabled:
+        keys = self._prepare(p.session_id, p.resources, p.broad)
+        if keys is None:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
-        st.registry.get(p.session_id)
-        keys = self._keys(p.resources, p.broad)
-        self._expire()
         if not p.reason.strip():
             raise InvalidParams("a steal needs a reason", {"path": "$.reason"})
         clock = svc.clock
