@@ -24,6 +24,15 @@ meshctl heartbeat --session "$SID" --status tool-running --task "running tests"
 echo
 meshctl sessions active
 echo
+echo "== the CLI session claims src/; a cron-style job that needs it politely defers (exit 75)"
+meshctl claim --session "$SID" "$PWD/src" --reason "refactor auth"
+meshctl run --res "$PWD/src" -- echo "this would have run" || echo "(run exited $?: held)"
+echo
+echo "== another session asks what the CLI session is doing (answered by the status responder)"
+ASKER=$(meshctl register --source shell --liveness heartbeat --task "nightly report")
+meshctl sessions ask --session "$ASKER" "$SID" "what are you doing?" || true
+meshctl end --session "$ASKER" >/dev/null
+echo
 echo "== the worker process ends: its session goes within 2 s (pidfd)"
 kill "$WORKER"; wait "$WORKER" 2>/dev/null || true
 sleep 1
