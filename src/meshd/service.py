@@ -196,4 +196,5 @@ class Service:
         if self.clock.monotonic() >= self._next_prune:  # history_days, checked hourly
             self._next_prune = self.clock.monotonic() + 3600
             self.state.mailbox.prune()
+        getattr(self, "sweep_board", lambda: None)()  # set by meshd.handlers.board
         self.flush_background()

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from meshd import storage_claims, storage_messages
+from meshd import storage_board, storage_claims, storage_messages
 from meshd.core.registry import Session
 from meshd.protocol.errors import StorageUnavailable
 
@@ -57,6 +57,8 @@ MIGRATIONS: list[str] = [
     storage_claims.DDL,
     # 3: messages and handoffs
     storage_messages.DDL,
+    # 4: the board's changed files
+    storage_board.DDL,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -106,6 +108,8 @@ _WRITERS: dict[str, Callable[..., None]] = {
     "meta.set": _meta_set,
     "claim.audit": storage_claims.write_audit,
     "fencing.reserve": storage_claims.write_fencing,
+    "board.changed": storage_board.write_changes,
+    "board.prune": storage_board.write_prune,
 }
 # Write kinds that must survive power loss: their batch commits with synchronous=FULL.
 SYNC_KINDS: set[str] = {"fencing.reserve"}

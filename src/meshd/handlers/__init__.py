@@ -10,9 +10,10 @@ if TYPE_CHECKING:
 
 def install_all(svc: Service) -> None:
     """Add every domain's methods to ``svc`` (the order is the schema's order)."""
-    from meshd.handlers import claims, mesh, messages, sessions
+    from meshd.handlers import board, claims, mesh, messages, sessions
 
     mesh.install(svc)
     sessions.install(svc)
     claims.install(svc)
     messages.install(svc)
+    board.install(svc)

@@ -1,0 +1,191 @@
+"""``board.changed`` and ``board.changes``: changed-file notices (SPEC §6, §7).
+
+The rules (coalescing, who is told when) live in :mod:`meshd.core.board`; this
+module does what reads the filesystem and what waits:
+
+* Paths are canonicalised like ``file:`` claim keys (``~`` expanded, symlinks
+  resolved); any other key kind is refused with ``BAD_KEY``.
+* The project of a path is found by walking up from it to the nearest folder
+  holding a ``.git`` entry (file or folder: worktrees and submodules have a
+  ``.git`` file); outside git it is the path itself when it is a folder, else
+  the folder the file is (or would be) in. One report may span projects: each
+  project is coalesced and told on its own.
+* Recipients: every other live session, not the writer and not its ancestors or
+  descendants, that holds a claim overlapping a changed path
+  (``ClaimTable.check``) or whose cwd or repo contains or lies under one
+  (``Registry.present_at``). Notices go as events of kind ``file.changed`` to
+  the recipients' subscribed connections; a recipient without a subscriber
+  misses the notice (the rows stay on the board: ``board.changes``).
+* Each path is stored as a row before the reply (``("board.changed", …)``);
+  the pending totals of quiet periods are flushed by the service's sweeper,
+  which calls :meth:`BoardHandlers.sweep` every tick. Rows older than
+  ``history_days`` are pruned hourly.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from meshd.core.board import BoardState, FileNotice
+from meshd.core.state import Event
+from meshd.keys import Key, canonical_key
+from meshd.protocol import board as pb
+from meshd.protocol.errors import BadKey, InvalidParams
+from meshd.service import Conn, Service, rfc3339
+from meshd.storage_board import changes_page
+
+HOME = os.path.expanduser("~")
+PRUNE_EVERY = 3600.0
+
+
+def install(svc: Service) -> None:
+    h = BoardHandlers(svc)
+    svc.add(pb.BOARD_CHANGED, h.changed, is_async=True)
+    svc.add(pb.BOARD_CHANGES, h.changes, is_async=True)
+    # Hooks on the service (core/state.py stays as it is): the board's state, and
+    # the sweep that Service.sweep calls every tick.
+    setattr(svc, "board", h.board)  # noqa: B010
+    setattr(svc, "sweep_board", h.sweep)  # noqa: B010
+
+
+def project_of(path: str, cache: dict[str, str] | None = None) -> str:
+    """The git top level holding ``path``; outside git the folder itself, or the file's folder.
+
+    Reads the filesystem (``.git`` entries, is-a-folder). ``cache`` maps folders
+    already walked to their project, for reports of many files.
+    """
+    start = path if os.path.isdir(path) else (os.path.dirname(path) or "/")
+    seen: list[str] = []
+    folder = start
+    found: str | None = None
+    while True:
+        if cache is not None and folder in cache:
+            found = cache[folder]
+            break
+        seen.append(folder)
+        if os.path.lexists(os.path.join(folder, ".git")):
+            found = folder
+            break
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    if found is None:
+        found = start
+        seen = [start]  # outside git, only the start folder is its own project
+    if cache is not None:
+        for f in seen:
+            cache[f] = found
+    return found
+
+
+def _path_key(raw: str) -> Key:
+    key = canonical_key(raw, home=HOME, broad=True)
+    if key.kind != "file":
+        raise BadKey(
+            f"bad path {raw!r}: board.changed takes file paths (absolute or ~), "
+            f"not {key.kind}: keys",
+            {"key": raw},
+        )
+    return key
+
+
+class BoardHandlers:
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.board = BoardState(svc.clock)
+        self._next_prune = 0.0
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _publish(self, notices: list[FileNotice]) -> None:
+        """Queue one ``file.changed`` event per recipient of each notice."""
+        events = self.svc.state.events
+        for n in notices:
+            payload = n.payload(rfc3339(n.at))
+            events.extend(Event(r, "file.changed", payload) for r in n.recipients)
+
+    def _recipients(self, writer: str, keys: list[Key]) -> list[str]:
+        st = self.svc.state
+        out: dict[str, None] = {}
+        for c in st.claims.check(keys, writer):  # unrelated holders only
+            out[c.session_id] = None
+        for key in keys:
+            for s, _, _ in st.registry.present_at(key.value):
+                if s.session_id not in out and not st.claims.related(writer, s.session_id):
+                    out[s.session_id] = None
+        return list(out)
+
+    def sweep(self) -> None:
+        """Flush pending totals whose quiet period ended; prune old rows hourly.
+
+        Called by :meth:`Service.sweep` before it flushes, so the events and writes
+        left here go out with the tick's own.
+        """
+        reg = self.svc.state.registry
+        self._publish(self.board.sweep(lambda sid: sid in reg.sessions))
+        now = self.svc.clock.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY
+            self.board.prune(self.svc.state.settings.history_days)
+        self.svc.state.writes.extend(self.board.drain())
+
+    # --- methods --------------------------------------------------------------------
+
+    async def changed(self, p: pb.BoardChangedParams, conn: Conn) -> pb.BoardChangedResult:
+        svc, st = self.svc, self.svc.state
+        if not st.settings.enabled:
+            return pb.BoardChangedResult(recorded=0, project="", disabled=True)
+        st.registry.get(p.session_id)
+        by_project: dict[str, dict[str, Key]] = {}
+        cache: dict[str, str] = {}
+        for i, raw in enumerate(p.paths):
+            try:
+                key = _path_key(raw)
+            except BadKey as exc:
+                exc.data["path"] = f"$.paths[{i}]"
+                raise
+            by_project.setdefault(project_of(key.value, cache), {})[key.value] = key
+        notified: dict[str, None] = {}
+        held: dict[str, None] = {}
+        recorded = 0
+        for project, keys in by_project.items():
+            whom = self._recipients(p.session_id, list(keys.values()))
+            out = self.board.report(p.session_id, project, list(keys), p.summary, whom)
+            recorded += len(out.changes)
+            if out.notice is not None:
+                self._publish([out.notice])
+                notified.update(dict.fromkeys(out.notice.recipients))
+            held.update(dict.fromkeys(out.held))
+        st.writes.extend(self.board.drain())
+        # If this cannot be stored, nothing is acknowledged and nothing published; the
+        # quiet periods it opened stay, so a later notice is only late, never doubled.
+        await svc.commit()
+        projects = list(by_project)
+        return pb.BoardChangedResult(
+            recorded=recorded, project=projects[0], notified=list(notified),
+            held=[h for h in held if h not in notified], projects=projects,
+        )  # fmt: skip
+
+    async def changes(self, p: pb.BoardChangesParams, conn: Conn) -> pb.BoardChangesResult:
+        since = None
+        if p.since is not None:
+            try:
+                since = datetime.fromisoformat(p.since.replace("Z", "+00:00")).timestamp()
+            except (ValueError, OverflowError, OSError) as exc:
+                raise InvalidParams(
+                    f"since must be an RFC 3339 time, got {p.since!r}", {"path": "$.since"}
+                ) from exc
+        project = p.project_or_path
+        if project is not None and project[:1] in ("/", "~"):
+            project = project_of(_path_key(project).value)
+        rows = await self.svc.store.read(
+            lambda db: changes_page(
+                db, project=project, since=since, session_id=p.session_id, limit=p.limit
+            )
+        )
+        return pb.BoardChangesResult(
+            project=project,
+            entries=[pb.BoardChange(**{**r, "at": rfc3339(r["at"])}) for r in rows],
+        )

@@ -1,0 +1,66 @@
+"""SQL for the board's changed files: the table, its writers, one blocking read.
+
+:mod:`meshd.core.board` leaves ``("board.changed", changes)`` (one row per path)
+and ``("board.prune", cutoff)`` writes; :mod:`meshd.store` maps them here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from meshd.core.board import Change
+
+DDL = """
+CREATE TABLE board_changes (
+    id INTEGER PRIMARY KEY,
+    project TEXT NOT NULL,
+    path TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    summary TEXT NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX board_changes_project_at ON board_changes(project, at);
+"""
+
+_COLUMNS = ("path", "project", "session_id", "at", "summary")
+
+
+def write_changes(db: sqlite3.Connection, changes: Sequence[Change]) -> None:
+    db.executemany(
+        "INSERT INTO board_changes(path, project, session_id, at, summary) VALUES (?,?,?,?,?)",
+        [(c.path, c.project, c.session_id, c.at, c.summary) for c in changes],
+    )
+
+
+def write_prune(db: sqlite3.Connection, cutoff: float) -> None:
+    db.execute("DELETE FROM board_changes WHERE at < ?", (cutoff,))
+
+
+def changes_page(
+    db: sqlite3.Connection,
+    *,
+    project: str | None,
+    since: float | None,
+    session_id: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """The newest ``limit`` changes matching the filters, oldest first."""
+    where: list[str] = []
+    args: list[Any] = []
+    if project is not None:
+        where.append("project = ?")
+        args.append(project)
+    if since is not None:
+        where.append("at >= ?")
+        args.append(since)
+    if session_id is not None:
+        where.append("session_id = ?")
+        args.append(session_id)
+    sql = f"SELECT {', '.join(_COLUMNS)} FROM board_changes"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY id DESC LIMIT ?"
+    rows = db.execute(sql, (*args, limit)).fetchall()
+    return [dict(zip(_COLUMNS, row, strict=True)) for row in reversed(rows)]
