@@ -45,7 +45,8 @@ class TestCoalescing:
         third = board.report("A", P, [f"{P}/src/y/{i}.py" for i in range(7)], "tests", ["C"])
 
         assert first.notice is not None
-        assert second.notice is None and third.notice is None
+        assert second.notice is None
+        assert third.notice is None
         assert third.held == ("C",)
         assert board.pending("A", P) == 37
         assert board.sweep(everyone) == []  # still quiet
@@ -88,7 +89,8 @@ class TestCoalescing:
 
         out = board.report("A", P, [f"{P}/d"], "", ["B"])
 
-        assert out.notice is not None and out.notice.count == 3  # b, c (pending) and d
+        assert out.notice is not None
+        assert out.notice.count == 3
         assert board.sweep(everyone) == []
 
     def test_per_writer_and_project(self, board: BoardState) -> None:
@@ -96,14 +98,18 @@ class TestCoalescing:
         other_writer = board.report("B", P, [f"{P}/a"], "", ["X"])
         other_project = board.report("A", "/srv/other", ["/srv/other/a"], "", ["X"])
 
-        assert a.notice and other_writer.notice and other_project.notice
+        assert a.notice
+        assert other_writer.notice
+        assert other_project.notice
 
     def test_nobody_to_tell_opens_no_window(self, board: BoardState) -> None:
         alone = board.report("A", P, [f"{P}/a"], "", [])
         later = board.report("A", P, [f"{P}/b"], "", ["B"])
 
-        assert alone.notice is None and alone.held == ()
-        assert later.notice is not None and later.notice.count == 1
+        assert alone.notice is None
+        assert alone.held == ()
+        assert later.notice is not None
+        assert later.notice.count == 1
 
     def test_writer_is_never_told(self, board: BoardState) -> None:
         out = board.report("A", P, [f"{P}/a"], "", ["A"])

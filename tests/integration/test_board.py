@@ -1,0 +1,202 @@
+"""Changed-file notices through the real daemon: who is told, coalescing, durability."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DaemonHandle = Any  # the conftest fixture
+
+
+class Client:
+    """One kept JSON-RPC connection (stdlib); events kept apart from replies."""
+
+    def __init__(self, d: DaemonHandle) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(15)
+        self.sock.connect(str(d.socket))
+        self.file = self.sock.makefile("rb")
+        self.ids = 0
+        self.events: list[dict[str, Any]] = []
+
+    def raw(self, method: str, **params: Any) -> dict[str, Any]:
+        self.ids += 1
+        rid = self.ids
+        req = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        self.sock.sendall(json.dumps(req).encode() + b"\n")
+        while True:
+            msg = json.loads(self.file.readline())
+            if msg.get("method") == "event":
+                self.events.append(msg["params"])
+            elif msg.get("id") == rid:
+                return msg  # type: ignore[no-any-return]
+
+    def call(self, method: str, **params: Any) -> Any:
+        reply = self.raw(method, **params)
+        assert "result" in reply, reply
+        return reply["result"]
+
+    def settle(self, seconds: float = 0.5) -> list[dict[str, Any]]:
+        """Every event pushed so far (waiting ``seconds`` for late ones), file.changed only."""
+        self.sock.settimeout(seconds)
+        try:
+            while True:
+                line = self.file.readline()
+                if not line:
+                    break
+                msg = json.loads(line)
+                if msg.get("method") == "event":
+                    self.events.append(msg["params"])
+        except TimeoutError:
+            pass
+        finally:
+            self.sock.settimeout(15)
+        return [e for e in self.events if e["kind"] == "file.changed"]
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def register(c: Client, sid: str, **kw: Any) -> None:
+    c.call(
+        "session.register", session_id=sid, source="cli", pid=os.getpid(), liveness="process", **kw
+    )
+
+
+@pytest.fixture
+def proj(short_tmp: Path) -> Path:
+    root = Path(os.path.realpath(short_tmp))
+    (root / "proj" / ".git").mkdir(parents=True)
+    (root / "proj" / "src").mkdir()
+    (root / "elsewhere").mkdir()
+    return root / "proj"
+
+
+@pytest.fixture
+def mesh(daemon: DaemonHandle, proj: Path) -> Any:
+    """Writer ``w``; ``watcher`` works in the project; ``holder`` claims src/a.py;
+    ``stranger`` works elsewhere; ``kid`` is w's child, in the project. Each but w's
+    child has a subscribed connection of its own."""
+    c = Client(daemon)
+    register(c, "w", cwd=str(proj))
+    register(c, "watcher", cwd=str(proj))
+    register(c, "holder", cwd=str(proj.parent / "elsewhere" / "h"))
+    register(c, "stranger", cwd=str(proj.parent / "elsewhere"))
+    register(c, "kid", cwd=str(proj / "src"), parent="w", slot="1")
+    c.call("claim.acquire", session_id="holder", resources=[f"{proj}/src/a.py"])
+    subs = {}
+    for sid in ("w", "watcher", "holder", "stranger", "kid"):
+        subs[sid] = Client(daemon)
+        subs[sid].call("events.subscribe", session_id=sid)
+    yield c, subs
+    for s in (c, *subs.values()):
+        s.close()
+
+
+class TestNotices:
+    def test_overlapping_sessions_are_told_and_no_one_else(self, mesh: Any, proj: Path) -> None:
+        """The watcher (cwd) and the claim holder get one notice; the writer, its child
+        and a session elsewhere get none."""
+        c, subs = mesh
+
+        r = c.call("board.changed", session_id="w", paths=[f"{proj}/src/a.py"], summary="fix")
+
+        assert r["recorded"] == 1
+        assert r["project"] == str(proj)
+        assert sorted(r["notified"]) == ["holder", "watcher"]
+        (ev,) = subs["holder"].settle()
+        assert ev["session_id"] == "holder"
+        assert ev["from"] == "w"
+        assert ev["count"] == 1
+        assert ev["paths"] == [f"{proj}/src/a.py"]
+        assert ev["text"] == "w changed src/a.py — fix"
+        assert "not from the user" in ev["framing"]
+        assert len(subs["watcher"].settle(0.1)) == 1
+        for sid in ("w", "kid", "stranger"):
+            assert subs[sid].settle(0.1) == [], sid
+
+    def test_quick_reports_are_coalesced(self, mesh: Any, proj: Path) -> None:
+        """Three quick reports by one writer: one event now; the other two are held
+        for the quiet period (30 s), not pushed one by one."""
+        c, subs = mesh
+
+        first = c.call("board.changed", session_id="w", paths=[f"{proj}/src/x.py"])
+        second = c.call("board.changed", session_id="w", paths=[f"{proj}/src/y.py"])
+        third = c.call(
+            "board.changed", session_id="w", paths=[f"{proj}/src/z.py", f"{proj}/README"]
+        )
+
+        assert first["notified"] == ["watcher"]
+        assert second["notified"] == []
+        assert second["held"] == ["watcher"]
+        assert third["notified"] == []
+        assert third["held"] == ["watcher"]
+        (ev,) = subs["watcher"].settle(1.0)
+        assert ev["count"] == 1
+        assert ev["paths"] == [f"{proj}/src/x.py"]
+
+    def test_paths_are_canonical_and_non_paths_refused(self, mesh: Any, proj: Path) -> None:
+        c, _ = mesh
+        link = proj.parent / "link"
+        link.symlink_to(proj)
+
+        r = c.call("board.changed", session_id="w", paths=[f"{link}/src/../src/q.py/"])
+        bad = c.raw("board.changed", session_id="w", paths=["port:8080"])
+        rel = c.raw("board.changed", session_id="w", paths=["src/a.py"])
+        nobody = c.raw("board.changed", session_id="ghost", paths=[f"{proj}/a"])
+
+        assert r["project"] == str(proj)
+        rows = c.call("board.changes", project_or_path=str(proj))["entries"]
+        assert [e["path"] for e in rows] == [f"{proj}/src/q.py"]
+        assert bad["error"]["data"]["code"] == "BAD_KEY"
+        assert rel["error"]["data"]["code"] == "BAD_KEY"
+        assert nobody["error"]["data"]["code"] == "UNKNOWN_SESSION"
+
+    def test_outside_git_the_project_is_the_folder(self, mesh: Any, proj: Path) -> None:
+        c, _ = mesh
+        loose = proj.parent / "elsewhere" / "notes"
+        loose.mkdir()
+
+        as_file = c.call("board.changed", session_id="w", paths=[f"{loose}/todo.md"])
+        as_dir = c.call("board.changed", session_id="w", paths=[str(loose)])
+
+        assert as_file["project"] == str(loose)
+        assert as_dir["project"] == str(loose)
+
+
+class TestDurable:
+    def test_rows_survive_a_restart(self, daemon: DaemonHandle, mesh: Any, proj: Path) -> None:
+        c, _ = mesh
+        c.call(
+            "board.changed",
+            session_id="w",
+            paths=[f"{proj}/src/a.py", f"{proj}/src/b.py"],
+            summary="auth refactor",
+        )
+        c.call("board.changed", session_id="w", paths=["/srv/other/x"])
+
+        daemon.restart()
+        after = Client(daemon)
+        try:
+            mine = after.call("board.changes", project_or_path=f"{proj}/src")
+            every = after.call("board.changes")
+            since = after.call("board.changes", since="2999-01-01T00:00:00Z")
+            bad = after.raw("board.changes", since="yesterday")
+        finally:
+            after.close()
+
+        assert mine["project"] == str(proj)
+        assert [(e["path"], e["session_id"], e["summary"]) for e in mine["entries"]] == [
+            (f"{proj}/src/a.py", "w", "auth refactor"),
+            (f"{proj}/src/b.py", "w", "auth refactor"),
+        ]
+        assert mine["entries"][0]["at"].endswith("Z")
+        assert len(every["entries"]) == 3
+        assert since["entries"] == []
+        assert bad["error"]["data"]["path"] == "$.since"
