@@ -49,6 +49,7 @@ def _wants_json(args: Sequence[str]) -> bool:
 #: Top-level commands, imported only when used: a command pays for its own module
 #: alone (``--help`` and completion load them all).
 COMMANDS: dict[str, str] = {
+    "board": "meshctl.cli.board:board",
     "broadcast": "meshctl.cli.messages:broadcast",
     "call": "meshctl.cli.raw:call",
     "check": "meshctl.cli.claims:check",
