@@ -515,6 +515,8 @@ def process(ctx: Ctx) -> None:
         "S": floors.s_argv(),
         "sessions": [meshctl, "--json", "sessions", "active"],
         "heartbeat": [meshctl, "heartbeat"],
+        # register, claim, run, release, end: what a cron wrapper pays every minute
+        "run": [meshctl, "run", "--res", "res:bench-run", "--", "true"],
         "pass": [PYTHON, "-c", "pass"],
         "click": [PYTHON, "-c", "import click"],
         "meshctl.cli": [PYTHON, "-c", "import meshctl.cli"],
@@ -545,6 +547,15 @@ def process(ctx: Ctx) -> None:
         floor="S",
         floor_value=s,
         limit=2.5,
+    )
+    ctx.add(
+        g,
+        name="meshctl run --res R -- true",
+        value=median(times["run"]),
+        unit="s",
+        floor="S",
+        floor_value=s,
+        limit=3.5,
     )
     for key, what in (
         ("pass", "python -c pass (interpreter start-up)"),
