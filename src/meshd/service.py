@@ -87,6 +87,7 @@ class Service:
         self.publish: Callable[[list[Event]], None] = lambda events: None
         self.subscribe: Callable[[Conn, str], None] = lambda conn, sid: None
         self.on_connection_closed: list[Callable[[Conn], None]] = []
+        self.on_sweep: list[Callable[[], None]] = []  # domains' periodic work (sweeper tick)
         self.resolve_waiters: Callable[[list[Outcome], BaseException | None], None] = (
             lambda outcomes, error: None
         )
@@ -196,5 +197,6 @@ class Service:
         if self.clock.monotonic() >= self._next_prune:  # history_days, checked hourly
             self._next_prune = self.clock.monotonic() + 3600
             self.state.mailbox.prune()
-        getattr(self, "sweep_board", lambda: None)()  # set by meshd.handlers.board
+        for hook in self.on_sweep:
+            hook()
         self.flush_background()

@@ -45,8 +45,7 @@ def install(svc: Service) -> None:
     svc.add(pb.BOARD_CHANGES, h.changes, is_async=True)
     # Hooks on the service (core/state.py stays as it is): the board's state, and
     # the sweep that Service.sweep calls every tick.
-    setattr(svc, "board", h.board)  # noqa: B010
-    setattr(svc, "sweep_board", h.sweep)  # noqa: B010
+    svc.on_sweep.append(h.sweep)
 
 
 def project_of(path: str, cache: dict[str, str] | None = None) -> str:
