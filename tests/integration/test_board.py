@@ -200,3 +200,19 @@ class TestDurable:
         assert len(every["entries"]) == 3
         assert since["entries"] == []
         assert bad["error"]["data"]["path"] == "$.since"
+
+
+def test_a_recipient_without_a_subscriber_finds_the_notice_in_its_inbox(
+    daemon: DaemonHandle, proj: Path
+) -> None:
+    """Nobody listening for the watcher: the change waits in its inbox as a notice."""
+    c = Client(daemon)
+    register(c, "writer2", cwd=str(proj))
+    register(c, "offline", cwd=str(proj))
+
+    c.call("board.changed", session_id="writer2", paths=[str(proj / "src" / "x.py")])
+    items = c.call("message.inbox", session_id="offline")["items"]
+    c.close()
+
+    assert [(i["kind"], i["from"]) for i in items] == [("notice", "meshd")]
+    assert "writer2" in items[0]["text"]

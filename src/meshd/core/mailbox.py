@@ -336,6 +336,10 @@ class Mailbox:
         self._charge(sender)
         return self._put(sender, to, "message", text, reply_to=reply_to, depth=depth)
 
+    def has_subscriber(self, sid: str) -> bool:
+        """Whether a connection is subscribed to ``sid``'s events right now."""
+        return bool(self._subscribers.get(sid))
+
     def notice(self, to: str, text: str) -> Message:
         """A notice from the daemon itself into ``to``'s inbox (no budget, no refusal)."""
         return self._put(DAEMON_SENDER, to, "notice", _clip(text, self.settings.max_body_bytes))

@@ -99,11 +99,17 @@ class BoardHandlers:
     # --- plumbing -------------------------------------------------------------------
 
     def _publish(self, notices: list[FileNotice]) -> None:
-        """Queue one ``file.changed`` event per recipient of each notice."""
-        events = self.svc.state.events
+        """One ``file.changed`` event per subscribed recipient of each notice; a recipient
+        with no subscriber finds it in its inbox instead (SPEC §6: events without a
+        subscriber wait in the inbox), as a durable ``notice``."""
+        st = self.svc.state
         for n in notices:
             payload = n.payload(rfc3339(n.at))
-            events.extend(Event(r, "file.changed", payload) for r in n.recipients)
+            for r in n.recipients:
+                if st.mailbox.has_subscriber(r):
+                    st.events.append(Event(r, "file.changed", payload))
+                elif r in st.registry.sessions:
+                    st.mailbox.notice(r, str(payload.get("text", "files changed")))
 
     def _recipients(self, writer: str, keys: list[Key]) -> list[str]:
         st = self.svc.state
