@@ -327,3 +327,32 @@ def test_profile_name_is_checked(mesh_env: MeshEnv) -> None:
 
     assert out.returncode == 1
     assert "invalid profile name" in out.stderr
+
+
+def test_sigterm_ends_the_daemon_with_waiters_and_stalled_readers(daemon: DaemonHandle) -> None:
+    """Shutdown does not wait on a queued claim or on a client that stopped reading."""
+    daemon.call("session.register", {"session_id": "holder"})
+    daemon.call("session.register", {"session_id": "waiter"})
+    daemon.call("claim.acquire", {"session_id": "holder", "resources": ["res:x"]})
+    waiting = socket.socket(socket.AF_UNIX)
+    waiting.connect(str(daemon.socket))
+    waiting.sendall(
+        b'{"jsonrpc":"2.0","id":1,"method":"claim.acquire","params":'
+        b'{"session_id":"waiter","resources":["res:x"],"wait":60}}\n'
+    )
+    stalled = socket.socket(socket.AF_UNIX)
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect(str(daemon.socket))
+    stalled.setblocking(False)
+    burst = b'{"jsonrpc":"2.0","id":2,"method":"mesh.schema"}\n' * 100
+    for _ in range(20):
+        try:
+            stalled.send(burst)
+        except BlockingIOError:
+            break
+    wait_for(lambda: daemon.call("mesh.info")["result"]["counts"]["waiters"] == 1)
+    try:
+        assert daemon.stop() == 0
+    finally:
+        waiting.close()
+        stalled.close()
