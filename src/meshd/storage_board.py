@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from meshd.core.board import Change
+from meshd.storage_query import newest_rows
 
 DDL = """
 CREATE TABLE board_changes (
@@ -47,20 +48,5 @@ def changes_page(
     limit: int,
 ) -> list[dict[str, Any]]:
     """The newest ``limit`` changes matching the filters, oldest first."""
-    where: list[str] = []
-    args: list[Any] = []
-    if project is not None:
-        where.append("project = ?")
-        args.append(project)
-    if since is not None:
-        where.append("at >= ?")
-        args.append(since)
-    if session_id is not None:
-        where.append("session_id = ?")
-        args.append(session_id)
-    sql = f"SELECT {', '.join(_COLUMNS)} FROM board_changes"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY id DESC LIMIT ?"
-    rows = db.execute(sql, (*args, limit)).fetchall()
-    return [dict(zip(_COLUMNS, row, strict=True)) for row in reversed(rows)]
+    filters = [("project = ?", project), ("at >= ?", since), ("session_id = ?", session_id)]
+    return newest_rows(db, "board_changes", _COLUMNS, filters, limit)

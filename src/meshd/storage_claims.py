@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshd.core.claims import AuditRecord
+from meshd.storage_query import newest_rows
 
 DDL = """
 CREATE TABLE claims (
@@ -43,6 +44,7 @@ CREATE INDEX audit_at ON audit(at);
 """
 
 FENCING_KEY = "fencing_reserve_until"
+_AUDIT_COLUMNS = ("at", "action", "session_id", "resource", "mode", "token", "reason", "how", "by")
 
 
 def write_audit(db: sqlite3.Connection, r: AuditRecord) -> None:
@@ -108,24 +110,8 @@ def audit_page(
     resource: str | None = None,
 ) -> list[dict[str, Any]]:
     """The newest ``limit`` audit rows at or after ``since``, oldest first."""
-    sql = "SELECT at, action, session_id, resource, mode, token, reason, how, by FROM audit"
-    where: list[str] = []
-    args: list[Any] = []
-    if since is not None:
-        where.append("at >= ?")
-        args.append(since)
-    if session_id is not None:
-        where.append("session_id = ?")
-        args.append(session_id)
-    if resource is not None:
-        where.append("resource = ?")
-        args.append(resource)
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY id DESC LIMIT ?"
-    cols = ("at", "action", "session_id", "resource", "mode", "token", "reason", "how", "by")
-    rows = db.execute(sql, (*args, limit)).fetchall()
-    return [dict(zip(cols, row, strict=True)) for row in reversed(rows)]
+    filters = [("at >= ?", since), ("session_id = ?", session_id), ("resource = ?", resource)]
+    return newest_rows(db, "audit", _AUDIT_COLUMNS, filters, limit)
 
 
 def prune_audit(db: sqlite3.Connection, before: float) -> None:
