@@ -86,6 +86,13 @@ class MeshState:
             events.append(Event(n.session_id, f"claim.{n.kind}", _notice_payload(n)))
         return Drained(writes, events, outcomes)
 
+    def hidden_from(self, asking: str | None) -> bool:
+        """Whether a listing asked for by profile ``asking`` must leave this profile out
+        (visibility is a default scope set by ``visible_to_profiles``, SPEC §2)."""
+        return (
+            bool(asking) and asking != self.profile and not self.settings.visible_to(asking or "")
+        )
+
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings
         self.registry.settings = settings

@@ -266,11 +266,7 @@ class ClaimHandlers:
 
     def check(self, p: pc.ClaimCheckParams, conn: Conn) -> pc.ClaimCheckResult:
         st = self.svc.state
-        if (
-            p.for_profile
-            and p.for_profile != st.profile
-            and not st.settings.visible_to(p.for_profile)
-        ):
+        if st.hidden_from(p.for_profile):
             return pc.ClaimCheckResult(status="free", profile=st.profile, visible=False)
         if not st.settings.enabled:
             return pc.ClaimCheckResult(status="free", disabled=True, profile=st.profile)

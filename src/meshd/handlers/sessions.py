@@ -138,11 +138,7 @@ class SessionHandlers:
 
     def list(self, p: m.ListParams, conn: Conn) -> m.ListResult:
         st = self.svc.state
-        if (
-            p.for_profile
-            and p.for_profile != st.profile
-            and not st.settings.visible_to(p.for_profile)
-        ):
+        if st.hidden_from(p.for_profile):
             return m.ListResult(profile=st.profile, visible=False)
         clock = self.svc.clock
         now_m, now_w = clock.monotonic(), clock.now()
