@@ -165,7 +165,6 @@ class Store:
         self._thread: threading.Thread | None = None
         self.commits = 0
         self.writes = 0
-        self.failed: str | None = None
 
     # --- open / restore (blocking; run in a thread) ------------------------------
 
@@ -313,10 +312,8 @@ class Store:
         if writes:
             try:
                 self._apply(writes)
-                self.failed = None
             except sqlite3.OperationalError as exc:  # disk full, read-only, I/O error
                 error = exc
-                self.failed = str(exc)
                 log.error("commit failed, %d callers told UNAVAILABLE: %s", len(writes), exc)
             except Exception:  # a bad write (a bug): only its own caller should fail
                 log.exception("a batch of %d failed; committing each caller alone", len(writes))

@@ -463,9 +463,6 @@ class Registry:
             out.append((s, "cwd" if s.cwd == where else "repo", where))
         return out
 
-    def descendants_of(self, sid: str) -> list[str]:
-        return [s.session_id for s in self.sessions.values() if s.parent == sid]
-
     def ancestors(self, sid: str) -> tuple[str, ...]:
         """``parent`` chain of ``sid``, nearest first (cycles cut)."""
         out: list[str] = []

@@ -54,7 +54,6 @@ class MeshState:
     clock: Clock
     settings: Settings
     profile: str
-    fencing_reserved: int = 0
     registry: Registry = field(init=False)
     claims: ClaimTable = field(init=False)
     mailbox: Mailbox = field(init=False)
@@ -64,9 +63,7 @@ class MeshState:
     def __post_init__(self) -> None:
         self.registry = Registry(self.clock, self.settings, self.profile)
         self.mailbox = Mailbox(self.clock, self.settings, self.registry)
-        self.claims = ClaimTable(
-            ancestors=self.registry.ancestors, fencing=Fencing(reserved=self.fencing_reserved)
-        )
+        self.claims = ClaimTable(ancestors=self.registry.ancestors, fencing=Fencing())
 
     def drain(self) -> Drained:
         """Take the writes, events and waiter outcomes the last commands produced."""
