@@ -20,6 +20,7 @@ import os
 import resource
 import signal
 import sys
+from pathlib import Path
 
 import anyio
 from anyio.abc import SocketListener, TaskGroup
@@ -93,6 +94,8 @@ class Daemon:
         self.server = Server(self.service)
         self.service.stats = self.server.stats
         self._listener_ino: int | None = None
+        self._served: Path = paths.socket
+        self._adopted = False
         self._tg: TaskGroup | None = None
 
     # --- configuration ------------------------------------------------------------
@@ -128,13 +131,17 @@ class Daemon:
 
     # --- listener -------------------------------------------------------------------
 
-    async def _bind(self) -> SocketListener:
-        path = self.paths.socket
-        listener = await anyio.create_unix_listener(path, mode=0o600)
+    def _serving(self, path: Path) -> None:
+        """Remember which socket file is ours, and record it for clients (SPEC §2)."""
+        self._served = path
         self._listener_ino = path.stat().st_ino
         tmp = self.paths.socket_record.with_suffix(".socket.tmp")
         tmp.write_text(f"{path}\n")
         tmp.replace(self.paths.socket_record)
+
+    async def _bind(self) -> SocketListener:
+        listener = await anyio.create_unix_listener(self._served, mode=0o600)
+        self._serving(self._served)
         return listener
 
     async def listener(self) -> SocketListener:
@@ -142,17 +149,17 @@ class Daemon:
         if adopted:
             log.info("adopted the socket passed by systemd")
             listener = await SocketListener.from_socket(adopted[0])
-            sock = adopted[0]
-            name = sock.getsockname()
+            name = adopted[0].getsockname()
+            self._adopted = True
             if isinstance(name, str) and name:
-                self._listener_ino = os.stat(name).st_ino
+                self._serving(Path(name))
             return listener
         return await self._bind()
 
     async def _guard_socket(self) -> None:
         """Re-create the socket if someone removes it (a logout clean-up)."""
-        path = self.paths.socket
         while True:
+            path = self._served
             await anyio.sleep(GUARD_INTERVAL)
             if self._listener_ino is None:
                 continue
@@ -249,7 +256,7 @@ class Daemon:
                 gc.freeze()
                 log.info(
                     "meshd %s serving profile %s on %s (%d sessions restored)",
-                    __version__, self.paths.profile, self.paths.socket, n,
+                    __version__, self.paths.profile, self._served, n,
                 )  # fmt: skip
                 sdnotify.notify(f"READY=1\nSTATUS=serving {n} sessions")
         finally:
@@ -262,7 +269,10 @@ class Daemon:
             log.info("stopped")
 
     def _remove_socket(self) -> None:
-        path = self.paths.socket
+        """Unlink the socket we bound; a socket systemd passed us stays (it is systemd's)."""
+        if self._adopted:
+            return
+        path = self._served
         try:
             if self._listener_ino is not None and path.stat().st_ino == self._listener_ino:
                 path.unlink()

@@ -356,3 +356,40 @@ def test_sigterm_ends_the_daemon_with_waiters_and_stalled_readers(daemon: Daemon
     finally:
         waiting.close()
         stalled.close()
+
+
+def test_socket_activation_adopts_and_leaves_the_socket(mesh_env: MeshEnv) -> None:
+    """A socket passed as fd 3 (LISTEN_FDS) is served, recorded, and left in place on stop:
+    it belongs to systemd, which keeps listening for the next start."""
+    path = mesh_env.root / "activated.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    # What systemd does: the socket at fd 3 (SD_LISTEN_FDS_START), LISTEN_PID = the pid
+    # that will run meshd (exec keeps it).
+    wrapper = (
+        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.set_inheritable(3, True); "
+        "os.environ['LISTEN_PID'] = str(os.getpid()); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'meshd', 'run', '--profile', 'test'])"
+    )
+    env = {**mesh_env.env, "LISTEN_FDS": "1", "LISTEN_FDNAMES": "meshd"}
+    fd = listener.fileno()
+    proc = subprocess.Popen([sys.executable, "-c", wrapper, str(fd)], env=env, pass_fds=(fd,))
+    listener.close()
+    try:
+        wait_for(lambda: _pings(path), timeout=10)
+        recorded = (mesh_env.state_dir / "test.socket").read_text().strip()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+
+    assert recorded == str(path)
+    assert code == 0
+    assert path.exists()
+
+
+def _pings(path: object) -> bool:
+    try:
+        return bool(rpc(path, "mesh.ping")["result"]["pong"])  # type: ignore[arg-type]
+    except OSError:
+        return False
