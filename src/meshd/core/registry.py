@@ -87,7 +87,9 @@ class Session(msgspec.Struct, kw_only=True, gc=False):
 
 
 class Registration(msgspec.Struct, kw_only=True):
-    """What a caller asks to register; the service fills pid_start and host."""
+    """What a caller asks to register: ``session.register``'s params (same field names,
+    so the handler passes them through), plus ``pid_start`` and ``conn_id`` that only
+    the daemon knows; ``host`` defaults to the daemon's."""
 
     session_id: str | None
     source: str

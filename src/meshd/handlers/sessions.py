@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from meshd.core.registry import Registration, Report, Session
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
@@ -38,15 +40,10 @@ class SessionHandlers:
             pid_start = start_time(p.pid)
             if pid_start is None:
                 raise InvalidParams(f"pid {p.pid} is not running", {"path": "$.pid"})
-        r = Registration(
-            session_id=p.session_id, source=p.source, task=p.task, status=p.status,
-            model=p.model, provider=p.provider, pid=p.pid, pid_start=pid_start,
-            host=p.host or svc.host, cwd=p.cwd, repo=p.repo, branch=p.branch,
-            worktree=p.worktree, tools=p.tools, parent=p.parent, slot=p.slot,
-            kanban_task=p.kanban_task, accept_queries=p.accept_queries,
-            accept_messages=p.accept_messages, liveness=p.liveness,
-            expire_after=p.expire_after, bind=p.bind, conn_id=conn.id,
-        )  # fmt: skip
+        # Registration is the params plus what only the daemon knows.
+        fields = msgspec.structs.asdict(p)
+        fields.update(pid_start=pid_start, host=p.host or svc.host, conn_id=conn.id)
+        r = Registration(**fields)
         try:
             s, refreshed = svc.state.register(r)
         except IdInUse:
