@@ -65,6 +65,7 @@ COMMANDS: dict[str, str] = {
     "reply": "meshctl.cli.messages:reply",
     "run": "meshctl.cli.run:run",
     "send": "meshctl.cli.messages:send",
+    "service": "meshctl.cli.service:service",
     "sessions": "meshctl.cli.sessions:sessions",
     "steal": "meshctl.cli.claims:steal",
     "sync": "meshctl.cli.sync:sync",

@@ -155,6 +155,15 @@ def _stop(state: State) -> dict[str, Any]:
     return {"stopped": True, "running": False, "profile": info.get("profile"), "pid": pid}
 
 
+def stop_profile(profile: str) -> int | None:
+    """Stop ``profile``'s running daemon, if any (``service install`` hands over with it);
+    the pid it had."""
+    state = State()
+    state.profile = profile
+    result = _stop(state)
+    return int(result["pid"]) if result["stopped"] else None
+
+
 @daemon.command()
 @common_options
 def stop() -> None:
