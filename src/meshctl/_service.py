@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -51,6 +51,11 @@ class Plan:
     ran: list[str] = field(default_factory=list)
     todo: list[str] = field(default_factory=list)  # commands for the person to run
     notes: list[str] = field(default_factory=list)
+
+
+def as_dict(plan: Plan) -> dict[str, object]:
+    """``plan`` as the ``--json`` document."""
+    return asdict(plan)
 
 
 def default_manager() -> Manager:

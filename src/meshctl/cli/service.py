@@ -14,7 +14,6 @@ meshctl did not write, no ``meshd`` to point at, a manager command that failed).
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 import click
@@ -74,7 +73,7 @@ def install(manager: str | None) -> None:
 
     state = get_state()
     try:
-        plan = asdict(_service.install(state.profile, _manager(manager)))
+        plan = _service.as_dict(_service.install(state.profile, _manager(manager)))
     except _service.ServiceError as exc:
         raise _refusal(exc) from exc
     _output.emit(state.json, plan, lambda: _render_plan(plan, "Installed"))
@@ -94,7 +93,7 @@ def uninstall(manager: str | None) -> None:
 
     state = get_state()
     try:
-        plan = asdict(_service.uninstall(state.profile, _manager(manager)))
+        plan = _service.as_dict(_service.uninstall(state.profile, _manager(manager)))
     except _service.ServiceError as exc:
         raise _refusal(exc) from exc
     _output.emit(state.json, plan, lambda: _render_plan(plan, "Uninstalled"))
