@@ -55,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "check": "meshctl.cli.claims:check",
     "claim": "meshctl.cli.claims:claim",
     "daemon": "meshctl.cli.daemon:daemon",
+    "doctor": "meshctl.cli.doctor:doctor",
     "end": "meshctl.cli.lifecycle:end",
     "handoff": "meshctl.cli.handoff:handoff",
     "heartbeat": "meshctl.cli.lifecycle:heartbeat",

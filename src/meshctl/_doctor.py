@@ -1,0 +1,258 @@
+"""The checks behind ``meshctl doctor``: what works, and the command that fixes what does not.
+
+Each check returns one :class:`Check` with a status (``ok``, ``warn``, ``fail``,
+``skip``), one sentence, and, when something is wrong, the command to run. Checks
+look, they never change anything and never start a daemon. The config check loads
+the file *now*, in this process, with the daemon's own loader, so its error is the
+one of this load (a daemon's log holds older ones).
+
+``warn`` is for what works but may surprise (no service installed, no
+``XDG_RUNTIME_DIR`` in this environment); only ``fail`` makes doctor exit 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from meshd import __version__
+
+Status = Literal["ok", "warn", "fail", "skip"]
+
+
+@dataclass
+class Check:
+    name: str
+    status: Status
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class Context:
+    """What the checks share: the profile, its paths, and the daemon's answer (if any)."""
+
+    profile: str
+    socket: Path
+    state_dir: Path
+    config: Path
+    info: dict[str, Any] | None = None
+    info_error: str | None = None
+
+
+def _mode(path: Path) -> str:
+    return oct(stat.S_IMODE(path.stat().st_mode))[2:].rjust(4, "0")
+
+
+def check_daemon(ctx: Context) -> Check:
+    if ctx.info is not None:
+        return Check(
+            "daemon",
+            "ok",
+            f"meshd {ctx.info.get('version')} answers on {ctx.socket} (pid {ctx.info.get('pid')})",
+        )
+    why = ctx.info_error or ""
+    detail = "" if not why or "no meshd is running" in why else f": {why}"
+    return Check(
+        "daemon",
+        "fail",
+        f"no daemon answers on {ctx.socket}{detail}",
+        f"meshctl daemon start --profile {ctx.profile}",
+    )
+
+
+def check_version(ctx: Context) -> Check:
+    if ctx.info is None:
+        return Check("version", "skip", "no daemon to compare with")
+    theirs = ctx.info.get("version")
+    if theirs == __version__:
+        return Check("version", "ok", f"client and daemon are both {__version__}")
+    return Check(
+        "version",
+        "fail",
+        f"this client is {__version__} but the daemon runs {theirs} (started before an upgrade)",
+        f"meshctl daemon restart --profile {ctx.profile}",
+    )
+
+
+def check_socket(ctx: Context) -> Check:
+    """Socket 0600 in a 0700 folder, both ours, neither a symlink (SPEC §2)."""
+    folder = ctx.socket.parent
+    problems: list[str] = []
+    fixes: list[str] = []
+    if folder.is_symlink():
+        problems.append(f"{folder} is a symlink")
+        fixes.append(f"rm {folder}  # a daemon re-creates it as a private folder")
+    elif folder.is_dir():
+        st = folder.stat()
+        if st.st_uid != os.getuid():
+            problems.append(f"{folder} belongs to uid {st.st_uid}, not you ({os.getuid()})")
+            fixes.append(f"use a folder of your own: export MESH_SOCKET=... (not under {folder})")
+        elif stat.S_IMODE(st.st_mode) != 0o700:
+            problems.append(f"{folder} has mode {_mode(folder)}, not 0700")
+            fixes.append(f"chmod 0700 '{folder}'")
+    else:
+        return Check("socket", "warn", f"{folder} does not exist yet (no daemon has run here)")
+    if ctx.socket.exists() and not ctx.socket.is_socket():
+        problems.append(f"{ctx.socket} is not a socket")
+        fixes.append(f"rm '{ctx.socket}'")
+    elif ctx.socket.is_socket():
+        st = ctx.socket.lstat()
+        if st.st_uid != os.getuid():
+            problems.append(f"{ctx.socket} belongs to uid {st.st_uid}")
+    if problems:
+        return Check("socket", "fail", "; ".join(problems), "; ".join(fixes) or None)
+    return Check("socket", "ok", f"{ctx.socket} (folder 0700, yours)")
+
+
+def check_runtime(ctx: Context) -> Check:
+    """Cron jobs lack XDG_RUNTIME_DIR: they find the socket through the state folder."""
+    record = ctx.state_dir / f"{ctx.profile}.socket"
+    recorded = record.read_text(encoding="utf-8").strip() if record.is_file() else None
+    if os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("MESH_SOCKET"):
+        extra = f"; the daemon recorded {recorded}" if recorded else ""
+        return Check("runtime", "ok", f"socket path known in this environment{extra}")
+    if recorded:
+        return Check(
+            "runtime",
+            "ok",
+            f"XDG_RUNTIME_DIR is unset here (as in cron); clients find the recorded socket "
+            f"{recorded}",
+        )
+    return Check(
+        "runtime",
+        "warn",
+        "XDG_RUNTIME_DIR is unset and no daemon has recorded its socket yet",
+        "start the daemon once from a login shell, or set MESH_SOCKET in the crontab",
+    )
+
+
+def check_config(ctx: Context) -> Check:
+    from meshd.config import ConfigError, load
+
+    if not ctx.config.exists():
+        return Check("config", "ok", f"no {ctx.config}: all defaults")
+    try:
+        settings = load(ctx.config, ctx.profile)
+    except ConfigError as exc:
+        return Check("config", "fail", str(exc), f"fix {ctx.config}, then: meshctl daemon reload")
+    off = "" if settings.enabled else " (enabled = false: the mesh is switched off)"
+    return Check("config", "warn" if off else "ok", f"{ctx.config} is valid{off}")
+
+
+def check_database(ctx: Context) -> Check:
+    """Integrity, schema version and size, read-only (the daemon may be running)."""
+    db = ctx.state_dir / f"{ctx.profile}.sqlite3"
+    if not db.exists():
+        return Check("database", "ok", f"{db} does not exist yet (created at first start)")
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=2.0)
+        try:
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            result = con.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        return Check(
+            "database",
+            "fail",
+            f"{db} cannot be read: {exc}",
+            f"meshctl daemon stop --profile {ctx.profile}; mv '{db}' '{db}.broken'",
+        )
+    size = db.stat().st_size + _size(db.with_name(db.name + "-wal"))
+    wanted = _schema_version()
+    if result != "ok":
+        return Check(
+            "database",
+            "fail",
+            f"{db} failed its integrity check: {result}",
+            f"meshctl daemon stop --profile {ctx.profile}; mv '{db}' '{db}.broken'",
+        )
+    if wanted is not None and version > wanted:
+        return Check(
+            "database",
+            "fail",
+            f"{db} has schema {version}, newer than this meshd knows ({wanted})",
+            "upgrade session-mesh, or move the file aside",
+        )
+    return Check("database", "ok", f"{db}: integrity ok, schema {version}, {size / 1e6:.1f} MB")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _schema_version() -> int | None:
+    try:
+        from meshd import store
+    except ImportError:  # pragma: no cover - the store moved
+        return None
+    version = getattr(store, "SCHEMA_VERSION", None)
+    return version if isinstance(version, int) else None
+
+
+def check_service(ctx: Context) -> Check:
+    from meshctl import _service
+
+    manager = _service.default_manager()
+    out = _service.status(ctx.profile, manager)
+    if not out["installed"]:
+        return Check(
+            "service",
+            "warn",
+            f"no {manager} service installed (the daemon is started on demand instead)",
+            f"meshctl service install --profile {ctx.profile}",
+        )
+    if not out["current"]:
+        return Check(
+            "service",
+            "fail",
+            f"the installed {manager} files are from another session-mesh version",
+            f"meshctl service install --profile {ctx.profile}",
+        )
+    if out["reachable"] and not out["active"]:
+        return Check(
+            "service",
+            "fail",
+            f"the {manager} service is installed but not active",
+            f"systemctl --user enable --now meshd@{ctx.profile}.socket"
+            if manager == "systemd"
+            else f"meshctl service install --profile {ctx.profile}",
+        )
+    active = "" if not out["reachable"] else ", active"
+    return Check("service", "ok", f"{manager} service installed{active}")
+
+
+CHECKS: list[Callable[[Context], Check]] = [
+    check_daemon,
+    check_version,
+    check_socket,
+    check_runtime,
+    check_config,
+    check_database,
+    check_service,
+]
+
+
+def run(ctx: Context) -> list[Check]:
+    """Every check, in order; a check that raises is reported, never fatal."""
+    out = []
+    for check in CHECKS:
+        try:
+            out.append(check(ctx))
+        except Exception as exc:  # a broken check must not hide the others
+            name = check.__name__.removeprefix("check_")
+            out.append(Check(name, "fail", f"the check itself failed: {exc!r}"))
+    return out
+
+
+def as_dicts(checks: list[Check]) -> list[dict[str, Any]]:
+    return [asdict(c) for c in checks]

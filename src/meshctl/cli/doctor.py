@@ -1,0 +1,64 @@
+"""``meshctl doctor [--json]``: one screen that says what works and what to fix.
+
+Never starts a daemon and never changes anything (the checks are in
+:mod:`meshctl._doctor`). Exit 0 when nothing failed (warnings allowed), 1 when a
+check failed; ``--json`` prints ``{"ok", "profile", "checks": [{name, status,
+message, fix}]}`` either way, since the failed checks are the answer, not an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import common_options, get_state
+
+_MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "--  "}
+
+
+def _render(doc: dict[str, Any]) -> str:
+    lines = [f"meshctl doctor (profile {doc['profile']}):"]
+    for c in doc["checks"]:
+        lines.append(f"  [{_MARK[c['status']]}] {c['name']:<9} {c['message']}")
+        if c["fix"] and c["status"] in ("warn", "fail"):
+            lines.append(f"  {'':16}fix: {c['fix']}")
+    failed = [c["name"] for c in doc["checks"] if c["status"] == "fail"]
+    lines.append("All is well." if not failed else f"To fix: {', '.join(failed)}.")
+    return "\n".join(lines)
+
+
+@click.command()
+@common_options
+def doctor() -> None:
+    """Check the daemon, socket, config, database and service; say how to fix each fault.
+
+    \b
+    Examples:
+      meshctl doctor
+      meshctl doctor --profile work --json
+    """
+    from meshctl import _doctor, _paths, _spawn
+    from meshd.paths import config_file
+    from meshd.protocol.errors import MeshError
+
+    state = get_state()
+    ctx = _doctor.Context(
+        profile=state.profile,
+        socket=_spawn.find_socket(state.profile, state.socket),
+        state_dir=_paths.state_dir(),
+        config=config_file(),
+    )
+    try:
+        ctx.info = state.call("mesh.info", autostart=False)
+    except MeshError as exc:
+        ctx.info_error = exc.message
+    finally:
+        state.close()
+    checks = _doctor.run(ctx)
+    ok = not any(c.status == "fail" for c in checks)
+    doc = {"ok": ok, "profile": state.profile, "checks": _doctor.as_dicts(checks)}
+    _output.emit(state.json, doc, lambda: _render(doc))
+    if not ok:
+        raise SystemExit(1)

@@ -1,0 +1,121 @@
+"""``meshctl doctor``: each fault is reported with the command that fixes it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cli.conftest import Meshctl
+
+
+@pytest.fixture
+def doc_env(short_tmp: Path, mesh_env: Any) -> dict[str, str]:
+    env = dict(mesh_env.env)
+    env.update(
+        XDG_CONFIG_HOME=str(short_tmp / "cfg"),
+        HOME=str(short_tmp / "home"),
+        MESH_SERVICE_MANAGER="none",
+        MESH_SPAWN="direct",
+    )
+    return env
+
+
+def by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in doc["checks"]}
+
+
+class TestDoctor:
+    def test_all_well_with_a_running_daemon(
+        self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any
+    ) -> None:
+        """A running daemon, default config: exit 0; no service is only a warning."""
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 0, r
+        checks = by_name(r.json())
+        assert r.json()["ok"] is True
+        assert checks["daemon"]["status"] == "ok"
+        assert checks["version"]["status"] == "ok"
+        assert checks["socket"]["status"] == "ok"
+        assert checks["database"]["status"] == "ok"
+        assert "integrity ok" in checks["database"]["message"]
+        assert checks["service"]["status"] == "warn"
+        assert checks["service"]["fix"] == "meshctl service install --profile test"
+
+    def test_stopped_daemon(self, meshctl: Meshctl, doc_env: dict[str, str]) -> None:
+        """No daemon: exit 1, the daemon check fails with the start command; none is started."""
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 1, r
+        checks = by_name(r.json())
+        assert checks["daemon"]["status"] == "fail"
+        assert checks["daemon"]["fix"] == "meshctl daemon start --profile test"
+        assert not Path(doc_env["MESH_SOCKET"]).exists()
+        human = meshctl("doctor", env=doc_env)
+        assert "FAIL" in human.out
+        assert "fix: meshctl daemon start --profile test" in human.out
+
+    def test_wrong_socket_folder_mode(
+        self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any
+    ) -> None:
+        """A socket folder others can read is named, with the chmod that fixes it."""
+        folder = Path(doc_env["MESH_SOCKET"]).parent
+        os.chmod(folder, 0o755)
+        try:
+            r = meshctl("doctor", "--json", env=doc_env)
+        finally:
+            os.chmod(folder, 0o700)
+
+        assert r.code == 1, r
+        sock = by_name(r.json())["socket"]
+        assert sock["status"] == "fail"
+        assert "0755" in sock["message"]
+        assert sock["fix"] == f"chmod 0700 '{folder}'"
+
+    def test_broken_config_reports_this_load(
+        self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any, mesh_env: Any
+    ) -> None:
+        """A config broken after start: the error of this load, naming file and key."""
+        mesh_env.write_config("[defaults]\nstale_after = 'soon'\n")
+
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 1, r
+        cfg = by_name(r.json())["config"]
+        assert cfg["status"] == "fail"
+        assert str(mesh_env.config) in cfg["message"]
+        assert "stale_after" in cfg["message"]
+        assert cfg["fix"] == f"fix {mesh_env.config}, then: meshctl daemon reload"
+
+    def test_outdated_service_files(
+        self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any
+    ) -> None:
+        """Unit files from another version fail the service check; install is the fix."""
+        assert meshctl("service", "install", env=doc_env).code == 0
+        unit = Path(doc_env["XDG_CONFIG_HOME"]) / "systemd" / "user" / "meshd@.service"
+        head, rest = unit.read_text().split("\n", 1)
+        unit.write_text(head.replace("(session-mesh ", "(session-mesh 0.0.0-old") + "\n" + rest)
+
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 1, r
+        svc = by_name(r.json())["service"]
+        assert svc["status"] == "fail"
+        assert svc["fix"] == "meshctl service install --profile test"
+
+    def test_corrupt_database(
+        self, meshctl: Meshctl, doc_env: dict[str, str], mesh_env: Any
+    ) -> None:
+        """A database that is not SQLite: fail, with the stop-and-move-aside commands."""
+        mesh_env.state_dir.mkdir(mode=0o700, exist_ok=True)
+        db = mesh_env.state_dir / "test.sqlite3"
+        db.write_bytes(b"this is not a database" * 100)
+
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 1, r
+        check = by_name(r.json())["database"]
+        assert check["status"] == "fail"
+        assert f"mv '{db}' '{db}.broken'" in check["fix"]
