@@ -15,6 +15,14 @@ its commit returns; a failed commit wakes its callers with
 
 Writes are plain tuples ``(kind, *args)`` produced by the pure core; the
 ``_WRITERS`` table maps each kind to its SQL, so the core never sees SQL.
+
+Background writes (:meth:`Store.submit`: expiry, deaths, ttl ends, snapshots)
+describe changes memory has *already* made and nobody can take back. When the
+disk refuses them they are carried: every later batch starts with them, so
+nothing committed afterwards can overtake them (a release refused by a full
+disk followed by someone else's grant would otherwise leave two holders on disk
+after a restart). Acknowledged writes (:meth:`Store.commit`) are never carried:
+their caller is told UNAVAILABLE and undoes or never applies them.
 """
 
 from __future__ import annotations
@@ -163,6 +171,7 @@ class Store:
         self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._carry: list[_Pending] = []  # refused background writes, retried first
         self.commits = 0
         self.writes = 0
 
@@ -306,22 +315,18 @@ class Store:
             if stop:
                 return
 
+    @property
+    def carried(self) -> int:
+        """How many refused background writes wait to be stored first."""
+        return sum(len(p.writes) for p in self._carry)
+
     def _run_batch(self, batch: list[_Pending]) -> None:
-        writes = [p for p in batch if p.writes]
-        error: BaseException | None = None
-        if writes:
-            try:
-                self._apply(writes)
-            except sqlite3.OperationalError as exc:  # disk full, read-only, I/O error
-                error = exc
-                log.error("commit failed, %d callers told UNAVAILABLE: %s", len(writes), exc)
-            except Exception:  # a bad write (a bug): only its own caller should fail
-                log.exception("a batch of %d failed; committing each caller alone", len(writes))
-                for p in writes:
-                    try:
-                        self._apply([p])
-                    except Exception as exc:
-                        p.error = exc
+        carry, self._carry = self._carry, []
+        error = self._commit_all([*carry, *(p for p in batch if p.writes)])
+        if error is not None:  # keep what memory already did, in order, for the next batch
+            self._carry = [*carry, *(_Pending(p.writes) for p in batch if _background(p))]
+            if self._carry:
+                log.error("%d background writes kept, to store first later", self.carried)
         for p in batch:
             if p.read is not None:
                 try:
@@ -337,6 +342,28 @@ class Store:
                 _wake(batch)
         else:
             _wake(batch)
+
+    def _commit_all(self, writes: list[_Pending]) -> BaseException | None:
+        """Commit ``writes`` in one transaction; the error that refused them all, if any."""
+        if not writes:
+            return None
+        try:
+            self._apply(writes)
+        except sqlite3.OperationalError as exc:  # disk full, read-only, I/O error
+            log.error("commit failed, %d callers told UNAVAILABLE: %s", len(writes), exc)
+            return exc
+        except Exception:  # a bad write (a bug): only its own caller should fail
+            log.exception("a batch of %d failed; committing each caller alone", len(writes))
+            for p in writes:
+                try:
+                    self._apply([p])
+                except sqlite3.OperationalError as exc:
+                    p.error = exc
+                    if _background(p):
+                        self._carry.append(_Pending(p.writes))
+                except Exception as exc:
+                    p.error = exc
+        return None
 
     def _apply(self, batch: Iterable[_Pending]) -> None:
         db = self._db
@@ -362,6 +389,11 @@ class Store:
                 db.execute("PRAGMA synchronous=NORMAL")
         self.commits += 1
         self.writes += n
+
+
+def _background(p: _Pending) -> bool:
+    """Writes nobody waits for: memory has made these changes already."""
+    return bool(p.writes) and p.done is None
 
 
 def _wake(batch: list[_Pending]) -> None:

@@ -272,3 +272,204 @@ class TestReadOnly:
         d.start()
         assert "kept" in session_ids(d.socket)
         d.stop()
+
+
+# --- nothing refused takes effect: every mutating method, memory against disk ---------
+
+# What each method is, for this audit. A method the daemon serves that is in none of
+# these sets fails the test: decide where it belongs (and, if it stores, refuse it here).
+READ_ONLY = {
+    "mesh.ping", "mesh.info", "mesh.schema", "session.list", "session.get", "claim.check",
+    "claim.list", "claim.validate", "audit.log", "message.status", "handoff.list",
+    "handoff.show", "board.changes",
+}  # fmt: skip
+NOT_STORED = {  # change only what a restart forgets anyway (SPEC §8: not durable)
+    "session.heartbeat",  # reported fields are snapshots, liveness is re-granted
+    "mesh.reload",  # re-reads config.toml
+    "query.ask",  # asks are waits; the status answer stores nothing
+    "query.respond",  # a responder counts while its connection is open
+    "events.subscribe",
+}
+
+
+def key_in(state: Path, name: str) -> str:
+    return f"file:{state}/{name}"
+
+
+def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, Any]]]:
+    """One call of every mutating method, each of which must store something."""
+    k1, k2 = key_in(state, "k1"), key_in(state, "k2")
+    return [
+        ("session.register", {"session_id": "new", "cwd": BIG}),
+        ("session.end", {"session_id": "b"}),
+        ("session.attach", {"session_id": "c", "pid": os.getpid()}),
+        ("claim.acquire", {"session_id": "c", "resources": [k2]}),
+        ("claim.release", {"session_id": "a", "resources": [k1]}),
+        ("claim.steal", {"session_id": "c", "resources": [k1], "reason": "urgent"}),
+        ("message.send", {"session_id": "a", "to": "b", "text": "refused"}),
+        ("message.inbox", {"session_id": "b"}),
+        ("message.ack", {"session_id": "b", "ids": [1]}),
+        ("query.answer", {"session_id": "b", "query_id": answer_query, "text": "late"}),
+        ("broadcast.send", {"session_id": "a", "text": "everyone"}),
+        ("handoff.write", {"session_id": "a", "summary": "done", "to": "b"}),
+        ("handoff.request", {"session_id": "a", "to": "c", "timeout": 1}),
+        ("board.changed", {"session_id": "a", "paths": [f"{state}/f.py"]}),
+    ]
+
+
+def mesh_view(c: Client) -> dict[str, Any]:
+    """What the daemon says it holds: sessions and pids, claims and tokens, inboxes,
+    handoffs (read from the database) and the board's rows."""
+    sessions = c.call("session.list")["result"]["sessions"]
+    sids = sorted(s["session_id"] for s in sessions)
+    claims = c.call("claim.list")["result"]["claims"]
+    inboxes = {}
+    for sid in ("a", "b", "c"):
+        items = c.call("message.inbox", {"session_id": sid, "peek": True})["result"]["items"]
+        inboxes[sid] = sorted((i["id"], i["state"]) for i in items)
+    handoffs = c.call("handoff.list", {"all": True})["result"]["handoffs"]
+    return {
+        "sessions": sids,
+        "pids": {s["session_id"]: s["pid"] for s in sessions},
+        "claims": sorted((x["session_id"], x["resource"], x["token"]) for x in claims),
+        "inboxes": inboxes,
+        "handoffs": sorted(h["id"] for h in handoffs),
+        "board": c.call("board.changes", {})["result"]["entries"],
+    }
+
+
+class TestNothingRefusedTakesEffect:
+    def test_every_mutating_method_refused_changes_nothing(
+        self, mesh_env: MeshEnv, small_state: Path
+    ) -> None:
+        """Each mutating method refused by a full disk: UNAVAILABLE, and what the daemon
+        shows afterwards (memory) is what it restores after kill -9 (disk), unchanged
+        from before the refusals."""
+        d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=small_state)
+        d.start()
+        try:
+            served = set(d.call("mesh.schema")["result"]["methods"])
+            with Client(d.socket) as c, Client(d.socket) as responder:
+                for sid in ("a", "b", "c"):
+                    assert "result" in register(c, sid)
+                assert "result" in c.call(
+                    "claim.acquire", {"session_id": "a", "resources": [key_in(small_state, "k1")]}
+                )
+                assert "result" in c.call(
+                    "message.send", {"session_id": "a", "to": "b", "text": "m"}
+                )
+                c.call("message.inbox", {"session_id": "b", "peek": True})  # delivered, not read
+                responder.call("query.respond", {"session_id": "b"})
+                ask = c.call(
+                    "query.ask", {"session_id": "a", "to": "b", "question": "?", "timeout": 0.1}
+                )
+                query_id = ask["result"]["query_id"]
+                responder.sock.settimeout(0.5)  # the query event, not read: b answers late
+                before = mesh_view(c)
+
+                filler = fill(small_state)
+                for i in range(2000):  # use up what room the WAL still has
+                    if "error" in register(c, f"pad{i}", big=True):
+                        break
+                padded = mesh_view(c)
+                calls = refused_calls(small_state, query_id)
+                answers = {method: c.call(method, params) for method, params in calls}
+                during = mesh_view(c)
+                filler.unlink()
+            d.kill()
+            d.start()
+            with Client(d.socket) as c:
+                after = mesh_view(c)
+        finally:
+            d.stop()
+
+        assert served == READ_ONLY | NOT_STORED | {m for m, _ in calls}, "audit this method"
+        refused = {m: a.get("error", {}).get("data", {}).get("code") for m, a in answers.items()}
+        assert refused == dict.fromkeys(refused, "UNAVAILABLE"), answers
+        pads = [s for s in padded["sessions"] if s.startswith("pad")]
+        assert before == {
+            **padded,
+            "sessions": sorted(set(padded["sessions"]) - set(pads)),
+            "pids": {k: v for k, v in padded["pids"].items() if k not in pads},
+        }
+        assert during == padded  # memory: nothing refused took effect
+        assert after == padded  # disk: the same
+
+    @staticmethod
+    def holders_after_recovery(
+        mesh_env: MeshEnv, state: Path, refuse: tuple[str, dict[str, Any]] | None, ttl: float | None
+    ) -> dict[str, Any]:
+        """``a`` holds a key; the disk fills; ``refuse`` is called (or a ttl runs out);
+        space comes back; ``b`` tries the key; kill -9 and restart: who holds it."""
+        d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=state)
+        d.start()
+        key = key_in(state, "k")
+        out: dict[str, Any] = {}
+        try:
+            with Client(d.socket) as c:
+                assert "result" in register(c, "a")
+                assert "result" in register(c, "b")
+                params: dict[str, Any] = {"session_id": "a", "resources": [key]}
+                if ttl is not None:
+                    params["ttl"] = ttl
+                out["token"] = c.call("claim.acquire", params)["result"]["token"]
+                filler = fill(state)
+                for i in range(2000):  # use up what room the WAL still has
+                    if "error" in register(c, f"pad{i}", big=True):
+                        break
+                if refuse is not None:
+                    out["refused"] = c.call(*refuse)
+                else:  # the sweeper frees the claim; the disk refuses to store that
+                    failed = d.logs().count("commit failed")
+                    wait_for(lambda: not c.call("claim.list")["result"]["claims"])
+                    wait_for(lambda: d.logs().count("commit failed") > failed)
+                out["b_full"] = c.call("claim.acquire", {"session_id": "b", "resources": [key]})
+                filler.unlink()
+                out["b"] = c.call("claim.acquire", {"session_id": "b", "resources": [key]})
+            d.kill()
+            d.start()
+            with Client(d.socket) as c:
+                claims = c.call("claim.list")["result"]["claims"]
+                out["holders"] = sorted(x["session_id"] for x in claims if x["resource"] == key)
+                out["a_valid"] = c.call("claim.validate", {"resource": key, "token": out["token"]})[
+                    "result"
+                ]["valid"]
+        finally:
+            d.stop()
+        return out
+
+    def test_refused_release_keeps_the_claim(self, mesh_env: MeshEnv, small_state: Path) -> None:
+        """A release told UNAVAILABLE releases nothing: the key is not handed to anyone,
+        and after the disk recovers and a kill -9 exactly one session holds it."""
+        key = key_in(small_state, "k")
+        release = ("claim.release", {"session_id": "a", "resources": [key]})
+        out = self.holders_after_recovery(mesh_env, small_state, release, None)
+
+        assert out["refused"]["error"]["data"]["code"] == "UNAVAILABLE"
+        assert out["b"]["result"]["status"] == "held"
+        assert out["holders"] == ["a"]
+        assert out["a_valid"] is True
+
+    def test_refused_steal_keeps_the_victims_claim(
+        self, mesh_env: MeshEnv, small_state: Path
+    ) -> None:
+        """A steal told UNAVAILABLE takes nothing from its victim (same token, valid)."""
+        key = key_in(small_state, "k")
+        steal = ("claim.steal", {"session_id": "b", "resources": [key], "reason": "now"})
+        out = self.holders_after_recovery(mesh_env, small_state, steal, None)
+
+        assert out["refused"]["error"]["data"]["code"] == "UNAVAILABLE"
+        assert out["b_full"]["result"]["status"] == "held"
+        assert out["holders"] == ["a"]
+        assert out["a_valid"] is True
+
+    def test_ttl_end_refused_by_the_disk_is_stored_before_the_next_grant(
+        self, mesh_env: MeshEnv, small_state: Path
+    ) -> None:
+        """A claim freed in the background (ttl ran out) while the disk is full: that
+        end is kept and stored first, so the next holder is the only one after a restart."""
+        out = self.holders_after_recovery(mesh_env, small_state, None, 0.3)
+
+        assert out["b"]["result"]["status"] == "granted"
+        assert out["holders"] == ["b"]
+        assert out["a_valid"] is False

@@ -424,6 +424,34 @@ class Mailbox:
         """Unread items of ``sid``, oldest first, without changing anything."""
         return list(self._inbox.get(sid, {}).values())
 
+    def _chosen(self, sid: str, limit: int, only: Collection[int] | None) -> list[Message]:
+        box = self._inbox.get(sid, {})
+        chosen = box.values() if only is None else (box[i] for i in only if i in box)
+        return list(chosen)[:limit]
+
+    def plan_inbox(
+        self,
+        sid: str,
+        *,
+        peek: bool = False,
+        limit: int = 100,
+        only: Collection[int] | None = None,
+        now: float,
+    ) -> tuple[list[int], list[Write]]:
+        """The items :meth:`inbox` would hand over, and what it would store; changes
+        nothing. The shell stores the writes *first*, then calls ``inbox(only=ids,
+        now=now, stored=True)``: a read the disk refused marks nothing read."""
+        self.registry.get(sid)
+        ids: list[int] = []
+        out: list[Write] = []
+        for m in self._chosen(sid, limit, only):
+            ids.append(m.id)
+            if not peek:
+                out.append(("message.state", m.id, "read", now))
+            elif m.state == "queued":
+                out.append(("message.state", m.id, "delivered", now))
+        return ids, out
+
     def inbox(
         self,
         sid: str,
@@ -431,40 +459,53 @@ class Mailbox:
         peek: bool = False,
         limit: int = 100,
         only: Collection[int] | None = None,
+        now: float | None = None,
+        stored: bool = False,
     ) -> list[Message]:
         """Hand ``sid``'s unread items (oldest first) to a reader.
 
         They become ``delivered``; without ``peek`` they are also ``read`` and leave
         memory (the text lives on in SQLite). ``only``: just these ids (the ones a
-        history page shows). Returned items show their new state.
+        history page shows). Returned items show their new state. ``stored``: the
+        shell stored :meth:`plan_inbox`'s writes already, so none are recorded.
         """
         self.registry.get(sid)
         box = self._inbox.get(sid, {})
-        now = self.clock.now()
+        now = self.clock.now() if now is None else now
         out = []
-        chosen = box.values() if only is None else (box[i] for i in only if i in box)
-        for m in list(chosen)[:limit]:
+        for m in self._chosen(sid, limit, only):
             if m.state == "queued":
                 m.state, m.delivered_at = "delivered", now
-                if peek:
+                if peek and not stored:
                     self.writes.append(("message.state", m.id, "delivered", now))
             if not peek:
-                self._mark_read(box, m, now)
+                self._mark_read(box, m, now, stored=stored)
             out.append(m)
         return out
 
-    def ack(self, sid: str, ids: Sequence[int]) -> list[int]:
+    def ack_writes(self, sid: str, ids: Sequence[int], *, now: float) -> list[Write]:
+        """What :meth:`ack` would store; changes nothing (store first, then apply)."""
+        box = self._inbox.get(sid, {})
+        return [
+            ("message.state", i, "read", now)
+            for i in dict.fromkeys(ids)
+            if (m := box.get(i)) is not None and m.state == "delivered"
+        ]
+
+    def ack(
+        self, sid: str, ids: Sequence[int], *, now: float | None = None, stored: bool = False
+    ) -> list[int]:
         """Mark delivered items read; returns the ids that changed (idempotent).
 
         An item still ``queued`` was never handed to a reader, so it is not acked.
         """
         box = self._inbox.get(sid, {})
-        now = self.clock.now()
+        now = self.clock.now() if now is None else now
         done = []
         for i in ids:
             m = box.get(i)
             if m is not None and m.state == "delivered":
-                self._mark_read(box, m, now)
+                self._mark_read(box, m, now, stored=stored)
                 done.append(i)
         return done
 
@@ -475,10 +516,30 @@ class Mailbox:
             if box.pop(msg_id, None) is not None:
                 return
 
-    def _mark_read(self, box: dict[int, Message], m: Message, now: float) -> None:
+    def _mark_read(
+        self, box: dict[int, Message], m: Message, now: float, *, stored: bool = False
+    ) -> None:
         m.state, m.read_at = "read", now
-        self.writes.append(("message.state", m.id, "read", now))
+        if not stored:
+            self.writes.append(("message.state", m.id, "read", now))
         del box[m.id]
+
+    def forget(self, refused: Iterable[Write]) -> None:
+        """Writes the disk refused: forget the items and handoffs they created (never
+        acknowledged, so never there). State changes are stored first instead."""
+        for w in refused:
+            if w[0] == "message.put":
+                self.discard(w[1].id)
+            elif w[0] == "handoff.put":
+                self.discard_handoff(w[1])
+
+    def discard_handoff(self, h: Handoff) -> None:
+        """Forget a new handoff whose storage failed (the status responder must not
+        quote it): the previous one of the same sender and addressee comes back only
+        after a restart, so until then none is quoted."""
+        mine = self._handoffs.get(h.sender, {})
+        if mine.get(h.to) is h:
+            del mine[h.to]
 
     # --- queries ------------------------------------------------------------------------
 

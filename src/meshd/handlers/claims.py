@@ -19,7 +19,7 @@ from datetime import datetime
 
 import anyio
 
-from meshd.core.claims import Cancelled, Claim, Granted, Held, Previous, Queued
+from meshd.core.claims import AuditRecord, Cancelled, Claim, Granted, Held, Notice, Previous, Queued
 from meshd.core.state import Outcome
 from meshd.keys import Key, canonical_key, describe
 from meshd.protocol import claims as pc
@@ -48,6 +48,14 @@ class _Wait:
     done: anyio.Event = field(default_factory=anyio.Event)
     outcome: Granted | Held | None = None
     error: BaseException | None = None
+
+
+def _release_record(c: Claim, now_wall: float) -> AuditRecord:
+    """The audit line (and live-claims delete) of ``c``'s clean release."""
+    return AuditRecord(
+        now_wall, "release", c.session_id, c.resource, c.mode, c.token, c.reason, "released",
+        None, c.ttl,
+    )  # fmt: skip
 
 
 class ClaimHandlers:
@@ -153,22 +161,42 @@ class ClaimHandlers:
         conn.detach()  # queued: the connection goes on serving while this waits
         return await self._wait(outcome, wait)
 
-    async def _commit_grant(self, g: Granted) -> None:
+    async def _commit_grant(self, g: Granted, victims: tuple[Claim, ...] = ()) -> None:
         """Commit a grant; if it cannot be stored, take it back before saying UNAVAILABLE.
 
-        An unacknowledged grant must not keep others out. The take-back is an
-        ordinary release (queued for the log, in case the disk recovers).
+        An unacknowledged grant must not keep others out, and a refused steal must
+        not cost its ``victims`` their claims: they are put back first (the same
+        token, still valid), then the grant is released, so whoever waits sees the
+        victims, not a free key. The take-back is an ordinary release (queued for
+        the log; the store keeps it for when the disk recovers).
         """
         try:
             await self.svc.commit()
         except MeshError:
-            new = [c.key for c in g.claims if c.resource not in g.held_before]
-            clock = self.svc.clock
-            self.svc.state.claims.release(
-                g.session_id, new, now_mono=clock.monotonic(), now_wall=clock.now()
-            )
-            self.svc.flush_background()
+            self._put_back(victims)
+            self._take_back(g)
             raise
+
+    def _put_back(self, victims: tuple[Claim, ...]) -> None:
+        """Give back claims a refused steal took (their removal was never stored)."""
+        st, now_m = self.svc.state, self.svc.clock.monotonic()
+        for c in victims:
+            if c.session_id not in st.registry.sessions:
+                continue  # ended meanwhile: its end released the claim on disk too
+            st.claims.restore(
+                c.session_id, c.key, mode=c.mode, token=c.token, reason=c.reason,
+                since=c.since, ttl_left=None if c.deadline is None else c.deadline - now_m,
+                now_mono=now_m,
+            )  # fmt: skip
+
+    def _take_back(self, g: Granted) -> None:
+        """Release what grant ``g`` newly gave (its commit failed: not acknowledged)."""
+        new = [c.key for c in g.claims if c.resource not in g.held_before]
+        clock = self.svc.clock
+        self.svc.state.claims.release(
+            g.session_id, new, now_mono=clock.monotonic(), now_wall=clock.now()
+        )
+        self.svc.flush_background()
 
     async def _wait(self, q: Queued, wait: float) -> pc.ClaimAcquireResult:
         svc, st = self.svc, self.svc.state
@@ -226,6 +254,8 @@ class ClaimHandlers:
                 continue
             if error is not None:
                 w.error = error
+                if isinstance(o, Notice) and o.granted is not None:
+                    self._take_back(o.granted)  # told UNAVAILABLE: holds nothing
             elif isinstance(o, Cancelled):
                 w.outcome = o.held
             else:
@@ -244,7 +274,7 @@ class ClaimHandlers:
             p.session_id, keys, reason=p.reason, mode=p.mode, ttl=p.ttl,
             now_mono=clock.monotonic(), now_wall=clock.now(),
         )  # fmt: skip
-        await self._commit_grant(granted)
+        await self._commit_grant(granted, victims=granted.stolen)
         return self._granted(granted)
 
     # --- release / check / list / validate / audit --------------------------------------
@@ -257,11 +287,27 @@ class ClaimHandlers:
         keys = None if p.resources is None else self._keys(p.resources, True)
         if keys == []:
             return pc.ClaimReleaseResult()
-        clock = svc.clock
+        # Store first, then apply: a freed key is handed on at once (waiters, other
+        # acquires), so a release the disk refused could not be taken back.
+        texts = None if keys is None else {k.text for k in keys}
+        mine = [
+            c for c in st.claims.list_claims(p.session_id) if texts is None or c.resource in texts
+        ]
+        if not mine:
+            return pc.ClaimReleaseResult()
+        now_w = svc.clock.now()
+        stored = {(c.resource, c.token) for c in mine}
+        await svc.store.commit([("claim.audit", _release_record(c, now_w)) for c in mine])
         released = st.claims.release(
-            p.session_id, keys, now_mono=clock.monotonic(), now_wall=clock.now()
+            p.session_id, [c.key for c in mine], now_mono=svc.clock.monotonic(), now_wall=now_w
         )
-        await svc.commit()
+        out = st.claims.outbox  # the release records are stored already: not twice
+        out.audit = [
+            r for r in out.audit
+            if not (r.action == "release" and r.session_id == p.session_id
+                    and (r.resource, r.token) in stored)
+        ]  # fmt: skip
+        svc.flush_background()  # whom it let go: their grants answer them once stored
         return pc.ClaimReleaseResult(released=released)
 
     def check(self, p: pc.ClaimCheckParams, conn: Conn) -> pc.ClaimCheckResult:

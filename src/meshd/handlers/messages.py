@@ -29,6 +29,7 @@ from meshd.core.mailbox import (
     HANDOFF_QUESTION,
     Answer,
     Mailbox,
+    Message,
     Query,
     item_of,
     responder_channel,
@@ -94,11 +95,20 @@ class MessageHandlers:
     # --- plumbing -----------------------------------------------------------------------
 
     async def _commit(self) -> None:
-        """Hand the mailbox's writes and pushes to the service; stored before the reply."""
+        """Hand the mailbox's writes and pushes to the service; stored before the reply.
+
+        If the disk refuses them, what they created is forgotten again (new items,
+        a new handoff): nothing refused takes effect. Marking items read is stored
+        *before* it is applied instead (:meth:`inbox`, :meth:`ack`).
+        """
         writes, pushes = self.mb.drain()
         self.svc.state.writes.extend(writes)
         self.svc.state.events.extend(Event(*p) for p in pushes)
-        await self.svc.commit()
+        try:
+            await self.svc.commit()
+        except MeshError:
+            self.mb.forget(writes)
+            raise
 
     def _enabled(self) -> None:
         if not self.svc.state.settings.enabled:
@@ -171,22 +181,32 @@ class MessageHandlers:
     async def inbox(self, p: mm.InboxParams, conn: Conn) -> mm.InboxResult:
         mb = self.mb
         if not p.all:
-            got = mb.inbox(p.session_id, peek=p.peek, limit=p.limit)
-            await self._commit()
+            got = await self._hand_over(p.session_id, p.peek, p.limit, None)
             items = [item_of(m) for m in got]
             return mm.InboxResult(items=items, unread=mb.unread_count(p.session_id))
         self.svc.state.registry.get(p.session_id)
         page = await self._read(
             lambda db: sm.inbox_page(db, p.session_id, limit=p.limit, before=p.before)
         )
-        handed = {m.id: m for m in mb.inbox(p.session_id, peek=p.peek, only=[i.id for i in page])}
-        await self._commit()
+        got = await self._hand_over(p.session_id, p.peek, p.limit, [i.id for i in page])
+        handed = {m.id: m for m in got}
         items = [item_of(handed[i.id]) if i.id in handed else i for i in page]
         return mm.InboxResult(items=items, unread=mb.unread_count(p.session_id))
 
+    async def _hand_over(
+        self, sid: str, peek: bool, limit: int, only: list[int] | None
+    ) -> list[Message]:
+        """Store the new states of the items handed over, *then* change them in memory:
+        a read the disk refused (UNAVAILABLE) leaves every item as it was."""
+        mb, now = self.mb, self.svc.clock.now()
+        ids, writes = mb.plan_inbox(sid, peek=peek, limit=limit, only=only, now=now)
+        await self.svc.store.commit(writes)
+        return mb.inbox(sid, peek=peek, limit=limit, only=ids, now=now, stored=True)
+
     async def ack(self, p: mm.AckParams, conn: Conn) -> mm.AckResult:
-        done = self.mb.ack(p.session_id, p.ids)
-        await self._commit()
+        now = self.svc.clock.now()
+        await self.svc.store.commit(self.mb.ack_writes(p.session_id, p.ids, now=now))
+        done = self.mb.ack(p.session_id, p.ids, now=now, stored=True)
         return mm.AckResult(acked=done)
 
     async def status(self, p: mm.StatusParams, conn: Conn) -> mm.StatusResult:

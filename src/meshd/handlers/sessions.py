@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from meshd.core.registry import Registration, Report, Session
+from meshd.core.state import Event
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
 from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
@@ -91,14 +92,24 @@ class SessionHandlers:
         """End a session. The end is stored *before* it is applied: releasing claims
         and waking waiters cannot be undone, so a disk that refuses the write leaves
         the session exactly as it was (UNAVAILABLE, nothing acknowledged)."""
-        svc = self.svc
+        svc, mb = self.svc, self.svc.state.mailbox
         svc.state.registry.get(p.session_id)
-        await svc.store.commit([("session.end", p.session_id, svc.clock.now(), "ended")])
         handoff_id = None
-        if p.handoff:  # the final handoff, stored in the same commit as the releases
-            handoff_id = svc.state.mailbox.write_handoff(p.session_id, p.handoff).id
+        if p.handoff:  # the final handoff, stored in the same commit as the end
+            handoff_id = mb.write_handoff(p.session_id, p.handoff).id
+        writes, pushes = mb.drain()
+        try:
+            await svc.store.commit(
+                [*writes, ("session.end", p.session_id, svc.clock.now(), "ended")]
+            )
+        except MeshError:
+            mb.forget(writes)
+            raise
+        svc.state.events.extend(Event(*push) for push in pushes)
         svc.end_session(p.session_id, "ended")
-        await svc.commit()
+        # The end is stored; what it sets off (releases, grants to waiters) follows in
+        # the background, kept by the store until the disk takes it.
+        svc.flush_background()
         return m.EndResult(session_id=p.session_id, ended=True, handoff_id=handoff_id)
 
     async def attach(self, p: m.AttachParams, conn: Conn) -> m.AttachResult:
@@ -106,10 +117,18 @@ class SessionHandlers:
         start = start_time(p.pid)
         if start is None:
             raise InvalidParams(f"pid {p.pid} is not running", {"path": "$.pid"})
-        s = svc.state.registry.attach(p.session_id, p.pid, start)
-        svc.pids.watch(s.session_id, p.pid, start)
+        s = svc.state.registry.get(p.session_id)
+        before = (s.pid, s.pid_start, list(s.anchors))
+        fresh = (p.pid, start) not in s.pids()
+        svc.state.registry.attach(p.session_id, p.pid, start)
         svc.state.writes.append(("session.put", s))
-        await svc.commit()
+        try:
+            await svc.commit()
+        except MeshError:  # not stored: the session lives with the processes it had
+            s.pid, s.pid_start, s.anchors = before
+            raise
+        if fresh:
+            svc.pids.watch(s.session_id, p.pid, start)
         return m.AttachResult(session_id=s.session_id, pids=[pid for pid, _ in s.pids()])
 
     def info(self, s: Session, now_mono: float, now_wall: float) -> m.SessionInfo:
