@@ -1,0 +1,105 @@
+"""The notebook (SPEC §7): every session's notes, shared or private. Pure.
+
+A note belongs to the session that wrote it (its *author*) and outlives it:
+notebooks stay after their sessions end and across restarts, until
+``history_days`` prunes them. A ``shared`` note may be read by every session of
+the profile; a ``private`` one by its author alone.
+
+Privacy is decided here, in one function (:func:`visible`), and every answer
+that carries notes goes through :meth:`Notebook.read`: a reader that is not the
+author never gets a private note, whatever method asked. A reader of ``None``
+(a caller that acts for no session) is a stranger to every notebook.
+
+What must be stored is left in :attr:`Notebook.writes` as ``("note.put", note)``
+and ``("note.prune", cutoff)``; the clock is injected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from meshd.core.clock import Clock
+from meshd.protocol.errors import TooLarge
+
+Write = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One entry of a notebook."""
+
+    id: int
+    author: str
+    text: str
+    private: bool
+    at: float
+
+
+def visible(note: Note, reader: str | None) -> bool:
+    """Whether ``reader`` may see ``note``: shared notes to all, private to the author."""
+    return not note.private or (reader is not None and note.author == reader)
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+class Notebook:
+    """Every notebook of one profile, oldest note first."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.notes: dict[int, Note] = {}
+        self.writes: list[Write] = []
+        self._next_id = 1
+
+    def restore(self, notes: Iterable[Note]) -> None:
+        """Put back what the database held (ids keep counting above the highest)."""
+        for n in sorted(notes, key=lambda n: n.id):
+            self.notes[n.id] = n
+            self._next_id = max(self._next_id, n.id + 1)
+
+    def add(self, author: str, text: str, *, private: bool, limit: int) -> Note:
+        """Write ``text`` into ``author``'s notebook; refused when over ``limit`` bytes."""
+        size = utf8_len(text)
+        if size > limit:
+            raise TooLarge(
+                f"the note is {size} bytes; the limit is {limit} (max_body_bytes)",
+                {"path": "$.text", "limit": limit},
+            )
+        note = Note(self._next_id, author, text, private, self.clock.now())
+        self._next_id += 1
+        self.notes[note.id] = note
+        self.writes.append(("note.put", note))
+        return note
+
+    def read(
+        self,
+        reader: str | None,
+        *,
+        author: str | None = None,
+        limit: int | None = None,
+    ) -> list[Note]:
+        """The notes ``reader`` may see (of ``author`` only, when given), oldest first;
+        the newest ``limit`` of them when given."""
+        out = [
+            n
+            for n in self.notes.values()
+            if (author is None or n.author == author) and visible(n, reader)
+        ]
+        return out[-limit:] if limit is not None else out
+
+    def prune(self, history_days: float) -> int:
+        """Forget notes older than ``history_days``; how many went."""
+        cutoff = self.clock.now() - history_days * 86400
+        old = [i for i, n in self.notes.items() if n.at < cutoff]
+        for i in old:
+            del self.notes[i]
+        self.writes.append(("note.prune", cutoff))
+        return len(old)
+
+    def drain(self) -> list[Write]:
+        writes, self.writes = self.writes, []
+        return writes

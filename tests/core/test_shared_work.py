@@ -1,0 +1,244 @@
+"""The pure cores of shared work (SPEC §7): notebook, signals, ledger, board marks."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshd.core.clock import ManualClock
+from meshd.core.ledger import Ledger, LedgerRefused
+from meshd.core.marks import READ_FRESH, Marks
+from meshd.core.notes import Notebook, visible
+from meshd.core.signals import SignalBoard
+from meshd.protocol.errors import TooLarge
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+class TestNotebook:
+    def test_shared_notes_are_read_by_all_private_only_by_their_author(
+        self, clock: ManualClock
+    ) -> None:
+        """B reads A's shared note and never A's private one; A reads both."""
+        nb = Notebook(clock)
+        nb.add("A", "API base is /v2", private=False, limit=100)
+        nb.add("A", "my hunch", private=True, limit=100)
+
+        by_b = [n.text for n in nb.read("B")]
+        by_a = [n.text for n in nb.read("A")]
+        by_nobody = [n.text for n in nb.read(None)]
+
+        assert by_b == ["API base is /v2"]
+        assert by_a == ["API base is /v2", "my hunch"]
+        assert by_nobody == ["API base is /v2"]
+
+    @given(
+        st.lists(st.tuples(st.sampled_from("ABC"), st.booleans(), st.integers(0, 9)), max_size=30),
+        st.sampled_from(["A", "B", "C", None]),
+        st.sampled_from(["A", "B", "C", None]),
+    )
+    def test_no_reader_ever_gets_a_private_note_of_another(
+        self,
+        notes: list[tuple[str, bool, int]],
+        reader: str | None,
+        author: str | None,
+    ) -> None:
+        """Whatever the notebook and the filter, a private note reaches its author only."""
+        nb = Notebook(ManualClock())
+        for who, private, i in notes:
+            nb.add(who, f"{who}-{i}", private=private, limit=100)
+
+        got = nb.read(reader, author=author)
+
+        assert all(not n.private or n.author == reader for n in got)
+        assert len(got) == sum(
+            1 for n in nb.notes.values() if visible(n, reader) and author in (None, n.author)
+        )
+
+    def test_too_long_is_refused_and_nothing_is_written(self, clock: ManualClock) -> None:
+        nb = Notebook(clock)
+
+        with pytest.raises(TooLarge):
+            nb.add("A", "é" * 6, private=False, limit=10)
+
+        assert nb.notes == {}
+        assert nb.drain() == []
+
+    def test_notes_older_than_history_days_are_pruned(self, clock: ManualClock) -> None:
+        nb = Notebook(clock)
+        nb.add("A", "old", private=False, limit=100)
+        clock.advance(2 * 86400)
+        nb.add("A", "new", private=False, limit=100)
+        nb.drain()
+
+        gone = nb.prune(history_days=1)
+
+        assert gone == 1
+        assert [n.text for n in nb.read("A")] == ["new"]
+        assert nb.drain() == [("note.prune", clock.now() - 86400)]
+
+    def test_ids_go_on_above_restored_ones(self, clock: ManualClock) -> None:
+        first = Notebook(clock)
+        first.add("A", "x", private=False, limit=100)
+        again = Notebook(clock)
+        again.restore(first.notes.values())
+
+        note = again.add("A", "y", private=False, limit=100)
+
+        assert note.id == 2
+
+
+class TestSignals:
+    def test_each_name_counts_on_its_own(self, clock: ManualClock) -> None:
+        sb = SignalBoard(clock)
+
+        seqs = [sb.emit(n, "null", "A").seq for n in ("a", "a", "b", "a")]
+
+        assert seqs == [1, 2, 1, 3]
+
+    def test_a_late_waiter_sees_an_earlier_emit(self, clock: ManualClock) -> None:
+        sb = SignalBoard(clock)
+        sb.emit("research-done", '{"rows": 10}', "A")
+        clock.advance(30)
+
+        sig = sb.find("research-done", after=None, since=None)
+
+        assert sig is not None
+        assert (sig.seq, sig.payload, sig.emitted_by) == (1, '{"rows": 10}', "A")
+
+    def test_after_waits_for_a_newer_one(self, clock: ManualClock) -> None:
+        sb = SignalBoard(clock)
+        sb.emit("x", "null", None)
+
+        assert sb.find("x", after=1, since=None) is None
+        sb.emit("x", "null", None)
+        assert sb.find("x", after=1, since=None) is not None
+
+    def test_since_takes_only_recent_emits(self, clock: ManualClock) -> None:
+        sb = SignalBoard(clock)
+        sb.emit("x", "null", None)
+        clock.advance(120)
+
+        assert sb.find("x", after=None, since=60) is None
+        assert sb.find("x", after=None, since=180) is not None
+
+    def test_pruning_keeps_the_counter(self, clock: ManualClock) -> None:
+        sb = SignalBoard(clock)
+        sb.emit("x", "null", None)
+        clock.advance(2 * 86400)
+        sb.prune(history_days=1)
+
+        assert sb.find("x", after=None, since=None) is None
+        assert sb.emit("x", "null", None).seq == 2
+
+
+def alive(*sids: str):  # type: ignore[no-untyped-def]
+    return lambda sid: sid in sids
+
+
+class TestLedger:
+    def test_first_reserves_the_second_is_told_running(self, clock: ManualClock) -> None:
+        led = Ledger(clock)
+
+        first = led.reserve("daily", "A", alive("A", "B"), ttl=None, note="")
+        second = led.reserve("daily", "B", alive("A", "B"), ttl=None, note="")
+
+        assert first.status == "reserved"
+        assert (second.status, second.entry.session_id) == ("running", "A")
+        assert led.drain() == [("ledger.put", first.entry)]
+
+    def test_done_stays_done_free_lets_the_next_run(self, clock: ManualClock) -> None:
+        led = Ledger(clock)
+        live = alive("A", "B")
+        led.reserve("k", "A", live, ttl=None, note="")
+        led.finish("k", "A", "done")
+        led.reserve("j", "A", live, ttl=None, note="")
+        led.finish("j", "A", "free")
+
+        assert led.reserve("k", "B", live, ttl=None, note="").status == "done"
+        assert led.reserve("j", "B", live, ttl=None, note="").status == "reserved"
+
+    def test_a_runner_that_is_gone_leaves_unknown_for_good(self, clock: ManualClock) -> None:
+        """A dead runner's key is unknown: nobody runs it, and its finish changes nothing."""
+        led = Ledger(clock)
+        led.reserve("pay", "A", alive("A"), ttl=None, note="")
+
+        turned = led.sweep(alive())
+        again = led.reserve("pay", "B", alive("B"), ttl=None, note="")
+        late = led.finish("pay", "A", "done")
+
+        assert [e.key for e in turned] == ["pay"]
+        assert again.status == "unknown"
+        assert late is not None
+        assert late.state == "unknown"
+
+    def test_resolve_settles_unknown_but_never_a_live_running_key(self, clock: ManualClock) -> None:
+        led = Ledger(clock)
+        led.reserve("a", "A", alive("A"), ttl=None, note="")
+        led.reserve("b", "B", alive("B"), ttl=None, note="")
+        led.sweep(alive("A"))
+
+        with pytest.raises(LedgerRefused):
+            led.resolve("a", "free", "person", alive("A"))
+        before = led.resolve("b", "free", "person", alive("A"))
+
+        assert before is not None
+        assert before.state == "unknown"
+        assert led.reserve("b", "C", alive("C"), ttl=None, note="").status == "reserved"
+
+    def test_done_with_ttl_is_forgotten_after_it(self, clock: ManualClock) -> None:
+        led = Ledger(clock)
+        live = alive("A", "B")
+        led.reserve("hourly", "A", live, ttl=3600, note="")
+        led.finish("hourly", "A", "done")
+        clock.advance(3599)
+        assert led.reserve("hourly", "B", live, ttl=3600, note="").status == "done"
+        clock.advance(1)
+
+        assert led.reserve("hourly", "B", live, ttl=3600, note="").status == "reserved"
+
+    def test_finish_by_another_session_changes_nothing(self, clock: ManualClock) -> None:
+        led = Ledger(clock)
+        led.reserve("k", "A", alive("A"), ttl=None, note="")
+        led.drain()
+
+        entry = led.finish("k", "B", "free")
+
+        assert entry is not None
+        assert (entry.state, entry.session_id) == ("running", "A")
+        assert led.drain() == []
+
+
+class TestMarks:
+    def test_watch_and_read_overlap_both_ways(self, clock: ManualClock) -> None:
+        m = Marks(clock)
+        m.touch("W", ["/p/src"], "watch")
+        m.touch("R", ["/p/src/a.py"], "read")
+        m.touch("X", ["/p/docs"], "watch")
+
+        assert m.overlapping(["/p/src/a.py"]) == {"W": "watch", "R": "read"}
+        assert m.overlapping(["/p"]) == {"W": "watch", "R": "read", "X": "watch"}
+        assert m.overlapping(["/p/srcx"]) == {}
+
+    def test_an_old_read_draws_no_notice_a_watch_lasts(self, clock: ManualClock) -> None:
+        m = Marks(clock)
+        m.touch("R", ["/p/a"], "read")
+        m.touch("W", ["/p/a"], "watch")
+        clock.advance(READ_FRESH + 1)
+
+        assert m.overlapping(["/p/a"]) == {"W": "watch"}
+
+    def test_marks_of_sessions_gone_are_dropped(self, clock: ManualClock) -> None:
+        m = Marks(clock)
+        m.touch("A", ["/p/a"], "watch")
+        m.touch("B", ["/p/a"], "watch")
+        m.drain()
+
+        m.sweep(alive("B"))
+
+        assert m.overlapping(["/p/a"]) == {"B": "watch"}
+        assert m.drain() == [("board.unmark", "A")]
