@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Responder, Sent
+from meshctl._shared import Note, Once, SignalRecord
 from meshctl._sync import Claim, Mesh, Session
 from meshd.protocol.errors import (
     BadKey,
@@ -80,6 +81,8 @@ __all__ = [
     "MethodNotFound",
     "NoSession",
     "NotFound",
+    "Note",
+    "Once",
     "ParseError",
     "Query",
     "QueryRefused",
@@ -87,6 +90,7 @@ __all__ = [
     "Sent",
     "Session",
     "SessionExpired",
+    "SignalRecord",
     "StorageUnavailable",
     "TooLarge",
     "UnknownSession",

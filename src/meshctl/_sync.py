@@ -33,6 +33,7 @@ from typing import Any
 from meshctl import _claims, _conn, _paths, _spawn
 from meshctl import _log as log
 from meshctl._messaging import MessagingMixin
+from meshctl._shared import SharedMixin
 from meshd.protocol.errors import (
     FrameTooLarge,
     MeshError,
@@ -313,7 +314,7 @@ class Mesh:
         self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
 
 
-class Session(MessagingMixin):
+class Session(MessagingMixin, SharedMixin):
     """A registered session: heartbeats from a daemon thread, ends on exit.
 
     What it never hides: when the daemon expired or forgot the session, or restarted

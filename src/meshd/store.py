@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from meshd import storage_board, storage_claims, storage_messages
+from meshd import storage_board, storage_claims, storage_messages, storage_shared
 from meshd.core.registry import Session
 from meshd.protocol.errors import StorageUnavailable
 
@@ -67,6 +67,8 @@ MIGRATIONS: list[str] = [
     storage_messages.DDL,
     # 4: the board's changed files
     storage_board.DDL,
+    # 5: shared work: notes, signals, the ledger, board posts and marks
+    storage_shared.DDL,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -61,6 +61,7 @@ COMMANDS: dict[str, str] = {
     "heartbeat": "meshctl.cli.lifecycle:heartbeat",
     "inbox": "meshctl.cli.messages:inbox",
     "log": "meshctl.cli.claims:log_",
+    "notes": "meshctl.cli.notes:notes",
     "register": "meshctl.cli.lifecycle:register",
     "release": "meshctl.cli.claims:release",
     "reply": "meshctl.cli.messages:reply",

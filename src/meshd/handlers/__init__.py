@@ -10,10 +10,11 @@ if TYPE_CHECKING:
 
 def install_all(svc: Service) -> None:
     """Add every domain's methods to ``svc`` (the order is the schema's order)."""
-    from meshd.handlers import board, claims, mesh, messages, sessions
+    from meshd.handlers import board, claims, mesh, messages, notes, sessions
 
     mesh.install(svc)
     sessions.install(svc)
     claims.install(svc)
     messages.install(svc)
     board.install(svc)
+    notes.install(svc)

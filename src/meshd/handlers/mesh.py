@@ -12,7 +12,7 @@ from meshd.service import Conn, Service, rfc3339
 
 CAPABILITIES = [
     "sessions", "liveness.pidfd", "bind", "schema", "reload", "claims", "fencing", "audit",
-    "messages", "queries", "broadcasts", "handoffs", "events", "board.changed",
+    "messages", "queries", "broadcasts", "handoffs", "events", "board.changed", "notes",
 ]  # fmt: skip
 
 

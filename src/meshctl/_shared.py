@@ -1,0 +1,236 @@
+"""Shared work for the blocking ``Session`` (SPEC §7, §10): notes, signals, the ledger.
+
+::
+
+    with mesh.session(task="…") as s:
+        s.notes.add("API base is /v2")                 # shared; private=True: only s reads it
+        s.notes.list()                                  # every note s may read
+        s.signal("data-ready").emit({"rows": 10})
+        got = s.signal("data-ready").wait(timeout=30)   # a SignalRecord, or None on timeout
+        with s.once("finance-daily:2026-11-29") as first:
+            if first:
+                send_report()
+
+Like the rest of ``Session``, notes and signals are no-ops while the session is
+not active (the mesh disabled, or unreachable with ``fail_open``). The ledger is
+the exception: :meth:`SharedMixin.once` **never fails open** -- an unreachable
+daemon raises :class:`MeshUnavailable` and the block must not run the side
+effect. Only a mesh switched off in config (``enabled = false``) lets it run
+unguarded, as ``meshctl once`` does, and says so.
+
+Standard library only (the blocking client's rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from meshctl import _log as log
+from meshd.protocol.errors import MeshUnavailable
+
+if TYPE_CHECKING:
+    from meshctl._sync import Mesh
+
+
+class Note(NamedTuple):
+    """One notebook entry; ``session_id`` is its author."""
+
+    id: int
+    session_id: str
+    text: str
+    private: bool
+    at: str
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> Note:
+        return cls(
+            int(raw["id"]), str(raw["session_id"]), str(raw["text"]),
+            bool(raw.get("private")), str(raw.get("at", "")),
+        )  # fmt: skip
+
+
+class SignalRecord(NamedTuple):
+    """One emitted signal."""
+
+    name: str
+    seq: int
+    payload: Any
+    emitted_by: str | None
+    emitted_at: str
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> SignalRecord:
+        return cls(
+            str(raw["name"]), int(raw["seq"]), raw.get("payload"),
+            raw.get("emitted_by"), str(raw.get("emitted_at") or ""),
+        )  # fmt: skip
+
+
+def notes_of(raw: Any) -> list[Note]:
+    return [] if raw is None else [Note.from_wire(e) for e in raw.get("entries") or []]
+
+
+def wait_params(
+    name: str, after: int | None, since: float | None, timeout: float
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name, "timeout": timeout}
+    if after is not None:
+        params["after"] = after
+    if since is not None:
+        params["since"] = since
+    return params
+
+
+def received(raw: Any) -> SignalRecord | None:
+    """The signal a wait got, or None when it ran out (or the session is a no-op)."""
+    if raw is None or not raw.get("received"):
+        return None
+    return SignalRecord.from_wire(raw)
+
+
+def once_params(key: str, ttl: float | None, note: str) -> dict[str, Any]:
+    params: dict[str, Any] = {"key": key}
+    if ttl is not None:
+        params["ttl"] = ttl
+    if note:
+        params["note"] = note[:200]
+    return params
+
+
+class _Host(Protocol):
+    """What the handles need from their session (``Session`` has it all)."""
+
+    mesh: Mesh
+
+    @property
+    def session_id(self) -> str | None: ...
+
+    @property
+    def active(self) -> bool: ...
+
+    @property
+    def disabled(self) -> bool: ...
+
+    def _mcall(self, method: str, params: dict[str, Any], wait: float = 0.0) -> Any: ...
+
+
+class Notebook:
+    """``s.notes``: the session's notebook, and the notes of others it may read."""
+
+    def __init__(self, session: _Host) -> None:
+        self._s = session
+
+    def add(self, text: str, private: bool = False) -> Note | None:
+        """Write a note (``private``: only this session will ever read it)."""
+        raw = self._s._mcall("notes.add", {"text": text, "private": private})
+        if raw is None or raw.get("disabled"):
+            return None
+        return Note(int(raw["id"]), str(raw["session_id"]), text, private, str(raw["at"]))
+
+    def list(self, session_id: str | None = None, limit: int = 200) -> list[Note]:
+        """Notes this session may read: every shared note and its own private ones
+        (only ``session_id``'s notebook when given), oldest first."""
+        params: dict[str, Any] = {"limit": limit}
+        if session_id is not None:
+            params["author"] = session_id
+        return notes_of(self._s._mcall("notes.list", params))
+
+
+class Signal:
+    """``s.signal(NAME)``: emit it, or wait for it (pushed by the daemon, never polled)."""
+
+    def __init__(self, session: _Host, name: str) -> None:
+        self._s = session
+        self.name = name
+
+    def emit(self, payload: Any = None) -> SignalRecord | None:
+        """Emit the next signal of this name; its record (``seq``)."""
+        raw = self._s._mcall("signal.emit", {"name": self.name, "payload": payload})
+        return None if raw is None else SignalRecord.from_wire(raw)
+
+    def wait(
+        self, after: int | None = None, since: float | None = None, timeout: float = 10.0
+    ) -> SignalRecord | None:
+        """The newest signal newer than ``after`` (emitted within ``since`` seconds),
+        waiting up to ``timeout`` seconds for one; None when none came."""
+        params = wait_params(self.name, after, since, timeout)
+        return received(self._s._mcall("signal.wait", params, wait=timeout))
+
+
+class Once:
+    """``with s.once(KEY) as first:`` -- True only for the one caller that may run.
+
+    Leaving the block records ``done``; an exception frees the key (it may run
+    again) and propagates. A process that dies inside the block leaves the key
+    ``unknown`` until a person resolves it (``meshctl once --resolve KEY done|free``).
+    ``status`` says what the reserve found (``reserved``, ``running``, ``done``,
+    ``unknown``) and ``entry`` who holds it and since when.
+    """
+
+    def __init__(self, session: _Host, key: str, ttl: float | None, note: str) -> None:
+        self._s = session
+        self.key = key
+        self._params = once_params(key, ttl, note)
+        self.first = False
+        self.status = ""
+        self.entry: dict[str, Any] | None = None
+        self.finished: dict[str, Any] | None = None
+
+    def __enter__(self) -> bool:
+        if self._s.disabled:
+            log.warning("Session Mesh is disabled: once(%r) runs unguarded", self.key)
+            self.status, self.first = "disabled", True
+            return True
+        if not self._s.active:
+            raise MeshUnavailable(f"once({self.key!r}): the mesh is unreachable; not running")
+        raw = self._s._mcall("once.reserve", self._params)
+        if raw is None:  # failing open is never an option here
+            raise MeshUnavailable(f"once({self.key!r}): the mesh is unreachable; not running")
+        self.status = str(raw.get("status"))
+        self.entry = raw.get("entry")
+        self.first = self.status == "reserved"
+        return self.first
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.first or self.status == "disabled":
+            return
+        outcome = "done" if exc_type is None else "free"
+        params = {"key": self.key, "outcome": outcome}
+        try:
+            self.finished = self._s._mcall("once.finish", params)
+        except MeshUnavailable as failure:
+            log.warning(
+                "Session Mesh: could not record %s for %r (%s); it turns unknown when "
+                "this session ends",
+                outcome, self.key, failure,
+            )  # fmt: skip
+
+    def __bool__(self) -> bool:
+        return self.first
+
+    def __repr__(self) -> str:
+        return f"<Once {self.key!r} {self.status or 'not entered'}>"
+
+
+class SharedMixin:
+    """``notes``, ``signal(NAME)``, ``once(KEY)``; mixed into ``Session``."""
+
+    @property
+    def notes(self) -> Notebook:
+        """This session's notebook (and the notes of others it may read)."""
+        return Notebook(self)  # type: ignore[arg-type]
+
+    def signal(self, name: str) -> Signal:
+        """The signal ``name`` (``research-done:2026-11-29``), to emit or wait for."""
+        return Signal(self, name)  # type: ignore[arg-type]
+
+    def once(self, key: str, ttl: float | None = None, note: str = "") -> Once:
+        """At most once: ``with s.once(KEY) as first: if first: …`` (see :class:`Once`)."""
+        return Once(self, key, ttl, note)  # type: ignore[arg-type]

@@ -1,0 +1,112 @@
+"""The state of shared work (SPEC §7) behind the notes, signal, once and board handlers.
+
+One :class:`SharedWork` per service holds the pure cores -- notebook, signals,
+ledger, board marks -- and what they share:
+
+* **Restore, lazily**: the first request that needs them reads them back from
+  SQLite (:func:`meshd.storage_shared.load`, in the store's thread, after any
+  write queued before it). Until then the sweeper leaves them alone: a ledger
+  entry whose runner died meanwhile is turned ``unknown`` the moment it is
+  read, before anyone is told anything about it.
+* **Commit**: :meth:`SharedWork.commit` hands the cores' writes to the service,
+  which stores them (ledger writes synced) before the reply.
+* **Sweep** (every tick of the daemon's sweeper): runners that are gone turn
+  their keys ``unknown``, marks of ended sessions go, and once an hour notes,
+  signals and board posts older than ``history_days`` are pruned.
+
+Handlers find it with :func:`shared_of`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import anyio
+
+from meshd import storage_shared
+from meshd.core.ledger import Ledger
+from meshd.core.marks import Marks
+from meshd.core.notes import Notebook
+from meshd.core.signals import SignalBoard
+from meshd.protocol.errors import MeshDisabled
+from meshd.service import Service
+
+PRUNE_EVERY = 3600.0
+
+_BY_SERVICE: weakref.WeakKeyDictionary[Service, SharedWork] = weakref.WeakKeyDictionary()
+
+
+def shared_of(svc: Service) -> SharedWork:
+    """The service's shared-work state (created, with its sweep hook, on first use)."""
+    work = _BY_SERVICE.get(svc)
+    if work is None:
+        work = _BY_SERVICE[svc] = SharedWork(svc)
+        svc.on_sweep.append(work.sweep)
+        storage_shared.install()
+    return work
+
+
+class SharedWork:
+    """Notebook, signals, ledger and board marks of one profile, in memory."""
+
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.notes = Notebook(svc.clock)
+        self.signals = SignalBoard(svc.clock)
+        self.ledger = Ledger(svc.clock)
+        self.marks = Marks(svc.clock)
+        self.loaded = False
+        self._lock = anyio.Lock()
+        self._next_prune = 0.0
+        #: Called after every sweep (the signal handlers wake waits of ended sessions).
+        self.after_sweep: list[Callable[[], None]] = []
+
+    def live(self, sid: str) -> bool:
+        return sid in self.svc.state.registry.sessions
+
+    def enabled(self) -> None:
+        if not self.svc.state.settings.enabled:
+            raise MeshDisabled("the mesh is disabled in config (enabled = false)")
+
+    async def ready(self) -> SharedWork:
+        """Load what the database holds, once; returns self."""
+        if self.loaded:
+            return self
+        async with self._lock:
+            if not self.loaded:
+                got = await self.svc.store.read(storage_shared.load)
+                self.notes.restore(got.notes)
+                self.signals.restore(got.signals, got.counters)
+                self.ledger.restore(got.ledger)
+                self.marks.restore(got.marks)
+                self.loaded = True
+        return self
+
+    def take_writes(self) -> None:
+        """Move the cores' writes to the service's (committed with its next commit)."""
+        w = self.svc.state.writes
+        for core in (self.notes, self.signals, self.ledger, self.marks):
+            w.extend(core.drain())
+
+    async def commit(self) -> None:
+        """Store what the cores wrote; nothing is acknowledged before it is on disk."""
+        self.take_writes()
+        await self.svc.commit()
+
+    def sweep(self) -> None:
+        if not self.loaded:
+            return
+        self.ledger.sweep(self.live)
+        self.marks.sweep(self.live)
+        now = self.svc.clock.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY
+            days = self.svc.state.settings.history_days
+            self.notes.prune(days)
+            self.signals.prune(days)
+            cutoff = self.svc.clock.now() - days * 86400
+            self.svc.state.writes.append(("board.post_prune", cutoff))
+        self.take_writes()
+        for hook in self.after_sweep:
+            hook()

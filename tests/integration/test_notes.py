@@ -1,0 +1,130 @@
+"""The notebook through the real daemon: who reads what, across ends and restarts."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.integration.test_board import Client, register
+
+DaemonHandle = Any
+
+
+@pytest.fixture
+def trio(daemon: DaemonHandle) -> Any:
+    c = Client(daemon)
+    for sid in ("A", "B", "C"):
+        register(c, sid)
+    yield c
+    c.close()
+
+
+def texts(c: Client, **params: Any) -> list[str]:
+    return [e["text"] for e in c.call("notes.list", **params)["entries"]]
+
+
+class TestNotebook:
+    def test_b_reads_what_a_wrote_down_but_never_a_private_note(self, trio: Client) -> None:
+        """A notes something; B asks what A wrote down and gets it, private notes aside."""
+        trio.call("notes.add", session_id="A", text="API base is /v2")
+        trio.call("notes.add", session_id="A", text="hunch: flaky test", private=True)
+
+        assert texts(trio, session_id="B", author="A") == ["API base is /v2"]
+        assert texts(trio, session_id="A") == ["API base is /v2", "hunch: flaky test"]
+        assert texts(trio) == ["API base is /v2"]
+
+    def test_notebooks_outlive_their_session_and_a_restart(
+        self, daemon: DaemonHandle, trio: Client
+    ) -> None:
+        trio.call("notes.add", session_id="A", text="kept")
+        trio.call("notes.add", session_id="A", text="mine", private=True)
+        trio.call("session.end", session_id="A")
+        trio.close()
+        daemon.kill()
+        daemon.start()
+        c = Client(daemon)
+
+        after = c.call("notes.list", session_id="A")["entries"]
+        c.close()
+
+        assert [(e["session_id"], e["text"], e["private"]) for e in after] == [
+            ("A", "kept", False),
+            ("A", "mine", True),
+        ]
+
+    def test_a_note_over_max_body_bytes_is_refused_and_not_kept(self, trio: Client) -> None:
+        reply = trio.raw("notes.add", session_id="A", text="x" * 9000)
+
+        assert reply["error"]["data"]["code"] == "TOO_LARGE"
+        assert texts(trio, session_id="A") == []
+
+    def test_an_unknown_author_is_refused(self, trio: Client) -> None:
+        reply = trio.raw("notes.add", session_id="nobody", text="x")
+
+        assert reply["error"]["data"]["code"] == "UNKNOWN_SESSION"
+
+
+# --- private notes never leak, by any method ---------------------------------------------
+
+READS: list[tuple[str, dict[str, Any]]] = [
+    ("notes.list", {}),
+    ("notes.list", {"author": "A"}),
+    ("notes.list", {"author": "B"}),
+    ("session.list", {}),
+    ("session.get", {"session_id": "A"}),
+    ("message.inbox", {"all": True}),
+    ("handoff.list", {"all": True}),
+    ("query.ask", {"to": "A", "question": "what did you write down?", "timeout": 1}),
+    ("board.changes", {}),
+]
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    notebook=st.lists(st.tuples(st.sampled_from("ABC"), st.booleans()), min_size=1, max_size=8),
+    reader=st.sampled_from(["B", "C", None]),
+    methods=st.lists(st.sampled_from(range(len(READS))), min_size=1, max_size=4),
+)
+def test_private_notes_reach_no_other_session_by_any_method(
+    daemon: DaemonHandle,
+    trio: Client,
+    notebook: list[tuple[str, bool]],
+    reader: str | None,
+    methods: list[int],
+) -> None:
+    """Random notebooks, readers and read methods: no answer to the reader, and no
+    event pushed to it, carries a private note of another session."""
+    secret: set[str] = set()
+    events = Client(daemon)
+    if reader is not None:
+        events.call("events.subscribe", session_id=reader)
+    for author, private in notebook:
+        text = f"{'secret' if private else 'open'}-{uuid.uuid4().hex[:12]}"
+        trio.call("notes.add", session_id=author, text=text, private=private)
+        if private and author != reader:
+            secret.add(text)
+    answers: list[Any] = []
+    for i in methods:
+        method, params = READS[i]
+        if reader is not None and method != "session.get":
+            params = {**params, "session_id": reader}
+        elif method in ("message.inbox", "query.ask"):
+            continue  # these act for a session
+        answers.append(trio.raw(method, **params))
+    events.settle(0.05)
+    answers.extend(events.events)
+    events.close()
+
+    seen = json.dumps(answers)
+
+    assert not [s for s in secret if s in seen]
