@@ -416,13 +416,13 @@ class AsyncSession:
         except (SessionExpired, UnknownSession) as exc:
             old = self._core.daemon
             await self._register()
-            self._record(self._core.after_expiry(exc, old))
+            self._record(self._core.after_expiry(exc, old, []))  # it takes no claims
             return await self.mesh.call("session.heartbeat", {"session_id": self.session_id})
         if self.mesh.daemon != self._core.daemon:
             old = self._core.daemon
             again = await self.mesh.call("session.register", self._core.register_params())
             self._core.registered(again, self.mesh.daemon, self._interval_override)
-            if (lost := self._core.after_restart(old, again)) is not None:
+            if (lost := self._core.after_restart(old, again, [])) is not None:
                 self._record(lost)
         return result
 

@@ -420,16 +420,19 @@ class MessagingMixin:
         if not self.active:
             return None
         timeout = self.mesh.timeout + wait if wait else None
+        generation = getattr(self, "registration", 0)
         try:
             return self.mesh.call(
                 method, {**params, "session_id": self.session_id}, timeout=timeout
             )
         except (SessionExpired, UnknownSession) as exc:
-            reregister = getattr(self, "_reregister", None)
-            if exc.data.get("session_id") != self.session_id or reregister is None:
+            recover = getattr(self, "_recover", None)
+            if exc.data.get("session_id") != self.session_id or recover is None:
                 raise
+            # Under the session's lock, as its heartbeat thread does; if that thread
+            # registered the session again meanwhile, this only retries.
             with getattr(self, "_state", None) or contextlib.nullcontext():
-                reregister(exc)  # under the session's lock, as its heartbeat thread does
+                recover(exc, generation)
         return self.mesh.call(method, {**params, "session_id": self.session_id}, timeout=timeout)
 
 

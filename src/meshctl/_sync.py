@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from meshctl import _claims, _conn, _paths, _spawn
+from meshctl import _claims, _conn, _events, _paths, _spawn
 from meshctl import _log as log
 from meshctl._messaging import MessagingMixin
 from meshctl._shared import SharedMixin
@@ -418,9 +418,11 @@ class Session(MessagingMixin, SharedMixin):
                 result = self.mesh.call("session.heartbeat", params)
             except (SessionExpired, UnknownSession) as exc:
                 self._reregister(exc)
-                return self.mesh.call("session.heartbeat", self._core.heartbeat_params(fields))
-            if result is not None and self.mesh.daemon != self._core.daemon:
-                self._daemon_changed()
+                result = self.mesh.call("session.heartbeat", self._core.heartbeat_params(fields))
+            if result is not None:
+                self._heard(result)
+                if self.mesh.daemon != self._core.daemon:
+                    self._daemon_changed()
             return result
 
     def end(self, handoff: str | None = None, *, reason: str = "ended") -> Any:
@@ -439,9 +441,11 @@ class Session(MessagingMixin, SharedMixin):
         if handoff is not None:
             params["handoff"] = handoff
         try:
-            return self.mesh.call("session.end", params)
+            result = self.mesh.call("session.end", params)
         except (SessionExpired, UnknownSession):
             return None
+        self._core.held.clear()
+        return result
 
     # --- claims (SPEC §5) ---------------------------------------------------------
 
@@ -487,7 +491,11 @@ class Session(MessagingMixin, SharedMixin):
                 result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
         if result is None:  # failing open
             return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
-        return Claim(self, result, keys, guarded=not result.get("disabled", False))
+        claim = Claim(self, result, keys, guarded=not result.get("disabled", False))
+        if claim.granted and claim.guarded:
+            with self._state:
+                self._core.granted(claim.token, [str(c.get("resource")) for c in claim.claims])
+        return claim
 
     def check(self, *resources: str) -> dict[str, Any]:
         """``claim.check``: other sessions' overlapping claims (``conflicts``), and live
@@ -513,7 +521,10 @@ class Session(MessagingMixin, SharedMixin):
             result = self.mesh.call(_claims.RELEASE, params)
         except (SessionExpired, UnknownSession):
             return []  # an ended session holds nothing
-        return [] if result is None else [str(r) for r in result.get("released") or []]
+        released = [] if result is None else [str(r) for r in result.get("released") or []]
+        with self._state:
+            self._core.released(released)
+        return released
 
     # --- registration and loss ---------------------------------------------------
 
@@ -534,23 +545,59 @@ class Session(MessagingMixin, SharedMixin):
             )
         return True
 
+    @property
+    def registration(self) -> int:
+        """How many times this session registered (a call that saw it expire passes the
+        number it started under to :meth:`_recover`)."""
+        return self._core.generation
+
+    def _recover(self, exc: MeshError, generation: int) -> None:
+        """A call made under registration ``generation`` found the session expired or
+        unknown: register again -- unless another thread already did since, so one
+        expiry is recorded once. Call with ``_state`` held."""
+        if self._core.generation == generation:
+            self._reregister(exc)
+
     def _reregister(self, exc: MeshError) -> None:
         old = self._core.daemon
         self._register()
-        self._record(self._core.after_expiry(exc, old))
+        self._record(self._core.after_expiry(exc, old, self._validate_held()))
 
     def _daemon_changed(self) -> None:
-        """The daemon restarted but still answered for us: register again to find out."""
+        """The daemon restarted but still answered for us: register again to find out,
+        then check every token this client holds (a restored claim may have run out
+        meanwhile) and report exactly which claims were lost."""
         old = self._core.daemon
         result = self.mesh.call("session.register", self._core.register_params())
         if result is None:
             return
         self._core.registered(result, self.mesh.daemon, self._interval_override)
-        message = self._core.after_restart(old, result)
+        message = self._core.after_restart(old, result, self._validate_held())
         if message is None:
             log.info("meshd restarted and restored session %s", self.session_id)
         else:
             self._record(message)
+
+    def _validate_held(self) -> list[tuple[str, int]]:
+        """``claim.validate`` every (key, token) this client holds; the ones that failed."""
+        lost = []
+        for key, token in self._core.to_validate():
+            try:
+                result = self.mesh.call(_claims.VALIDATE, {"resource": key, "token": token})
+            except MeshError as exc:
+                log.warning("Session Mesh: could not validate %s (token %s): %s", key, token, exc)
+                continue
+            if result is not None and not result.get("valid", False):
+                lost.append((key, token))
+        self._core.invalid(lost)
+        return lost
+
+    def _heard(self, result: Any) -> None:
+        """Take the claim losses a heartbeat reported (``lost``); record each once."""
+        raw = result.get("lost") if isinstance(result, dict) else None
+        if raw:
+            for message in self._core.take_losses(_events.claim_losses(raw)):
+                self._record(message)
 
     def _record(self, message: str) -> None:
         self._core.lost.append(message)
@@ -589,7 +636,12 @@ class Session(MessagingMixin, SharedMixin):
             try:
                 if not self._registered:
                     return self._register()
-                own.call("session.heartbeat", {"session_id": self.session_id})
+                result = own.call(
+                    "session.heartbeat",
+                    {"session_id": self.session_id, "lost_after": self._core.lost_after},
+                )
+                if result is not None:
+                    self._heard(result)
                 if own.daemon != self._core.daemon:
                     self._daemon_changed()
             except (SessionExpired, UnknownSession) as exc:
@@ -646,30 +698,24 @@ class Claim:
         self.deadlock = bool(result.get("deadlock", False))
         self._released = False
         self._lost = False
-        self._losses_at_grant = len(session.lost)
 
     @property
     def lost(self) -> bool:
         """Whether this claim is known to be gone (see the class docs)."""
         if self._lost or not self.granted or not self.guarded or self._released:
             return self._lost
-        if len(self.session.lost) > self._losses_at_grant or self._noticed():
+        mine = [str(c.get("resource")) for c in self.claims]
+        if self.session._core.is_lost(self.token, mine) or self._noticed(mine):
             self._lost = True
         return self._lost
 
-    def _noticed(self) -> bool:
-        """A lost/expired/stolen notice for one of our keys among the events kept aside."""
-        mine = {c.get("resource") for c in self.claims}
-        for event in list(self.session.mesh._events):
-            if not isinstance(event, dict):
-                continue
-            kind = event.get("kind") or event.get("type") or event.get("notice")
-            if kind not in ("lost", "expired", "stolen"):
-                continue
-            token = event.get("token")
-            if event.get("resource") in mine and (token is None or token == self.token):
-                return True
-        return False
+    def _noticed(self, mine: list[str]) -> bool:
+        """A claim-loss event for our token among the events the main connection kept
+        aside (when something subscribed it); heartbeats report losses either way."""
+        return any(
+            e.token == self.token and set(e.resources) & set(mine)
+            for e in _events.claim_losses(list(self.session.mesh._events))
+        )
 
     def validate(self) -> bool:
         """Ask the daemon whether our token still holds every acquired key (fencing)."""

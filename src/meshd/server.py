@@ -471,7 +471,6 @@ class Server:
             subs = self.subscribers.get(ev.session_id)
             if not subs:
                 continue
-            payload = {"session_id": ev.session_id, "kind": ev.kind, **ev.payload}
-            frame = encoder.encode(notification("event", payload))
+            frame = encoder.encode(notification("event", ev.body))
             for c in list(subs):
                 c.push(frame)

@@ -197,6 +197,7 @@ class Service:
         if self.clock.monotonic() >= self._next_prune:  # history_days, checked hourly
             self._next_prune = self.clock.monotonic() + 3600
             self.state.mailbox.prune()
+            self.state.prune_losses()
         for hook in self.on_sweep:
             hook()
         self.flush_background()

@@ -17,6 +17,8 @@ import pytest
 
 from meshctl import Mesh, _claims
 
+from .conftest import wait_for
+
 needs_claims = pytest.mark.xfail(
     importlib.util.find_spec("meshd.handlers.claims") is None,
     reason="the daemon does not serve claim.* yet",
@@ -177,3 +179,69 @@ class TestWithDaemon:
             waiter.join(30)
 
             assert got == [True]
+
+
+class TestLost:
+    """``Claim.lost`` and ``on_lost`` turn true within one heartbeat of a loss (SPEC §5,
+    §10), through the real daemon: ttl, steal, expiry, and a restart that lost one."""
+
+    def test_ttl(self, daemon: Any) -> None:
+        seen: list[str] = []
+        with Mesh() as mesh, mesh.session(task="a", on_lost=seen.append) as a:
+            c = a.claim("res:ttl", ttl=0.2)
+            other = a.claim("res:kept")
+            wait_for(lambda: c.lost)
+
+            assert seen == a.lost
+            assert f"res:ttl (token {c.token}) expired" in seen[0]
+            assert not other.lost
+
+    def test_steal(self, daemon: Any) -> None:
+        seen: list[str] = []
+        with Mesh() as mesh, mesh.session(task="a", on_lost=seen.append) as a:
+            with mesh.session(task="b") as b:
+                c = a.claim("res:st")
+                b.mesh.call(
+                    "claim.steal",
+                    {"session_id": b.session_id, "resources": ["res:st"], "reason": "hotfix"},
+                )
+                wait_for(lambda: c.lost)
+
+            assert seen == [
+                f"your claim on res:st (token {c.token}) was stolen by {b.session_id} — hotfix"
+            ]
+
+    def test_expiry(self, daemon: Any) -> None:
+        """No heartbeat for expire_after: the next heartbeat re-registers, and the handle
+        and the message say exactly which claim went."""
+        with Mesh() as mesh, mesh.session(task="a", heartbeat_interval=3600, expire_after=0.3) as a:
+            c = a.claim("res:ex")
+            wait_for(lambda: "error" in daemon.call("session.get", {"session_id": a.session_id}))
+            assert not c.lost
+            a.heartbeat()
+
+            assert c.lost
+            assert len(a.lost) == 1
+            assert f"res:ex (token {c.token})" in a.lost[0]
+
+    def test_restart_reports_exactly_the_lost_claim(self, daemon: Any, mesh_env: Any) -> None:
+        """Restored after a kill -9, but one claim is gone from the database meanwhile:
+        the re-registration validates every token and names just that one."""
+        import sqlite3
+
+        seen: list[str] = []
+        mesh = Mesh(autostart=False)
+        with mesh.session(task="a", on_lost=seen.append) as a:
+            gone, kept = a.claim("res:gone"), a.claim("res:kept")
+            daemon.kill()
+            with sqlite3.connect(mesh_env.state_dir / "test.sqlite3") as db:
+                db.execute("DELETE FROM claims WHERE resource = 'res:gone'")
+            daemon.start()
+            wait_for(lambda: seen)
+
+            assert gone.lost
+            assert not kept.lost
+            assert "restored the session" in seen[0]
+            assert f"res:gone (token {gone.token})" in seen[0]
+            assert "res:kept" not in seen[0]
+        mesh.close()

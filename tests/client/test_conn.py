@@ -159,21 +159,42 @@ class TestSessionCore:
         assert core.interval == 2.0
 
     def test_restart_restored_loses_nothing(self) -> None:
-        """A refreshed registration after a restart records nothing lost."""
+        """A refreshed registration after a restart with every token valid records nothing."""
         core = self.make()
         core.registered({"session_id": "cli:1"}, (2, "b"), None)
 
-        assert core.after_restart((1, "a"), {"session_id": "cli:1", "refreshed": True}) is None
-        assert "pid 1 -> 2" in str(core.after_restart((1, "a"), {"session_id": "cli:1"}))
+        assert core.after_restart((1, "a"), {"session_id": "cli:1", "refreshed": True}, []) is None
+        assert "pid 1 -> 2" in str(core.after_restart((1, "a"), {"session_id": "cli:1"}, []))
+
+    def test_restart_names_each_lost_claim(self) -> None:
+        """Restored, but a token no longer validates: the message names that claim only."""
+        core = self.make()
+        core.registered({"session_id": "cli:1"}, (2, "b"), None)
+        core.granted(3, ["file:/a", "file:/b"])
+        core.granted(4, ["port:80"])
+
+        core.invalid([("file:/b", 3)])
+        message = core.after_restart((1, "a"), {"refreshed": True}, [("file:/b", 3)])
+
+        assert message is not None
+        assert "restored the session" in message
+        assert "file:/b (token 3)" in message
+        assert "file:/a" not in message
+        assert "port:80" not in message
+        assert core.is_lost(3, ["file:/b"])
+        assert not core.is_lost(3, ["file:/a"])
+        assert core.to_validate() == [("file:/a", 3), ("port:80", 4)]
 
     def test_expiry_message(self) -> None:
-        """An expiry names the code, says it re-registered and that claims were released."""
+        """An expiry names the code, says it re-registered and which claims were released."""
         core = self.make()
         core.registered({"session_id": "cli:1"}, (1, "a"), None)
 
-        message = core.after_expiry(SessionExpired("gone"), (1, "a"))
+        message = core.after_expiry(SessionExpired("gone"), (1, "a"), [("res:x", 7)])
+        nothing = core.after_expiry(SessionExpired("gone"), (1, "a"), [])
 
         assert "expired at the daemon" in message
         assert "re-registered" in message
-        assert "claims it held were released" in message
+        assert "claims it held were released: res:x (token 7)" in message
+        assert "it held no claims" in nothing
         assert isinstance(SessionExpired("x"), MeshError)

@@ -50,6 +50,7 @@ class TestDaemonRestart:
         seen: list[str] = []
         mesh = Mesh(autostart=False)
         with mesh.session(task="t", on_lost=seen.append) as s:
+            c = s.claim("res:gone")
             assert s.wait_beats(1, 5)
             daemon.kill()
             for f in mesh_env.state_dir.glob("test.sqlite3*"):
@@ -61,5 +62,6 @@ class TestDaemonRestart:
         assert s.session_id in listed
         assert seen == s.lost
         assert "restarted" in s.lost[0]
-        assert "claims it held were released" in s.lost[0]
+        assert f"claims it held were released: res:gone (token {c.token})" in s.lost[0]
+        assert c.lost
         mesh.close()

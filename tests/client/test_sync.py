@@ -115,6 +115,7 @@ class TestSession:
         """Ended by someone else: the next heartbeat re-registers and records the loss."""
         seen: list[str] = []
         with Mesh() as mesh, mesh.session(task="t", on_lost=seen.append) as s:
+            c = s.claim("res:behind")
             daemon.call("session.end", {"session_id": s.session_id})
             wait_for(lambda: s.lost)
             again = {x["session_id"] for x in mesh.sessions()}
@@ -122,7 +123,8 @@ class TestSession:
         assert s.session_id in again
         assert seen == s.lost
         assert "re-registered" in s.lost[0]
-        assert "claims it held were released" in s.lost[0]
+        assert f"claims it held were released: res:behind (token {c.token})" in s.lost[0]
+        assert c.lost
 
     def test_exit_when_daemon_gone(self, daemon: Any, caplog: pytest.LogCaptureFixture) -> None:
         """Leaving the block while the daemon is down warns instead of raising."""

@@ -159,10 +159,9 @@ class TestRecords:
         out = board.report("A", P, [f"{P}/a.py", f"{P}/b.py"], "", ["B"])
         assert out.notice is not None
 
-        p = out.notice.payload("2026-01-01T00:00:00Z")
+        p = out.notice.event("B", "2026-01-01T00:00:00Z")
 
-        assert p["from"] == "A"
-        assert p["count"] == 2
-        assert p["framing"] == FRAMING
-        assert "not from the user" in p["framing"]
-        assert p["text"] == f"A changed 2 files under {P}/"
+        assert (p.session_id, p.from_, p.count) == ("B", "A", 2)
+        assert p.framing == FRAMING
+        assert "not from the user" in p.framing
+        assert p.text == f"A changed 2 files under {P}/"

@@ -246,6 +246,76 @@ class TestLoss:
         assert actions == ["grant", "steal", "grant"]
 
 
+class TestLossNotices:
+    """A holder that was not listening learns of each loss from its inbox (SPEC §5), and
+    its heartbeat reports the loss with ``lost_after`` (how a library handle learns it)."""
+
+    @staticmethod
+    def notices(c: Client, sid: str) -> list[dict[str, Any]]:
+        items = c.call("message.inbox", session_id=sid, peek=True)["items"]
+        return [i for i in items if i["kind"] == "notice"]
+
+    def test_ttl_expiry_is_a_durable_notice(self, c: Client) -> None:
+        token = c.call("claim.acquire", session_id="a", resources=["res:t"], ttl=0.2)["token"]
+
+        wait_for(lambda: self.notices(c, "a"))
+        (item,) = self.notices(c, "a")
+        lost = c.call("session.heartbeat", session_id="a", lost_after=0)["lost"]
+
+        assert item["from"] == "meshd"
+        assert f"res:t (token {token}) expired" in item["text"]
+        assert [(e["kind"], e["resources"], e["token"], e["id"]) for e in lost] == [
+            ("claim.expired", ["res:t"], token, item["id"])
+        ]
+        assert c.call("session.heartbeat", session_id="a", lost_after=item["id"])["lost"] == []
+        assert c.call("session.heartbeat", session_id="a")["lost"] == []  # not asked
+
+    def test_steal_is_a_durable_notice(self, c: Client) -> None:
+        token = c.call("claim.acquire", session_id="a", resources=["res:s"])["token"]
+        c.call("claim.steal", session_id="b", resources=["res:s"], reason="a is stuck")
+
+        (item,) = self.notices(c, "a")
+        (lost,) = c.call("session.heartbeat", session_id="a", lost_after=0)["lost"]
+
+        assert item["text"] == f"your claim on res:s (token {token}) was stolen by b — a is stuck"
+        assert (lost["kind"], lost["by"], lost["reason"]) == ("claim.stolen", "b", "a is stuck")
+
+    def test_session_expiry_is_a_durable_notice(self, daemon: DaemonHandle, c: Client) -> None:
+        """A heartbeat session that expires loses its claims; registering again under the
+        same id finds the notice waiting, and its heartbeat reports the loss."""
+        c.call("session.register", session_id="x", expire_after=0.3)
+        token = c.call("claim.acquire", session_id="x", resources=["res:e"])["token"]
+
+        wait_for(lambda: "error" in c.raw("session.get", session_id="x"))
+        c.call("session.register", session_id="x")
+        (item,) = self.notices(c, "x")
+        (lost,) = c.call("session.heartbeat", session_id="x", lost_after=0)["lost"]
+
+        assert f"res:e (token {token}) was released because the session expired" in item["text"]
+        assert (lost["kind"], lost["how"], lost["id"]) == ("claim.lost", "expired", item["id"])
+
+    def test_subscriber_is_pushed_one_event_carrying_the_notice(
+        self, daemon: DaemonHandle, c: Client
+    ) -> None:
+        """A live subscriber gets the typed event, which names the inbox item (no second push)."""
+        listener = Client(daemon)
+        listener.call("events.subscribe", session_id="a")
+        c.call("claim.acquire", session_id="a", resources=["res:p"])
+        c.call("claim.steal", session_id="b", resources=["res:p"], reason="now")
+        c.call("mesh.ping")
+        event = json.loads(listener.f.readline())["params"]
+        listener.call("mesh.ping")  # nothing else was pushed before this reply
+        listener.close()
+
+        (item,) = self.notices(c, "a")
+        assert event["kind"] == "claim.stolen"
+        assert (event["id"], event["text"], event["state"]) == (
+            item["id"],
+            item["text"],
+            "delivered",
+        )
+
+
 class TestRestart:
     def test_claims_and_tokens_survive_kill_9(self, daemon: DaemonHandle, c: Client) -> None:
         """Claims come back after kill -9 and new tokens are above every old one."""

@@ -96,9 +96,11 @@ def render_inbox(items: list[Item], session_id: str, *, every: bool, peek: bool)
 
 def render_event(event: Item) -> str:
     """A pushed event in ``inbox --follow``: items and queries framed, notices as such."""
-    if event.get("kind") == "query" or "text" in event:
-        return render_item(event)
     kind = str(event.get("kind", "event"))
+    if kind.startswith("claim.") and event.get("text"):  # a loss: its inbox notice's words
+        return f"{label(DAEMON_SENDER)} {event['text']}"
+    if kind == "query" or "text" in event:
+        return render_item(event)
     text = f"{label(DAEMON_SENDER)} {kind.replace('.', ' ')}"
     if resources := event.get("resources"):
         text += " " + ", ".join(str(r) for r in resources)

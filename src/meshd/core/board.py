@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshd.core.clock import Clock
+from meshd.protocol.events import FileChangedEvent
 
 COALESCE_WINDOW = 30.0
 """Seconds of quiet after a notice, per writer and project (SPEC §6)."""
@@ -84,19 +85,13 @@ class FileNotice:
         tail = f" — {self.summary}" if self.summary else ""
         return f"{self.writer} changed {what}{tail}"
 
-    def payload(self, at_text: str) -> dict[str, Any]:
-        """The event's fields (``session_id`` and ``kind`` are added by the publisher)."""
-        return {
-            "from": self.writer,
-            "project": self.project,
-            "count": self.count,
-            "paths": list(self.paths),
-            "under": self.under,
-            "summary": self.summary,
-            "text": self.text,
-            "at": at_text,
-            "framing": FRAMING,
-        }
+    def event(self, to: str, at_text: str) -> FileChangedEvent:
+        """The ``file.changed`` event that tells ``to`` about this notice."""
+        return FileChangedEvent(
+            session_id=to, from_=self.writer, project=self.project, count=self.count,
+            paths=list(self.paths), under=self.under, summary=self.summary, text=self.text,
+            at=at_text, framing=FRAMING,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

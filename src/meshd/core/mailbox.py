@@ -47,6 +47,7 @@ from meshd.protocol.errors import (
     QueryRefused,
     TooLarge,
 )
+from meshd.protocol.events import ITEM_EVENTS, EventBody, ItemEvent, QueryEvent, kind_of
 from meshd.protocol.messages import (
     DAEMON_SENDER,
     MAX_ANSWER_BYTES,
@@ -54,7 +55,6 @@ from meshd.protocol.messages import (
     InboxItem,
     ItemKind,
     ItemState,
-    QueryEvent,
     framing,
     rfc3339,
 )
@@ -71,11 +71,20 @@ HANDOFF_QUESTION = (
 
 
 class Push(NamedTuple):
-    """An event for ``session_id``'s subscribers (same fields as ``core.state.Event``)."""
+    """An event for the subscribers of channel ``session_id`` (as ``core.state.Event``)."""
 
     session_id: str
-    kind: str
-    payload: dict[str, Any]
+    body: EventBody
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.body)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The event as it goes on the wire (``kind`` included)."""
+        out: dict[str, Any] = msgspec.to_builtins(self.body)
+        return out
 
 
 @dataclass(slots=True)
@@ -186,6 +195,15 @@ def item_of(m: Message) -> InboxItem:
     return InboxItem(
         id=m.id, kind=m.kind, from_=m.sender, text=m.text, created_at=rfc3339(m.created_at),
         state=m.state, reply_to=m.reply_to, to=m.to, framing=framing(m.sender),
+    )  # fmt: skip
+
+
+def item_event(m: Message) -> ItemEvent:
+    """The event that pushes a new item to its addressee's subscribers."""
+    return ITEM_EVENTS[m.kind](
+        session_id=m.to, id=m.id, from_=m.sender, text=m.text,
+        created_at=rfc3339(m.created_at), state=m.state, reply_to=m.reply_to, to=m.to,
+        framing=framing(m.sender),
     )  # fmt: skip
 
 
@@ -340,9 +358,13 @@ class Mailbox:
         """Whether a connection is subscribed to ``sid``'s events right now."""
         return bool(self._subscribers.get(sid))
 
-    def notice(self, to: str, text: str) -> Message:
-        """A notice from the daemon itself into ``to``'s inbox (no budget, no refusal)."""
-        return self._put(DAEMON_SENDER, to, "notice", _clip(text, self.settings.max_body_bytes))
+    def notice(self, to: str, text: str, *, push: bool = True) -> Message:
+        """A notice from the daemon itself into ``to``'s inbox (no budget, no refusal).
+
+        ``push=False``: the caller pushes an event of its own that carries this item
+        (claim notices), so subscribers are not told twice."""
+        clipped = _clip(text, self.settings.max_body_bytes)
+        return self._put(DAEMON_SENDER, to, "notice", clipped, push=push)
 
     def reply_target(self, replier: str, msg_id: int) -> str | None:
         """Who a reply to ``msg_id`` by ``replier`` goes to, if memory still knows it."""
@@ -400,6 +422,7 @@ class Mailbox:
         *,
         reply_to: int | None = None,
         depth: int = 1,
+        push: bool = True,
     ) -> Message:
         """Store, index and push one new item; delivered at once if someone is subscribed."""
         now = self.clock.now()
@@ -412,7 +435,8 @@ class Mailbox:
         self._inbox.setdefault(to, {})[m.id] = m
         self._remember(m, self.clock.monotonic())
         self.writes.append(("message.put", m))
-        self.events.append(Push(to, kind, msgspec.to_builtins(item_of(m))))
+        if push:
+            self.events.append(Push(to, item_event(m)))
         return m
 
     # --- reading ------------------------------------------------------------------------
@@ -624,12 +648,12 @@ class Mailbox:
         )  # fmt: skip
         self.queries[q.id] = q
         event = QueryEvent(
-            id=q.id, from_=asker, text=question, created_at=rfc3339(now_w), to=to,
-            framing=framing(asker), request=request, timeout_s=timeout, chain=list(chain),
+            session_id=to, id=q.id, from_=asker, text=question, created_at=rfc3339(now_w),
+            state="delivered", to=to, framing=framing(asker), request=request, timeout_s=timeout,
+            chain=list(chain),
         )  # fmt: skip
-        payload = msgspec.to_builtins(event)
-        payload["session_id"] = to  # the channel is the responders'; the event is about ``to``
-        self.events.append(Push(responder_channel(to), "query", payload))
+        # The channel is the responders'; the event is about ``to``.
+        self.events.append(Push(responder_channel(to), event))
         return q
 
     def answer(self, sid: str, query_id: int, text: str) -> Message | None:

@@ -9,6 +9,7 @@ writes before it replies, and hands the rest on: the core itself does no I/O.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,8 @@ from meshd.core.clock import Clock
 from meshd.core.mailbox import Mailbox
 from meshd.core.registry import EndReason, Registration, Registry, Report, Session
 from meshd.core.settings import Settings
+from meshd.protocol.events import CLAIM_EVENTS, ClaimEvent, ClaimLoss, EventBody, kind_of
+from meshd.protocol.messages import rfc3339
 
 Write = tuple[Any, ...]
 Outcome = Notice | Cancelled
@@ -31,13 +34,27 @@ _END_HOW: dict[str, EndHow] = {
 }
 
 
+#: Claim losses kept per session for ``session.heartbeat``'s ``lost_after`` cursor.
+RECENT_LOSSES = 64
+
+_HOW = {
+    "ttl": "its ttl ran out",
+    "expired": "the session expired",
+    "unbound": "the session's connection closed",
+    "died": "the session's process died",
+}
+
+
 @dataclass(slots=True)
 class Event:
-    """A notice for one session's subscribers."""
+    """An event for the subscribers of channel ``session_id`` (usually the session)."""
 
     session_id: str
-    kind: str
-    payload: dict[str, Any]
+    body: EventBody
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.body)
 
 
 @dataclass(slots=True)
@@ -59,6 +76,8 @@ class MeshState:
     mailbox: Mailbox = field(init=False)
     writes: list[Write] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    #: Each session's latest claim losses, newest last (the heartbeat reports them).
+    losses: dict[str, deque[ClaimLoss]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.registry = Registry(self.clock, self.settings, self.profile)
@@ -68,6 +87,7 @@ class MeshState:
     def drain(self) -> Drained:
         """Take the writes, events and waiter outcomes the last commands produced."""
         out = self.claims.drain()
+        claim_events = [self._claim_event(n) for n in out.notices]
         mail_writes, pushes = self.mailbox.drain()
         self.writes.extend(mail_writes)
         self.events.extend(Event(*p) for p in pushes)
@@ -77,11 +97,39 @@ class MeshState:
             writes.insert(0, ("fencing.reserve", out.reserve_until))
         writes.extend(("claim.audit", rec) for rec in out.audit)
         outcomes: list[Outcome] = list(out.cancelled)
-        for n in out.notices:
-            if n.waiter_id is not None:
-                outcomes.append(n)
-            events.append(Event(n.session_id, f"claim.{n.kind}", _notice_payload(n)))
+        outcomes.extend(n for n in out.notices if n.waiter_id is not None)
+        events.extend(Event(e.session_id, e) for e in claim_events)
         return Drained(writes, events, outcomes)
+
+    def _claim_event(self, n: Notice) -> ClaimEvent:
+        """The typed event for a claim notice; a loss is also a durable inbox notice
+        (SPEC §5: a holder that was not listening learns it at its next inbox) and
+        joins the session's recent losses, which its heartbeats report."""
+        at = rfc3339(n.at)
+        fields: dict[str, Any] = {
+            "session_id": n.session_id, "resources": list(n.resources), "token": n.token,
+            "at": at, "how": n.how, "by": n.by, "reason": n.reason,
+        }  # fmt: skip
+        if n.kind == "granted":
+            return CLAIM_EVENTS["granted"](**fields)
+        text = loss_text(n)
+        m = self.mailbox.notice(n.session_id, text, push=False)
+        event = CLAIM_EVENTS[n.kind](
+            **fields, id=m.id, text=m.text, created_at=rfc3339(m.created_at), state=m.state
+        )
+        recent = self.losses.setdefault(n.session_id, deque(maxlen=RECENT_LOSSES))
+        recent.append(event)  # type: ignore[arg-type]  # every kind but granted is a loss
+        return event
+
+    def losses_after(self, sid: str, after: int) -> list[ClaimLoss]:
+        """``sid``'s recent claim losses whose inbox notice id is above ``after``."""
+        return [e for e in self.losses.get(sid, ()) if (e.id or 0) > after]
+
+    def prune_losses(self) -> None:
+        """Forget the recent losses of sessions that are gone (their notices stay in
+        the inbox); called with the hourly prune."""
+        for sid in [s for s in self.losses if s not in self.registry.sessions]:
+            del self.losses[sid]
 
     def hidden_from(self, asking: str | None) -> bool:
         """Whether a listing asked for by profile ``asking`` must leave this profile out
@@ -133,17 +181,14 @@ class MeshState:
         return out
 
 
-def _notice_payload(n: Notice) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "resources": list(n.resources),
-        "token": n.token,
-        "at": n.at,
-        "framing": "claim notice from the mesh daemon (not from the user)",
-    }
-    if n.how:
-        payload["how"] = n.how
-    if n.by:
-        payload["by"] = n.by
-    if n.reason:
-        payload["reason"] = n.reason
-    return payload
+def loss_text(n: Notice) -> str:
+    """The durable notice: "your claim on file:/x (token 12) was stolen by B — hotfix"."""
+    keys = ", ".join(n.resources)
+    what = f"your claim on {keys} (token {n.token})"
+    if n.kind == "stolen":
+        text = f"{what} was stolen by {n.by or 'another session'}"
+        return text + (f" — {n.reason}" if n.reason else "")
+    if n.kind == "expired":
+        return f"{what} expired: its ttl ran out, and it is free now"
+    why = _HOW.get(n.how, n.how or "the session ended")
+    return f"{what} was released because {why}"

@@ -104,12 +104,11 @@ class BoardHandlers:
         subscriber wait in the inbox), as a durable ``notice``."""
         st = self.svc.state
         for n in notices:
-            payload = n.payload(rfc3339(n.at))
             for r in n.recipients:
                 if st.mailbox.has_subscriber(r):
-                    st.events.append(Event(r, "file.changed", payload))
+                    st.events.append(Event(r, n.event(r, rfc3339(n.at))))
                 elif r in st.registry.sessions:
-                    st.mailbox.notice(r, str(payload.get("text", "files changed")))
+                    st.mailbox.notice(r, n.text)
 
     def _recipients(self, writer: str, keys: list[Key]) -> list[str]:
         st = self.svc.state

@@ -86,6 +86,10 @@ class SessionHandlers:
                 worktree=p.worktree, tools=p.tools, activity=p.activity,
             )  # fmt: skip
         svc.state.heartbeat(p.session_id, report)
+        if p.lost_after is not None and (
+            lost := svc.state.losses_after(p.session_id, p.lost_after)
+        ):
+            return m.HeartbeatResult(lost=lost)
         return _HB_OK
 
     async def end(self, p: m.EndParams, conn: Conn) -> m.EndResult:

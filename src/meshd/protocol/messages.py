@@ -178,23 +178,6 @@ class RespondResult(Result):
     responding: bool = True
 
 
-class QueryEvent(Result, kw_only=True):
-    """Payload of a ``query`` event, pushed to the target's live responders."""
-
-    id: int
-    kind: Literal["query"] = "query"
-    from_: str = field(name="from")
-    text: str
-    created_at: str
-    state: ItemState = "delivered"
-    reply_to: int | None = None
-    to: str = ""
-    framing: str = ""
-    request: Literal["question", "handoff", "broadcast"] = "question"
-    timeout_s: float = DEFAULT_QUERY_TIMEOUT
-    chain: list[str] = []
-
-
 # --- broadcasts --------------------------------------------------------------------
 
 

@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, NamedTuple
 import msgspec
 from msgspec import Meta, Struct
 
+from meshd.protocol.events import ClaimLoss
+
 Status = Literal[
     "idle", "thinking", "tool-running", "blocked", "waiting-for-user", "done", "errored"
 ]
@@ -135,11 +137,17 @@ class HeartbeatParams(Params):
     worktree: str | None = None
     tools: list[str] | None = None
     activity: str | None = None
+    # Report the claim losses whose inbox notice id is above this (0: all recent ones).
+    lost_after: Annotated[int, Meta(ge=0)] | None = None
 
 
 class HeartbeatResult(Result):
+    """``lost``: with ``lost_after``, the session's claim losses since then, oldest first:
+    how a library handle learns its claim is gone within one heartbeat."""
+
     ok: bool = True
     disabled: bool = False
+    lost: list[ClaimLoss] = []
 
 
 class EndParams(Params):
