@@ -9,6 +9,20 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
+# The Hermes integration tests (tests/hermes) run the real hermes-agent in a venv of its
+# own: it pins many dependencies exactly and needs Python >=3.11,<3.14, so it is never a
+# dependency of session-mesh. Installed once (about 18 s cold, 228 MB), kept when present.
+HERMES_AGENT_VERSION=0.19.0
+if ! .venv-hermes/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('hermes-agent') != '$HERMES_AGENT_VERSION')" 2>/dev/null; then
+    if "$PY" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 14))'; then
+        echo "== installing hermes-agent==$HERMES_AGENT_VERSION into .venv-hermes (once)"
+        rm -rf .venv-hermes
+        "$PY" -m venv .venv-hermes
+        .venv-hermes/bin/python -m pip install -q "hermes-agent==$HERMES_AGENT_VERSION"
+    else
+        echo "== $PY is not 3.11-3.13: tests/hermes will be skipped (hermes-agent needs it)"
+    fi
+fi
 echo "== ruff"
 .venv/bin/ruff check src tests bench
 .venv/bin/ruff format --check src tests bench

@@ -59,6 +59,7 @@ COMMANDS: dict[str, str] = {
     "end": "meshctl.cli.lifecycle:end",
     "handoff": "meshctl.cli.handoff:handoff",
     "heartbeat": "meshctl.cli.lifecycle:heartbeat",
+    "hermes": "meshctl.cli.hermes:hermes",
     "inbox": "meshctl.cli.messages:inbox",
     "log": "meshctl.cli.claims:log_",
     "notes": "meshctl.cli.notes:notes",

@@ -1,0 +1,140 @@
+"""Add or remove a plugin key in ``plugins.enabled`` of a Hermes ``config.yaml``, in place.
+
+Used when the ``hermes`` command is not on PATH (``meshctl hermes install`` prefers
+``hermes plugins enable``, which owns the file). Standard library only, so no YAML
+library: the edit touches the ``plugins:`` block's ``enabled``/``disabled`` lists and
+nothing else, keeping every other line (comments included) exactly as it was. Both
+list styles Hermes and people write are understood: flow (``enabled: [a, b]``) and
+block (``- a`` lines).
+"""
+
+from __future__ import annotations
+
+import re
+
+_TOP = re.compile(r"^plugins:\s*(#.*)?$")
+_KEY = re.compile(r"^(\s+)(enabled|disabled):[ \t]*(.*?)\s*$")
+
+
+def _block(lines: list[str]) -> tuple[int, int] | None:
+    """(first, end) line indexes of the ``plugins:`` block's body, or None."""
+    for i, line in enumerate(lines):
+        if _TOP.match(line):
+            end = i + 1
+            while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t"):
+                end += 1
+            while end > i + 1 and not lines[end - 1].strip():
+                end -= 1
+            return i + 1, end
+    return None
+
+
+def _flow_items(value: str) -> list[str] | None:
+    value = value.split(" #", maxsplit=1)[0].strip()
+    if value in ("", "null", "~"):
+        return None if value == "" else []
+    if not (value.startswith("[") and value.endswith("]")):
+        return None
+    return [v.strip().strip("'\"") for v in value[1:-1].split(",") if v.strip()]
+
+
+def _item(line: str) -> str | None:
+    """The name on a block-list line (``- name  # comment``), else None."""
+    stripped = line.strip()
+    if not stripped.startswith("- "):
+        return None
+    return stripped[2:].split(" #", maxsplit=1)[0].strip().strip("'\"")
+
+
+def _list_span(lines: list[str], at: int, end: int, indent: str) -> tuple[int, list[str]]:
+    """Block-list items after line ``at``: (index past the last item, item names)."""
+    items: list[str] = []
+    j = at + 1
+    while j < end:
+        name = _item(lines[j])
+        depth = len(lines[j]) - len(lines[j].lstrip())
+        if name is not None and depth >= len(indent):
+            items.append(name)
+        elif lines[j].strip() and not lines[j].strip().startswith("#"):
+            break
+        j += 1
+    while j > at + 1 and not lines[j - 1].strip():
+        j -= 1
+    return j, items
+
+
+def _edit_block(lines: list[str], i: int, end: int, name: str, add: bool) -> None:
+    """Add or remove ``name`` in the block list under line ``i`` (``key:`` alone)."""
+    m = _KEY.match(lines[i])
+    assert m is not None
+    indent, key = m.group(1), m.group(2)
+    stop, items = _list_span(lines, i, end, indent)
+    if add:
+        if name not in items:
+            last = lines[stop - 1] if items else f"{indent}- "
+            lines.insert(stop, f"{last[: len(last) - len(last.lstrip())]}- {name}")
+        return
+    for j in range(stop - 1, i, -1):
+        if _item(lines[j]) == name:
+            del lines[j]
+    if not _list_span(lines, i, end - 1, indent)[1]:
+        lines[i] = f"{indent}{key}: []"
+
+
+def _edit(lines: list[str], span: tuple[int, int], key: str, name: str, add: bool) -> None:
+    first, end = span
+    for i in range(first, end):
+        m = _KEY.match(lines[i])
+        if m is None or m.group(2) != key:
+            continue
+        flow = _flow_items(m.group(3))
+        if flow is None and m.group(3) not in ("null", "~"):
+            _edit_block(lines, i, end, name, add)
+            return
+        items = [x for x in flow or [] if x != name] + ([name] if add else [])
+        lines[i] = f"{m.group(1)}{key}: [{', '.join(items)}]"
+        return
+    if add:
+        indent = next(
+            (ln[: len(ln) - len(ln.lstrip())] for ln in lines[first:end] if ln.strip()), ""
+        )
+        lines.insert(first, f"{indent or '  '}{key}: [{name}]")
+
+
+def set_enabled(text: str, name: str, enabled: bool) -> str:
+    """``text`` with ``name`` added to (or removed from) ``plugins.enabled``.
+
+    Enabling also takes the name out of ``plugins.disabled`` (which always wins in
+    Hermes). Every other line is kept as it was.
+    """
+    lines = text.splitlines()
+    span = _block(lines)
+    if span is None:
+        if not enabled:
+            return text
+        block = f"plugins:\n  enabled: [{name}]\n"
+        if not text:
+            return block
+        return text + ("" if text.endswith("\n") else "\n") + block
+    if enabled:
+        _edit(lines, span, "disabled", name, add=False)
+        span = _block(lines) or span
+    _edit(lines, span, "enabled", name, add=enabled)
+    return "\n".join(lines) + "\n"
+
+
+def is_enabled(text: str, name: str) -> bool:
+    """Whether ``name`` is in ``plugins.enabled`` and not in ``plugins.disabled``."""
+    lines = text.splitlines()
+    span = _block(lines)
+    if span is None:
+        return False
+    found: dict[str, list[str]] = {"enabled": [], "disabled": []}
+    first, end = span
+    for i in range(first, end):
+        m = _KEY.match(lines[i])
+        if m is None:
+            continue
+        flow = _flow_items(m.group(3))
+        found[m.group(2)] = flow if flow is not None else _list_span(lines, i, end, m.group(1))[1]
+    return name in found["enabled"] and name not in found["disabled"]

@@ -1,0 +1,340 @@
+"""``meshctl hermes install|uninstall|status``: the ``meshd`` plugin in Hermes profiles.
+
+Hermes usually runs in an environment of its own that has no session-mesh, so
+install copies the plugin (``meshctl/hermes/``) into ``$HERMES_HOME/plugins/meshd/``
+with the blocking client it needs beside it (``_vendor/``: ``meshctl._sync`` and
+every module it imports, their ``meshctl``/``meshd`` imports rewritten to relative
+ones), stamps it with the session-mesh version, records the mesh profile and socket
+(``meshd-install.json``) and enables the plugin: ``hermes plugins enable meshd``
+when ``hermes`` is on PATH, else an in-place edit of ``plugins.enabled`` in the
+profile's ``config.yaml`` (:mod:`meshctl._hermes_config`).
+
+What it never does: overwrite a ``plugins/meshd/`` it did not write (the
+``meshd_managed: true`` marker in ``plugin.yaml`` says which), or remove anything it
+did not write on uninstall.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from meshctl import _hermes_config
+
+PLUGIN_KEY = "meshd"
+MARKER = "meshd_managed: true"
+RECORD = "meshd-install.json"
+#: Vendored module name for each importable module of the client's closure.
+_ROOTS = ("meshctl._sync", "meshctl.cli._git")
+_ERRORS = "meshd.protocol.errors"
+
+
+class InstallError(Exception):
+    """Install or uninstall refused; the message says why and what to do."""
+
+
+# --- where Hermes lives ---------------------------------------------------------------
+
+
+def hermes_root() -> Path:
+    """Hermes's root folder: the one ``HERMES_HOME`` belongs to, else ``~/.hermes``."""
+    env = os.environ.get("HERMES_HOME")
+    default = Path.home() / ".hermes"
+    if not env:
+        return default
+    home = Path(env).expanduser()
+    if home.parent.name == "profiles":
+        return home.parent.parent
+    return default if default in home.parents else home
+
+
+def homes(
+    profile: str | None = None, all_profiles: bool = False, hermes_home: str | None = None
+) -> list[tuple[str, Path]]:
+    """(Hermes profile name, HERMES_HOME) for each profile the command applies to."""
+    if hermes_home:
+        return [("custom", Path(hermes_home).expanduser().absolute())]
+    root = hermes_root()
+    if all_profiles:
+        found = [("default", root)]
+        profiles = root / "profiles"
+        if profiles.is_dir():
+            found += sorted((p.name, p) for p in profiles.iterdir() if p.is_dir())
+        return found
+    if profile and profile != "default":
+        return [(profile, root / "profiles" / profile)]
+    env = os.environ.get("HERMES_HOME")
+    if not env:
+        return [("default", root)]
+    home = Path(env).expanduser().absolute()
+    if home == Path.home() / ".hermes":
+        return [("default", home)]
+    if home.parent.name == "profiles":
+        return [(home.name, home)]
+    return [("custom", home)]
+
+
+# --- the plugin's files ---------------------------------------------------------------
+
+
+def _version() -> str:
+    from meshd import __version__
+
+    return __version__
+
+
+def _source_dir() -> Path:
+    from meshctl import hermes
+
+    return Path(hermes.__file__).parent
+
+
+def _module_file(name: str) -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise InstallError(f"cannot find module {name} to copy into the plugin")
+    return Path(spec.origin)
+
+
+def _vendored_name(module: str) -> str:
+    if module == _ERRORS:
+        return "_errors"
+    return module.rsplit(".", 1)[1]
+
+
+def _imports(path: Path) -> list[str]:
+    """``meshctl``/``meshd`` modules a file imports (at any depth, lazily or not)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            mod = node.module
+            if mod == "meshctl":
+                found += [f"meshctl.{a.name}" for a in node.names]
+            elif mod.startswith(("meshctl.", "meshd")):
+                found.append(mod)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith(("meshctl", "meshd"))]
+    return found
+
+
+def client_closure() -> list[str]:
+    """Every module the vendored client needs; refuses anything but the stdlib-only ones."""
+    todo, seen = list(_ROOTS), []
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        allowed = mod == _ERRORS or re.fullmatch(r"meshctl\._\w+|meshctl\.cli\._git", mod)
+        if not allowed:
+            raise InstallError(f"the Hermes plugin cannot carry {mod} (not standard library only)")
+        seen.append(mod)
+        todo += _imports(_module_file(mod))
+    return sorted(seen)
+
+
+_REWRITES = (
+    (re.compile(r"^(\s*)from meshctl import ", re.M), r"\1from . import "),
+    (re.compile(r"^(\s*)from meshctl\.(?:cli\.)?(_\w+) import ", re.M), r"\1from .\2 import "),
+    (re.compile(r"^(\s*)from meshd\.protocol\.errors import ", re.M), r"\1from ._errors import "),
+)
+
+
+def vendored_source(module: str) -> str:
+    """The module's source with its ``meshctl``/``meshd`` imports made relative."""
+    text = _module_file(module).read_text(encoding="utf-8")
+    for pattern, repl in _REWRITES:
+        text = pattern.sub(repl, text)
+    left = [m for m in _imports_of_text(text) if m.startswith(("meshctl", "meshd"))]
+    if left:
+        raise InstallError(f"{module}: imports left after vendoring: {left}")
+    return text
+
+
+def _imports_of_text(text: str) -> list[str]:
+    out: list[str] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+    return out
+
+
+_VENDOR_INIT = '''"""The Session Mesh blocking client, copied by `meshctl hermes install`."""
+
+from ._errors import *  # noqa: F403
+from ._errors import (
+    MeshError, MeshTimeout, MeshUnavailable, NotFound, SessionExpired, UnknownSession,
+)
+from ._sync import Mesh
+
+VERSION = {version!r}
+__all__ = ["VERSION", "Mesh", "MeshError", "MeshTimeout", "MeshUnavailable", "NotFound",
+           "SessionExpired", "UnknownSession"]
+'''
+
+
+def write_plugin(dest: Path, record: dict[str, Any]) -> None:
+    """Write the whole plugin folder at ``dest`` (which must not exist)."""
+    version = str(record["version"])
+    dest.mkdir(parents=True)
+    src = _source_dir()
+    for f in sorted(src.glob("*.py")):
+        shutil.copyfile(f, dest / f.name)
+    manifest = (src / "plugin.yaml").read_text(encoding="utf-8")
+    manifest = re.sub(r"(?m)^version:.*$", f"version: {version}", manifest)
+    (dest / "plugin.yaml").write_text(manifest.rstrip("\n") + f"\n{MARKER}\n", encoding="utf-8")
+    vendor = dest / "_vendor"
+    vendor.mkdir()
+    for module in client_closure():
+        (vendor / f"{_vendored_name(module)}.py").write_text(
+            vendored_source(module), encoding="utf-8"
+        )
+    (vendor / "__init__.py").write_text(_VENDOR_INIT.format(version=version), encoding="utf-8")
+    (dest / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def managed(dest: Path) -> bool:
+    """Whether ``dest`` is a plugin folder this command wrote."""
+    try:
+        text = (dest / "plugin.yaml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return any(line.strip() == MARKER for line in text.splitlines())
+
+
+def read_record(dest: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((dest / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# --- enabling -------------------------------------------------------------------------
+
+
+def _hermes(home: Path, *args: str) -> bool:
+    """Run ``hermes ARGS`` for ``home``; False when there is no ``hermes`` or it failed."""
+    exe = shutil.which("hermes")
+    if exe is None:
+        return False
+    env = {**os.environ, "HERMES_HOME": str(home)}
+    try:
+        done = subprocess.run(
+            [exe, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _edit_config(home: Path, enabled: bool) -> bool:
+    """Set the plugin in ``config.yaml``'s ``plugins.enabled``; True when the file changed."""
+    path = home / "config.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if not enabled:
+            return False
+        text = ""
+    edited = _hermes_config.set_enabled(text, PLUGIN_KEY, enabled)
+    if edited == text:
+        return False
+    fd, tmp = tempfile.mkstemp(dir=home, prefix=".config.yaml.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(edited)
+    if path.exists():
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+    os.replace(tmp, path)
+    return True
+
+
+def is_enabled(home: Path) -> bool:
+    try:
+        text = (home / "config.yaml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return _hermes_config.is_enabled(text, PLUGIN_KEY)
+
+
+# --- the three commands ---------------------------------------------------------------
+
+
+def install(name: str, home: Path, mesh_profile: str, socket: str | None) -> dict[str, Any]:
+    """Place (or update) the plugin in one Hermes home and enable it."""
+    plugins = home / "plugins"
+    dest = plugins / PLUGIN_KEY
+    if dest.exists() and not managed(dest):
+        raise InstallError(
+            f"{dest} holds a plugin that meshctl did not install; leaving it alone "
+            "(move it away and run `meshctl hermes install` again)"
+        )
+    previous = read_record(dest).get("version") if dest.exists() else None
+    record = {
+        "managed": True, "version": _version(), "profile": mesh_profile, "socket": socket,
+        "hermes_profile": name, "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+    plugins.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=plugins, prefix=".meshd-new-"))
+    try:
+        write_plugin(staging / PLUGIN_KEY, record)
+        if dest.exists():
+            old = staging / "old"
+            dest.rename(old)
+        (staging / PLUGIN_KEY).rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    how = "hermes"
+    if not _hermes(home, "plugins", "enable", PLUGIN_KEY, "--no-allow-tool-override"):
+        how = "config.yaml"
+        _edit_config(home, True)
+    return {
+        "hermes_profile": name, "hermes_home": str(home), "path": str(dest),
+        "version": record["version"], "previous_version": previous, "enabled": is_enabled(home),
+        "enabled_by": how, "profile": mesh_profile, "socket": socket,
+    }  # fmt: skip
+
+
+def uninstall(name: str, home: Path) -> dict[str, Any]:
+    """Remove the plugin this command wrote and take it out of ``plugins.enabled``."""
+    dest = home / "plugins" / PLUGIN_KEY
+    removed = False
+    if dest.exists():
+        if not managed(dest):
+            raise InstallError(f"{dest} was not installed by meshctl; leaving it alone")
+        shutil.rmtree(dest)
+        removed = True
+    # Not `hermes plugins disable`: it would add the key to plugins.disabled, a line we
+    # never wrote. Taking it out of plugins.enabled undoes what install did.
+    disabled = _edit_config(home, False)
+    return {"hermes_profile": name, "hermes_home": str(home), "removed": removed,
+            "disabled": disabled}  # fmt: skip
+
+
+def status(name: str, home: Path, reachable: Any) -> dict[str, Any]:
+    """What one profile has: installed, enabled, version matches, daemon reachable."""
+    dest = home / "plugins" / PLUGIN_KEY
+    record = read_record(dest) if dest.exists() else {}
+    installed = dest.exists() and managed(dest)
+    version = record.get("version")
+    current = _version()
+    profile = str(record.get("profile") or (name if name != "custom" else "default"))
+    socket = record.get("socket") or None
+    return {
+        "hermes_profile": name, "hermes_home": str(home), "installed": installed,
+        "foreign": dest.exists() and not installed, "enabled": is_enabled(home),
+        "version": version, "current_version": current,
+        "outdated": installed and version != current, "profile": profile, "socket": socket,
+        "daemon_reachable": bool(reachable(profile, socket)) if installed else None,
+    }  # fmt: skip

@@ -1,0 +1,142 @@
+"""``meshctl hermes install|uninstall|status``: put Hermes Agent sessions on the mesh.
+
+Which Hermes profiles: ``--profile NAME`` (that profile; ``default`` is Hermes's
+root home), ``--all-profiles``, or ``--hermes-home PATH`` (a home outside the
+standard place: its mesh profile is the ``--profile``/``MESH_PROFILE`` in effect,
+recorded by install). Without any: the home ``HERMES_HOME`` names, else ``~/.hermes``.
+The mesh profile of a Hermes profile is its name (SPEC §2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import common_options, get_state
+
+
+def _targets(all_profiles: bool, hermes_home: str | None) -> list[tuple[str, Any]]:
+    from meshctl import _hermes_install as hi
+
+    state = get_state()
+    # Only a --profile typed on the command line names a Hermes profile: MESH_PROFILE
+    # in the environment names a mesh, and does not move the command to another home.
+    profile = state.profile if "profile" in state.explicit else None
+    return hi.homes(profile, all_profiles, hermes_home)
+
+
+def _mesh_profile(name: str) -> str:
+    state = get_state()
+    if name != "custom":
+        return name
+    return state.profile
+
+
+def _where_options(func: Any) -> Any:
+    func = click.option(
+        "--hermes-home", metavar="PATH", help="A Hermes home outside the standard place."
+    )(func)
+    return click.option("--all-profiles", is_flag=True, help="Every Hermes profile.")(func)
+
+
+@click.group()
+@common_options
+def hermes() -> None:
+    """Install the Session Mesh plugin into Hermes Agent profiles (see README)."""
+
+
+@hermes.command()
+@_where_options
+@common_options
+def install(all_profiles: bool, hermes_home: str | None) -> None:
+    """Place the plugin in $HERMES_HOME/plugins/meshd/ and enable it."""
+    from meshctl import _hermes_install as hi
+
+    state = get_state()
+    done = []
+    for name, home in _targets(all_profiles, hermes_home):
+        try:
+            done.append(hi.install(name, home, _mesh_profile(name), state.socket))
+        except hi.InstallError as exc:
+            raise _output.Failure(str(exc), "HERMES_INSTALL") from exc
+
+    def human() -> str:
+        lines = []
+        for d in done:
+            was = f" (was {d['previous_version']})" if d["previous_version"] else ""
+            on = "enabled" if d["enabled"] else "NOT enabled"
+            lines.append(
+                f"Installed meshd {d['version']}{was} in {d['path']}; {on} "
+                f"(via {d['enabled_by']}); mesh profile {d['profile']}."
+            )
+        lines.append("New Hermes sessions join the mesh; restart a running gateway.")
+        return "\n".join(lines)
+
+    _output.emit(state.json, done, human)
+
+
+@hermes.command()
+@_where_options
+@common_options
+def uninstall(all_profiles: bool, hermes_home: str | None) -> None:
+    """Remove the plugin meshctl installed (foreign plugins and config stay)."""
+    from meshctl import _hermes_install as hi
+
+    state = get_state()
+    done = []
+    for name, home in _targets(all_profiles, hermes_home):
+        try:
+            done.append(hi.uninstall(name, home))
+        except hi.InstallError as exc:
+            raise _output.Failure(str(exc), "HERMES_INSTALL") from exc
+
+    def human() -> str:
+        return "\n".join(
+            f"{d['hermes_home']}: "
+            + ("removed the meshd plugin" if d["removed"] else "no meshd plugin installed")
+            + ("; taken out of plugins.enabled" if d["disabled"] else "")
+            for d in done
+        )
+
+    _output.emit(state.json, done, human)
+
+
+@hermes.command()
+@_where_options
+@common_options
+def status(all_profiles: bool, hermes_home: str | None) -> None:
+    """Per profile: installed, enabled, version matches, daemon reachable."""
+    from meshctl import _hermes_install as hi
+    from meshctl._spawn import daemon_running
+
+    state = get_state()
+    rows = [
+        hi.status(name, home, daemon_running) for name, home in _targets(all_profiles, hermes_home)
+    ]
+
+    def human() -> str:
+        lines = []
+        for r in rows:
+            if r["foreign"]:
+                state_ = "a plugin named meshd that meshctl did not install"
+            elif not r["installed"]:
+                state_ = "not installed"
+            else:
+                state_ = f"installed {r['version']}" + (
+                    f" — OUTDATED (session-mesh is {r['current_version']}; run "
+                    "`meshctl hermes install` again)"
+                    if r["outdated"]
+                    else ""
+                )
+                state_ += ", enabled" if r["enabled"] else ", NOT enabled"
+                state_ += (
+                    ", daemon reachable"
+                    if r["daemon_reachable"]
+                    else f", daemon NOT reachable (profile {r['profile']})"
+                )
+            lines.append(f"{r['hermes_profile']} ({r['hermes_home']}): {state_}")
+        return "\n".join(lines)
+
+    _output.emit(state.json, rows, human)

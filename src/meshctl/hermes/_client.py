@@ -1,0 +1,194 @@
+"""The plugin's link to meshd: the blocking client with short timeouts, failing open.
+
+Which client: the copy ``meshctl hermes install`` placed beside this plugin
+(``_vendor``, stamped with the session-mesh version; Hermes usually lives in an
+environment of its own that has no session-mesh), else the installed ``meshctl``
+(the ``hermes_agent.plugins`` entry point). Both are standard library only.
+
+Hermes gives hooks no timeout (0.19.0), so every call here has a short one, the
+daemon is never started from inside Hermes, and an unreachable daemon makes every
+call return None at once: the client fails open and retries with backoff, so a
+daemon that is down costs a hook one failed ``connect`` now and then, nothing more.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+#: Seconds a hook waits for one reply; Hermes waits for the hook.
+HOOK_TIMEOUT = 0.5
+#: How long the last answer to "is the mesh there?" is trusted (tools' check_fn).
+AVAILABLE_TTL = 2.0
+#: After a reply timed out, calls return None at once for this long.
+PAUSE_AFTER_TIMEOUT = 5.0
+#: While the daemon is unreachable, calls are skipped for this long, doubling up to the max.
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 10.0
+#: The file ``meshctl hermes install`` writes beside the plugin.
+INSTALL_FILE = "meshd-install.json"
+
+
+def library() -> ModuleType:
+    """The blocking client: the vendored copy when installed as a folder, else meshctl."""
+    package = __package__ or ""
+    try:
+        return importlib.import_module("._vendor", package)
+    except ImportError:
+        return importlib.import_module("meshctl")
+
+
+def git_place(cwd: str) -> tuple[str | None, str | None, str | None]:
+    """(repo, branch, worktree) of ``cwd``, read from files (no ``git`` subprocess)."""
+    package = __package__ or ""
+    try:
+        mod = importlib.import_module("._vendor._git", package)
+    except ImportError:
+        mod = importlib.import_module("meshctl.cli._git")
+    place = mod.git_place(cwd)
+    return place.repo, place.branch, place.worktree
+
+
+def version() -> str:
+    """The session-mesh version of the client this plugin runs with."""
+    lib = library()
+    stamped = getattr(lib, "VERSION", None)
+    if stamped:
+        return str(stamped)
+    from meshd import __version__
+
+    return __version__
+
+
+def install_record() -> dict[str, Any]:
+    """What ``meshctl hermes install`` recorded beside this plugin (empty: entry point)."""
+    path = os.path.join(os.path.dirname(__file__), INSTALL_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def where(hermes_profile: str) -> tuple[str, str | None]:
+    """(mesh profile, socket or None) for this Hermes process.
+
+    ``MESH_SOCKET`` first, then what the install recorded, then the standard socket of
+    the profile named like the Hermes profile (SPEC §2; a home outside the standard
+    place reports ``custom``, so its install records the profile to use).
+    """
+    record = install_record()
+    socket = os.environ.get("MESH_SOCKET") or record.get("socket") or None
+    profile = os.environ.get("MESH_PROFILE") or record.get("profile") or hermes_profile
+    if not profile or profile == "custom":
+        profile = "default"
+    return str(profile), socket
+
+
+class Link:
+    """Calls to meshd for hooks and tools: short timeouts, None while unreachable.
+
+    One :class:`meshctl.Mesh` (fail_open, no autostart) per Link; it is guarded by a
+    lock, so the heartbeat thread keeps a Link of its own and never delays a hook.
+    """
+
+    def __init__(self, profile: str, socket: str | None, timeout: float = HOOK_TIMEOUT) -> None:
+        self.lib = library()
+        self.profile = profile
+        self.socket = socket
+        self.mesh: Any = self.lib.Mesh(
+            profile, socket, autostart=False, fail_open=True, timeout=timeout
+        )
+        self.disabled = False
+        self._checked_at = -AVAILABLE_TTL
+        self._available = False
+        self._methods: set[str] | None = None
+        self._lock = threading.Lock()
+        self._paused_until = 0.0
+        self._backoff = BACKOFF_FIRST
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """The client's error base class, for ``except``."""
+        return (self.lib.MeshError,)
+
+    def call(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        forgotten: Callable[[], Any] | None = None,
+    ) -> Any:
+        """One request; None when the daemon is unreachable or said no (never raised).
+
+        ``forgotten`` runs when the daemon does not know the session the call is for
+        (it expired, or a restarted daemon lost it), so the caller can register again.
+        A reply that times out pauses every call for a few seconds: a hung daemon must
+        not cost each hook the whole timeout.
+        """
+        if self.down:
+            return None
+        lib = self.lib
+        try:
+            result = self.mesh.call(method, params, timeout=timeout)
+        except (lib.UnknownSession, lib.SessionExpired):
+            if forgotten is not None:
+                forgotten()
+            return None
+        except lib.MeshTimeout:
+            self._pause(PAUSE_AFTER_TIMEOUT)
+            return None
+        except lib.MeshError:
+            return None
+        if result is None:  # unreachable (the client fails open): back off
+            self._pause(self._backoff)
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+        else:
+            self._backoff = BACKOFF_FIRST
+        return result
+
+    @property
+    def down(self) -> bool:
+        """Whether calls are paused (the daemon was unreachable or hung a moment ago)."""
+        return time.monotonic() < self._paused_until
+
+    def _pause(self, seconds: float) -> None:
+        self._paused_until = time.monotonic() + seconds
+
+    def strict(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+        """One request for a tool: the daemon's refusals are raised (the tool reports them)."""
+        return self.mesh.call(method, params, timeout=timeout)
+
+    def available(self) -> bool:
+        """Whether the daemon answers and the mesh is enabled (cached for a moment)."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked_at < AVAILABLE_TTL:
+                return self._available
+            self._checked_at = now
+        info = self.call("mesh.info")
+        ok = isinstance(info, dict) and bool(info.get("enabled", True))
+        with self._lock:
+            self._available = ok
+            self.disabled = isinstance(info, dict) and not info.get("enabled", True)
+        return ok
+
+    def has_method(self, name: str) -> bool:
+        """Whether this daemon serves ``name`` (from ``mesh.schema``, asked once)."""
+        if self._methods is None:
+            schema = self.call("mesh.schema")
+            if not isinstance(schema, dict):
+                return False
+            self._methods = set(schema.get("methods") or {})
+        return name in self._methods
+
+    def close(self) -> None:
+        self.mesh.close()

@@ -1,0 +1,94 @@
+"""``/mesh``: the in-session slash command (CLI, TUI and gateway).
+
+Hermes owns ``/sessions`` and ``/handoff``, so the mesh has one command with
+subcommands (SPEC §11): ``/mesh sessions|ask|sync|handoff|claim|release|broadcast|inbox``.
+The handler is async and runs the blocking client in a worker thread: in the gateway
+it is awaited on the event loop, which must never block on a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from . import _text
+from ._tools import Tools, framed_sessions
+
+USAGE = (
+    "usage: /mesh sessions | ask ID QUESTION | sync | inbox | claim RES... | release [RES...] "
+    "| broadcast TEXT | handoff TEXT"
+)
+
+
+def calling_session(tools: Tools) -> str:
+    """The session this command is typed in: the CLI's, else the last one seen by hooks."""
+    try:
+        import importlib
+
+        plugins = importlib.import_module("hermes_cli.plugins")
+        cli = getattr(plugins.get_plugin_manager(), "_cli_ref", None)
+        sid = getattr(cli, "session_id", None) if cli is not None else None
+        if sid:
+            return str(sid)
+    except Exception:
+        pass
+    return tools.rt.last_session or ""
+
+
+def run(tools: Tools, raw: str) -> str:
+    """One ``/mesh`` command, synchronously: the text shown to the person."""
+    words = raw.split()
+    sub = words[0].lower() if words else "sessions"
+    rest = raw.strip()[len(words[0]) :].strip() if words else ""
+    sid = calling_session(tools)
+    if not tools.rt.link.available():
+        return "Session Mesh: meshd is not reachable (start it with `meshctl daemon start`)."
+    call = tools.handler
+    if sub in ("sessions", "ls"):
+        doc = json.loads(call("mesh_sessions")({}, session_id=sid))
+        return doc.get("error") or framed_sessions(doc, sid)
+    if sub == "ask" and len(words) >= 3:
+        q = rest[len(words[1]) :].strip()
+        doc = json.loads(call("mesh_ask")({"to": words[1], "question": q}, session_id=sid))
+        return doc.get("error") or f"{_text.sender_label(words[1])} {doc.get('answer')}"
+    if sub == "sync":
+        return _sync(tools, sid)
+    if sub == "inbox":
+        doc = json.loads(call("mesh_inbox")({}, session_id=sid))
+        items = doc.get("items") or []
+        return doc.get("error") or ("\n".join(map(_text.item_line, items)) or "Inbox: empty.")
+    tool = {"claim": "mesh_claim", "release": "mesh_release", "broadcast": "mesh_broadcast",
+            "handoff": "mesh_handoff"}.get(sub)  # fmt: skip
+    if tool is None or (sub != "release" and not rest):
+        return USAGE
+    args: Any = {
+        "mesh_claim": {"resources": words[1:]},
+        "mesh_release": {"resources": words[1:]},
+        "mesh_broadcast": {"text": rest},
+        "mesh_handoff": {"summary": rest},
+    }[tool]
+    return call(tool)(args, session_id=sid)
+
+
+def _sync(tools: Tools, sid: str) -> str:
+    doc = json.loads(tools.handler("mesh_sessions")({}, session_id=sid))
+    if doc.get("error"):
+        return str(doc["error"])
+    inbox = json.loads(tools.handler("mesh_inbox")({}, session_id=sid))
+    lines = [
+        f"Session Mesh — you are {sid} (profile {doc.get('profile')})",
+        framed_sessions(doc, sid),
+    ]
+    items = inbox.get("items") or []
+    lines.append("\n".join(map(_text.item_line, items)) if items else "Inbox: nothing unread.")
+    return "\n".join(lines)
+
+
+def handler(tools: Tools) -> Any:
+    """The async handler Hermes registers for ``/mesh``."""
+
+    async def mesh_command(raw_args: str = "") -> str:
+        return await asyncio.to_thread(run, tools, raw_args or "")
+
+    return mesh_command

@@ -1,0 +1,319 @@
+"""Per-process state of the plugin: the Hermes sessions this process hosts, on the mesh.
+
+A Hermes process hosts one session (CLI, TUI, ``chat -q``, a Kanban worker) or many
+(a gateway; delegated subagents run as threads of their parent's process). Each is
+registered as a mesh session under Hermes's own session id, with ``heartbeat``
+liveness and the process's pid, so the daemon expires it at once if Hermes dies.
+
+- **Registration** happens on ``on_session_start`` and lazily on the first hook or
+  tool call that names an unknown id (resumed sessions never fire the start hook).
+- **Status** comes from the hooks (``thinking``, ``tool-running``, ``idle`` /
+  ``waiting-for-user``); each change moves ``last_activity`` on the daemon.
+- **One heartbeat thread per process** keeps every live session of the process
+  alive with bare heartbeats, which do not move ``last_activity``: an idle chat
+  shows as idle, however long it stays open.
+- **Failing open**: while the daemon is unreachable every call returns None at once
+  (see :mod:`._client`); sessions that could not register are registered on a
+  later hook once it is back.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from . import _client, _text
+
+#: Hermes tools that write files, and the argument naming the file.
+WRITE_TOOLS = {"write_file": "path", "patch": "path"}
+#: Interactive surfaces: after a turn they wait for their user.
+INTERACTIVE = {"cli", "tui"}
+#: How often a busy session's inbox is looked at between tool calls.
+MID_TURN_POLL = 2.0
+_PATCH_FILE = ("*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:")
+
+
+def source_of(session_id: str, platform: str) -> str:
+    """The mesh ``source`` of a Hermes session (SPEC §4)."""
+    platform = (platform or "").lower()
+    if platform == "subagent":
+        return "subagent"
+    if platform == "cron" or session_id.startswith("cron_"):
+        return "cron"
+    if os.environ.get("HERMES_KANBAN_TASK"):
+        return "kanban"
+    if platform in ("", "cli", "tui"):
+        return platform or "cli"
+    return f"gateway:{platform}"
+
+
+def working_dir() -> str:
+    """Where this process's tools work: ``TERMINAL_CWD`` when Hermes set one, else cwd."""
+    cwd = os.environ.get("TERMINAL_CWD", "")
+    if cwd and os.path.isabs(cwd):
+        return cwd
+    return os.getcwd()
+
+
+def written_paths(tool_name: str, args: Mapping[str, Any]) -> list[str]:
+    """Absolute paths a file-writing tool call is about to change (empty for other tools)."""
+    if tool_name not in WRITE_TOOLS or not isinstance(args, Mapping):
+        return []
+    raw: list[str] = []
+    value = args.get(WRITE_TOOLS[tool_name])
+    if isinstance(value, str) and value:
+        raw.append(value)
+    patch = args.get("patch")
+    if isinstance(patch, str):
+        for line in patch.splitlines():
+            for prefix in _PATCH_FILE:
+                if line.startswith(prefix):
+                    raw.append(line[len(prefix) :].strip())
+    base = working_dir()
+    out: list[str] = []
+    for path in raw:
+        full = os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+        if full not in out:
+            out.append(full)
+    return out
+
+
+class Tracked:
+    """One Hermes session of this process, as the plugin knows it."""
+
+    def __init__(self, session_id: str, source: str, platform: str) -> None:
+        self.session_id = session_id
+        self.source = source
+        self.platform = platform
+        self.model = ""
+        self.parent: str | None = None
+        self.group = False
+        self.registered = False
+        self.status = "idle"
+        self.task = ""
+        self.last_poll = 0.0
+        self.notes: dict[str, str] = {}  # tool_call_id -> warning to add to that result
+
+
+class Runtime:
+    """Everything the plugin keeps in one Hermes process (one instance, made by register)."""
+
+    def __init__(self, hermes_profile: str) -> None:
+        self.profile, self.socket = _client.where(hermes_profile)
+        self.link = _client.Link(self.profile, self.socket)
+        self.sessions: dict[str, Tracked] = {}
+        self.parents: dict[str, str] = {}
+        self.groups: set[str] = set()
+        self.ended: set[str] = set()
+        self.last_session: str | None = None
+        self.interval = 5.0
+        self._lock = threading.RLock()
+        self._beat: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # --- registration ---------------------------------------------------------------
+
+    def track(self, session_id: str, platform: str = "", model: str = "") -> Tracked | None:
+        """The session, registered if the daemon is there (None for an empty id)."""
+        if not session_id:
+            return None
+        with self._lock:
+            t = self.sessions.get(session_id)
+            if t is None:
+                t = Tracked(session_id, source_of(session_id, platform), platform)
+                t.parent = self.parents.get(session_id)
+                t.group = session_id in self.groups
+                self.sessions[session_id] = t
+                self.ended.discard(session_id)
+            if model and not t.model:
+                t.model = model
+            if t.source != "subagent":
+                self.last_session = session_id
+        if not t.registered and not self.link.down and not self.link.disabled:
+            self._register(t)
+        return t
+
+    def _register(self, t: Tracked) -> bool:
+        cwd = working_dir()
+        repo, branch, worktree = _client.git_place(cwd)
+        params: dict[str, Any] = {
+            "session_id": t.session_id, "source": t.source, "task": t.task,
+            "status": t.status, "model": t.model, "pid": os.getpid(), "cwd": cwd,
+            "repo": repo, "branch": branch, "worktree": worktree, "liveness": "heartbeat",
+        }  # fmt: skip
+        if t.parent:
+            params["parent"] = t.parent
+        kanban = os.environ.get("HERMES_KANBAN_TASK")
+        if kanban:
+            params["kanban_task"] = kanban
+        if t.group:
+            params["accept_messages"] = False
+        result = self.link.call(
+            "session.register", {k: v for k, v in params.items() if v is not None}
+        )
+        if not isinstance(result, dict):
+            return False
+        if result.get("disabled"):
+            self.link.disabled = True
+            return False
+        t.registered = True
+        self.interval = float(result.get("heartbeat_interval") or self.interval)
+        self._start_heartbeat()
+        return True
+
+    def forget(self, session_id: str) -> None:
+        """The daemon no longer knows this session: register it again on the next call."""
+        t = self.sessions.get(session_id)
+        if t is not None:
+            t.registered = False
+
+    def report(self, session_id: str, **fields: Any) -> None:
+        """Report a status change (moves ``last_activity``); registers first when needed."""
+        t = self.sessions.get(session_id)
+        if t is None or not t.registered:
+            return
+        if fields.get("status"):
+            t.status = str(fields["status"])
+        if fields.get("task"):
+            t.task = str(fields["task"])
+        params = {"session_id": session_id, **{k: v for k, v in fields.items() if v is not None}}
+        self.link.call("session.heartbeat", params, forgotten=lambda: self._again(t, params))
+
+    def _again(self, t: Tracked, params: dict[str, Any]) -> None:
+        t.registered = False
+        if self._register(t):
+            self.link.call("session.heartbeat", params)
+
+    def end(self, session_id: str, reason: str = "ended") -> None:
+        """``on_session_finalize`` / ``subagent_stop``: end it on the mesh (releases claims)."""
+        with self._lock:
+            t = self.sessions.pop(session_id, None)
+            self.ended.add(session_id)
+        if t is not None and t.registered:
+            self.link.call("session.end", {"session_id": session_id, "reason": reason})
+
+    def subagent(self, parent: str | None, child: str | None) -> None:
+        """Remember a delegated child's parent, so it registers with the link."""
+        if parent and child:
+            with self._lock:
+                self.parents[child] = parent
+                t = self.sessions.get(child)
+            if t is not None and t.parent is None:
+                t.parent = parent
+                if t.registered:
+                    t.registered = False
+                    self._register(t)
+
+    # --- heartbeat thread -------------------------------------------------------------
+
+    def _start_heartbeat(self) -> None:
+        with self._lock:
+            if self._beat is not None and self._beat.is_alive():
+                return
+            self._beat = threading.Thread(target=self._run, name="meshd-heartbeat", daemon=True)
+            self._beat.start()
+
+    def _run(self) -> None:
+        """Bare heartbeats for every live session of this process, on a link of its own."""
+        link = _client.Link(self.profile, self.socket)
+        try:
+            while not self._stop.wait(self.interval):
+                for t in list(self.sessions.values()):
+                    if t.registered:
+                        link.call(
+                            "session.heartbeat",
+                            {"session_id": t.session_id},
+                            forgotten=lambda t=t: self.forget(t.session_id),  # type: ignore[misc]
+                        )
+                    elif not link.disabled:
+                        self._register(t)
+        finally:
+            link.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # --- delivery ---------------------------------------------------------------------
+
+    def inbox(self, t: Tracked) -> list[dict[str, Any]]:
+        """Unread items for the session (handed over, acknowledged by :meth:`ack`)."""
+        t.last_poll = time.monotonic()
+        result = self.link.call(
+            "message.inbox", {"session_id": t.session_id, "peek": True},
+            forgotten=lambda: self.forget(t.session_id),
+        )  # fmt: skip
+        if not isinstance(result, dict):
+            return []
+        return [dict(i) for i in result.get("items") or [] if isinstance(i, Mapping)]
+
+    def ack(self, t: Tracked, items: Iterable[Mapping[str, Any]]) -> None:
+        ids = [int(i["id"]) for i in items if isinstance(i.get("id"), int)]
+        if ids:
+            self.link.call("message.ack", {"session_id": t.session_id, "ids": ids})
+
+    def deliver(self, t: Tracked, notes: Iterable[str] = ()) -> str:
+        """Framed text of what waits for the session (and ``notes``); acknowledged."""
+        items = self.inbox(t)
+        text = _text.delivery(items, notes)
+        self.ack(t, items)
+        return text
+
+    def poll_due(self, t: Tracked) -> bool:
+        """Whether a busy session's inbox is worth a look now (mid-turn delivery)."""
+        return time.monotonic() - t.last_poll >= MID_TURN_POLL
+
+    def presence_note(self, t: Tracked) -> str:
+        """At a session's first turn: who else claims or works in its folder."""
+        cwd = working_dir()
+        check = self.link.call("claim.check", {"resources": [cwd], "session_id": t.session_id})
+        if not isinstance(check, dict) or not check.get("warnings"):
+            return ""
+        lines = [f"- [Session Mesh] Other live sessions of your user work in {cwd}:"]
+        lines += [f"    {w}" for w in check["warnings"]]
+        lines.append(
+            "  Check with them (mesh_sessions, mesh_ask) before changing files they work on."
+        )
+        return "\n".join(lines)
+
+    def gateway_message(self, event: Any, gateway: Any, store: Any) -> None:
+        """``pre_gateway_dispatch``: remember multi-party chats (no mesh context for them).
+
+        Runs on the gateway's event loop, so it touches no socket: it only reads the
+        session store Hermes passes in, and marks the session as a group chat.
+        """
+        source = getattr(event, "source", None)
+        chat_type = str(getattr(source, "chat_type", "") or "").lower()
+        if source is None or chat_type in ("", "dm", "private", "direct"):
+            return
+        try:
+            key = gateway._session_key_for_source(source)
+            sid = store.peek_session_id(key)
+        except Exception:
+            return
+        if sid:
+            with self._lock:
+                self.groups.add(str(sid))
+                t = self.sessions.get(str(sid))
+            if t is not None:
+                t.group = True
+
+    # --- warnings before writes -------------------------------------------------------
+
+    def check_write(self, t: Tracked, tool_name: str, args: Any, call_id: str) -> None:
+        """Before a file write: who else claims or works there (a note for the tool result)."""
+        paths = written_paths(tool_name, args)
+        if not paths:
+            return
+        check = self.link.call("claim.check", {"resources": paths, "session_id": t.session_id})
+        if not isinstance(check, dict) or not check.get("warnings"):
+            return
+        t.notes[call_id or tool_name] = _text.conflict_note(", ".join(paths), check)
+
+    def changed(self, t: Tracked, tool_name: str, args: Any) -> None:
+        """After a file write: report the paths (never contents) to the board."""
+        paths = written_paths(tool_name, args)
+        if paths:
+            self.link.call("board.changed", {"session_id": t.session_id, "paths": paths})

@@ -1,0 +1,160 @@
+"""Hooks fired by Hermes's own dispatcher, with Hermes 0.19.0's real kwargs, move a
+session through the daemon's registry (one Hermes subprocess per scenario)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from tests.conftest import DaemonHandle, MeshEnv
+from tests.hermes.conftest import Hermes
+
+#: Runs in Hermes's interpreter: fires the hooks exactly as agent/, cli.py and
+#: tools/delegate_tool.py do in 0.19.0, and prints the registry after each step.
+SCRIPT = r"""
+import json, os, socket, sys, time
+import model_tools
+from hermes_cli.plugins import invoke_hook
+
+def rpc(method, params=None):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(os.environ["MESH_SOCKET"])
+        s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                              "params": params or {}}).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            buf += s.recv(65536)
+    return json.loads(buf)["result"]
+
+def snap(step):
+    rows = {s["session_id"]: s for s in rpc("session.list")["sessions"]}
+    print(json.dumps({"step": step, "sessions": rows}), flush=True)
+
+S, C = sys.argv[1], sys.argv[2]
+turn = dict(task_id="t-1", turn_id="turn-1", conversation_history=[], model="fake-model",
+            platform=PLATFORM, sender_id="")
+invoke_hook("on_session_start", session_id=S, model="fake-model", platform=PLATFORM)
+snap("start")
+invoke_hook("pre_llm_call", session_id=S, user_message="refactor the auth module\nplease",
+            is_first_turn=True, **turn)
+snap("pre_llm")
+invoke_hook("pre_tool_call", tool_name="terminal", args={"command": "pytest"}, session_id=S,
+            task_id="t-1", tool_call_id="call-1", turn_id="turn-1", api_request_id="r-1",
+            middleware_trace=[])
+snap("pre_tool")
+invoke_hook("post_llm_call", session_id=S, task_id="t-1", turn_id="turn-1",
+            user_message="refactor", assistant_response="done", conversation_history=[],
+            model="fake-model", platform=PLATFORM)
+invoke_hook("on_session_end", session_id=S, task_id="t-1", turn_id="turn-1", completed=True,
+            interrupted=False, model="fake-model", platform=PLATFORM)
+snap("turn_end")
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    me = {s["session_id"]: s for s in rpc("session.list")["sessions"]}[S]
+    if me["last_heartbeat"] > me["last_activity"]:
+        break
+    time.sleep(0.1)
+snap("idle_beat")
+invoke_hook("subagent_start", parent_session_id=S, parent_turn_id="turn-1",
+            parent_subagent_id=None, child_session_id=C, child_subagent_id="sa-0-1",
+            child_role="leaf", child_goal="look something up")
+invoke_hook("on_session_start", session_id=C, model="fake-model", platform="subagent")
+snap("child")
+invoke_hook("subagent_stop", parent_session_id=S, child_session_id=C,
+            child_subagent_id="sa-0-1", child_status="completed", child_summary="ok")
+snap("child_done")
+invoke_hook("on_session_finalize", session_id=S, platform=PLATFORM, reason="shutdown")
+snap("final")
+"""
+
+
+def run_hooks(
+    h: Hermes, platform: str = "cli", sid: str = "20261130_120000_aaaaaa"
+) -> dict[str, Any]:
+    child = "20261130_120001_bbbbbb"
+    code = f"import sys; PLATFORM = {platform!r}\n" + SCRIPT
+    done = h.python(f"import sys; sys.argv = ['x', {sid!r}, {child!r}]\n" + code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {s["step"]: s["sessions"] for s in steps}
+
+
+@pytest.fixture
+def fast_beats(mesh_env: MeshEnv) -> None:
+    mesh_env.write_config("[defaults]\nheartbeat_interval = 0.3\n")
+
+
+class TestLifecycle:
+    def test_a_cli_session_moves_through_the_registry(
+        self, fast_beats: None, daemon: DaemonHandle, hermes: Hermes
+    ) -> None:
+        hermes.install()
+        sid, child = "20261130_120000_aaaaaa", "20261130_120001_bbbbbb"
+
+        steps = run_hooks(hermes, sid=sid)
+
+        start = steps["start"][sid]
+        assert (start["source"], start["status"], start["model"]) == ("cli", "idle", "fake-model")
+        assert start["liveness"] == "heartbeat"
+        assert steps["pre_llm"][sid]["status"] == "thinking"
+        assert steps["pre_llm"][sid]["task"] == "refactor the auth module please"
+        assert steps["pre_tool"][sid]["status"] == "tool-running"
+        assert steps["pre_tool"][sid]["tools"] == ["terminal"]
+        assert steps["turn_end"][sid]["status"] == "waiting-for-user"
+        idle = steps["idle_beat"][sid]
+        assert idle["last_heartbeat"] > idle["last_activity"], "heartbeats must not move activity"
+        assert steps["child"][child]["source"] == "subagent"
+        assert steps["child"][child]["parent"] == sid
+        assert child not in steps["child_done"]
+        assert steps["final"] == {}
+
+    def test_a_gateway_session_is_named_after_its_platform(
+        self, daemon: DaemonHandle, hermes: Hermes
+    ) -> None:
+        hermes.install()
+
+        steps = run_hooks(hermes, platform="telegram")
+
+        [start] = steps["start"].values()
+        assert start["source"] == "gateway:telegram"
+        [after] = steps["turn_end"].values()
+        assert after["status"] == "waiting-for-user"
+
+    def test_cron_and_kanban_sources(self, daemon: DaemonHandle, hermes: Hermes) -> None:
+        hermes.install()
+        cron = run_hooks(hermes, platform="cron", sid="cron_daily_20261130")
+        hermes.env["HERMES_KANBAN_TASK"] = "t_42"
+
+        kanban = run_hooks(hermes, sid="20261130_130000_cccccc")
+
+        assert cron["start"]["cron_daily_20261130"]["source"] == "cron"
+        assert cron["turn_end"]["cron_daily_20261130"]["status"] == "idle"
+        k = kanban["start"]["20261130_130000_cccccc"]
+        assert (k["source"], k["kanban_task"]) == ("kanban", "t_42")
+
+
+RESUMED = r"""
+import json, model_tools
+from hermes_cli.plugins import invoke_hook
+invoke_hook("pre_llm_call", session_id="20261130_090000_resume", task_id="t", turn_id="u",
+            user_message="continue", conversation_history=[{"role": "user", "content": "x"}],
+            is_first_turn=False, model="fake-model", platform="cli", sender_id="")
+print(json.dumps(json.loads(model_tools.handle_function_call(
+    "mesh_sessions", {}, session_id="20261130_090000_resume", task_id="t"))))
+"""
+
+
+def test_a_resumed_session_registers_at_its_first_hook(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """on_session_start never fires on --resume: the first hook with the id registers it."""
+    hermes.install()
+    daemon.call("session.register", {"session_id": "cli:other", "task": "fix the parser"})
+
+    done = hermes.python(RESUMED)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["you"] == "20261130_090000_resume"
+    assert [s["task"] for s in seen["sessions"]] == ["fix the parser"]

@@ -1,0 +1,132 @@
+"""``meshctl hermes install|uninstall|status`` against the real Hermes 0.19.0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import DaemonHandle
+from tests.hermes.conftest import Hermes
+
+
+def plugins(h: Hermes) -> dict[str, dict[str, str]]:
+    """``hermes plugins list --json``, by name."""
+    done = h.run("plugins", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    return {p["name"]: p for p in json.loads(done.stdout)}
+
+
+class TestInstall:
+    def test_install_with_hermes_on_path_shows_enabled(self, hermes: Hermes) -> None:
+        """`hermes plugins enable` does the enabling when `hermes` is on PATH."""
+        done = hermes.install()
+
+        listed = plugins(hermes)["meshd"]
+
+        assert done["enabled_by"] == "hermes"
+        assert listed["status"] == "enabled"
+        assert listed["source"] == "user"
+        assert (hermes.home / "plugins" / "meshd" / "_vendor" / "_sync.py").exists()
+
+    def test_install_without_hermes_edits_config_keeping_the_rest(self, hermes: Hermes) -> None:
+        """No `hermes` on PATH: plugins.enabled is edited in place, every other line kept."""
+        config = hermes.home / "config.yaml"
+        before = (
+            config.read_text() + "# a comment the user wrote\nplugins:\n  enabled:\n  - other\n"
+        )
+        config.write_text(before)
+
+        done = hermes.install(path=False)
+
+        assert done["enabled_by"] == "config.yaml"
+        assert config.read_text() == before + "  - meshd\n"
+        assert plugins(hermes)["meshd"]["status"] == "enabled"
+
+    def test_the_vendored_client_loads_where_session_mesh_is_absent(self, hermes: Hermes) -> None:
+        """Hermes's venv has no meshctl: the plugin imports its own copy, stamped."""
+        hermes.install()
+
+        done = hermes.python(
+            """
+            import importlib.util, json
+            assert importlib.util.find_spec("meshctl") is None, "meshctl must not be importable"
+            import model_tools
+            from hermes_cli.plugins import get_plugin_manager
+            [p] = [p for p in get_plugin_manager().list_plugins() if p["name"] == "meshd"]
+            import hermes_plugins.meshd._vendor as v
+            print(json.dumps({**p, "stamp": v.VERSION}))
+            """
+        )
+
+        assert done.returncode == 0, done.stderr
+        loaded = json.loads(done.stdout.strip().splitlines()[-1])
+        from meshd import __version__
+
+        assert loaded["error"] is None
+        assert loaded["enabled"] is True
+        assert loaded["commands"] == 1
+        assert loaded["stamp"] == __version__ == loaded["version"]
+
+
+class TestForeignAndUninstall:
+    def test_a_foreign_meshd_plugin_is_never_overwritten(self, hermes: Hermes) -> None:
+        foreign = hermes.home / "plugins" / "meshd"
+        foreign.mkdir(parents=True)
+        (foreign / "plugin.yaml").write_text("name: meshd\nversion: 9\n")
+
+        done = hermes.meshctl("hermes", "install")
+
+        assert done.returncode == 1
+        assert "did not install" in done.stderr
+        assert (foreign / "plugin.yaml").read_text() == "name: meshd\nversion: 9\n"
+
+    def test_uninstall_leaves_foreign_plugins_and_config_untouched(self, hermes: Hermes) -> None:
+        other = hermes.home / "plugins" / "theirs"
+        other.mkdir(parents=True)
+        (other / "plugin.yaml").write_text("name: theirs\n")
+        config = hermes.home / "config.yaml"
+        config.write_text(config.read_text() + "plugins:\n  enabled: [theirs]\n")
+        before = config.read_text()
+        hermes.install(path=False)
+
+        done = hermes.meshctl("hermes", "uninstall", path=False)
+
+        assert done.returncode == 0, done.stderr
+        assert not (hermes.home / "plugins" / "meshd").exists()
+        assert (other / "plugin.yaml").read_text() == "name: theirs\n"
+        assert config.read_text() == before
+
+    def test_status_flags_an_outdated_copy_and_install_updates_it(
+        self, hermes: Hermes, daemon: DaemonHandle
+    ) -> None:
+        hermes.install()
+        record = hermes.home / "plugins" / "meshd" / "meshd-install.json"
+        data = json.loads(record.read_text())
+        record.write_text(json.dumps({**data, "version": "0.0.1"}))
+
+        stale = json.loads(hermes.meshctl("hermes", "status", "--json").stdout)[0]
+        hermes.install()
+        fresh = json.loads(hermes.meshctl("hermes", "status", "--json").stdout)[0]
+
+        assert (stale["outdated"], stale["installed"], stale["enabled"]) == (True, True, True)
+        assert stale["daemon_reachable"] is True
+        assert fresh["outdated"] is False
+        assert "OUTDATED" not in hermes.meshctl("hermes", "status").stdout
+
+
+def test_all_profiles_reach_every_profile(hermes: Hermes, tmp_path: Path) -> None:
+    """--all-profiles installs into the root home and every profiles/NAME."""
+    root = Path(hermes.env["HOME"]) / ".hermes"
+    (root / "profiles" / "worker1").mkdir(parents=True)
+    env = {k: v for k, v in hermes.env.items() if k != "HERMES_HOME"}
+    h = Hermes(home=root, bin=hermes.bin, env=env)
+
+    done = h.meshctl("hermes", "install", "--all-profiles", "--json", path=False)
+
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [(r["hermes_profile"], r["profile"]) for r in rows] == [
+        ("default", "default"),
+        ("worker1", "worker1"),
+    ]
+    assert (root / "profiles" / "worker1" / "plugins" / "meshd" / "plugin.yaml").exists()
