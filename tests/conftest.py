@@ -173,3 +173,54 @@ def daemon(mesh_env: MeshEnv) -> Iterator[DaemonHandle]:
     yield d
     if d.proc is not None and d.proc.poll() is None:
         d.stop()
+
+
+@dataclass(frozen=True)
+class OtherUser:
+    """A second, throwaway local user: what "another uid" means in the security tests."""
+
+    uid: int
+    gid: int
+    name: str
+
+    def code(self, body: str) -> str:
+        """Python source that drops from root to this user, then runs ``body``.
+
+        The modules ``body`` may use are imported first, as root: the interpreter's own
+        files may not be readable by the new user.
+        """
+        return (
+            "import json, os, socket, sys, time\n"
+            f"os.setgroups([]); os.setgid({self.gid}); os.setuid({self.uid})\n{body}"
+        )
+
+
+@pytest.fixture(scope="session")
+def other_user() -> Iterator[OtherUser]:
+    """A user created with ``useradd`` for this test run and deleted afterwards.
+
+    Needs root (CI runs as root, so there these tests run; as root, failing to create
+    the user is an error, never a skip).
+    """
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates a second user with useradd and acts as it")
+    import pwd
+
+    name = f"mesh{os.getpid()}"
+    for attempt in range(20):  # parallel workers may hold the passwd lock for a moment
+        made = subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group", name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if made.returncode == 0:
+            break
+        time.sleep(0.1 * (attempt + 1))
+    else:
+        raise RuntimeError(f"useradd {name} failed: {made.stderr}")
+    try:
+        pw = pwd.getpwnam(name)
+        yield OtherUser(pw.pw_uid, pw.pw_gid, name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)

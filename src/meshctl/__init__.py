@@ -44,11 +44,13 @@ from meshd.protocol.errors import (
     NoSession,
     NotFound,
     ParseError,
+    ProfileMismatch,
     QueryRefused,
     SessionExpired,
     StorageUnavailable,
     TooLarge,
     UnknownSession,
+    UntrustedSocket,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ __all__ = [
     "Note",
     "Once",
     "ParseError",
+    "ProfileMismatch",
     "Query",
     "QueryRefused",
     "Responder",
@@ -94,6 +97,7 @@ __all__ = [
     "StorageUnavailable",
     "TooLarge",
     "UnknownSession",
+    "UntrustedSocket",
 ]
 
 _LAZY = {"AsyncMesh", "AsyncSession"}

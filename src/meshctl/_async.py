@@ -92,7 +92,7 @@ class AsyncMesh:
         max_events: int = 256,
     ) -> None:
         self.profile = _paths.check_profile(profile or os.environ.get("MESH_PROFILE") or "default")
-        self.socket_path = socket or os.environ.get("MESH_SOCKET") or None
+        self.socket_path = _paths.socket_arg(socket)
         self.autostart = autostart
         self.timeout = timeout
         self.daemon: tuple[Any, Any] = (None, None)
@@ -234,7 +234,7 @@ class AsyncMesh:
                     await slot.done.wait()
                 assert slot.reply is not None
                 info = slot.reply.unwrap()
-                _conn.check_protocol(info, str(self.socket_path or self.profile))
+                _conn.check_daemon(info, str(self.socket_path or self.profile), self.profile)
             except BaseException:
                 self._stream = None
                 await stream.aclose()

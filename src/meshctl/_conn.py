@@ -25,6 +25,7 @@ from meshd.protocol.errors import (
     FrameTooLarge,
     MeshError,
     MeshProtocolError,
+    ProfileMismatch,
     error_from_wire,
 )
 
@@ -187,6 +188,21 @@ def check_protocol(info: Any, where: str) -> None:
             f"{PROTOCOL_MAJOR}.x: upgrade the older side, then restart the daemon "
             "(meshctl daemon restart)",
             {"daemon_protocol": version, "client_protocol": PROTOCOL_MAJOR},
+        )
+
+
+def check_daemon(info: Any, where: str, profile: str) -> None:
+    """What a client checks in ``mesh.info`` on every new connection: the protocol major
+    version, and that the daemon serves ``profile`` (``MESH_SOCKET`` names one daemon,
+    whatever ``--profile`` says: a mismatch is refused, not silently ignored)."""
+    check_protocol(info, where)
+    served = info.get("profile") if isinstance(info, dict) else None
+    if served is not None and served != profile:
+        raise ProfileMismatch(
+            f"meshd at {where} serves profile {served!r}, not {profile!r}: MESH_SOCKET (or "
+            f"--socket) names one daemon; unset it to reach profile {profile!r} at its own "
+            f"socket, or ask for profile {served!r}",
+            {"socket": where, "profile": profile, "served": served},
         )
 
 

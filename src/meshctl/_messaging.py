@@ -462,7 +462,7 @@ class Listener:
             profile, socket_path, autostart, timeout
         )
         try:
-            _conn.check_protocol(self.call("mesh.info"), str(socket_path or profile))
+            _conn.check_daemon(self.call("mesh.info"), str(socket_path or profile), profile)
         except BaseException:
             self.close()
             raise

@@ -31,6 +31,8 @@ import stat
 import sys
 from typing import TYPE_CHECKING
 
+from meshd.protocol.trust import check_absolute
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -122,10 +124,19 @@ def runtime_dir() -> Path:
 
 
 def socket_path_str(profile: str) -> str:
-    """:func:`socket_path` as a string."""
+    """:func:`socket_path` as a string (a relative ``MESH_SOCKET`` raises ValueError)."""
     if env := os.environ.get("MESH_SOCKET"):
-        return env
+        return check_absolute(env)
     return os.path.join(runtime_dir_str(), f"{profile}.sock")
+
+
+def socket_arg(explicit: str | os.PathLike[str] | None) -> str | None:
+    """The socket a client was given (argument, else ``MESH_SOCKET``), checked absolute."""
+    if explicit:
+        return check_absolute(os.fspath(explicit), "socket")
+    if env := os.environ.get("MESH_SOCKET"):
+        return check_absolute(env)
+    return None
 
 
 def socket_path(profile: str) -> Path:

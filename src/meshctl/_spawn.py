@@ -35,7 +35,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from meshctl import _conn, _log, _paths
-from meshd.protocol.errors import MeshUnavailable
+from meshd.protocol import trust
+from meshd.protocol.errors import MeshUnavailable, UntrustedSocket
 
 if TYPE_CHECKING:
     import subprocess
@@ -60,7 +61,7 @@ def find_socket(profile: str, explicit: str | os.PathLike[str] | None = None) ->
 def _find_socket(profile: str, explicit: str | os.PathLike[str] | None) -> str:
     """:func:`find_socket` on strings (no pathlib on the connect path)."""
     if explicit:
-        return os.fspath(explicit)
+        return trust.check_absolute(os.fspath(explicit), "socket")
     own = _paths.socket_path_str(profile)
     if "MESH_SOCKET" in os.environ or os.path.exists(own):
         return own
@@ -71,11 +72,18 @@ def _find_socket(profile: str, explicit: str | os.PathLike[str] | None) -> str:
 
 
 def _connect(path: str, timeout: float) -> socket.socket | None:
-    """A connected socket, or None when no daemon listens there; other errors raise."""
+    """A connected socket to a daemon of ours, or None when no daemon listens there.
+
+    Before a byte is sent, the socket's folder must be the user's own (0700, no
+    symlink) and the process listening must run as the user (docs/SECURITY.md);
+    otherwise :class:`UntrustedSocket`. Other connection errors raise MeshUnavailable.
+    """
+    _check_folder(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
+        problem = trust.peer_problem(sock, path)
     except OSError as exc:
         sock.close()
         if exc.errno in _NO_DAEMON:
@@ -84,7 +92,25 @@ def _connect(path: str, timeout: float) -> socket.socket | None:
             f"cannot connect to meshd at {path}: {exc.strerror or exc}; "
             "check the socket's permissions, or set MESH_SOCKET"
         ) from exc
+    if problem is not None:
+        sock.close()
+        raise UntrustedSocket(problem, {"socket": path})
     return sock
+
+
+def _check_folder(path: str) -> None:
+    """Refuse a socket whose folder another user could have put it in (missing: fine)."""
+    folder = os.path.dirname(path) or "."
+    try:
+        problem = trust.folder_problem(folder)
+    except FileNotFoundError:
+        return  # nothing there: no daemon (yet); starting one creates the folder 0700
+    except OSError as exc:
+        raise MeshUnavailable(
+            f"cannot check the socket folder {folder}: {exc.strerror or exc}"
+        ) from exc
+    if problem is not None:
+        raise UntrustedSocket(f"refusing the socket {path}: {problem}", {"socket": path})
 
 
 def _ping(sock: socket.socket) -> bool:

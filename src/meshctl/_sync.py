@@ -73,7 +73,7 @@ class Mesh:
         timeout: float = 5.0,
     ) -> None:
         self.profile = _paths.check_profile(profile or os.environ.get("MESH_PROFILE") or "default")
-        self.socket_path = socket or os.environ.get("MESH_SOCKET") or None
+        self.socket_path = _paths.socket_arg(socket)
         self.autostart = autostart
         self.fail_open = fail_open
         self.timeout = timeout
@@ -196,7 +196,7 @@ class Mesh:
             rid, frame = self._proto.request("mesh.info")
             self._send(frame)
             info = self._read(rid, self.timeout).unwrap()
-            _conn.check_protocol(info, sock.getpeername() or str(self.socket_path))
+            _conn.check_daemon(info, sock.getpeername() or str(self.socket_path), self.profile)
         except _Stale:
             self._drop()
             raise MeshUnavailable(

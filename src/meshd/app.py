@@ -25,13 +25,27 @@ from pathlib import Path
 import anyio
 from anyio.abc import SocketListener, TaskGroup
 
-from meshd import __version__, config, sdnotify, singleton, storage_claims, storage_messages
+from meshd import (
+    __version__,
+    config,
+    sdnotify,
+    singleton,
+    socketfile,
+    storage_claims,
+    storage_messages,
+)
 from meshd.core.claims import Fencing
 from meshd.core.clock import SystemClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState, Write
 from meshd.keys import from_canonical
-from meshd.paths import PathError, ProfilePaths, check_socket_length, ensure_private_dir
+from meshd.paths import (
+    PathError,
+    ProfilePaths,
+    check_socket_length,
+    ensure_private_dir,
+    ensure_socket_dir,
+)
 from meshd.server import Server
 from meshd.service import Service
 from meshd.store import Restored, Store, StoreError
@@ -94,6 +108,7 @@ class Daemon:
         self.server = Server(self.service)
         self.service.stats = self.server.stats
         self._listener_ino: int | None = None
+        self._listener: SocketListener | None = None
         self._served: Path = paths.socket
         self._adopted = False
         self._tg: TaskGroup | None = None
@@ -140,8 +155,18 @@ class Daemon:
         tmp.replace(self.paths.socket_record)
 
     async def _bind(self) -> SocketListener:
-        listener = await anyio.create_unix_listener(self._served, mode=0o600)
-        self._serving(self._served)
+        """Bind the socket path, replacing it only when it is free (see :mod:`meshd.socketfile`)."""
+        path = self._served
+        problem = await anyio.to_thread.run_sync(socketfile.occupant, path)
+        if problem is not None:
+            raise StartupError(f"cannot listen on {path}: {problem}")
+        try:
+            listener = await socketfile.bind(path)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+        self._adopted = False  # bound by us: ours to unlink on stop
+        self._serving(path)
+        self._listener = listener
         return listener
 
     async def listener(self) -> SocketListener:
@@ -151,27 +176,60 @@ class Daemon:
             listener = await SocketListener.from_socket(adopted[0])
             name = adopted[0].getsockname()
             self._adopted = True
+            self._listener = listener
             if isinstance(name, str) and name:
                 self._serving(Path(name))
             return listener
         return await self._bind()
 
     async def _guard_socket(self) -> None:
-        """Re-create the socket if someone removes it (a logout clean-up)."""
+        """Keep the socket reachable (SPEC §2): logout clean-up must not orphan the daemon.
+
+        Every second: if the path no longer holds our socket and is free (removed,
+        its folder removed, or a dead socket), bind it again -- folder included --
+        and close the listener it replaces. If something else holds it (another
+        live daemon, a file, a folder), leave it, say so once, and look again
+        later: two daemons given one ``MESH_SOCKET`` never take it from each other.
+        """
+        said: str | None = None
         while True:
-            path = self._served
             await anyio.sleep(GUARD_INTERVAL)
-            if self._listener_ino is None:
+            if self._listener_ino is None or self._still_ours():
+                said = None
                 continue
-            try:
-                ino: int | None = path.stat().st_ino
-            except FileNotFoundError:
-                ino = None
-            if ino != self._listener_ino:
-                log.warning("socket %s was removed or replaced; creating it again", path)
-                assert self._tg is not None
-                listener = await self._bind()
-                self._tg.start_soon(self.server.serve, listener)
+            path = self._served
+            problem = await anyio.to_thread.run_sync(socketfile.occupant, path)
+            if problem is None:
+                try:
+                    await self._rebind()
+                except (OSError, PathError, StartupError) as exc:
+                    problem = f"cannot re-create it: {exc}"
+                else:
+                    said = None
+                    continue
+            if problem != said:
+                log.warning(
+                    "socket %s is no longer ours and is not re-bound while %s; "
+                    "clients cannot reach this daemon meanwhile", path, problem,
+                )  # fmt: skip
+                said = problem
+
+    def _still_ours(self) -> bool:
+        try:
+            return self._served.stat().st_ino == self._listener_ino
+        except OSError:
+            return False
+
+    async def _rebind(self) -> None:
+        """Bind the path again (creating its folder 0700) and close the replaced listener."""
+        ensure_socket_dir(self._served.parent)
+        old = self._listener
+        listener = await self._bind()
+        log.warning("socket %s was removed or replaced; created it again", self._served)
+        assert self._tg is not None
+        self._tg.start_soon(self.server.serve, listener)
+        if old is not None:
+            await old.aclose()  # its serve loop ends; open connections carry on
 
     # --- background tasks -----------------------------------------------------------
 
@@ -288,7 +346,7 @@ def prepare(profile: str) -> tuple[ProfilePaths, Settings, int]:
         settings = config.load(paths.config, profile)
         ensure_private_dir(paths.state)
         if not os.environ.get("LISTEN_FDS"):
-            ensure_private_dir(paths.socket.parent)
+            ensure_socket_dir(paths.socket.parent)
             check_socket_length(paths.socket)
     except (PathError, config.ConfigError) as exc:
         raise StartupError(str(exc)) from exc

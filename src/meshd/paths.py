@@ -16,6 +16,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshd.protocol import trust
+
 PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 APP = "meshd"
 # sun_path is 108 bytes on Linux and 104 on macOS, NUL included.
@@ -42,7 +44,10 @@ def _runtime_dir() -> Path:
     # cron; the fallback it picks is right, so the warning is only noise here.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return Path(platformdirs.user_runtime_dir(APP, ensure_exists=False))
+        try:
+            return Path(platformdirs.user_runtime_dir(APP, ensure_exists=False))
+        except OSError as exc:  # e.g. the tempdir fallback is owned by another user
+            raise PathError(str(exc)) from None
 
 
 def state_dir() -> Path:
@@ -64,9 +69,13 @@ def config_file() -> Path:
 
 
 def socket_path(profile: str) -> Path:
-    """The socket a profile's daemon serves (``MESH_SOCKET`` overrides)."""
+    """The socket a profile's daemon serves (``MESH_SOCKET`` overrides; it must be absolute:
+    a relative one would bind in the daemon's working folder, ``/`` when auto-started)."""
     if env := os.environ.get("MESH_SOCKET"):
-        return Path(env)
+        try:
+            return Path(trust.check_absolute(env))
+        except ValueError as exc:
+            raise PathError(str(exc)) from None
     return _runtime_dir() / f"{profile}.sock"
 
 
@@ -100,11 +109,16 @@ class ProfilePaths:
 
 
 def check_socket_length(path: Path) -> None:
-    """Refuse a socket path that does not fit in ``sun_path``."""
-    if len(os.fsencode(path)) >= SUN_PATH_MAX:
+    """Refuse a socket path that does not fit in ``sun_path`` (nor its temporary name,
+    which is a few bytes longer: the socket is bound there, then renamed into place)."""
+    from meshd.socketfile import temp_path
+
+    size = len(os.fsencode(temp_path(path)))
+    if size >= SUN_PATH_MAX:
         raise PathError(
-            f"socket path is {len(os.fsencode(path))} bytes, over the {SUN_PATH_MAX - 1}-byte "
-            f"limit of Unix sockets: {path}\n  set MESH_SOCKET to a shorter path"
+            f"socket path is {len(os.fsencode(path))} bytes ({size} while it is bound under a "
+            f"temporary name), over the {SUN_PATH_MAX - 1}-byte limit of Unix sockets: "
+            f"{path}; set MESH_SOCKET to a shorter path"
         )
 
 
@@ -120,7 +134,7 @@ def ensure_private_dir(path: Path) -> None:
     info = path.stat()
     if info.st_uid != os.geteuid():
         raise PathError(
-            f"{path} is owned by uid {info.st_uid}, not {os.geteuid()}: "
+            f"{path} is owned by {trust.who(info.st_uid)}, not {trust.who(os.geteuid())}: "
             f"use a folder of your own (MESH_SOCKET / MESH_STATE_DIR)"
         )
     # A folder others can write lets them replace the socket or the database.
@@ -129,3 +143,25 @@ def ensure_private_dir(path: Path) -> None:
             f"{path} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
             f"run: chmod 0700 '{path}'"
         )
+
+
+def ensure_socket_dir(path: Path) -> None:
+    """Create the socket's folder with mode 0700, or check an existing one is private.
+
+    Stricter than the state folder: a real folder (no symlink), ours, mode 0700, the
+    rule clients check before they connect (:mod:`meshd.protocol.trust`).
+    """
+    try:
+        problem = trust.folder_problem(os.fspath(path))
+    except FileNotFoundError:
+        try:
+            path.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            pass  # made meanwhile (another daemon, a client): checked below
+        except OSError as exc:
+            raise PathError(f"cannot create the socket folder {path}: {exc.strerror}") from exc
+        problem = trust.folder_problem(os.fspath(path))
+    except OSError as exc:
+        raise PathError(f"cannot check the socket folder {path}: {exc.strerror}") from exc
+    if problem is not None:
+        raise PathError(problem)

@@ -40,8 +40,6 @@ import logging
 import os
 import select
 import socket
-import struct
-import sys
 from typing import Any
 
 import anyio
@@ -70,6 +68,7 @@ from meshd.protocol.jsonrpc import (
     request_decoder,
     response,
 )
+from meshd.protocol.trust import peer_credentials
 from meshd.service import Conn, Handler, Service
 
 log = logging.getLogger("meshd.server")
@@ -110,19 +109,6 @@ _TOO_DEEP = encoder.encode(
 )
 """msgspec raises RecursionError (not DecodeError) past Python's recursion limit; a frame
 nested that deeply is refused like any other invalid request, and the line stays open."""
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int | None, int]:
-    """(pid, uid) of the process at the other end of a Unix socket."""
-    if hasattr(socket, "SO_PEERCRED"):
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        pid, uid, _gid = struct.unpack("3i", raw)
-        return pid, uid
-    if sys.platform == "darwin":  # struct xucred: u_int cr_version; uid_t cr_uid; ...
-        raw = sock.getsockopt(0, getattr(socket, "LOCAL_PEERCRED", 1), 76)
-        _version, uid = struct.unpack_from("Ii", raw)
-        return None, uid
-    raise OSError("cannot read peer credentials on this platform")
 
 
 _HANGUP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)

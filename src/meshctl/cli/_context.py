@@ -96,6 +96,13 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
             raise click.BadParameter(
                 f"{value!r}: use 1-64 characters from A-Z a-z 0-9 _ . -", ctx, param
             )
+        if name == "socket" and value and not os.path.isabs(value):
+            raise click.BadParameter(
+                f"{value!r}: the socket must be an absolute path (a relative one names a "
+                "different socket in every working folder)",
+                ctx,
+                param,
+            )
         setattr(state, name, value)
 
     return callback

@@ -17,6 +17,8 @@ The Python classes form one tree::
 
     MeshError
      +-- MeshUnavailable          daemon unreachable / storage failed (CLI exit 69)
+     |    +-- UntrustedSocket     the socket's folder or its daemon is not the user's
+     |    +-- ProfileMismatch     the socket reached serves another profile
      +-- MeshProtocolError        the peer broke the wire contract
      |    +-- FrameTooLarge
      +-- MeshTimeout              no reply in time
@@ -59,6 +61,26 @@ class MeshUnavailable(MeshError):
 
     data_code = "UNAVAILABLE"
     code = -32013
+
+
+class UntrustedSocket(MeshUnavailable):
+    """The client refused a socket: its folder or the daemon behind it is not the user's.
+
+    Found by the client before sending a byte (``meshd.protocol.trust``); never on
+    the wire. A ``MeshUnavailable``, so a fail-open client degrades instead of failing.
+    """
+
+    data_code = "UNTRUSTED_SOCKET"
+
+
+class ProfileMismatch(MeshUnavailable):
+    """The daemon at the socket serves another profile than the one asked for.
+
+    ``MESH_SOCKET`` names one daemon, whatever ``--profile`` says; the client
+    refuses rather than act on the wrong profile. Found by the client; never on the wire.
+    """
+
+    data_code = "PROFILE_MISMATCH"
 
 
 class MeshProtocolError(MeshError):
