@@ -14,7 +14,8 @@ Runs COMMAND while holding RES…, for cron jobs and scripts (SPEC §9):
    lives while either run or COMMAND lives: a SIGKILLed run leaves COMMAND
    guarded until it exits, and a run killed before the gate opens takes the gate
    with it (the child sees EOF and exits without running COMMAND, never unguarded);
-4. passes stdin/stdout/stderr through untouched, forwards SIGINT, SIGTERM and SIGHUP
+4. hands COMMAND its session's id in ``MESH_SESSION``; passes stdin/stdout/stderr
+   through untouched, forwards SIGINT, SIGTERM and SIGHUP
    (not the ones the terminal already sent to COMMAND's process group: Ctrl-C
    reaches COMMAND once), heartbeats meanwhile so the session does not show as
    stale, and exits with COMMAND's status (128+N for signal N);
@@ -224,7 +225,7 @@ class _Guard:
                 self._quiet = True
 
     def run(self, argv: list[str]) -> int:
-        child = _Child(argv)
+        child = _Child(argv, session=self.sid)
         self.anchor(child.pid)
         return child.start_and_wait(self.beat, self.interval)
 
@@ -249,8 +250,9 @@ def _run_unguarded(argv: list[str]) -> int:
 class _Child:
     """COMMAND, forked and held at a gate until :meth:`start_and_wait` opens it."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], session: str | None = None) -> None:
         self.argv = argv
+        self.session = session
         gate_r, self._gate_w = os.pipe()
         self._err_r, err_w = os.pipe()
         self._blocked = (*_FORWARDED, signal.SIGCHLD)
@@ -262,7 +264,7 @@ class _Child:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, self._blocked)
             raise
         if self.pid == 0:  # pragma: no cover - the child never returns
-            _child_main(argv, gate_r, self._gate_w, self._err_r, err_w)
+            _child_main(argv, gate_r, self._gate_w, self._err_r, err_w, session=session)
         os.close(gate_r)
         os.close(err_w)
 
@@ -320,8 +322,15 @@ class _Child:
         return self._reap()
 
 
-def _child_main(argv: list[str], gate_r: int, gate_w: int, err_r: int, err_w: int) -> None:
-    """In the forked child: wait at the gate, then exec COMMAND (never returns)."""
+def _child_main(
+    argv: list[str], gate_r: int, gate_w: int, err_r: int, err_w: int, *, session: str | None
+) -> None:
+    """In the forked child: wait at the gate, then exec COMMAND (never returns).
+
+    COMMAND gets run's own session in ``MESH_SESSION`` (SPEC §9), so it can
+    heartbeat, send and claim as itself. Unguarded (no session of its own) the
+    environment is passed on as it is.
+    """
     code = _EXEC_FAILED
     try:
         os.close(gate_w)
@@ -332,6 +341,8 @@ def _child_main(argv: list[str], gate_r: int, gate_w: int, err_r: int, err_w: in
             os._exit(_output.EXIT_TEMPFAIL)  # run died before opening the gate: never unguarded
         os.close(gate_r)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if session:
+            os.environ["MESH_SESSION"] = session
         try:
             os.execvp(argv[0], argv)
         except OSError as exc:
