@@ -161,8 +161,7 @@ def connect_or_start(
     if not autostart:
         raise MeshUnavailable(
             f"no meshd is running for profile {profile!r} (socket {path}); start it with "
-            f"`meshctl daemon start --profile {profile}`, or let the client start it "
-            "(autostart=True)",
+            f"`meshctl daemon start --profile {profile}`",
             {"socket": path, "profile": profile},
         )
     with _spawn_lock(profile):

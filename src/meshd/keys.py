@@ -79,9 +79,9 @@ class Key:
         return self.text == other.text
 
 
-def _refuse(raw: str, what: str, todo: str) -> BadKey:
+def _refuse(raw: str, what: str, todo: str, **data: str) -> BadKey:
     shown = raw if len(raw) <= 200 else raw[:200] + "…"
-    return BadKey(f"bad resource key {shown!r}: {what}; {todo}", {"key": shown})
+    return BadKey(f"bad resource key {shown!r}: {what}; {todo}", {"key": shown, **data})
 
 
 def path_key(kind: str, path: str) -> Key:
@@ -179,7 +179,8 @@ def _path(raw: str, kind: str, value: str, home: str, broad: bool) -> Key:
                 what = "it is your home folder"
             else:
                 what = "it contains your home folder"
-            raise _refuse(raw, what, "claim something narrower, or pass --broad (broad=True)")
+            # Each client names its own switch (meshctl --broad, broad=True): data.needs.
+            raise _refuse(raw, what, "claim something narrower", needs="broad")
     return key
 
 

@@ -6,11 +6,24 @@ and failed there.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from .conftest import Meshctl, Run
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.conftest import DaemonHandle
+
+from meshctl.cli import cli
+
+from .conftest import Meshctl, OfflineEnv, Run
 
 Daemon = Any
 
@@ -41,3 +54,196 @@ class TestRunIdentity:
         assert inner != parent
         assert f'"parent": "{parent}"' in shown
         assert '"source": "run"' in shown
+
+
+class TestBadBytesAndNumbers:
+    """Issue 9.4: undecodable argv bytes and non-finite numbers are refused, never a crash."""
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["claim", "res:x", "--wait", "nan"],
+            ["claim", "res:x", "--wait", "inf"],
+            ["claim", "res:x", "--wait", "1e400"],
+            ["claim", "res:x", "--ttl", "-1"],
+            ["claim", "res:x", "--ttl", "nan"],
+            ["run", "--res", "res:x", "--wait", "-inf", "--", "true"],
+            ["sessions", "ask", "cli:x", "hi", "--timeout", "nan"],
+            ["register", "--task", "t", "--expire-after", "inf"],
+        ],
+    )
+    def test_non_finite_numbers_are_usage_errors(
+        self, args: list[str], meshctl: Meshctl, offline_env: OfflineEnv
+    ) -> None:
+        """nan, inf, -1 and overflowing numbers exit 2 naming the option (no daemon needed)."""
+        env = {**offline_env.env, "MESH_SESSION": "cli:me"}
+
+        run = meshctl("--json", *args, env=env)
+
+        assert run.code == 2, run
+        assert "Traceback" not in run.err
+        assert run.json()["error"]["data"]["code"] == "USAGE"
+        assert "Invalid value for '--" in run.err
+
+    def test_undecodable_key_is_bad_key(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """A path that is not UTF-8 (bytes on POSIX) is BAD_KEY with the byte shown, not a crash."""
+        env = {**daemon.env, "MESH_SESSION": register(meshctl, daemon.env)}
+        path = os.fsdecode(b"src/caf\xe9.py")
+
+        run = meshctl("claim", path, "--json", env=env)
+
+        assert run.code == 1, run
+        assert "Traceback" not in run.err
+        assert run.json()["error"]["data"]["code"] == "BAD_KEY"
+        assert "caf\\xe9.py" in run.err
+
+    def test_undecodable_text_names_its_argument(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """Undecodable bytes in a message or a reason are a usage error naming the argument."""
+        env = {**daemon.env, "MESH_SESSION": register(meshctl, daemon.env)}
+        other = register(meshctl, daemon.env)
+
+        text = meshctl("send", other, os.fsdecode(b"caf\xe9"), env=env)
+        reason = meshctl("claim", "res:x", "--reason", os.fsdecode(b"\xff"), env=env)
+
+        assert (text.code, reason.code) == (2, 2), (text, reason)
+        assert text.err.startswith("meshctl: TEXT…: 'caf\\xe9' is not valid UTF-8")
+        assert reason.err.startswith("meshctl: --reason: '\\xff' is not valid UTF-8")
+
+    def test_run_passes_undecodable_command_faithfully(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        """run's COMMAND gets its bytes as they were; only its task line shows them escaped."""
+        target = os.fsdecode(bytes(short_tmp) + b"/caf\xe9")
+
+        run = meshctl("run", "--res", "res:x", "--", "touch", target, env=daemon.env)
+
+        assert run.code == 0, run
+        assert os.path.exists(os.fsencode(target))
+
+
+class TestValidationNamesTheArgument:
+    """Issue 9.5: a daemon INVALID_PARAMS about a typed argument is exit 2 naming it."""
+
+    def test_empty_message(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        env = {**daemon.env, "MESH_SESSION": register(meshctl, daemon.env)}
+        other = register(meshctl, daemon.env)
+
+        run = meshctl("send", other, "", env=env)
+        doc = meshctl("send", other, "", "--json", env=env)
+
+        assert run.code == 2, run
+        assert run.err.startswith("meshctl: TEXT…: must not be empty")
+        assert "Expected `str`" not in run.err
+        assert doc.json()["error"]["data"]["argument"] == "TEXT…"
+
+    def test_bad_session_id(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        run = meshctl("heartbeat", env={**daemon.env, "MESH_SESSION": "two words"})
+
+        assert run.code == 2, run
+        assert run.err.startswith("meshctl: --session (MESH_SESSION): ")
+
+    def test_library_names_never_leak(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """A too-broad key says --broad (not broad=True); no daemon says meshctl's words."""
+        env = {**daemon.env, "MESH_SESSION": register(meshctl, daemon.env)}
+
+        broad = meshctl("claim", "file:/", env=env)
+        daemon.stop()
+        status = meshctl("daemon", "status", env=env)
+
+        assert broad.code == 1, broad
+        assert "pass --broad" in broad.err
+        assert "broad=True" not in broad.err
+        assert status.code == 69, status
+        assert "autostart" not in status.err
+
+
+# --- fuzzing argv ----------------------------------------------------------------------
+
+#: Commands safe to fuzz in-process: none runs a program, stops the daemon, waits on
+#: other sessions or follows forever.
+FUZZ_COMMANDS = [
+    ["claim"],
+    ["release"],
+    ["check"],
+    ["steal"],
+    ["log"],
+    ["send"],
+    ["inbox"],
+    ["reply"],
+    ["register"],
+    ["heartbeat"],
+    ["sessions", "active"],
+    ["sessions", "show"],
+    ["sessions", "ask"],
+    ["handoff", "write"],
+    ["handoff", "list"],
+    ["handoff", "show"],
+    ["sync"],
+    ["board", "show"],
+    ["nosuchcommand"],
+]
+FUZZ_TOKENS = [
+    "--json", "--wait", "--ttl", "--timeout", "--reason", "--task", "--shared", "--all",
+    "--peek", "--since", "--to", "--files", "--next", "--liveness", "--pid", "--id",
+    "--expire-after", "--status", "--broad", "--fresh", "--all-profiles",
+    "nan", "inf", "-inf", "-1", "0", "1e400", "0.01", "", " ", "res:x", "port:99999",
+    "file:/", "~", "/tmp", "src/a.py", "x" * 5000, "café", "\u202etxt.exe", "a\nb",
+    "\x1b]0;pwned\x07", "\x1b[2J", "\x00", "{}", "[1]", "12", "-5", "99999999999999999999",
+    os.fsdecode(b"caf\xe9"), os.fsdecode(b"\xff\xfe"), "--", "-x", "--no-such-option",
+]  # fmt: skip
+NEVER = {"--socket", "--profile", "--follow", "--collect", "-h", "--help", "-V", "--version"}
+_token = st.one_of(
+    st.sampled_from(FUZZ_TOKENS),
+    st.text(max_size=12).filter(lambda t: t not in NEVER),
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_daemon() -> Iterator[tuple[dict[str, str], str]]:
+    """One real daemon for every example, and a session to act for."""
+    root = Path(tempfile.mkdtemp(prefix="mf-", dir="/tmp"))
+    runtime = root / "run"
+    runtime.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MESH_")}
+    env.update(
+        MESH_SOCKET=str(runtime / "meshd" / "test.sock"),
+        MESH_STATE_DIR=str(root / "state"),
+        MESH_CONFIG=str(root / "config.toml"),
+        XDG_RUNTIME_DIR=str(runtime),
+        MESH_PROFILE="test",
+    )
+    d = DaemonHandle(env=env, socket=runtime / "meshd" / "test.sock", state_dir=root / "state")
+    d.start()
+    try:
+        reg = d.call("session.register", {"task": "fuzz", "liveness": "heartbeat"})
+        yield env, reg["result"]["session_id"]
+    finally:
+        d.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(command=st.sampled_from(FUZZ_COMMANDS), tokens=st.lists(_token, max_size=6))
+def test_fuzz_argv(
+    fuzz_daemon: tuple[dict[str, str], str], command: list[str], tokens: list[str]
+) -> None:
+    """Issue 9.4: any argv gives no traceback, a SPEC exit code, and with --json one document."""
+    env, sid = fuzz_daemon
+    args = [*command, *tokens]
+    runner = CliRunner()
+
+    result = runner.invoke(cli, args, env={**env, "MESH_SESSION": sid})
+
+    shown = f"{args!r} -> {result.exit_code}\n{result.stdout}\n{result.stderr}"
+    assert result.exit_code in {0, 1, 2, 69, 75}, shown
+    assert isinstance(result.exception, SystemExit | None), shown
+    assert "Traceback" not in result.stderr, shown
+    assert "internal error" not in result.stderr, shown
+    if "--json" in args[: args.index("--") if "--" in args else None]:
+        json.loads(result.stdout)  # exactly one document: raises on none or two

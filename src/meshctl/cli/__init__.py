@@ -19,6 +19,7 @@ anyio, msgspec and platformdirs are never imported (a test checks it).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, cast
@@ -121,11 +122,15 @@ class MeshGroup(click.Group):
             _output.report(other, state.json)
             sys.exit(exc.exit_code)
         except (click.Abort, KeyboardInterrupt):
-            click.echo("Aborted!", err=True)
-            sys.exit(130)
+            sys.exit(130)  # the shell's status for SIGINT; the user knows they pressed it
         except BrokenPipeError:
-            sys.stderr.close()  # the reader went away; say nothing more
-            sys.exit(1)
+            _output.reader_gone()
+            sys.exit(_output.EXIT_ERROR)  # never 0: what was printed may not have been read
+        except Exception as exc:  # the last guard: one sentence, never a traceback
+            if os.environ.get("MESHCTL_DEBUG"):
+                raise
+            _output.report(_output.internal_error(exc), state.json)
+            sys.exit(_output.EXIT_ERROR)
         finally:
             state.close()
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -135,7 +140,11 @@ class MeshGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MeshError as exc:
-            raise _output.from_mesh_error(exc) from exc
+            from meshctl.cli._params import usage_from
+
+            state = ctx.find_object(State)
+            usage = usage_from(exc, state.command if state else None)
+            raise (usage or _output.from_mesh_error(exc)) from exc
 
 
 @click.group(cls=MeshGroup, context_settings=CONTEXT_SETTINGS)

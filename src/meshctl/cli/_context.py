@@ -42,6 +42,8 @@ class State:
         self.json = False
         #: options given on the command line (an outer one then beats the environment)
         self.explicit: set[str] = set()
+        #: the context of the command that runs (names arguments in refusals)
+        self.command: click.Context | None = None
         self._mesh: Mesh | None = None
 
     def mesh(self, *, autostart: bool = True) -> Mesh:
@@ -61,10 +63,23 @@ class State:
         return self._mesh
 
     def call(
-        self, method: str, params: dict[str, Any] | None = None, *, autostart: bool = True
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        autostart: bool = True,
+        timeout: float | None = None,
     ) -> Any:
-        """One request to this profile's daemon (library errors propagate)."""
-        return self.mesh(autostart=autostart).call(method, params)
+        """One request to this profile's daemon (library errors propagate).
+
+        Text that cannot be sent (undecodable argv bytes) is refused first, naming
+        its argument (:func:`meshctl.cli._params.check_text`).
+        """
+        from meshctl.cli._params import check_text
+
+        check_text({"method": method}, self.command)
+        check_text(params, self.command)
+        return self.mesh(autostart=autostart).call(method, params, timeout=timeout)
 
     def require_session(self) -> str:
         """The session this command acts for, or the NO_SESSION refusal."""
@@ -80,8 +95,14 @@ class State:
 
 
 def get_state() -> State:
-    """The invocation's :class:`State` (created by the root group)."""
-    return click.get_current_context().ensure_object(State)
+    """The invocation's :class:`State` (created by the root group).
+
+    Called first thing by every command, so it also records which command runs.
+    """
+    ctx = click.get_current_context()
+    state = ctx.ensure_object(State)
+    state.command = ctx
+    return state
 
 
 def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:

@@ -21,6 +21,16 @@ trying again later is the right reaction. JSON is encoded with the standard
 library (msgspec stays off the CLI's import path; BENCH.md), pretty-printed
 with two spaces so a person can read it too.
 
+**Text from other sessions is data, not terminal commands** (issue 10): a task,
+message, handoff, notice, reason or path may hold ``ESC ]0;…``, ``ESC [2J``,
+OSC 52, ``\r``, bidi overrides or a ``\n`` that would forge a line of its own.
+:func:`safe` is the one function that neutralises them -- each shown escaped,
+visibly (``\x1b``, ``\u202e``, ``\n``), on a terminal and in a pipe alike --
+and every human rendering goes through it: renderers get documents cleaned by
+:func:`clean` (single-line fields lose their line breaks too), and whatever is
+printed for people passes :func:`safe` once more on its way out (:func:`say`).
+``--json`` stays faithful: JSON escapes control characters itself.
+
 Standard library and click only; the client library is imported by the
 commands that use it, never here.
 """
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -66,6 +77,59 @@ HINTS: dict[str, str] = {
 }
 
 
+#: Characters never written raw for people: C0 and C1 controls, DEL, bidi
+#: embeddings/overrides/isolates and marks, line/paragraph separators, and lone
+#: surrogates (undecodable bytes of argv or a path, PEP 383).
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_UNSAFE_MULTILINE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: Fields that are prose and may span lines (messages, handoffs, answers).
+MULTILINE_FIELDS = frozenset({"text", "summary", "answer", "question", "body"})
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    point = ord(char)
+    if point < 0x100:
+        return f"\\x{point:02x}"
+    if 0xDC80 <= point <= 0xDCFF:
+        return f"\\x{point - 0xDC00:02x}"  # the undecodable byte itself
+    return f"\\u{point:04x}"
+
+
+def safe(text: str, *, multiline: bool = False) -> str:
+    """``text`` with every control, bidi and undecodable character shown escaped.
+
+    Single-line (the default) also escapes ``\n`` and ``\t``, so a task or a key
+    cannot start a line of its own; ``multiline`` keeps them for prose.
+    """
+    pattern = _UNSAFE_MULTILINE if multiline else _UNSAFE
+    return pattern.sub(_escape, text) if pattern.search(text) else text
+
+
+def clean(document: Any, *, multiline: bool = False) -> Any:
+    """A copy of a daemon reply that is safe to render for people (see :func:`safe`).
+
+    Strings under :data:`MULTILINE_FIELDS` keep their line breaks; every other
+    string, and every mapping key, is made single-line.
+    """
+    if isinstance(document, str):
+        return safe(document, multiline=multiline)
+    if isinstance(document, dict):
+        return {
+            safe(str(k)): clean(v, multiline=k in MULTILINE_FIELDS) for k, v in document.items()
+        }
+    if isinstance(document, list | tuple):
+        return [clean(v, multiline=multiline) for v in document]
+    return document
+
+
 class Failure(Exception):
     """A failure on its way to the user: one error object plus an exit code.
 
@@ -100,8 +164,8 @@ class Failure(Exception):
 
     def human(self) -> str:
         """The message for stderr: what happened, then what to do."""
-        text = f"meshctl: {self.message}"
-        return f"{text}\n  {self.hint}" if self.hint else text
+        text = f"meshctl: {safe(self.message, multiline=True)}"
+        return f"{text}\n  {safe(self.hint, multiline=True)}" if self.hint else text
 
 
 def exit_code_for(exc: E.MeshError) -> int:
@@ -119,12 +183,14 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
     """Wrap a :class:`MeshError` (its wire code and ``data`` kept) for printing."""
     data = dict(exc.data)
     data_code = str(data.pop("code", exc.data_code))
+    hint = "pass --broad to claim it all the same" if data.get("needs") == "broad" else None
     return Failure(
         exc.message,
         data_code,
         code=exc.code,
         exit_code=exit_code_for(exc),
         data=data,
+        hint=hint,
     )
 
 
@@ -135,6 +201,25 @@ def no_session() -> Failure:
         "NO_SESSION",
         code=E.NoSession.code,
     )
+
+
+def internal_error(exc: BaseException) -> Failure:
+    """A bug in meshctl, said in one sentence (``MESHCTL_DEBUG=1`` shows the traceback)."""
+    return Failure(
+        f"internal error: {type(exc).__name__}: {exc}",
+        "INTERNAL",
+        hint="this is a bug in meshctl; run again with MESHCTL_DEBUG=1 to see where, and report it",
+    )
+
+
+def reader_gone() -> None:
+    """stdout's reader went away: point stdout at /dev/null so the exit stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
 
 
 def usage_failure(exc: click.UsageError) -> Failure:
@@ -151,7 +236,21 @@ def report(failure: Failure, as_json: bool) -> None:
 
 def write_json(document: Any) -> None:
     """Write one JSON document to stdout (stdlib ``json``; non-ASCII kept readable)."""
-    click.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+    click.echo(dump_json(document, indent=2))
+
+
+def dump_json(document: Any, indent: int | None = None) -> str:
+    """``document`` as JSON text; non-ASCII kept readable unless it holds lone
+    surrogates (undecodable bytes), which only ``\\udcXX`` escapes carry faithfully."""
+    options: dict[str, Any] = {"indent": indent, "default": str}
+    if not indent:
+        options["separators"] = (",", ":")
+    text = json.dumps(document, ensure_ascii=False, **options)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(document, **options)
+    return text
 
 
 def emit(as_json: bool, document: Any, human: str | Callable[[], str | None] | None) -> None:
@@ -165,12 +264,17 @@ def emit(as_json: bool, document: Any, human: str | Callable[[], str | None] | N
         return
     text = human() if callable(human) else human
     if text:
-        click.echo(text)
+        say(text)
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """Print text for people, made :func:`safe` (line breaks kept) on the way out."""
+    click.echo(safe(text, multiline=True), err=err)
 
 
 def note(text: str) -> None:
     """A diagnostic for people: always stderr, never mixed into a JSON document."""
-    click.echo(f"meshctl: {text}", err=True)
+    say(f"meshctl: {text}", err=True)
 
 
 def format_age(seconds: float) -> str:

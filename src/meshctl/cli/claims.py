@@ -24,6 +24,7 @@ import click
 from meshctl import _claims
 from meshctl.cli import _output
 from meshctl.cli._context import State, common_options, get_state
+from meshctl.cli._params import Seconds
 
 RES_HELP = (
     "RES is kind:value (file:/p, repo:/p, branch:/repo:NAME, port:N, res:NAME …); a bare "
@@ -50,12 +51,10 @@ def _timeout(state: State, wait: float) -> float:
 @click.argument("resources", metavar="RES…", nargs=-1, required=True)
 @click.option("--shared", is_flag=True, help="Shared mode: many shared holders, no exclusive.")
 @click.option("--reason", default="", metavar="R", help="Why (shown to whoever is held).")
-@click.option(
-    "--ttl", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Free it after S s."
-)
+@click.option("--ttl", type=Seconds(open_min=True), metavar="S", help="Free it after S s.")
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=Seconds(maximum=3600),
     default=0.0,
     metavar="S",
     help="Queue up to S seconds for the whole set (FIFO).",
@@ -84,7 +83,7 @@ def claim(
         wait=wait,
         broad=broad,
     )
-    result = state.mesh().call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+    result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
     if _disabled(result):
         _output.emit(state.json, _claims.cli_document(result), None)
         return _output.EXIT_OK

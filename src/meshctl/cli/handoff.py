@@ -25,6 +25,7 @@ import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
+from meshctl.cli._params import Seconds
 from meshctl.cli.messages import indent, label
 
 Handoff = Mapping[str, Any]
@@ -160,7 +161,7 @@ def write(
 @click.argument("to", metavar="ID")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(open_min=True),
     default=10.0,
     show_default=True,
     metavar="S",
@@ -174,8 +175,7 @@ def request(to: str, timeout: float) -> int:
     """
     state = get_state()
     params = {"session_id": state.require_session(), "to": to, "timeout": timeout}
-    mesh = state.mesh()
-    result = mesh.call("handoff.request", params, timeout=timeout + mesh.timeout)
+    result = state.call("handoff.request", params, timeout=timeout + state.mesh().timeout)
     _output.emit(state.json, result, lambda: render_request(result, to))
     return _output.EXIT_TEMPFAIL if result.get("timed_out") else _output.EXIT_OK
 

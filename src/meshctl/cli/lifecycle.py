@@ -26,6 +26,7 @@ import click
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._git import git_place
+from meshctl.cli._params import Seconds
 
 STATUSES = ("idle", "thinking", "tool-running", "blocked", "waiting-for-user", "done", "errored")
 
@@ -104,7 +105,7 @@ def _disabled_note(result: Any) -> None:
 )
 @click.option(
     "--expire-after",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(open_min=True),
     metavar="S",
     help="Heartbeat sessions: expire after S seconds without one.",
 )

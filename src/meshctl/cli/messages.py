@@ -39,6 +39,7 @@ import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import State, common_options, get_state
+from meshctl.cli._params import Seconds
 
 if TYPE_CHECKING:
     from meshctl._messaging import Listener
@@ -327,7 +328,7 @@ class _Follower:
 
 # --- ask / broadcast --------------------------------------------------------------------
 
-_TIMEOUT = click.FloatRange(min=0, min_open=True)
+_TIMEOUT = Seconds(open_min=True)
 
 
 @click.command()
@@ -352,8 +353,7 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
         "question": " ".join(question),
         "timeout": timeout,
     }
-    mesh = state.mesh()
-    result = mesh.call("query.ask", params, timeout=timeout + mesh.timeout)
+    result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
     _output.emit(state.json, result, lambda: render_answer(result, to))
     return _output.EXIT_TEMPFAIL if result.get("timed_out") else _output.EXIT_OK
 
@@ -386,8 +386,8 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
         from meshctl import _claims
 
         params["path"] = _claims.resolve(path)
-    mesh = state.mesh()
-    result = mesh.call("broadcast.send", params, timeout=(timeout if collect else 0) + mesh.timeout)
+    waited = (timeout if collect else 0) + state.mesh().timeout
+    result = state.call("broadcast.send", params, timeout=waited)
     _output.emit(state.json, result, lambda: render_broadcast(result))
 
 

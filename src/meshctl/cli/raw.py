@@ -58,5 +58,5 @@ def call(method: str, params_json: str | None) -> None:
     else:
         params = None
     state = get_state()
-    result = state.mesh().call(method, params)
+    result = state.call(method, params)
     _output.write_json(result)

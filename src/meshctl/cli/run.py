@@ -45,6 +45,7 @@ import click
 from meshctl import _claims
 from meshctl.cli import _output
 from meshctl.cli._context import State, common_options, get_state
+from meshctl.cli._params import Seconds
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class RunCommand(click.Command):
 @click.option("--task", metavar="T", help="The session's task (default: COMMAND).")
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=Seconds(maximum=3600),
     default=0.0,
     metavar="S",
     help="Queue up to S seconds for RES (FIFO).",
@@ -139,7 +140,7 @@ def run(
     try:
         mesh = state.mesh()
         params = _register_params(state, task, argv)
-        reg = mesh.call("session.register", params)
+        reg = state.call("session.register", params)
     except MeshUnavailable as exc:
         if not fail_open:
             raise
@@ -151,7 +152,7 @@ def run(
     guard = _Guard(mesh, params, reg)
     try:
         try:
-            result = mesh.call(
+            result = state.call(
                 _claims.ACQUIRE,
                 _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait),
                 timeout=_claims.wait_timeout(wait, mesh.timeout),
@@ -180,7 +181,7 @@ def _register_params(state: State, task: str | None, argv: list[str]) -> dict[st
 
     params: dict[str, Any] = {
         "source": "run",
-        "task": (task or " ".join(argv))[:200],
+        "task": (task or _shown(argv))[:200],
         "status": "tool-running",
         "liveness": "process",
         "pid": os.getpid(),
@@ -191,6 +192,12 @@ def _register_params(state: State, task: str | None, argv: list[str]) -> dict[st
     if state.session:
         params["parent"] = state.session
     return params
+
+
+def _shown(argv: list[str]) -> str:
+    """COMMAND as text for its task line: undecodable bytes written ``\\xe9``, not sent raw."""
+    text = " ".join(argv)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class _Guard:

@@ -1,0 +1,198 @@
+"""What the CLI accepts on its command line, and which argument a refusal is about.
+
+Three guards stand between argv and the wire (issue 9 items 4 and 5):
+
+- :class:`Seconds` takes a finite number of seconds in a range. ``nan``,
+  ``inf`` and numbers too large for a socket timeout are usage errors (exit 2)
+  here, where the option is named, instead of a crash or a wait that never ends.
+- :func:`check_text`: Python hands undecodable argv bytes over as lone
+  surrogates (PEP 383), which cannot be encoded as UTF-8 JSON. A key made of
+  them is refused as ``BAD_KEY`` (mesh keys are text; the bytes are shown as
+  ``\\xe9``), any other text as a usage error naming its argument.
+- :func:`argument_for` maps a wire path from the daemon's ``INVALID_PARAMS``
+  (``$.text``, ``$.resources[0]``) back to the argument the user typed
+  (``TEXT…``, ``RES…``), so the refusal names what to change. A param the CLI
+  built itself has no argument, and stays the daemon's error (exit 1).
+
+Standard library and click only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshd.protocol.errors import BadKey, InvalidParams, MeshError
+
+#: The daemon's upper bound for durations (``meshd.protocol.methods.Seconds``).
+ONE_YEAR = 31_536_000.0
+
+#: Wire fields whose CLI parameter has another name.
+_ALIASES = {
+    "summary": "text",
+    "query_id": "msg_id",
+    "reply_to": "msg_id",
+    "id": "handoff_id",
+    "resource": "resources",
+    "paths": "paths",
+}
+#: Wire fields that hold resource keys (refused as ``BAD_KEY``, not as usage).
+_KEY_FIELDS = frozenset({"resources", "resource", "path", "paths"})
+_PATH_RE = re.compile(r"^\$\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A finite number of seconds, ``minimum`` (exclusive when ``open_min``) to ``maximum``."""
+
+    name = "seconds"
+
+    def __init__(
+        self, *, minimum: float = 0.0, open_min: bool = False, maximum: float = ONE_YEAR
+    ) -> None:
+        self.minimum = minimum
+        self.open_min = open_min
+        self.maximum = maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                self.fail(f"'{_output.safe(str(value))}' is not a number of seconds", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"'{value}' is not a finite number of seconds", param, ctx)
+        low = number <= self.minimum if self.open_min else number < self.minimum
+        if low or number > self.maximum:
+            sign = ">" if self.open_min else ">="
+            self.fail(
+                f"{number:g} is out of range: give seconds {sign} {self.minimum:g} "
+                f"and at most {self.maximum:.0f}",
+                param,
+                ctx,
+            )
+        return number
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "S"
+
+
+def argument_for(path: str, ctx: click.Context | None) -> str | None:
+    """The CLI argument a wire path (``$.text``, ``$.resources[0]``) came from, if any."""
+    match = _PATH_RE.match(path or "")
+    if match is None or ctx is None:
+        return None
+    field = match.group(1)
+    if field == "session_id":
+        return "--session (MESH_SESSION)"
+    name = _ALIASES.get(field, field)
+    for param in ctx.command.params:
+        if param.name == name:
+            if isinstance(param, click.Option):
+                return max(param.opts, key=len)
+            return param.human_readable_name
+    return None
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(str(key), path)
+            yield from _strings(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{path}[{i}]")
+
+
+def _undecodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_text(params: Any, ctx: click.Context | None) -> None:
+    """Refuse params holding text that cannot go on the wire (undecodable argv bytes).
+
+    The first such string decides: in a key field it is ``BAD_KEY`` (exit 1, as
+    the daemon would say of a bad key), elsewhere a usage error (exit 2) naming
+    the argument it came from.
+    """
+    for path, text in _strings(params, "$"):
+        if not _undecodable(text):
+            continue
+        shown = _output.safe(text)
+        match = _PATH_RE.match(path)
+        if match and match.group(1) in _KEY_FIELDS:
+            raise _output.Failure(
+                f"bad resource key '{shown}': it is not valid UTF-8 (keys are text); "
+                "rename the file, or claim the folder that holds it",
+                "BAD_KEY",
+                code=BadKey.code,
+                data={"key": shown},
+                hint="",
+            )
+        where = argument_for(path, ctx) or path
+        raise _output.Failure(
+            f"{where}: '{shown}' is not valid UTF-8 text",
+            "USAGE",
+            code=_output.USAGE_CODE,
+            exit_code=_output.EXIT_USAGE,
+            data={"argument": where},
+            hint="",
+        )
+
+
+_PLAIN: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), words)
+    for pattern, words in (
+        (r"^Expected `str` of length >= 1$", "must not be empty"),
+        (r"^Expected `str` of length <= (\d+)$", r"is too long (at most \1 characters)"),
+        (r"^Expected `array` of length >= 1$", "needs at least one value"),
+        (r"^Expected `array` of length <= (\d+)$", r"has too many values (at most \1)"),
+        (r"^Expected `(?:float|int)` ([<>]=?) (\S+)$", r"must be \1 \2"),
+        (r"^Expected `str` matching regex .*$", "is not in the accepted form"),
+        (r"^Expected `(\w+)`, got `(\w+)`$", r"must be a \1, not a \2"),
+    )
+)
+
+
+def plain(message: str) -> str:
+    """The daemon's validation sentence in a user's words (msgspec's wording mapped)."""
+    text = message.removeprefix("Invalid params: ")
+    text = re.sub(r" - at `\$[^`]*`$", "", text)
+    for pattern, words in _PLAIN:
+        if pattern.match(text):
+            return pattern.sub(words, text)
+    return text.replace("`", "")
+
+
+def usage_from(exc: MeshError, ctx: click.Context | None) -> _output.Failure | None:
+    """A daemon ``INVALID_PARAMS`` about an argument the user typed, as a usage error.
+
+    ``None`` when the refused param is not one of the command's arguments (the CLI
+    built it, or the path is missing): that stays the daemon's error, exit 1.
+    """
+    if not isinstance(exc, InvalidParams):
+        return None
+    path = str(exc.data.get("path") or "")
+    where = argument_for(path, ctx)
+    if where is None:
+        return None
+    return _output.Failure(
+        f"{where}: {plain(exc.message)}",
+        "INVALID_PARAMS",
+        code=exc.code,
+        exit_code=_output.EXIT_USAGE,
+        data={"path": path, "argument": where},
+        hint=f"see `{ctx.command_path} --help`" if ctx is not None else "",
+    )
