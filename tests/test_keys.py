@@ -78,9 +78,12 @@ class TestPaths:
 
 class TestBroad:
     def test_root_is_refused(self, root: Path) -> None:
-        """file:/ needs broad."""
-        with pytest.raises(BadKey, match=r"whole filesystem.*--broad"):
+        """file:/ needs broad; data.needs says so, and each client names its own switch."""
+        with pytest.raises(BadKey, match=r"whole filesystem") as info:
             key("file:/", root)
+
+        assert info.value.data["needs"] == "broad"
+        assert "broad=True" not in info.value.message
 
     def test_home_itself_is_refused(self, root: Path) -> None:
         """The home folder, however spelt, needs broad."""

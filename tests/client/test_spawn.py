@@ -109,4 +109,4 @@ class TestFindSocket:
             _spawn.connect_or_start("test", None, autostart=False)
 
         assert str(mesh_env.socket) in info.value.message
-        assert "autostart" in info.value.message
+        assert "meshctl daemon start --profile test" in info.value.message
