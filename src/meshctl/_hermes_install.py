@@ -32,9 +32,11 @@ from meshctl import _hermes_config
 PLUGIN_KEY = "meshd"
 MARKER = "meshd_managed: true"
 RECORD = "meshd-install.json"
-#: Vendored module name for each importable module of the client's closure.
+#: Where the vendored client's closure starts (``meshctl.cli._git``: repo and branch).
 _ROOTS = ("meshctl._sync", "meshctl.cli._git")
-_ERRORS = "meshd.protocol.errors"
+#: Modules that may travel with the plugin (each is also checked to import only the
+#: standard library and other modules of the closure).
+_VENDORABLE = re.compile(r"meshctl\._\w+|meshctl\.cli\._git|meshd\.protocol\.\w+")
 
 
 class InstallError(Exception):
@@ -107,45 +109,62 @@ def _module_file(name: str) -> Path:
 
 
 def _vendored_name(module: str) -> str:
-    if module == _ERRORS:
-        return "_errors"
+    """``meshctl._sync`` -> ``_sync``; ``meshd.protocol.errors`` -> ``_proto_errors``."""
+    if module.startswith("meshd.protocol."):
+        return "_proto_" + module.rsplit(".", 1)[1]
     return module.rsplit(".", 1)[1]
 
 
 def _imports(path: Path) -> list[str]:
-    """``meshctl``/``meshd`` modules a file imports (at any depth, lazily or not)."""
+    """Modules a file imports at any depth (lazily or not), ``from pkg import mod`` as
+    ``pkg.mod`` for our packages."""
     found: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             mod = node.module
-            if mod == "meshctl":
-                found += [f"meshctl.{a.name}" for a in node.names]
-            elif mod.startswith(("meshctl.", "meshd")):
+            if mod in ("meshctl", "meshd.protocol"):
+                found += [f"{mod}.{a.name}" for a in node.names]
+            else:
                 found.append(mod)
         elif isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name.startswith(("meshctl", "meshd"))]
+            found += [a.name for a in node.names]
     return found
 
 
+def _ours(module: str) -> bool:
+    return module.split(".", maxsplit=1)[0] in ("meshctl", "meshd")
+
+
 def client_closure() -> list[str]:
-    """Every module the vendored client needs; refuses anything but the stdlib-only ones."""
+    """Every module the vendored client needs; refuses any that is not standard library only."""
+    import sys
+
     todo, seen = list(_ROOTS), []
     while todo:
         mod = todo.pop()
         if mod in seen:
             continue
-        allowed = mod == _ERRORS or re.fullmatch(r"meshctl\._\w+|meshctl\.cli\._git", mod)
-        if not allowed:
+        if not _VENDORABLE.fullmatch(mod):
             raise InstallError(f"the Hermes plugin cannot carry {mod} (not standard library only)")
         seen.append(mod)
-        todo += _imports(_module_file(mod))
+        for dep in _imports(_module_file(mod)):
+            if _ours(dep):
+                todo.append(dep)
+            elif dep.split(".")[0] not in sys.stdlib_module_names and dep != "__future__":
+                raise InstallError(f"the Hermes plugin cannot carry {mod}: it imports {dep}")
     return sorted(seen)
+
+
+def _from_protocol(m: re.Match[str]) -> str:
+    names = [n.strip().split(" as ") for n in m.group(2).split(",") if n.strip()]
+    parts = [f"_proto_{n[0].strip()} as {(n[-1]).strip()}" for n in names]
+    return f"{m.group(1)}from . import {', '.join(parts)}"
 
 
 _REWRITES = (
     (re.compile(r"^(\s*)from meshctl import ", re.M), r"\1from . import "),
     (re.compile(r"^(\s*)from meshctl\.(?:cli\.)?(_\w+) import ", re.M), r"\1from .\2 import "),
-    (re.compile(r"^(\s*)from meshd\.protocol\.errors import ", re.M), r"\1from ._errors import "),
+    (re.compile(r"^(\s*)from meshd\.protocol\.(\w+) import ", re.M), r"\1from ._proto_\2 import "),
 )
 
 
@@ -154,7 +173,8 @@ def vendored_source(module: str) -> str:
     text = _module_file(module).read_text(encoding="utf-8")
     for pattern, repl in _REWRITES:
         text = pattern.sub(repl, text)
-    left = [m for m in _imports_of_text(text) if m.startswith(("meshctl", "meshd"))]
+    text = re.sub(r"(?m)^(\s*)from meshd\.protocol import ([\w ,]+)$", _from_protocol, text)
+    left = [m for m in _imports_of_text(text) if _ours(m)]
     if left:
         raise InstallError(f"{module}: imports left after vendoring: {left}")
     return text
@@ -172,8 +192,8 @@ def _imports_of_text(text: str) -> list[str]:
 
 _VENDOR_INIT = '''"""The Session Mesh blocking client, copied by `meshctl hermes install`."""
 
-from ._errors import *  # noqa: F403
-from ._errors import (
+from ._proto_errors import *  # noqa: F403
+from ._proto_errors import (
     MeshError, MeshTimeout, MeshUnavailable, NotFound, SessionExpired, UnknownSession,
 )
 from ._sync import Mesh
