@@ -14,11 +14,11 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import claims, targets
+from bench import claims, targets, waiters
 from bench.common import ROOT, Place, raise_nofile
 from bench.report import Report
 
-SECTIONS = {**targets.SECTIONS, "claims": claims.run}
+SECTIONS = {**targets.SECTIONS, "claims": claims.run, "waiters": waiters.run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -313,5 +313,7 @@ def held_lines(result: Mapping[str, Any], home: str | None = None) -> str:
         lines.append("held: waiting would close a cycle of waiters (deadlock); not queued")
     if not lines:
         ahead = len(result.get("ahead") or [])
-        lines.append(f"held: {ahead} earlier waiter(s) are queued for it" if ahead else "held")
+        more = "more than " if result.get("more_ahead") else ""
+        queued = f"held: {more}{ahead} earlier waiter(s) are queued for it"
+        lines.append(queued if ahead else "held")
     return "\n".join(lines)

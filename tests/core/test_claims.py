@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from meshd.core.claims import (
+    MAX_AHEAD,
     ClaimTable,
     Fencing,
     Granted,
@@ -355,6 +356,83 @@ class TestFifo:
         tb.grant("parent", "file:/x", mode="shared")  # covered by its own child, sibling
 
         assert ("child", "file:/x") in tb.holders()
+
+
+class TestLongQueues:
+    """The queue parks each waiter on one blocker (issue 10 item 8): same answers, less work."""
+
+    def test_held_names_the_first_waiters_and_says_there_are_more(self, tb: Table) -> None:
+        """A held reply lists at most MAX_AHEAD earlier waiters, first first, and says more."""
+        tb.grant("a", "port:1")
+        for i in range(MAX_AHEAD + 5):
+            tb.acquire(f"s{i}", "port:1", wait=True)
+
+        out = tb.acquire("late", "port:1")
+
+        assert isinstance(out, Held)
+        assert [w.session_id for w in out.ahead] == [f"s{i}" for i in range(MAX_AHEAD)]
+        assert out.more_ahead
+
+    def test_a_sessions_many_waits_all_go_before_a_later_stranger(self, tb: Table) -> None:
+        """One session waiting five times on a key gets it (once, then refreshes) before
+        a stranger who queued after it."""
+        tb.grant("a", "port:1")
+        for i in range(5):
+            tb.acquire("g", "port:1", wait=True, waiter_id=f"g{i}")
+        tb.acquire("x", "port:1", wait=True, waiter_id="x")
+        tb.t.drain()
+
+        tb.release("a")
+
+        granted = [n.waiter_id for n in tb.t.drain().notices if n.kind == "granted"]
+        assert granted == ["g0", "g1", "g2", "g3", "g4"]
+        assert tb.holders() == {("g", "port:1")}
+        assert [w.waiter_id for w in tb.t.waiting()] == ["x"]
+
+    def test_a_wider_wait_of_the_same_session_is_not_held_by_a_narrower_one(
+        self, tb: Table
+    ) -> None:
+        """An earlier wait of the same session stands in only for a set it is part of."""
+        tb.grant("a", "port:1")
+        tb.acquire("g", "port:1", "port:2", wait=True, waiter_id="wide")
+        tb.acquire("g", "port:2", wait=True, waiter_id="narrow")
+
+        assert tb.holders() == {("a", "port:1"), ("g", "port:2")}
+        assert [w.waiter_id for w in tb.t.waiting()] == ["wide"]
+
+    def test_readers_behind_readers_are_granted_together(self, tb: Table) -> None:
+        """Fifty shared waiters behind a writer all go at its release; a writer after them
+        waits for the last reader."""
+        tb.grant("a", "file:/x")
+        for i in range(50):
+            tb.acquire(f"r{i}", "file:/x", mode="shared", wait=True)
+        tb.acquire("w", "file:/x", wait=True, waiter_id="w")
+        tb.t.drain()
+
+        tb.release("a")
+        assert len(tb.holders()) == 50
+        for i in range(49):
+            tb.release(f"r{i}")
+        assert [w.waiter_id for w in tb.t.waiting()] == ["w"]
+        tb.release("r49")
+
+        assert tb.holders() == {("w", "file:/x")}
+
+    def test_withdrawing_the_middle_of_a_queue_keeps_the_order(self, tb: Table) -> None:
+        """Cancelling waiters in the middle and at the head leaves the rest in arrival order."""
+        tb.grant("a", "port:1")
+        for i in range(6):
+            tb.acquire(f"s{i}", "port:1", wait=True, waiter_id=f"w{i}")
+        for wid in ("w2", "w0", "w4"):
+            tb.t.cancel_waiter(wid, **tb.now())
+        order = []
+
+        for _ in range(3):
+            holder = next(iter(tb.t.list_claims())).session_id
+            tb.release(holder)
+            order += [n.waiter_id for n in tb.t.drain().notices if n.kind == "granted"]
+
+        assert order == ["w1", "w3", "w5"]
 
 
 class TestCancel:

@@ -1,25 +1,33 @@
-"""The lock table: advisory claims, fair queues and fencing tokens (SPEC §5).
+"""The lock table: advisory claims, fair queues and fencing tokens (SPEC §5, §5b).
 
 Pure and synchronous: no I/O, no anyio, no clock of its own. Times come in as
 arguments (``now_mono`` drives ttl deadlines, ``now_wall`` is what people read);
-keys arrive already canonical (:func:`meshd.keys.canonical_key`).
+keys arrive already canonical (:func:`meshd.keys.canonical_key`). The records it
+deals in are in :mod:`meshd.core.claim_records`, the index of claims and waiters
+by key in :mod:`meshd.core.path_trie`.
 
-Shape of the table:
-
-* ``file:`` and ``repo:`` keys share ONE path trie. A node holds the claims (and
-  waiters) on exactly its path plus counts of those in its subtree, so "what
-  overlaps P" walks P's ancestors and then only the non-empty part of P's
-  subtree: O(depth + overlaps), never O(number of claims). Every other kind is
-  an exact-match slot in a dict.
 * A session's claims never conflict with its ancestors' or descendants'
   (``ancestors`` callback, following ``parent``); siblings conflict as strangers.
-* Waiters are strictly FIFO: a request never passes an earlier waiter it
-  conflicts with, except on a key that it (or a related session) already covers
-  at least as strongly -- it takes nothing from that waiter there, and making it
-  queue would only deadlock it behind its own claim. A wait that would close a
-  cycle of waiting sessions is refused at once (``deadlock=True``).
+* Waiters are served by rank, highest first (``rank_of`` callback, SPEC §5b),
+  FIFO within a rank: a request never passes a waiter of the same or a higher
+  rank it conflicts with, except on a key that it (or a related session)
+  already covers at least as strongly -- it takes nothing from that waiter
+  there, and making it queue would only deadlock it behind its own claim. A
+  wait that would close a cycle of waiting sessions is refused at once
+  (``deadlock=True``).
 * One fencing token per grant, from :class:`Fencing`, which asks the store to
   persist blocks ("tokens up to N may be issued") so tokens never go back.
+
+How the queue stays cheap with 10,000 waiters on one key: each waiter is
+*parked* on one thing that blocks it -- the nearest earlier waiter it conflicts
+with, else a conflicting claim -- found once, by a binary search in each
+overlapping node's serving order. It is looked at again only when that thing
+goes (the waiter is granted or withdrawn, the claim released), when its rank
+or its blocker's rank changes, or when a related session's new claim may now
+cover its key. So a release looks at the one waiter parked on it, not at the
+whole queue, and enqueue, cancel and wake cost O(log n) each on a plain queue.
+Deadlock detection walks the wait-for graph only when the asking session blocks
+someone at all (it waits already, or a waiter overlaps one of its claims).
 
 Every change leaves plain records in :attr:`ClaimTable.outbox` -- audit records for
 the log, notices for holders and waiters, cancelled waits, the fencing block to
@@ -30,187 +38,53 @@ sends. Nothing here calls back into I/O.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from meshd.core.claim_records import (
+    CLEAN_ENDS,
+    MAX_AHEAD,
+    MAX_PREVIOUS,
+    AuditAction,
+    AuditRecord,
+    Cancelled,
+    Claim,
+    ClaimStatistics,
+    EndHow,
+    Fencing,
+    Granted,
+    Held,
+    Mode,
+    Notice,
+    NoticeKind,
+    Outbox,
+    Outcome,
+    Previous,
+    Queued,
+    Waiting,
+)
+from meshd.core.path_trie import Node, Order, PathTrie, before
 
 if TYPE_CHECKING:
     from meshd.keys import Key
 
-Mode = Literal["exclusive", "shared"]
-EndHow = Literal["released", "ended", "expired", "died"]
-AuditAction = Literal["grant", "refresh", "release", "expire", "lose", "steal"]
-NoticeKind = Literal["granted", "expired", "stolen", "lost"]
-CLEAN_ENDS = frozenset({"released", "ended"})
-MAX_PREVIOUS = 10_000  # unclean ends remembered for the next grantee; oldest forgotten first
+__all__ = [
+    "CLEAN_ENDS", "MAX_AHEAD", "MAX_PREVIOUS", "AuditAction", "AuditRecord", "Cancelled",
+    "Claim", "ClaimStatistics", "ClaimTable", "EndHow", "Fencing", "Granted", "Held", "Mode",
+    "Notice", "NoticeKind", "Outbox", "Outcome", "Previous", "Queued", "Waiting",
+]  # fmt: skip
+
+# What a waiter is parked on: ("w", waiter_id) or ("c", session_id, resource).
+Ref = tuple[str, ...]
 
 
 def _no_ancestors(session_id: str) -> tuple[str, ...]:
     return ()
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One session's claim on one key. ``since`` is wall time; ``deadline`` monotonic."""
-
-    session_id: str
-    key: Key
-    mode: Mode
-    token: int
-    reason: str
-    since: float
-    ttl: float | None = None
-    deadline: float | None = None
-
-    @property
-    def resource(self) -> str:
-        return self.key.text
-
-
-@dataclass(frozen=True, slots=True)
-class Previous:
-    """The last holder of ``resource`` lost it without releasing it cleanly."""
-
-    resource: str
-    session_id: str
-    how: str  # "ttl", "stolen", "expired", "died"
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A queued request, as others see it."""
-
-    waiter_id: str
-    session_id: str
-    resources: tuple[str, ...]
-    mode: Mode
-    since: float
-
-
-@dataclass(frozen=True, slots=True)
-class Granted:
-    """The whole set is held. ``held_before``: resources already held in this mode."""
-
-    session_id: str
-    token: int
-    claims: tuple[Claim, ...]
-    already_held: bool = False
-    held_before: frozenset[str] = frozenset()
-    previous: tuple[Previous, ...] = ()
-    stolen: tuple[Claim, ...] = ()
-    waiter_id: str | None = None
-    status: Literal["granted"] = "granted"
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """Not granted: ``holders`` conflict with it, ``ahead`` are earlier waiters it may not pass."""
-
-    holders: tuple[Claim, ...]
-    ahead: tuple[Waiting, ...] = ()
-    deadlock: bool = False
-    status: Literal["held"] = "held"
-
-
-@dataclass(frozen=True, slots=True)
-class Queued:
-    """Not granted yet: the request waits as ``waiter_id`` (see ``cancel_waiter``)."""
-
-    waiter_id: str
-    holders: tuple[Claim, ...]
-    ahead: tuple[Waiting, ...] = ()
-    status: Literal["queued"] = "queued"
-
-
-Outcome = Granted | Held | Queued
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRecord:
-    """One line of the audit log, per resource."""
-
-    at: float
-    action: AuditAction
-    session_id: str
-    resource: str
-    mode: Mode
-    token: int
-    reason: str = ""
-    how: str = ""
-    by: str | None = None
-    ttl: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """Something to tell ``session_id``: a claim it lost, or a wait that was granted."""
-
-    kind: NoticeKind
-    session_id: str
-    resources: tuple[str, ...]
-    token: int
-    at: float
-    how: str = ""
-    by: str | None = None
-    reason: str = ""
-    waiter_id: str | None = None
-    granted: Granted | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Cancelled:
-    """A wait ended without a grant (session ended, or the caller gave up)."""
-
-    waiter_id: str
-    session_id: str
-    why: str
-    held: Held
-
-
-@dataclass(slots=True)
-class Outbox:
-    """What the caller must persist (``audit``, ``reserve_until``) and send (the rest)."""
-
-    audit: list[AuditRecord] = field(default_factory=list)
-    notices: list[Notice] = field(default_factory=list)
-    cancelled: list[Cancelled] = field(default_factory=list)
-    reserve_until: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimStatistics:
-    claims: int
-    sessions: int
-    waiters: int
-    path_nodes: int
-    exact_keys: int
-    ttl_heap: int
-    last_token: int
-    reserve_until: int
-
-
-class Fencing:
-    """A token counter that only grows, across restarts.
-
-    The store persists ``reserve_until`` ("tokens up to N may have been issued")
-    before any token above the previous block is acknowledged; at start the
-    counter resumes from the persisted value, skipping what the block left unused.
-    """
-
-    __slots__ = ("block", "last", "reserve_until")
-
-    def __init__(self, reserved: int = 0, block: int = 4096) -> None:
-        self.last = reserved
-        self.reserve_until = reserved
-        self.block = block
-
-    def next(self) -> int:
-        """The next token. May raise ``reserve_until``: the caller persists it."""
-        self.last += 1
-        if self.last > self.reserve_until:
-            self.reserve_until = self.last + self.block - 1
-        return self.last
+def _rank_zero(session_id: str) -> int:
+    return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,12 +98,22 @@ class _Request:
     ttl: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
 class _Waiter:
-    waiter_id: str
-    seq: int
-    request: _Request
-    since: float
+    """A queued request: its place in line and what it is parked on."""
+
+    __slots__ = ("parked", "rank", "request", "seq", "since", "waiter_id")
+
+    def __init__(self, waiter_id: str, seq: int, rank: int, request: _Request, since: float):
+        self.waiter_id = waiter_id
+        self.seq = seq
+        self.rank = rank
+        self.request = request
+        self.since = since
+        self.parked: Ref | None = None
+
+    @property
+    def order(self) -> Order:
+        return (-self.rank, self.seq)
 
     @property
     def session_id(self) -> str:
@@ -242,22 +126,7 @@ class _Waiter:
     def view(self) -> Waiting:
         req = self.request
         resources = tuple(k.text for k in req.keys)
-        return Waiting(self.waiter_id, req.session_id, resources, req.mode, self.since)
-
-
-class _Node:
-    """A path in the trie (or an exact key): its own entries and subtree counts."""
-
-    __slots__ = ("children", "claims", "n_claims", "n_waiters", "name", "parent", "waiters")
-
-    def __init__(self, name: str, parent: _Node | None) -> None:
-        self.name = name
-        self.parent = parent
-        self.children: dict[str, _Node] = {}
-        self.claims: dict[tuple[str, str], Claim] = {}
-        self.waiters: dict[tuple[str, str], _Waiter] = {}
-        self.n_claims = 0
-        self.n_waiters = 0
+        return Waiting(self.waiter_id, req.session_id, resources, req.mode, self.since, self.rank)
 
 
 def _conflict(a: Mode, b: Mode) -> bool:
@@ -283,22 +152,25 @@ class ClaimTable:
         *,
         ancestors: Callable[[str], tuple[str, ...]] = _no_ancestors,
         fencing: Fencing | None = None,
+        rank_of: Callable[[str], int] = _rank_zero,
     ) -> None:
         self.ancestors = ancestors
+        self.rank_of = rank_of
         self.fencing = fencing if fencing is not None else Fencing()
         self.outbox = Outbox()
-        self._root = _Node("", None)
-        self._exact: dict[str, _Node] = {}
-        self._nodes = 1
+        self._trie: PathTrie[_Waiter] = PathTrie()
         self._by_session: dict[str, dict[str, Claim]] = {}
         self._by_resource: dict[str, dict[str, Claim]] = {}
         self._waiters: dict[str, _Waiter] = {}
         self._waiters_of: dict[str, dict[str, None]] = {}
+        self._lineage: dict[str, tuple[str, ...]] = {}  # waiting session -> its ancestors
+        self._below: dict[str, dict[str, None]] = {}  # session -> its waiting descendants
+        self._parked: dict[Ref, dict[str, None]] = {}  # blocker -> waiters parked on it
+        self._dirty: list[tuple[int, int, str]] = []  # waiters to look at again, first first
+        self._dirty_ids: set[str] = set()
         self._seq = 0
         self._heap: list[tuple[float, int, str, str]] = []
         self._previous: dict[str, Previous] = {}
-        self._deferred: dict[str, Key] = {}
-        self._granted_keys: list[Key] = []  # new grants can free a related waiter: see _wake
 
     # --- queries ----------------------------------------------------------------
 
@@ -310,7 +182,7 @@ class ClaimTable:
         """Claims overlapping ``keys`` held by sessions unrelated to ``session_id``."""
         found: dict[tuple[str, str], Claim] = {}
         for key in keys:
-            for claim in self._claims_over(key):
+            for claim in self._trie.claims_over(key):
                 if session_id is None or not self.related(session_id, claim.session_id):
                     found[(claim.session_id, claim.resource)] = claim
         return tuple(sorted(found.values(), key=lambda c: (c.since, c.token, c.resource)))
@@ -324,12 +196,12 @@ class ClaimTable:
         return tuple(sorted(claims, key=lambda c: (c.token, c.resource)))
 
     def waiting(self, session_id: str | None = None) -> tuple[Waiting, ...]:
-        """Queued requests in FIFO order, or one session's."""
-        return tuple(
-            w.view()
-            for w in self._waiters.values()
-            if session_id is None or w.session_id == session_id
-        )
+        """Queued requests in serving order (rank, then arrival), or one session's."""
+        if session_id is None:
+            waiters: Iterable[_Waiter] = self._waiters.values()
+        else:
+            waiters = (self._waiters[w] for w in self._waiters_of.get(session_id, {}))
+        return tuple(w.view() for w in sorted(waiters, key=lambda w: w.order))
 
     def validate(self, key: Key, token: int, now_mono: float | None = None) -> bool:
         """Whether ``token`` still holds ``key`` (the fencing check).
@@ -350,11 +222,11 @@ class ClaimTable:
 
     def statistics(self) -> ClaimStatistics:
         return ClaimStatistics(
-            claims=self._root.n_claims + sum(n.n_claims for n in self._exact.values()),
+            claims=self._trie.claims,
             sessions=len(self._by_session),
             waiters=len(self._waiters),
-            path_nodes=self._nodes,
-            exact_keys=len(self._exact),
+            path_nodes=self._trie.nodes,
+            exact_keys=len(self._trie.exact),
             ttl_heap=len(self._heap),
             last_token=self.fencing.last,
             reserve_until=self.fencing.reserve_until,
@@ -389,19 +261,22 @@ class ClaimTable:
         req = _Request(session_id, _unique(keys), mode, reason, ttl)
         if self._holds_all(req):
             return self._grant(req, now_mono, now_wall)
-        holders, ahead = self._blockers(req, None)
-        if not holders and not ahead:
+        order = (-self.rank_of(session_id), self._seq + 1)  # behind every waiter of its rank
+        blocker = self._first_blocker(req, order)
+        if blocker is None:
             granted = self._grant(req, now_mono, now_wall)
-            self._wake((), now_mono, now_wall)
+            self._settle(now_mono, now_wall)
             return granted
-        held_views = tuple(w.view() for w in ahead)
         if not wait:
-            return Held(tuple(holders), held_views)
-        blocking = {c.session_id for c in holders} | {w.session_id for w in ahead}
-        if self._reaches(blocking, session_id):
-            return Held(tuple(holders), held_views, deadlock=True)
-        waiter = self._enqueue(req, now_wall, waiter_id)
-        return Queued(waiter.waiter_id, tuple(holders), held_views)
+            return self._held(req, order)
+        if self._blocks_anyone(session_id):
+            holders, ahead, _ = self._blockers(req, order, None)
+            blocking = {c.session_id for c in holders} | {w.session_id for w in ahead}
+            if self._reaches(blocking, session_id):
+                return replace(self._held(req, order), deadlock=True)
+        waiter = self._enqueue(req, order, now_wall, waiter_id)
+        self._park(waiter, blocker)
+        return Queued(waiter.waiter_id, tuple(self._blockers(req, None, 0)[0]))
 
     def steal(
         self,
@@ -421,13 +296,32 @@ class ClaimTable:
         if not reason.strip():
             raise ValueError("a steal needs a reason")
         req = _Request(session_id, _unique(keys), mode, reason, ttl)
-        victims, _ = self._blockers(req, -1)
+        victims, _, _ = self._blockers(req, None, 0)
         for claim in victims:
             self._drop(claim, "steal", now_wall, how="stolen", by=session_id, reason=reason)
         self._notify_losses(victims, "stolen", now_wall, how="stolen", by=session_id, reason=reason)
         granted = self._grant(req, now_mono, now_wall, how="steal")
-        self._wake([c.key for c in victims], now_mono, now_wall)
+        self._settle(now_mono, now_wall)
         return replace(granted, stolen=tuple(victims))
+
+    def rerank(self, session_id: str, *, now_mono: float, now_wall: float) -> None:
+        """``session_id``'s rank changed (``rank_of`` says so now): re-order its waits.
+
+        Its waiters move in line and are looked at again (a higher rank may let
+        one go now); so are the waiters parked on them, which may now be ahead.
+        """
+        rank = self.rank_of(session_id)
+        for waiter_id in list(self._waiters_of.get(session_id, {})):
+            waiter = self._waiters[waiter_id]
+            if waiter.rank == rank:
+                continue
+            old = waiter.order
+            waiter.rank = rank
+            for key in waiter.request.keys:
+                self._trie.move_waiter(key, old, waiter.order, waiter.mode == "exclusive")
+            self._mark(waiter)
+            self._release_ref(("w", waiter_id))
+        self._settle(now_mono, now_wall)
 
     # --- release, expiry, cancel ------------------------------------------------
 
@@ -451,7 +345,7 @@ class ClaimTable:
             gone = [mine[k.text] for k in _unique(keys) if k.text in mine]
         for claim in gone:
             self._drop(claim, "release", now_wall, how="released")
-        self._wake([c.key for c in gone], now_mono, now_wall)
+        self._settle(now_mono, now_wall)
         return [c.resource for c in gone]
 
     def release_session(
@@ -470,8 +364,7 @@ class ClaimTable:
             self._drop(claim, action, now_wall, how=how)
         if how not in CLEAN_ENDS:
             self._notify_losses(gone, "lost", now_wall, how=how)
-        self._deferred.update((c.key.text, c.key) for c in gone)
-        self.wake_deferred(now_mono, now_wall)
+        self._settle(now_mono, now_wall)
         return [c.resource for c in gone]
 
     def expire_ttls(self, now_mono: float, now_wall: float) -> list[Notice]:
@@ -487,7 +380,7 @@ class ClaimTable:
                 self._drop(claim, "expire", now_wall, how="ttl")
                 gone.append(claim)
         notices = self._notify_losses(gone, "expired", now_wall, how="ttl")
-        self._wake([c.key for c in gone], now_mono, now_wall)
+        self._settle(now_mono, now_wall)
         return notices
 
     def cancel_waiter(
@@ -504,32 +397,23 @@ class ClaimTable:
         Returns what held it (for the ``held`` reply), or None if it was not
         waiting (already granted or cancelled). Later waiters it blocked may go.
 
-        ``wake=False`` defers that to :meth:`wake_deferred` and skips working out
-        the holders (nobody reads the reply): withdrawing W waits one by one would
-        otherwise rescan the queue W times per wake, O(W^3) on the event loop.
+        ``wake=False`` leaves letting them go to :meth:`wake_deferred` (or the
+        next change that wakes anyone) and skips working out the holders, which
+        nobody reads: a closing connection withdraws up to 128 waits at once.
         """
         waiter = self._waiters.get(waiter_id)
         if waiter is None:
             return None
-        if wake:
-            holders, ahead = self._blockers(waiter.request, waiter.seq)
-            held = Held(tuple(holders), tuple(w.view() for w in ahead))
-        else:
-            held = Held(())
+        held = self._held(waiter.request, waiter.order) if wake else Held(())
         self._unqueue(waiter)
         self.outbox.cancelled.append(Cancelled(waiter_id, waiter.session_id, why, held))
         if wake:
-            self._wake(waiter.request.keys, now_mono, now_wall)
-        else:
-            self._deferred.update((k.text, k) for k in waiter.request.keys)
+            self._settle(now_mono, now_wall)
         return held
 
     def wake_deferred(self, now_mono: float, now_wall: float) -> None:
         """Let waiters go that withdrawals with ``wake=False`` may have unblocked."""
-        if self._deferred:
-            keys = list(self._deferred.values())
-            self._deferred.clear()
-            self._wake(keys, now_mono, now_wall)
+        self._settle(now_mono, now_wall)
 
     def restore(
         self,
@@ -583,12 +467,12 @@ class ClaimTable:
                 if (prev := self._previous.pop(key.text, None)) is not None:
                     previous.append(prev)
             if old is not None:
-                self._unput(old)
-            if key.text not in kept:
-                self._granted_keys.append(key)
+                self._unput(old, blocks_still=key.text in kept)
             self._put(claim)
             self._audit(claim, "refresh" if key.text in kept else "grant", now_wall, how=how)
             claims.append(claim)
+        if len(kept) < len(req.keys):
+            self._mark_relatives(req.session_id)
         return Granted(
             req.session_id,
             token,
@@ -665,97 +549,269 @@ class ClaimTable:
         self.outbox.notices.extend(notices)
         return notices
 
-    # --- internals: waiters -----------------------------------------------------
+    def _put(self, claim: Claim) -> None:
+        self._by_session.setdefault(claim.session_id, {})[claim.resource] = claim
+        self._by_resource.setdefault(claim.resource, {})[claim.session_id] = claim
+        self._trie.add_claim(claim)
+        if claim.deadline is not None:
+            entry = (claim.deadline, claim.token, claim.session_id, claim.resource)
+            heapq.heappush(self._heap, entry)
 
-    def _enqueue(self, req: _Request, now_wall: float, waiter_id: str | None) -> _Waiter:
+    def _unput(self, claim: Claim, *, blocks_still: bool = False) -> None:
+        """Take a claim out; waiters parked on it are looked at again (unless a
+        refresh puts the same claim straight back: ``blocks_still``)."""
+        mine = self._by_session[claim.session_id]
+        del mine[claim.resource]
+        if not mine:
+            del self._by_session[claim.session_id]
+        holders = self._by_resource[claim.resource]
+        del holders[claim.session_id]
+        if not holders:
+            del self._by_resource[claim.resource]
+        self._trie.remove_claim(claim)
+        if not blocks_still:
+            self._release_ref(("c", claim.session_id, claim.resource))
+
+    def _live_deadline(self, entry: tuple[float, int, str, str]) -> bool:
+        claim = self._by_session.get(entry[2], {}).get(entry[3])
+        return claim is not None and claim.deadline == entry[0] and claim.token == entry[1]
+
+    # --- internals: the queue ---------------------------------------------------
+
+    def _enqueue(
+        self, req: _Request, order: Order, now_wall: float, waiter_id: str | None
+    ) -> _Waiter:
         self._seq += 1
+        assert order[1] == self._seq
         wid = waiter_id if waiter_id is not None else f"w{self._seq}"
         if wid in self._waiters:
             raise ValueError(f"waiter id {wid!r} is already waiting")
-        waiter = _Waiter(wid, self._seq, req, now_wall)
+        waiter = _Waiter(wid, self._seq, -order[0], req, now_wall)
         self._waiters[wid] = waiter
-        self._waiters_of.setdefault(req.session_id, {})[wid] = None
+        sid = req.session_id
+        mine = self._waiters_of.get(sid)
+        if mine is None:
+            mine = self._waiters_of[sid] = {}
+            lineage = self._lineage[sid] = self.ancestors(sid)
+            for ancestor in lineage:
+                self._below.setdefault(ancestor, {})[sid] = None
+        mine[wid] = None
         for key in req.keys:
-            node = self._ensure(key)
-            node.waiters[(wid, key.text)] = waiter
-            self._count(node, 0, 1)
+            self._trie.add_waiter(key, order, sid, req.mode == "exclusive", waiter)
         return waiter
 
     def _unqueue(self, waiter: _Waiter) -> None:
-        del self._waiters[waiter.waiter_id]
-        mine = self._waiters_of[waiter.session_id]
-        del mine[waiter.waiter_id]
+        """Take a waiter out of line; those parked on it are looked at again."""
+        wid, sid = waiter.waiter_id, waiter.session_id
+        del self._waiters[wid]
+        mine = self._waiters_of[sid]
+        del mine[wid]
         if not mine:
-            del self._waiters_of[waiter.session_id]
+            del self._waiters_of[sid]
+            for ancestor in self._lineage.pop(sid):
+                below = self._below[ancestor]
+                del below[sid]
+                if not below:
+                    del self._below[ancestor]
         for key in waiter.request.keys:
-            node = self._ensure(key)
-            del node.waiters[(waiter.waiter_id, key.text)]
-            self._count(node, 0, -1)
+            self._trie.remove_waiter(key, waiter.order, sid, waiter.mode == "exclusive")
+        self._park(waiter, None)
+        self._release_ref(("w", wid))
 
-    def _wake(self, keys: Iterable[Key], now_mono: float, now_wall: float) -> None:
-        """Grant, in FIFO order, the waiters overlapping ``keys`` that can now go.
+    def _park(self, waiter: _Waiter, ref: Ref | None) -> None:
+        """Note what blocks ``waiter`` now (None: nothing, it is leaving or dirty)."""
+        if waiter.parked is not None:
+            parked = self._parked[waiter.parked]
+            del parked[waiter.waiter_id]
+            if not parked:
+                del self._parked[waiter.parked]
+        waiter.parked = ref
+        if ref is not None:
+            self._parked.setdefault(ref, {})[waiter.waiter_id] = None
 
-        Freed keys are looked at first; then the keys of every grant made meanwhile,
-        because a new claim can free a waiter of a related session (its parent's
-        claim now covers the key, so the waiters ahead no longer count) and a
-        downgrade to shared can let readers in. Each pass grants or stops.
-        """
-        pending = [*keys, *self._granted_keys]
-        self._granted_keys.clear()
-        while pending and self._waiters:
-            self._wake_pass(pending, now_mono, now_wall)
-            pending = list(self._granted_keys)
-            self._granted_keys.clear()
-        self._granted_keys.clear()
+    def _release_ref(self, ref: Ref) -> None:
+        """``ref`` no longer blocks: every waiter parked on it is looked at again."""
+        parked = self._parked.pop(ref, None)
+        if parked is None:
+            return
+        for wid in parked:
+            waiter = self._waiters[wid]
+            waiter.parked = None
+            self._mark(waiter)
 
-    def _wake_pass(self, keys: Iterable[Key], now_mono: float, now_wall: float) -> None:
-        candidates: dict[str, _Waiter] = {}
-        for key in keys:
-            for waiter in self._waiters_over(key):
-                candidates[waiter.waiter_id] = waiter
-        for waiter in sorted(candidates.values(), key=lambda w: w.seq):
-            if waiter.waiter_id not in self._waiters:
+    def _mark(self, waiter: _Waiter) -> None:
+        if waiter.waiter_id not in self._dirty_ids:
+            self._dirty_ids.add(waiter.waiter_id)
+            heapq.heappush(self._dirty, (-waiter.rank, waiter.seq, waiter.waiter_id))
+
+    def _mark_relatives(self, session_id: str) -> None:
+        """A new claim of ``session_id`` may cover a key a related session waits for:
+        the waiters ahead of it there no longer count (see :meth:`_blockers`)."""
+        if not self._waiters_of:
+            return
+        for sid in (session_id, *self.ancestors(session_id), *self._below.get(session_id, {})):
+            for wid in self._waiters_of.get(sid, {}):
+                waiter = self._waiters[wid]
+                if waiter.parked is not None and waiter.parked[0] == "w":
+                    self._mark(waiter)
+
+    def _settle(self, now_mono: float, now_wall: float) -> None:
+        """Look again at every marked waiter, first served first: grant it, or park it
+        on what blocks it now. A grant marks those it frees (and a release does)."""
+        while self._dirty:
+            wid = heapq.heappop(self._dirty)[2]
+            self._dirty_ids.discard(wid)
+            waiter = self._waiters.get(wid)
+            if waiter is None:
                 continue
-            holders, ahead = self._blockers(waiter.request, waiter.seq)
-            if holders or ahead:
+            blocker = self._first_blocker(waiter.request, waiter.order)
+            if blocker is not None:
+                self._park(waiter, blocker)
                 continue
             self._unqueue(waiter)
-            granted = self._grant(
-                waiter.request, now_mono, now_wall, how="wait", waiter_id=waiter.waiter_id
-            )
+            granted = self._grant(waiter.request, now_mono, now_wall, how="wait", waiter_id=wid)
             resources = tuple(c.resource for c in granted.claims)
             self.outbox.notices.append(
                 Notice(
                     "granted", waiter.session_id, resources, granted.token, now_wall,
-                    reason=waiter.request.reason, waiter_id=waiter.waiter_id, granted=granted,
+                    reason=waiter.request.reason, waiter_id=wid, granted=granted,
                 )
             )  # fmt: skip
 
-    def _blockers(self, req: _Request, seq: int | None) -> tuple[list[Claim], list[_Waiter]]:
-        """Conflicting claims, and earlier conflicting waiters (``seq`` None: all; -1: none).
+    def _first_blocker(self, req: _Request, order: Order) -> Ref | None:
+        """One thing that keeps ``req`` (served at ``order``) from being granted now:
+        the nearest waiter ahead of it that it may not pass (parking on the nearest
+        keeps a wake O(1): a grant frees only the next in line), else a conflicting
+        claim, else None."""
+        nearest = self._nearest_ahead(req, order) if self._waiters else None
+        if nearest is not None:
+            return ("w", nearest.waiter_id)
+        exclusive = req.mode == "exclusive"
+        for key in req.keys:
+            for claim in self._trie.claims_over(key, exclusive=not exclusive):
+                if not self.related(req.session_id, claim.session_id):
+                    return ("c", claim.session_id, claim.resource)
+        return None
+
+    def _nearest_ahead(self, req: _Request, order: Order) -> _Waiter | None:
+        """The nearest waiter ahead of ``order`` that ``req`` may not pass, by a binary
+        search per overlapping node; waiters on a covered key do not count."""
+        sid = req.session_id
+        mine = frozenset(k.text for k in req.keys)
+        nearest: _Waiter | None = None
+        for key in req.keys:
+            found: _Waiter | None = None  # a stranger's, unless the key is covered
+            for node in self._trie.overlap(key, waiters=True):
+                floor = max((w.order for w in (nearest, found) if w is not None), default=None)
+                other = self._scan_back(node, req, order, mine, floor)
+                if other is None:
+                    continue
+                if other.session_id == sid:
+                    nearest = other
+                else:
+                    found = other
+            if (
+                found is not None
+                and (nearest is None or found.order > nearest.order)
+                and not self._covered(sid, key, req.mode)
+            ):
+                nearest = found
+        return nearest
+
+    def _scan_back(
+        self, node: Node[_Waiter], req: _Request, order: Order, mine: frozenset[str],
+        floor: Order | None,
+    ) -> _Waiter | None:  # fmt: skip
+        """The nearest waiter in ``node`` served before ``order`` (and after ``floor``)
+        that ``req`` may not pass -- or an earlier wait of the same session for no
+        more than ``mine``, in no stronger a mode, which stands in for whatever
+        blocks that one: it cannot go while that one waits (so a session's 500
+        waits on one key queue in line instead of each walking past the others)."""
+        sid, exclusive = req.session_id, req.mode == "exclusive"
+        queue = node.queue if exclusive else node.xqueue
+        if not queue or node.only(lambda other: self.related(sid, other)):
+            return None
+        i = before(queue, order)
+        while i > 0:
+            i -= 1
+            other = node.waiter(queue[i])
+            if floor is not None and other.order <= floor:
+                return None
+            if other.session_id == sid:
+                if (exclusive or other.mode == "shared") and {
+                    k.text for k in other.request.keys
+                } <= mine:
+                    return other
+            elif not self.related(sid, other.session_id):
+                return other
+        return None
+
+    def _covered(self, session_id: str, key: Key, mode: Mode) -> bool:
+        """Whether ``session_id`` or a related session holds ``key`` or a path above it
+        at least as strongly as ``mode``: waiters there take nothing from it."""
+        for node in self._trie.path(key):
+            claims = node.xclaims if mode == "exclusive" else node.claims
+            for claim in claims.values():
+                if _above(claim.key, key) and self.related(session_id, claim.session_id):
+                    return True
+        return False
+
+    def _blockers(
+        self, req: _Request, order: Order | None, limit: int | None
+    ) -> tuple[list[Claim], list[_Waiter], bool]:
+        """Every conflicting claim, and up to ``limit`` waiters ahead of ``order`` it
+        may not pass, first served first (``order`` None: none), and whether there
+        were more than ``limit``.
 
         Waiters are not counted on a key the session (or a related one) already
         covers at least as strongly: it takes nothing from them there.
         """
         holders: dict[tuple[str, str], Claim] = {}
         ahead: dict[str, _Waiter] = {}
+        sid, exclusive = req.session_id, req.mode == "exclusive"
+
+        def related(other: str) -> bool:
+            return self.related(sid, other)
+
         for key in req.keys:
-            covered = False
-            for claim in self._claims_over(key):
-                if self.related(req.session_id, claim.session_id):
-                    covered = covered or (_above(claim.key, key) and _covers(claim.mode, req.mode))
-                elif _conflict(req.mode, claim.mode):
+            for claim in self._trie.claims_over(key, exclusive=not exclusive):
+                if not related(claim.session_id):
                     holders[(claim.session_id, claim.resource)] = claim
-            if covered or seq == -1 or not self._waiters:
+            if order is None or limit == 0 or not self._waiters:
                 continue
-            for waiter in self._waiters_over(key):
-                if (
-                    (seq is None or waiter.seq < seq)
-                    and _conflict(req.mode, waiter.mode)
-                    and not self.related(req.session_id, waiter.session_id)
-                ):
-                    ahead[waiter.waiter_id] = waiter
-        return list(holders.values()), sorted(ahead.values(), key=lambda w: w.seq)
+            here: list[_Waiter] = []
+            for node in self._trie.overlap(key, waiters=True):
+                queue = node.queue if exclusive else node.xqueue
+                if not queue or node.only(related):
+                    continue
+                found = 0
+                for i in range(before(queue, order)):
+                    other = node.waiter(queue[i])
+                    if not related(other.session_id):
+                        here.append(other)
+                        found += 1
+                        if limit is not None and found > limit:
+                            break
+            if here and not self._covered(sid, key, req.mode):
+                ahead.update((w.waiter_id, w) for w in here)
+        first = sorted(ahead.values(), key=lambda w: w.order)
+        more = limit is not None and len(first) > limit
+        return list(holders.values()), first[:limit], more
+
+    def _held(self, req: _Request, order: Order) -> Held:
+        """The ``held`` answer: every conflicting claim, the first waiters ahead."""
+        holders, ahead, more = self._blockers(req, order, MAX_AHEAD)
+        return Held(tuple(holders), tuple(w.view() for w in ahead), more_ahead=more)
+
+    def _blocks_anyone(self, session_id: str) -> bool:
+        """Whether any waiter could be waiting on ``session_id``: it waits itself, or a
+        waiter overlaps one of its claims. If not, no wait of it can close a cycle."""
+        if session_id in self._waiters_of:
+            return True
+        for claim in self._by_session.get(session_id, {}).values():
+            if any(node.waiters for node in self._trie.overlap(claim.key, waiters=True)):
+                return True
+        return False
 
     def _reaches(self, start: set[str], target: str) -> bool:
         """Whether waiting on ``start`` would close a cycle back to ``target``."""
@@ -769,102 +825,11 @@ class ClaimTable:
                 continue
             seen.add(sid)
             for wid in self._waiters_of.get(sid, {}):
-                holders, ahead = self._blockers(self._waiters[wid].request, self._waiters[wid].seq)
+                waiter = self._waiters[wid]
+                holders, ahead, _ = self._blockers(waiter.request, waiter.order, None)
                 stack.extend(c.session_id for c in holders)
                 stack.extend(w.session_id for w in ahead)
         return False
-
-    def _live_deadline(self, entry: tuple[float, int, str, str]) -> bool:
-        claim = self._by_session.get(entry[2], {}).get(entry[3])
-        return claim is not None and claim.deadline == entry[0] and claim.token == entry[1]
-
-    # --- internals: the trie ----------------------------------------------------
-
-    def _put(self, claim: Claim) -> None:
-        self._by_session.setdefault(claim.session_id, {})[claim.resource] = claim
-        self._by_resource.setdefault(claim.resource, {})[claim.session_id] = claim
-        node = self._ensure(claim.key)
-        node.claims[(claim.session_id, claim.resource)] = claim
-        self._count(node, 1, 0)
-        if claim.deadline is not None:
-            entry = (claim.deadline, claim.token, claim.session_id, claim.resource)
-            heapq.heappush(self._heap, entry)
-
-    def _unput(self, claim: Claim) -> None:
-        mine = self._by_session[claim.session_id]
-        del mine[claim.resource]
-        if not mine:
-            del self._by_session[claim.session_id]
-        holders = self._by_resource[claim.resource]
-        del holders[claim.session_id]
-        if not holders:
-            del self._by_resource[claim.resource]
-        node = self._ensure(claim.key)
-        del node.claims[(claim.session_id, claim.resource)]
-        self._count(node, -1, 0)
-
-    def _ensure(self, key: Key) -> _Node:
-        """The node for ``key``, created (with its path) if missing."""
-        if not key.is_path:
-            exact = self._exact.get(key.text)
-            if exact is None:
-                exact = self._exact[key.text] = _Node(key.text, None)
-            return exact
-        node = self._root
-        for part in key.parts:
-            child = node.children.get(part)
-            if child is None:
-                child = node.children[part] = _Node(part, node)
-                self._nodes += 1
-            node = child
-        return node
-
-    def _count(self, node: _Node, claims: int, waiters: int) -> None:
-        """Adjust subtree counts from ``node`` up, pruning nodes left empty."""
-        current: _Node | None = node
-        while current is not None:
-            current.n_claims += claims
-            current.n_waiters += waiters
-            parent = current.parent
-            if current.n_claims == 0 and current.n_waiters == 0:
-                if parent is not None:
-                    del parent.children[current.name]
-                    self._nodes -= 1
-                elif current is not self._root:
-                    del self._exact[current.name]
-            current = parent
-
-    def _claims_over(self, key: Key) -> Iterator[Claim]:
-        """Claims on ``key``, on its ancestors and in its subtree."""
-        for node in self._overlap_nodes(key, waiters=False):
-            yield from node.claims.values()
-
-    def _waiters_over(self, key: Key) -> Iterator[_Waiter]:
-        """Waiters wanting ``key``, an ancestor of it or something under it."""
-        for node in self._overlap_nodes(key, waiters=True):
-            yield from node.waiters.values()
-
-    def _overlap_nodes(self, key: Key, *, waiters: bool) -> Iterator[_Node]:
-        """``key``'s ancestors, then the non-empty part of its subtree: O(depth + hits)."""
-        if not key.is_path:
-            exact = self._exact.get(key.text)
-            if exact is not None:
-                yield exact
-            return
-        node = self._root
-        for part in key.parts:
-            yield node
-            child = node.children.get(part)
-            if child is None:
-                return
-            node = child
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            yield current
-            stack.extend(
-                c for c in current.children.values() if (c.n_waiters if waiters else c.n_claims)
-            )
 
 
 def _unique(keys: Iterable[Key]) -> tuple[Key, ...]:

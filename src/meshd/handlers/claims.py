@@ -125,7 +125,7 @@ class ClaimHandlers:
         ]  # fmt: skip
         return pc.ClaimAcquireResult(
             status="held", holders=[self._holder(c) for c in h.holders], deadlock=h.deadlock,
-            ahead=ahead, waited_s=round(waited, 3),
+            ahead=ahead, more_ahead=h.more_ahead, waited_s=round(waited, 3),
         )  # fmt: skip
 
     # --- acquire / steal --------------------------------------------------------------

@@ -84,7 +84,8 @@ class ClaimAcquireResult(Result):
     already_held: bool = False
     previous: ClaimPrevious | None = None
     deadlock: bool = False
-    ahead: list[ClaimWaiting] = []
+    ahead: list[ClaimWaiting] = []  # the first 20 waiters it may not pass; more_ahead: and others
+    more_ahead: bool = False
     stolen: list[ClaimHolder] = []
     waited_s: float = 0.0
     disabled: bool = False

@@ -1,0 +1,144 @@
+"""10,000 waiters queued on one key: enqueue, then cancel all (BENCH.md, issue 10 item 8).
+
+A daemon of its own (its 10,001 sessions would weigh on other rows). One holder
+keeps ``file:/bench/storm/N`` while N sessions each ask for it with a long wait,
+100 pipelined requests per connection; "enqueue" is the time from the first
+request sent until ``mesh.info`` counts N waiters, "cancel" the time from closing
+those connections until it counts none. The same is done with N/10 waiters, and
+the target is near-linear cost: 10x the waiters within 15x the time. A prober
+thread pings on a kept connection throughout, and its p99 is compared with the
+same prober's p99 on the idle daemon just before: nobody's storm may stall
+everybody. Medians over the rounds; the daemon and this process are pinned the
+same way for the idle and the storm measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from bench.claims import acquire, release
+from bench.common import CLIENT_CPUS, SERVER_CPUS, LineClient, all_cpus, median, pct, pin, rpc
+
+if TYPE_CHECKING:
+    from bench.targets import Ctx
+
+PER_CONNECTION = 100  # under the daemon's 128 requests in flight per connection
+
+
+class Prober:
+    """Pings on a kept connection until stopped; keeps every round-trip time."""
+
+    def __init__(self, path: str) -> None:
+        self.c = LineClient(path, timeout=60)
+        self.times: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        frame = rpc("mesh.ping")
+        clock = time.perf_counter
+        while not self._stop.is_set():
+            t = clock()
+            self.c.roundtrip(frame)
+            self.times.append(clock() - t)
+            time.sleep(0.0005)
+
+    def __enter__(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.c.close()
+
+
+def _waiters(ctl: LineClient) -> int:
+    return int(json.loads(ctl.roundtrip(rpc("mesh.info")))["result"]["counts"]["waiters"])
+
+
+def _until(ctl: LineClient, done: Callable[[int], bool], timeout: float = 600.0) -> float:
+    """Poll ``mesh.info`` every 20 ms (it counts stale sessions: O(sessions)) until
+    ``done(waiters)``; the time it took."""
+    t0 = time.perf_counter()
+    while not done(_waiters(ctl)):
+        if time.perf_counter() - t0 > timeout:
+            raise RuntimeError("the waiter storm did not settle")
+        time.sleep(0.02)
+    return time.perf_counter() - t0
+
+
+def storm(path: str, n: int, tag: str) -> tuple[float, float]:
+    """Queue ``n`` waiters on one key, then drop their connections: (enqueue s, cancel s)."""
+    from bench.targets import end_many, pipeline, register_many
+
+    ids = [f"{tag}w{i}" for i in range(n)]
+    holder = f"{tag}holder"
+    register_many(path, [holder, *ids])
+    ctl = LineClient(path, timeout=60)
+    key = f"file:/bench/storm/{tag}"
+    pipeline(ctl, [acquire(holder, [key])])
+    conns = []
+    t0 = time.perf_counter()
+    for i in range(0, n, PER_CONNECTION):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        s.sendall(b"".join(acquire(sid, [key], wait=600) for sid in ids[i : i + PER_CONNECTION]))
+        conns.append(s)
+    _until(ctl, lambda w: w >= n)
+    enqueue = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for s in conns:
+        s.close()
+    _until(ctl, lambda w: w == 0)
+    cancel = time.perf_counter() - t1
+    pipeline(ctl, [release(holder, [key])])
+    ctl.close()
+    end_many(path, [holder, *ids])
+    return enqueue, cancel
+
+
+def run(ctx: Ctx) -> None:
+    from bench.common import start_meshd
+
+    g = "waiters"
+    big = 1000 if ctx.quick else 10_000
+    small = big // 10
+    rounds = 1 if ctx.quick else 3
+    proc, path = start_meshd(ctx.place, "waiters")
+    got: dict[str, list[float]] = {}
+    try:
+        pin(proc.pid, SERVER_CPUS)
+        pin(0, CLIENT_CPUS)
+        storm(path, small, "warm")  # warm-up: code paths, allocator
+        for r in range(rounds):
+            with Prober(path) as idle:
+                time.sleep(1.0)
+            e, c = storm(path, small, f"s{r}")
+            got.setdefault("enqueue small", []).append(e)
+            got.setdefault("cancel small", []).append(c)
+            with Prober(path) as busy:
+                e, c = storm(path, big, f"b{r}")
+            got.setdefault("enqueue big", []).append(e)
+            got.setdefault("cancel big", []).append(c)
+            got.setdefault("idle p99", []).append(pct(idle.times, 0.99))
+            got.setdefault("storm p99", []).append(pct(busy.times, 0.99))
+    finally:
+        for p in (0, proc.pid):
+            pin(p, all_cpus())
+        proc.stop()
+    m = {k: median(v) for k, v in got.items()}
+    for what in ("enqueue", "cancel"):
+        ctx.add(g, name=f"{small:,} waiters on one key: {what}", value=m[f"{what} small"],
+                unit="s", note="floor")  # fmt: skip
+        ctx.add(g, name=f"{big:,} waiters on one key: {what} (10x the waiters)",
+                value=m[f"{what} big"], unit="s", floor=f"{what}@{small:,}",
+                floor_value=m[f"{what} small"], limit=15.0)  # fmt: skip
+    ctx.add(g, name="mesh.ping p99, idle daemon", value=m["idle p99"], unit="s", note="floor")
+    ctx.add(g, name=f"mesh.ping p99 during the {big:,}-waiter storm", value=m["storm p99"],
+            unit="s", floor="idle p99", floor_value=m["idle p99"], limit=2.0)  # fmt: skip

@@ -1,0 +1,191 @@
+"""The lock table's records: what it holds, answers and leaves in its outbox (SPEC §5).
+
+Plain immutable values, apart from the :class:`Outbox` being filled and the
+:class:`Fencing` counter. Split from :mod:`meshd.core.claims` (the table) so the
+records can be read, imported and tested without the table's machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from meshd.keys import Key
+
+Mode = Literal["exclusive", "shared"]
+EndHow = Literal["released", "ended", "expired", "died"]
+AuditAction = Literal["grant", "refresh", "release", "expire", "lose", "steal"]
+NoticeKind = Literal["granted", "expired", "stolen", "lost"]
+CLEAN_ENDS = frozenset({"released", "ended"})
+MAX_PREVIOUS = 10_000  # unclean ends remembered for the next grantee; oldest forgotten first
+MAX_AHEAD = 20  # earlier waiters named in a held reply; a queue of 10,000 is not listed in full
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One session's claim on one key. ``since`` is wall time; ``deadline`` monotonic."""
+
+    session_id: str
+    key: Key
+    mode: Mode
+    token: int
+    reason: str
+    since: float
+    ttl: float | None = None
+    deadline: float | None = None
+
+    @property
+    def resource(self) -> str:
+        return self.key.text
+
+
+@dataclass(frozen=True, slots=True)
+class Previous:
+    """The last holder of ``resource`` lost it without releasing it cleanly."""
+
+    resource: str
+    session_id: str
+    how: str  # "ttl", "stolen", "expired", "died"
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A queued request, as others see it."""
+
+    waiter_id: str
+    session_id: str
+    resources: tuple[str, ...]
+    mode: Mode
+    since: float
+    rank: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """The whole set is held. ``held_before``: resources already held in this mode."""
+
+    session_id: str
+    token: int
+    claims: tuple[Claim, ...]
+    already_held: bool = False
+    held_before: frozenset[str] = frozenset()
+    previous: tuple[Previous, ...] = ()
+    stolen: tuple[Claim, ...] = ()
+    waiter_id: str | None = None
+    status: Literal["granted"] = "granted"
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Not granted: ``holders`` conflict with it, ``ahead`` are earlier waiters it may not pass.
+
+    ``ahead`` names at most :data:`MAX_AHEAD` of them, first served first;
+    ``more_ahead`` says the queue went on beyond that.
+    """
+
+    holders: tuple[Claim, ...]
+    ahead: tuple[Waiting, ...] = ()
+    deadlock: bool = False
+    more_ahead: bool = False
+    status: Literal["held"] = "held"
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """Not granted yet: the request waits as ``waiter_id`` (see ``cancel_waiter``)."""
+
+    waiter_id: str
+    holders: tuple[Claim, ...]
+    status: Literal["queued"] = "queued"
+
+
+Outcome = Granted | Held | Queued
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One line of the audit log, per resource."""
+
+    at: float
+    action: AuditAction
+    session_id: str
+    resource: str
+    mode: Mode
+    token: int
+    reason: str = ""
+    how: str = ""
+    by: str | None = None
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something to tell ``session_id``: a claim it lost, or a wait that was granted."""
+
+    kind: NoticeKind
+    session_id: str
+    resources: tuple[str, ...]
+    token: int
+    at: float
+    how: str = ""
+    by: str | None = None
+    reason: str = ""
+    waiter_id: str | None = None
+    granted: Granted | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """A wait ended without a grant (session ended, or the caller gave up)."""
+
+    waiter_id: str
+    session_id: str
+    why: str
+    held: Held
+
+
+@dataclass(slots=True)
+class Outbox:
+    """What the caller must persist (``audit``, ``reserve_until``) and send (the rest)."""
+
+    audit: list[AuditRecord] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+    cancelled: list[Cancelled] = field(default_factory=list)
+    reserve_until: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStatistics:
+    claims: int
+    sessions: int
+    waiters: int
+    path_nodes: int
+    exact_keys: int
+    ttl_heap: int
+    last_token: int
+    reserve_until: int
+
+
+class Fencing:
+    """A token counter that only grows, across restarts.
+
+    The store persists ``reserve_until`` ("tokens up to N may have been issued")
+    before any token above the previous block is acknowledged; at start the
+    counter resumes from the persisted value, skipping what the block left unused.
+    """
+
+    __slots__ = ("block", "last", "reserve_until")
+
+    def __init__(self, reserved: int = 0, block: int = 4096) -> None:
+        self.last = reserved
+        self.reserve_until = reserved
+        self.block = block
+
+    def next(self) -> int:
+        """The next token. May raise ``reserve_until``: the caller persists it."""
+        self.last += 1
+        if self.last > self.reserve_until:
+            self.reserve_until = self.last + self.block - 1
+        return self.last
