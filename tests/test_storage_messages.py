@@ -12,24 +12,19 @@ from typing import Any
 import anyio
 import pytest
 
-from meshd import storage_messages as sm
-from meshd import store as store_mod
 from meshd.core.clock import ManualClock
 from meshd.core.mailbox import Handoff, Mailbox, Message
 from meshd.core.registry import Registration, Registry
 from meshd.core.settings import Settings
 from meshd.store import Store
+from meshd.store import messages as sm
 
 DAY = 86400.0
 
 
 @pytest.fixture
-def db_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh database file whose migrations include the message tables."""
-    if sm.DDL not in store_mod.MIGRATIONS:  # until the lead adds it to store.py
-        monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, sm.DDL])
-        monkeypatch.setattr(store_mod, "SCHEMA_VERSION", len(store_mod.MIGRATIONS))
-    sm.install()
+def db_path() -> Iterator[Path]:
+    """A fresh database file (its migrations include the message tables)."""
     d = Path(tempfile.mkdtemp(prefix="msg-"))
     yield d / "test.sqlite3"
     shutil.rmtree(d, ignore_errors=True)

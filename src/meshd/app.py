@@ -25,20 +25,18 @@ from pathlib import Path
 import anyio
 from anyio.abc import SocketListener, TaskGroup
 
-from meshd import (
-    __version__,
-    config,
-    sdnotify,
-    singleton,
-    socketfile,
-    storage_claims,
-    storage_messages,
-)
-from meshd.core.claims import Fencing
+from meshd import __version__, config, sdnotify, singleton, socketfile
 from meshd.core.clock import SystemClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState, Write
-from meshd.keys import from_canonical
+from meshd.domain import Domain
+from meshd.handlers.board import BoardHandlers
+from meshd.handlers.claims import ClaimHandlers
+from meshd.handlers.mesh import MeshHandlers
+from meshd.handlers.messages import MessageHandlers
+from meshd.handlers.notes import NoteHandlers
+from meshd.handlers.sessions import SessionHandlers
+from meshd.handlers.shared import SharedWork
 from meshd.paths import (
     PathError,
     ProfilePaths,
@@ -48,12 +46,23 @@ from meshd.paths import (
 )
 from meshd.server import Server
 from meshd.service import Service
-from meshd.store import Restored, Store, StoreError
+from meshd.store import Store, StoreError
 
 log = logging.getLogger("meshd")
 SWEEP_INTERVAL = 0.25
 GUARD_INTERVAL = 1.0
 SHUTDOWN_DEADLINE = 5.0
+
+DOMAINS: tuple[type[Domain], ...] = (
+    MeshHandlers,
+    SessionHandlers,
+    ClaimHandlers,  # after sessions: restores only the claims of restored sessions
+    MessageHandlers,
+    BoardHandlers,
+    SharedWork,  # the notebook's, signals' and ledger's state, before their handlers
+    NoteHandlers,
+)
+"""Every domain the daemon serves, in schema and restore order (one line to add one)."""
 
 
 class StartupError(Exception):
@@ -104,9 +113,8 @@ class Daemon:
         self.paths = paths
         self.store = Store(paths.database)
         self.state = MeshState(SystemClock(), settings, paths.profile)
-        self.service = Service(self.state, self.store, paths, reload=self.reload)
+        self.service = Service(self.state, self.store, paths, domains=DOMAINS, reload=self.reload)
         self.server = Server(self.service)
-        self.service.stats = self.server.stats
         self._listener_ino: int | None = None
         self._listener: SocketListener | None = None
         self._served: Path = paths.socket
@@ -126,23 +134,10 @@ class Daemon:
         log.info("config reloaded from %s", self.paths.config)
         return True, None
 
-    def restore(self, restored: Restored) -> None:
-        """Put back sessions, then their claims; tokens resume above every stored block."""
-        state = self.state
-        for s in restored.sessions:
-            state.registry.restore(s)
-        reserved = int(restored.meta.get(storage_claims.FENCING_KEY, 0) or 0)
-        state.claims.fencing = Fencing(reserved=reserved)
-        now_m, now_w = state.clock.monotonic(), state.clock.now()
-        for c in restored.claims:
-            if c.session_id not in state.registry.sessions:
-                continue
-            ttl_left = None if c.expires_at is None else c.expires_at - now_w
-            state.claims.restore(
-                c.session_id, from_canonical(c.resource), mode="shared" if c.mode == "shared"
-                else "exclusive", token=c.token, reason=c.reason, since=c.since,
-                ttl_left=ttl_left, now_mono=now_m,
-            )  # fmt: skip
+    def open_store(self) -> None:
+        """Open and migrate the database, then let every domain restore (blocking)."""
+        self.store.open()
+        self.store.read_now(self.service.restore)
 
     # --- listener -------------------------------------------------------------------
 
@@ -280,18 +275,10 @@ class Daemon:
 
     async def run(self) -> None:
         try:
-            restored = await anyio.to_thread.run_sync(self.store.open)
+            await anyio.to_thread.run_sync(self.open_store)
         except StoreError as exc:
             raise StartupError(str(exc)) from exc
-        self.restore(restored)
         self.store.start()
-        mail = await anyio.to_thread.run_sync(
-            storage_messages.restore_file, self.store.path, self.state.clock.now()
-        )
-        self.state.mailbox.restore(
-            mail.messages, mail.handoffs,
-            max_message_id=mail.max_message_id, max_handoff_id=mail.max_handoff_id,
-        )  # fmt: skip
         listener = await self.listener()
         try:
             async with anyio.create_task_group() as tg:

@@ -47,7 +47,6 @@ import msgspec
 from anyio.abc import ByteStream, SocketAttribute, SocketListener, TaskGroup, UNIXSocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from meshd.core.state import Event
 from meshd.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -63,7 +62,6 @@ from meshd.protocol.jsonrpc import (
     encoder,
     error_object,
     error_response,
-    notification,
     recover_id,
     request_decoder,
     response,
@@ -211,11 +209,8 @@ class Server:
     def __init__(self, service: Service) -> None:
         self.service = service
         self.connections: dict[int, Connection] = {}
-        self.subscribers: dict[str, set[Connection]] = {}
         self._ids = itertools.count(1)
         self._uid = os.geteuid()
-        service.publish = self.publish
-        service.subscribe = self.subscribe
 
     def stats(self) -> dict[str, int]:
         return {"connections": len(self.connections)}
@@ -282,7 +277,9 @@ class Server:
             async with anyio.create_task_group() as tg:
                 c = Connection(stream, conn, tg)
                 c.sock = sock
+                conn.push = c.push
                 self.connections[conn.id] = c
+                self.service.connection_opened(conn)
                 await self._frames(c)
                 tg.cancel_scope.cancel()
         except _DISCONNECTS as exc:
@@ -299,12 +296,6 @@ class Server:
             if c is not None:
                 c.closed = True
                 self.connections.pop(conn.id, None)
-                for sid in conn.subscriptions:
-                    subs = self.subscribers.get(sid)
-                    if subs is not None:
-                        subs.discard(c)
-                        if not subs:
-                            del self.subscribers[sid]
                 self.service.connection_closed(conn)
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
@@ -442,21 +433,3 @@ class Server:
                 await c.send(frame)
         finally:
             detach()
-
-    # --- events -------------------------------------------------------------------
-
-    def subscribe(self, conn: Conn, session_id: str) -> None:
-        c = self.connections.get(conn.id)
-        if c is not None:
-            conn.subscriptions.add(session_id)
-            self.subscribers.setdefault(session_id, set()).add(c)
-
-    def publish(self, events: list[Event]) -> None:
-        """Push each event to the connections subscribed to its session."""
-        for ev in events:
-            subs = self.subscribers.get(ev.session_id)
-            if not subs:
-                continue
-            frame = encoder.encode(notification("event", ev.body))
-            for c in list(subs):
-                c.push(frame)

@@ -1,7 +1,9 @@
-"""The method table and the glue between core, store, process watcher and server.
+"""The method table and the glue between core, domains, store, process watcher and server.
 
-Each domain module in :mod:`meshd.handlers` adds its methods with
-:meth:`Service.add`: plain functions of (params, connection). Handlers that change
+Each domain (:class:`meshd.domain.Domain`, one module in :mod:`meshd.handlers`)
+adds its methods with :meth:`Service.add`: plain functions of (params,
+connection). The service drives every domain through the same hooks (restore,
+drain, sweep, prune, connection closed); ``app.DOMAINS`` says which exist. Handlers that change
 durable state finish with ``await svc.commit()``, which stores what the core
 produced before the reply goes out, so nothing is acknowledged before it is on
 disk (SPEC §8). Handlers that may wait (queued claims, asks) are marked
@@ -12,23 +14,28 @@ from __future__ import annotations
 
 import functools
 import socket
+import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
 from meshd.core.registry import EndReason, Session
-from meshd.core.state import Drained, Event, MeshState, Outcome
+from meshd.core.state import Drained, Event, MeshState
+from meshd.domain import Domain, overrides
 from meshd.paths import ProfilePaths
 from meshd.pidwatch import PidWatcher
 from meshd.protocol import methods as m
 from meshd.protocol.errors import InvalidParams, MethodNotFound
-from meshd.protocol.jsonrpc import split_path
+from meshd.protocol.jsonrpc import encoder, notification, split_path
 from meshd.store import Store
 
 _EMPTY = b"{}"
+D = TypeVar("D", bound=Domain)
+PRUNE_EVERY = 3600.0
+"""Seconds between prunes of history older than ``history_days``."""
 
 
 def rfc3339(ts: float) -> str:
@@ -54,6 +61,8 @@ class Conn:
     ask waiting for its responder): only then does the connection read its next
     request. Until that point requests are handled in the order they came, so a
     pipelined ``acquire`` then ``release`` does what it says."""
+    push: Callable[[bytes], None] = field(default=lambda frame: None, repr=False)
+    """Writes one event frame to the client without waiting (set by the server)."""
 
 
 class Handler(NamedTuple):
@@ -64,7 +73,7 @@ class Handler(NamedTuple):
 
 
 class Service:
-    """Binds the core, the store and the process watcher behind the method table."""
+    """Binds the core, the domains, the store and the process watcher behind the method table."""
 
     def __init__(
         self,
@@ -72,6 +81,7 @@ class Service:
         store: Store,
         paths: ProfilePaths,
         *,
+        domains: Iterable[type[Domain]] = (),
         reload: Callable[[], tuple[bool, str | None]] | None = None,
     ) -> None:
         self.state = state
@@ -83,20 +93,18 @@ class Service:
         self.host = socket.gethostname()
         self.pids = PidWatcher(self.process_died)
         self.reload_config = reload
-        self.stats: Callable[[], dict[str, int]] = dict
-        self.publish: Callable[[list[Event]], None] = lambda events: None
-        self.subscribe: Callable[[Conn, str], None] = lambda conn, sid: None
-        self.on_connection_closed: list[Callable[[Conn], None]] = []
-        self.on_sweep: list[Callable[[], None]] = []  # domains' periodic work (sweeper tick)
-        self.resolve_waiters: Callable[[list[Outcome], BaseException | None], None] = (
-            lambda outcomes, error: None
-        )
+        self.connections: dict[int, Conn] = {}
+        self.subscribers: dict[str, set[Conn]] = {}
         self.handlers: dict[str, Handler] = {}
         self._next_prune = 0.0
         self.specs: list[m.MethodSpec] = []
-        from meshd.handlers import install_all
-
-        install_all(self)
+        self.domains: list[Domain] = []
+        for cls in domains:  # one at a time: a domain may look up those before it
+            self.domains.append(cls(self))
+        for d in self.domains:
+            d.install()
+        self._outboxes = [d for d in self.domains if overrides(d, "drain")]
+        self._resolvers = [d for d in self.domains if overrides(d, "resolve")]
 
     def add(
         self,
@@ -135,13 +143,34 @@ class Service:
         except RecursionError as exc:
             raise InvalidParams("Invalid params: nested too deeply", {"path": "$"}) from exc
 
+    def domain(self, cls: type[D]) -> D:
+        """The instance of domain ``cls`` (a domain that uses another's state)."""
+        for d in self.domains:
+            if isinstance(d, cls):
+                return d
+        raise LookupError(f"{cls.__name__} is not in app.DOMAINS (or comes after its user)")
+
+    def restore(self, db: sqlite3.Connection) -> None:
+        """Every domain takes back its durable state, in order (blocking, at start-up)."""
+        for d in self.domains:
+            d.restore(db)
+
+    def drain(self) -> Drained:
+        """What the last calls left to store and tell: the core's and each domain's."""
+        d = self.state.drain()
+        for dom in self._outboxes:
+            writes, events = dom.drain()
+            d.writes.extend(writes)
+            d.events.extend(events)
+        return d
+
     async def commit(self) -> None:
         """Store what the last core calls wrote, then publish and wake waiters; then reply.
 
         Queued claim requests granted by this change are answered only after the
         grant is committed, like any other acknowledgement.
         """
-        d = self.state.drain()
+        d = self.drain()
         if d.writes:
             try:
                 await self.store.commit(d.writes)
@@ -152,7 +181,7 @@ class Service:
 
     def flush_background(self) -> None:
         """Queue what background work (sweeps, deaths) wrote; publish once committed."""
-        d = self.state.drain()
+        d = self.drain()
         if d.writes:
             self.store.submit(d.writes, on_done=lambda error: self._after_commit(d, error))
         else:
@@ -163,7 +192,29 @@ class Service:
         if d.events and error is None:
             self.publish(d.events)
         if d.outcomes:
-            self.resolve_waiters(d.outcomes, error)
+            for dom in self._resolvers:
+                dom.resolve(d.outcomes, error)
+
+    # --- connections and events -------------------------------------------------------
+
+    def connection_opened(self, conn: Conn) -> None:
+        self.connections[conn.id] = conn
+
+    def subscribe(self, conn: Conn, session_id: str) -> None:
+        """Push ``session_id``'s events (or a channel's) to ``conn`` until it closes."""
+        if conn.id in self.connections:
+            conn.subscriptions.add(session_id)
+            self.subscribers.setdefault(session_id, set()).add(conn)
+
+    def publish(self, events: list[Event]) -> None:
+        """Push each event to the connections subscribed to its session."""
+        for ev in events:
+            subs = self.subscribers.get(ev.session_id)
+            if not subs:
+                continue
+            frame = encoder.encode(notification("event", ev.body))
+            for c in list(subs):
+                c.push(frame)
 
     # --- session lifecycle, whoever triggers it -------------------------------------
 
@@ -185,19 +236,26 @@ class Service:
         self.flush_background()
 
     def connection_closed(self, conn: Conn) -> None:
+        self.connections.pop(conn.id, None)
+        for sid in conn.subscriptions:
+            subs = self.subscribers.get(sid)
+            if subs is not None:
+                subs.discard(conn)
+                if not subs:
+                    del self.subscribers[sid]
         self.state.registry.connection_closed(conn.id)
-        for hook in self.on_connection_closed:
-            hook(conn)
+        for d in self.domains:
+            d.connection_closed(conn)
 
     def sweep(self) -> None:
         """Expire what is due; called by the sweeper every tick."""
         for s, _ in self.state.expire_due():
             self.pids.unwatch(s.session_id)
-        self.state.mailbox.sweep()
-        if self.clock.monotonic() >= self._next_prune:  # history_days, checked hourly
-            self._next_prune = self.clock.monotonic() + 3600
-            self.state.mailbox.prune()
-            self.state.prune_losses()
-        for hook in self.on_sweep:
-            hook()
+        for d in self.domains:
+            d.sweep()
+        now = self.clock.monotonic()
+        if now >= self._next_prune:  # history_days, checked hourly
+            self._next_prune = now + PRUNE_EVERY
+            for d in self.domains:
+                d.prune(self.state.settings.history_days)
         self.flush_background()

@@ -26,6 +26,7 @@ import atheris  # type: ignore[import-untyped]
 with atheris.instrument_imports(include=["meshd"]):
     import msgspec
 
+    from meshd.app import DOMAINS
     from meshd.core.clock import ManualClock
     from meshd.core.settings import Settings
     from meshd.core.state import MeshState
@@ -44,7 +45,8 @@ def real_handlers() -> list[tuple[str, Handler, Any]]:
         lock=root / "lock", socket_record=root / "rec", config=root / "config.toml",
         log=root / "log",
     )  # fmt: skip
-    svc = Service(MeshState(ManualClock(), Settings(), "fuzz"), Store(paths.database), paths)
+    state = MeshState(ManualClock(), Settings(), "fuzz")
+    svc = Service(state, Store(paths.database), paths, domains=DOMAINS)
     types = {spec.name: spec.params for spec in svc.specs}
     return [(name, h, types[name]) for name, h in sorted(svc.handlers.items())]
 

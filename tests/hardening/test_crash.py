@@ -149,6 +149,11 @@ class TestVanishingClients:
         assert wait_for(lambda: ping(daemon.socket))
         wait_for(lambda: len(session_ids(daemon.socket)) == 100, timeout=10)
         before = session_ids(daemon.socket)
+        # A listing shows a registration as soon as it is in memory; its commit may
+        # still be queued. One acknowledged write after it is committed after it (one
+        # writer, first in first out), so everything listed above is on disk now.
+        with Client(daemon.socket) as c:
+            assert "result" in c.call("session.register", {"session_id": "marker"})
         daemon.kill()
         daemon.start()
 

@@ -5,7 +5,7 @@ from the injected clock (``monotonic()`` for windows and deadlines, ``now()`` fo
 what is stored and shown). The shell drives it:
 
 * Every durable change is appended to :attr:`Mailbox.writes` as a tuple the store
-  maps to SQL (:mod:`meshd.storage_messages`): ``("message.put", Message)``,
+  maps to SQL (:mod:`meshd.store.messages`): ``("message.put", Message)``,
   ``("message.state", id, state, at)``, ``("handoff.put", Handoff)``,
   ``("message.prune", cutoff)``. Every push is appended to :attr:`Mailbox.events`
   as a :class:`Push` for the session's subscribers. :meth:`Mailbox.drain` hands

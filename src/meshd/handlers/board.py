@@ -19,7 +19,8 @@ module does what reads the filesystem and what waits:
 * Each path is stored as a row before the reply (``("board.changed", …)``);
   the pending totals of quiet periods are flushed by the service's sweeper,
   which calls :meth:`BoardHandlers.sweep` every tick. Rows older than
-  ``history_days`` are pruned hourly.
+  ``history_days`` are pruned hourly (:meth:`BoardHandlers.prune`). The board's
+  writes and events leave through :meth:`BoardHandlers.drain`, the domain's outbox.
 """
 
 from __future__ import annotations
@@ -28,24 +29,15 @@ import os
 from datetime import datetime
 
 from meshd.core.board import BoardState, FileNotice
-from meshd.core.state import Event
+from meshd.core.state import Event, Write
+from meshd.domain import Domain
 from meshd.keys import Key, canonical_key
 from meshd.protocol import board as pb
 from meshd.protocol.errors import BadKey, InvalidParams
 from meshd.service import Conn, Service, rfc3339
-from meshd.storage_board import changes_page
+from meshd.store.board import changes_page
 
 HOME = os.path.expanduser("~")
-PRUNE_EVERY = 3600.0
-
-
-def install(svc: Service) -> None:
-    h = BoardHandlers(svc)
-    svc.add(pb.BOARD_CHANGED, h.changed, is_async=True)
-    svc.add(pb.BOARD_CHANGES, h.changes, is_async=True)
-    # Hooks on the service (core/state.py stays as it is): the board's state, and
-    # the sweep that Service.sweep calls every tick.
-    svc.on_sweep.append(h.sweep)
 
 
 def project_of(path: str, cache: dict[str, str] | None = None) -> str:
@@ -90,11 +82,31 @@ def _path_key(raw: str) -> Key:
     return key
 
 
-class BoardHandlers:
+class BoardHandlers(Domain):
+    name = "board"
+
     def __init__(self, svc: Service) -> None:
-        self.svc = svc
+        super().__init__(svc)
         self.board = BoardState(svc.clock)
-        self._next_prune = 0.0
+        self._events: list[Event] = []
+
+    def install(self) -> None:
+        self.svc.add(pb.BOARD_CHANGED, self.changed, is_async=True)
+        self.svc.add(pb.BOARD_CHANGES, self.changes, is_async=True)
+
+    # --- domain hooks ---------------------------------------------------------------
+
+    def drain(self) -> tuple[list[Write], list[Event]]:
+        events, self._events = self._events, []
+        return self.board.drain(), events
+
+    def sweep(self) -> None:
+        """Flush pending totals whose quiet period ended (to recipients still live)."""
+        reg = self.svc.state.registry
+        self._publish(self.board.sweep(lambda sid: sid in reg.sessions))
+
+    def prune(self, history_days: float) -> None:
+        self.board.prune(history_days)
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -106,7 +118,7 @@ class BoardHandlers:
         for n in notices:
             for r in n.recipients:
                 if st.mailbox.has_subscriber(r):
-                    st.events.append(Event(r, n.event(r, rfc3339(n.at))))
+                    self._events.append(Event(r, n.event(r, rfc3339(n.at))))
                 elif r in st.registry.sessions:
                     st.mailbox.notice(r, n.text)
 
@@ -120,20 +132,6 @@ class BoardHandlers:
                 if s.session_id not in out and not st.claims.related(writer, s.session_id):
                     out[s.session_id] = None
         return list(out)
-
-    def sweep(self) -> None:
-        """Flush pending totals whose quiet period ended; prune old rows hourly.
-
-        Called by :meth:`Service.sweep` before it flushes, so the events and writes
-        left here go out with the tick's own.
-        """
-        reg = self.svc.state.registry
-        self._publish(self.board.sweep(lambda sid: sid in reg.sessions))
-        now = self.svc.clock.monotonic()
-        if now >= self._next_prune:
-            self._next_prune = now + PRUNE_EVERY
-            self.board.prune(self.svc.state.settings.history_days)
-        self.svc.state.writes.extend(self.board.drain())
 
     # --- methods --------------------------------------------------------------------
 
@@ -162,7 +160,6 @@ class BoardHandlers:
                 self._publish([out.notice])
                 notified.update(dict.fromkeys(out.notice.recipients))
             held.update(dict.fromkeys(out.held))
-        st.writes.extend(self.board.drain())
         # If this cannot be stored, nothing is acknowledged and nothing published; the
         # quiet periods it opened stay, so a later notice is only late, never doubled.
         await svc.commit()

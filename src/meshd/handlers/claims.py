@@ -13,34 +13,33 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import anyio
 
-from meshd.core.claims import AuditRecord, Cancelled, Claim, Granted, Held, Notice, Previous, Queued
+from meshd.core.claims import (
+    AuditRecord,
+    Cancelled,
+    Claim,
+    Fencing,
+    Granted,
+    Held,
+    Notice,
+    Previous,
+    Queued,
+)
 from meshd.core.state import Outcome
-from meshd.keys import Key, canonical_key, describe
+from meshd.domain import Domain
+from meshd.keys import Key, canonical_key, describe, from_canonical
 from meshd.protocol import claims as pc
 from meshd.protocol.errors import InvalidParams, MeshError
 from meshd.service import Conn, Service, rfc3339
-from meshd.storage_claims import audit_page
+from meshd.store.claims import audit_page, load_claims, load_fencing
 
 HOME = os.path.expanduser("~")
-
-
-def install(svc: Service) -> None:
-    h = ClaimHandlers(svc)
-    spec = {s.name: s for s in pc.CLAIM_METHODS}
-    svc.add(spec["claim.acquire"], h.acquire, is_async=True, concurrent=True)
-    svc.add(spec["claim.release"], h.release, is_async=True)
-    svc.add(spec["claim.check"], h.check)
-    svc.add(spec["claim.list"], h.list)
-    svc.add(spec["claim.validate"], h.validate)
-    svc.add(spec["claim.steal"], h.steal, is_async=True)
-    svc.add(spec["audit.log"], h.audit, is_async=True)
-    svc.resolve_waiters = h.resolve
 
 
 @dataclass
@@ -58,12 +57,43 @@ def _release_record(c: Claim, now_wall: float) -> AuditRecord:
     )  # fmt: skip
 
 
-class ClaimHandlers:
+class ClaimHandlers(Domain):
+    name = "claims"
+
     def __init__(self, svc: Service) -> None:
-        self.svc = svc
+        super().__init__(svc)
         self.waits: dict[str, _Wait] = {}
         self._ids = itertools.count(1)
         self._wake_pending = False
+
+    def install(self) -> None:
+        svc = self.svc
+        spec = {s.name: s for s in pc.CLAIM_METHODS}
+        svc.add(spec["claim.acquire"], self.acquire, is_async=True, concurrent=True)
+        svc.add(spec["claim.release"], self.release, is_async=True)
+        svc.add(spec["claim.check"], self.check)
+        svc.add(spec["claim.list"], self.list)
+        svc.add(spec["claim.validate"], self.validate)
+        svc.add(spec["claim.steal"], self.steal, is_async=True)
+        svc.add(spec["audit.log"], self.audit, is_async=True)
+
+    def prune(self, history_days: float) -> None:
+        self.svc.state.prune_losses()  # recent losses of sessions that are gone
+
+    def restore(self, db: sqlite3.Connection) -> None:
+        """Claims of restored sessions come back; tokens resume above every stored block."""
+        state = self.svc.state
+        state.claims.fencing = Fencing(reserved=load_fencing(db))
+        now_m, now_w = state.clock.monotonic(), state.clock.now()
+        for c in load_claims(db):
+            if c.session_id not in state.registry.sessions:
+                continue
+            ttl_left = None if c.expires_at is None else c.expires_at - now_w
+            state.claims.restore(
+                c.session_id, from_canonical(c.resource), mode="shared" if c.mode == "shared"
+                else "exclusive", token=c.token, reason=c.reason, since=c.since,
+                ttl_left=ttl_left, now_mono=now_m,
+            )  # fmt: skip
 
     # --- helpers --------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from meshd import PROTOCOL_VERSION, __version__
 from meshd.config import as_dict
+from meshd.domain import Domain
 from meshd.protocol import methods as m
 from meshd.service import Conn, Service, rfc3339
 
@@ -16,18 +17,18 @@ CAPABILITIES = [
 ]  # fmt: skip
 
 
-def install(svc: Service) -> None:
-    h = MeshHandlers(svc)
-    svc.add(m.PING, h.ping)
-    svc.add(m.INFO, h.info)
-    svc.add(m.SCHEMA, h.schema)
-    svc.add(m.RELOAD, h.reload)
+class MeshHandlers(Domain):
+    name = "mesh"
 
-
-class MeshHandlers:
     def __init__(self, svc: Service) -> None:
-        self.svc = svc
+        super().__init__(svc)
         self._schema: dict[str, Any] | None = None
+
+    def install(self) -> None:
+        self.svc.add(m.PING, self.ping)
+        self.svc.add(m.INFO, self.info)
+        self.svc.add(m.SCHEMA, self.schema)
+        self.svc.add(m.RELOAD, self.reload)
 
     def ping(self, p: m.Empty, conn: Conn) -> m.PingResult:
         return m.PingResult(time=self.svc.clock.now())
@@ -52,7 +53,7 @@ class MeshHandlers:
             counts=m.Counts(
                 sessions=len(reg.sessions),
                 stale=sum(1 for s in reg.sessions.values() if reg.is_stale(s, now)),
-                connections=svc.stats().get("connections", 0),
+                connections=len(svc.connections),
                 claims=claim_stats.claims,
                 waiters=claim_stats.waiters,
             ),

@@ -8,10 +8,10 @@ The rules live in :mod:`meshd.core.mailbox`; this module waits and stores:
   ask waits for ``query.answer`` at most its timeout (``anyio.move_on_after``),
   then takes the status answer: an ask never hangs past its timeout.
 * A responder or subscriber counts until its connection closes
-  (``svc.on_connection_closed``).
+  (:meth:`MessageHandlers.connection_closed`).
 * History (``inbox --all``, handoff list/show, sent states) is read from SQLite on
-  a read-only connection of its own, in a worker thread: WAL lets it read while
-  the store's writer writes.
+  the store's read connection (:meth:`meshd.store.Store.read`): WAL lets it read
+  while the store's writer writes.
 """
 
 from __future__ import annotations
@@ -19,16 +19,13 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 
-from meshd import storage_messages as sm
 from meshd.core.mailbox import (
     HANDOFF_QUESTION,
     Answer,
-    Mailbox,
     Message,
     Query,
     item_of,
@@ -36,61 +33,59 @@ from meshd.core.mailbox import (
 )
 from meshd.core.registry import Session
 from meshd.core.state import Event
-from meshd.keys import Key, canonical_key, path_key
+from meshd.domain import Domain
+from meshd.keys import canonical_key, path_key
 from meshd.protocol import messages as mm
 from meshd.protocol.errors import MeshDisabled, MeshError, NotFound
 from meshd.service import Conn, Service
+from meshd.store import messages as sm
 
 T = TypeVar("T")
 
 
-class _Claim(Protocol):
-    @property
-    def resource(self) -> str: ...
+class MessageHandlers(Domain):
+    name = "messages"
 
-    @property
-    def key(self) -> Key: ...
-
-
-class _ClaimTable(Protocol):
-    def list_claims(self, session_id: str | None = None) -> tuple[_Claim, ...]: ...
-
-
-def install(svc: Service) -> None:
-    h = MessageHandlers(svc)
-    svc.add(mm.SEND, h.send, is_async=True)
-    svc.add(mm.INBOX, h.inbox, is_async=True)
-    svc.add(mm.ACK, h.ack, is_async=True)
-    svc.add(mm.STATUS, h.status, is_async=True)
-    svc.add(mm.ASK, h.ask, is_async=True, concurrent=True)
-    svc.add(mm.ANSWER, h.answer, is_async=True)
-    svc.add(mm.RESPOND, h.respond)
-    svc.add(mm.BROADCAST, h.broadcast, is_async=True, concurrent=True)
-    svc.add(mm.HANDOFF_WRITE, h.handoff_write, is_async=True)
-    svc.add(mm.HANDOFF_REQUEST, h.handoff_request, is_async=True, concurrent=True)
-    svc.add(mm.HANDOFF_LIST, h.handoff_list, is_async=True)
-    svc.add(mm.HANDOFF_SHOW, h.handoff_show, is_async=True)
-    svc.add(mm.SUBSCRIBE, h.subscribe)
-    svc.on_connection_closed.append(h.connection_closed)
-
-
-def mailbox_of(svc: Service) -> Mailbox:
-    """The profile's mailbox, held by :class:`meshd.core.state.MeshState`."""
-    mb = getattr(svc.state, "mailbox", None)
-    if not isinstance(mb, Mailbox):
-        raise TypeError("MeshState has no mailbox: wire meshd.core.mailbox in core/state.py")
-    return mb
-
-
-class MessageHandlers:
     def __init__(self, svc: Service) -> None:
-        self.svc = svc
-        self.mb = mailbox_of(svc)
+        super().__init__(svc)
+        self.mb = svc.state.mailbox
         self.mb.wake = self._wake
         self._waits: dict[int, anyio.Event] = {}
-        self._reader: sqlite3.Connection | None = None
-        self._read_limiter = anyio.CapacityLimiter(1)
-        sm.install()
+
+    def install(self) -> None:
+        svc = self.svc
+        svc.add(mm.SEND, self.send, is_async=True)
+        svc.add(mm.INBOX, self.inbox, is_async=True)
+        svc.add(mm.ACK, self.ack, is_async=True)
+        svc.add(mm.STATUS, self.status, is_async=True)
+        svc.add(mm.ASK, self.ask, is_async=True, concurrent=True)
+        svc.add(mm.ANSWER, self.answer, is_async=True)
+        svc.add(mm.RESPOND, self.respond)
+        svc.add(mm.BROADCAST, self.broadcast, is_async=True, concurrent=True)
+        svc.add(mm.HANDOFF_WRITE, self.handoff_write, is_async=True)
+        svc.add(mm.HANDOFF_REQUEST, self.handoff_request, is_async=True, concurrent=True)
+        svc.add(mm.HANDOFF_LIST, self.handoff_list, is_async=True)
+        svc.add(mm.HANDOFF_SHOW, self.handoff_show, is_async=True)
+        svc.add(mm.SUBSCRIBE, self.subscribe)
+
+    # --- domain hooks -------------------------------------------------------------------
+
+    def restore(self, db: sqlite3.Connection) -> None:
+        """Unread items, recent messages and the latest handoffs come back (after sessions)."""
+        mail = sm.restore(db, self.svc.clock.now())
+        self.mb.restore(
+            mail.messages, mail.handoffs,
+            max_message_id=mail.max_message_id, max_handoff_id=mail.max_handoff_id,
+        )  # fmt: skip
+
+    def sweep(self) -> None:
+        self.mb.sweep()
+
+    def prune(self, history_days: float) -> None:
+        self.mb.prune()  # reads history_days from its settings (reloads included)
+
+    def connection_closed(self, conn: Conn) -> None:
+        self.mb.connection_closed(conn.id)
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -115,18 +110,11 @@ class MessageHandlers:
             raise MeshDisabled("the mesh is disabled in config (enabled = false)")
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run a blocking read helper on the read-only connection, in a worker thread."""
-        return await anyio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter)
-
-    def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._reader is None:
-            uri = Path(self.svc.store.path).resolve().as_uri() + "?mode=ro"
-            self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        return fn(self._reader)
+        """Run a blocking read helper on the store's read connection, in a worker thread."""
+        return await self.svc.store.read(fn)
 
     def _claims(self, sid: str) -> list[str]:
-        table = cast("_ClaimTable | None", getattr(self.svc.state, "claims", None))
-        return [c.resource for c in table.list_claims(sid)] if table is not None else []
+        return [c.resource for c in self.svc.state.claims.list_claims(sid)]
 
     def _wake(self, query_id: int) -> None:
         ev = self._waits.get(query_id)
@@ -147,9 +135,6 @@ class MessageHandlers:
             for qid in events:
                 self._waits.pop(qid, None)
         return [self.mb.finish(q.id) for q in queries]
-
-    def connection_closed(self, conn: Conn) -> None:
-        self.mb.connection_closed(conn.id)
 
     # --- messages -----------------------------------------------------------------------
 
@@ -264,13 +249,13 @@ class MessageHandlers:
     def _overlapping(self, path: str) -> Callable[[Session], bool]:
         """Sessions whose claims, cwd or repo overlap ``path`` (canonicalised as a claim)."""
         key = canonical_key(path, home=os.path.expanduser("~"), broad=True)
-        table = cast("_ClaimTable | None", getattr(self.svc.state, "claims", None))
+        table = self.svc.state.claims
 
         def select(s: Session) -> bool:
             for where in (s.cwd, s.repo):
                 if where and path_key("file", where).overlaps(key):
                     return True
-            mine = table.list_claims(s.session_id) if table is not None else ()
+            mine = table.list_claims(s.session_id)
             return any(c.key.overlaps(key) for c in mine)
 
         return select

@@ -7,15 +7,10 @@ only checks the author is a live session and stores the note before the reply.
 from __future__ import annotations
 
 from meshd.core.notes import Note
+from meshd.domain import Domain
 from meshd.handlers.shared import shared_of
 from meshd.protocol import notes as pn
 from meshd.service import Conn, Service, rfc3339
-
-
-def install(svc: Service) -> None:
-    h = NoteHandlers(svc)
-    svc.add(pn.NOTES_ADD, h.add, is_async=True)
-    svc.add(pn.NOTES_LIST, h.list, is_async=True)
 
 
 def entry(n: Note) -> pn.NoteEntry:
@@ -24,10 +19,16 @@ def entry(n: Note) -> pn.NoteEntry:
     )
 
 
-class NoteHandlers:
+class NoteHandlers(Domain):
+    name = "notes"
+
     def __init__(self, svc: Service) -> None:
-        self.svc = svc
+        super().__init__(svc)
         self.work = shared_of(svc)
+
+    def install(self) -> None:
+        self.svc.add(pn.NOTES_ADD, self.add, is_async=True)
+        self.svc.add(pn.NOTES_LIST, self.list, is_async=True)
 
     async def add(self, p: pn.NoteAddParams, conn: Conn) -> pn.NoteAddResult:
         work = await self.work.ready()

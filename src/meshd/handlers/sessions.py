@@ -2,33 +2,39 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import msgspec
 
 from meshd.core.registry import Registration, Report, Session
 from meshd.core.state import Event
+from meshd.domain import Domain
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
 from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
-from meshd.service import Conn, Service, rfc3339
-
-
-def install(svc: Service) -> None:
-    h = SessionHandlers(svc)
-    svc.add(m.REGISTER, h.register, is_async=True)
-    svc.add(m.HEARTBEAT, h.heartbeat)
-    svc.add(m.END, h.end, is_async=True)
-    svc.add(m.LIST, h.list)
-    svc.add(m.GET, h.get)
-    svc.add(m.ATTACH, h.attach, is_async=True)
-
+from meshd.service import Conn, rfc3339
+from meshd.store.sessions import load_sessions
 
 _HB_OK = m.HeartbeatResult()
 _HB_DISABLED = m.HeartbeatResult(disabled=True)
 
 
-class SessionHandlers:
-    def __init__(self, svc: Service) -> None:
-        self.svc = svc
+class SessionHandlers(Domain):
+    name = "sessions"
+
+    def install(self) -> None:
+        svc = self.svc
+        svc.add(m.REGISTER, self.register, is_async=True)
+        svc.add(m.HEARTBEAT, self.heartbeat)
+        svc.add(m.END, self.end, is_async=True)
+        svc.add(m.LIST, self.list)
+        svc.add(m.GET, self.get)
+        svc.add(m.ATTACH, self.attach, is_async=True)
+
+    def restore(self, db: sqlite3.Connection) -> None:
+        """Live sessions come back; their processes are watched again once serving."""
+        for s in load_sessions(db):
+            self.svc.state.registry.restore(s)
 
     async def register(self, p: m.RegisterParams, conn: Conn) -> m.RegisterResult:
         svc = self.svc

@@ -4,54 +4,52 @@ One :class:`SharedWork` per service holds the pure cores -- notebook, signals,
 ledger, board marks -- and what they share:
 
 * **Restore, lazily**: the first request that needs them reads them back from
-  SQLite (:func:`meshd.storage_shared.load`, in the store's thread, after any
-  write queued before it). Until then the sweeper leaves them alone: a ledger
+  SQLite (:func:`meshd.store.shared.load`, on the store's read connection; none
+  of their writes can be queued before it). Until then the sweeper leaves them alone: a ledger
   entry whose runner died meanwhile is turned ``unknown`` the moment it is
   read, before anyone is told anything about it.
-* **Commit**: :meth:`SharedWork.commit` hands the cores' writes to the service,
-  which stores them (ledger writes synced) before the reply.
+* **Commit**: the cores' writes leave through :meth:`SharedWork.drain` (the
+  domain's outbox); :meth:`SharedWork.commit` stores them (ledger writes synced)
+  before the reply.
 * **Sweep** (every tick of the daemon's sweeper): runners that are gone turn
   their keys ``unknown``, marks of ended sessions go, and once an hour notes,
   signals and board posts older than ``history_days`` are pruned.
 
-Handlers find it with :func:`shared_of`.
+It is a :class:`~meshd.domain.Domain` of its own with no methods, listed in
+``app.DOMAINS`` before the handlers that use it; they find it with :func:`shared_of`.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 
 import anyio
 
-from meshd import storage_shared
 from meshd.core.ledger import Ledger
 from meshd.core.marks import Marks
 from meshd.core.notes import Notebook
 from meshd.core.signals import SignalBoard
+from meshd.core.state import Event, Write
+from meshd.domain import Domain
 from meshd.protocol.errors import MeshDisabled
 from meshd.service import Service
+from meshd.store import shared as storage_shared
 
 PRUNE_EVERY = 3600.0
 
-_BY_SERVICE: weakref.WeakKeyDictionary[Service, SharedWork] = weakref.WeakKeyDictionary()
-
 
 def shared_of(svc: Service) -> SharedWork:
-    """The service's shared-work state (created, with its sweep hook, on first use)."""
-    work = _BY_SERVICE.get(svc)
-    if work is None:
-        work = _BY_SERVICE[svc] = SharedWork(svc)
-        svc.on_sweep.append(work.sweep)
-        storage_shared.install()
-    return work
+    """The service's shared-work state (a domain listed before its handlers)."""
+    return svc.domain(SharedWork)
 
 
-class SharedWork:
+class SharedWork(Domain):
     """Notebook, signals, ledger and board marks of one profile, in memory."""
 
+    name = "shared"
+
     def __init__(self, svc: Service) -> None:
-        self.svc = svc
+        super().__init__(svc)
         self.notes = Notebook(svc.clock)
         self.signals = SignalBoard(svc.clock)
         self.ledger = Ledger(svc.clock)
@@ -83,15 +81,18 @@ class SharedWork:
                 self.loaded = True
         return self
 
-    def take_writes(self) -> None:
-        """Move the cores' writes to the service's (committed with its next commit)."""
-        w = self.svc.state.writes
+    def install(self) -> None:
+        """No methods of its own: the notes, signal and ledger handlers serve them."""
+
+    def drain(self) -> tuple[list[Write], list[Event]]:
+        """The cores' writes, committed with the service's next commit."""
+        writes: list[Write] = []
         for core in (self.notes, self.signals, self.ledger, self.marks):
-            w.extend(core.drain())
+            writes.extend(core.drain())
+        return writes, []
 
     async def commit(self) -> None:
         """Store what the cores wrote; nothing is acknowledged before it is on disk."""
-        self.take_writes()
         await self.svc.commit()
 
     def sweep(self) -> None:
@@ -107,6 +108,5 @@ class SharedWork:
             self.signals.prune(days)
             cutoff = self.svc.clock.now() - days * 86400
             self.svc.state.writes.append(("board.post_prune", cutoff))
-        self.take_writes()
         for hook in self.after_sweep:
             hook()

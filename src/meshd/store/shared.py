@@ -1,8 +1,8 @@
 """SQL for shared work (SPEC §7): notes, signals, the ledger, board posts and marks.
 
 The pure cores (:mod:`meshd.core.notes`, ``signals``, ``ledger``, ``marks``)
-leave write tuples; :func:`install` teaches the store their SQL and marks the
-ledger's kinds as synced (``synchronous=FULL`` for their batch: a ledger entry
+leave write tuples; :data:`WRITERS` holds their SQL (in the store's static table)
+and the ledger's kinds are synced (``synchronous=FULL`` for their batch: a ledger entry
 survives power loss, SPEC §8). :func:`load` reads everything the daemon holds
 in memory back at start; board posts stay on disk and are read on demand.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from meshd.core.ledger import Entry
 from meshd.core.notes import Note
 from meshd.core.signals import Signal
-from meshd.storage_query import newest_rows
+from meshd.store.query import newest_rows
 
 DDL = """
 CREATE TABLE notes (
@@ -154,25 +154,20 @@ def _unmark(db: sqlite3.Connection, sid: str) -> None:
     db.execute("DELETE FROM board_marks WHERE session_id = ?", (sid,))
 
 
-def install() -> None:
-    """Teach the store the SQL of these write kinds; the ledger's are synced."""
-    from meshd.store import SYNC_KINDS, register_writer
-
-    writers: dict[str, Callable[..., None]] = {
-        "note.put": _note_put,
-        "note.prune": _note_prune,
-        "signal.put": _signal_put,
-        "signal.prune": _signal_prune,
-        "ledger.put": _ledger_put,
-        "ledger.delete": _ledger_delete,
-        "board.post": _post_put,
-        "board.post_prune": _post_prune,
-        "board.mark": _mark,
-        "board.unmark": _unmark,
-    }
-    for kind, fn in writers.items():
-        register_writer(kind, fn)
-    SYNC_KINDS.update(LEDGER_KINDS)
+WRITERS: dict[str, Callable[..., None]] = {
+    "note.put": _note_put,
+    "note.prune": _note_prune,
+    "signal.put": _signal_put,
+    "signal.prune": _signal_prune,
+    "ledger.put": _ledger_put,
+    "ledger.delete": _ledger_delete,
+    "board.post": _post_put,
+    "board.post_prune": _post_prune,
+    "board.mark": _mark,
+    "board.unmark": _unmark,
+}
+"""This module's write kinds (in :data:`meshd.store.schema.WRITERS`); the ledger's
+are synced (:data:`LEDGER_KINDS` joins ``SYNC_KINDS``)."""
 
 
 # --- reads --------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """SQL for the message domain: tables, the writers of its write kinds, blocking reads.
 
-The pure :mod:`meshd.core.mailbox` produces writes ``(kind, *args)``; :func:`install`
-maps each kind to SQL through :func:`meshd.store.register_writer`, so they go
-through the store's group commit with everything else. The read helpers are
-blocking and take a :class:`sqlite3.Connection`: call them from a worker thread.
+The pure :mod:`meshd.core.mailbox` produces writes ``(kind, *args)``; the store's
+static table (:data:`meshd.store.schema.WRITERS`) maps each kind to a writer here,
+so they go through the group commit with everything else. The read helpers are
+blocking and take a :class:`sqlite3.Connection`: the store runs them on its read
+connection (:meth:`meshd.store.Store.read`).
 
 History lives here, not in memory: once an item is read the daemon forgets its
 text, and ``inbox --all``, ``handoff list`` and ``handoff show`` read it back.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -72,7 +72,7 @@ _HANDOFF_COLUMNS = "id, from_session, to_session, summary, files, branch, next_s
 # --- writers -------------------------------------------------------------------------
 
 
-def _message_put(db: sqlite3.Connection, m: Message) -> None:
+def write_message(db: sqlite3.Connection, m: Message) -> None:
     db.execute(
         f"INSERT OR REPLACE INTO messages({_MESSAGE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         (
@@ -82,7 +82,7 @@ def _message_put(db: sqlite3.Connection, m: Message) -> None:
     )  # fmt: skip
 
 
-def _message_state(db: sqlite3.Connection, msg_id: int, state: ItemState, at: float) -> None:
+def write_state(db: sqlite3.Connection, msg_id: int, state: ItemState, at: float) -> None:
     # A state never goes back: once read, later "delivered" writes change nothing.
     db.execute(
         "UPDATE messages SET state = ?, delivered_at = COALESCE(delivered_at, ?), "
@@ -92,7 +92,7 @@ def _message_state(db: sqlite3.Connection, msg_id: int, state: ItemState, at: fl
     )
 
 
-def _handoff_put(db: sqlite3.Connection, h: Handoff) -> None:
+def write_handoff(db: sqlite3.Connection, h: Handoff) -> None:
     db.execute(
         f"INSERT OR REPLACE INTO handoffs({_HANDOFF_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
         (
@@ -102,26 +102,13 @@ def _handoff_put(db: sqlite3.Connection, h: Handoff) -> None:
     )  # fmt: skip
 
 
-def _message_prune(db: sqlite3.Connection, cutoff: float) -> None:
+def write_prune(db: sqlite3.Connection, cutoff: float) -> None:
     # Read items, and anything addressed to a session that is no longer live.
     db.execute(
         "DELETE FROM messages WHERE created_at < ? AND (state = 'read' OR to_session NOT IN "
         "(SELECT session_id FROM sessions WHERE ended_at IS NULL))",
         (cutoff,),
     )
-
-
-def install() -> None:
-    """Teach the store the SQL of this domain's write kinds.
-
-    Imported here, not at the top, so that :mod:`meshd.store` may import :data:`DDL`.
-    """
-    from meshd.store import register_writer
-
-    register_writer("message.put", _message_put)
-    register_writer("message.state", _message_state)
-    register_writer("handoff.put", _handoff_put)
-    register_writer("message.prune", _message_prune)
 
 
 # --- reads ---------------------------------------------------------------------------
@@ -242,12 +229,3 @@ def restore(db: sqlite3.Connection, now_wall: float) -> RestoredMail:
         max_message_id=max_m,
         max_handoff_id=max_h,
     )
-
-
-def restore_file(path: str | Path, now_wall: float) -> RestoredMail:
-    """:func:`restore` on a connection of its own (blocking; run it in a worker thread)."""
-    db = sqlite3.connect(path)
-    try:
-        return restore(db, now_wall)
-    finally:
-        db.close()

@@ -1,7 +1,7 @@
-"""SQLite persistence: schema, migrations, group-commit writer, restore.
+"""The store: open and migrate, the group-commit writer, and the read connection.
 
-One connection, owned by one long-lived writer thread, so SQLite never blocks
-the event loop. Callers put their writes on a ``queue.SimpleQueue`` and await an
+One writing connection, owned by one long-lived writer thread, so SQLite never
+blocks the event loop. Callers put their writes on a ``queue.SimpleQueue`` and await an
 event; the thread wakes them with one ``call_soon_threadsafe`` per batch (the
 daemon runs anyio on its asyncio backend). That hand-off costs about one thread
 switch each way -- the floor T -- where ``anyio.to_thread`` cost four times that.
@@ -13,8 +13,14 @@ not N. Nothing is acknowledged before
 its commit returns; a failed commit wakes its callers with
 :class:`~meshd.protocol.errors.StorageUnavailable`.
 
-Writes are plain tuples ``(kind, *args)`` produced by the pure core; the
-``_WRITERS`` table maps each kind to its SQL, so the core never sees SQL.
+Writes are plain tuples ``(kind, *args)`` produced by the pure core; the static
+table :data:`meshd.store.schema.WRITERS` maps each kind to its SQL, so the core
+never sees SQL.
+
+Reads (history: the audit log, read messages, handoffs, the board) go to a second,
+read-only connection in a worker thread: WAL lets it read while the writer
+writes, so a read never queues behind a commit, and it sees everything committed
+(so everything acknowledged) before it started.
 
 Background writes (:meth:`Store.submit`: expiry, deaths, ttl ends, snapshots)
 describe changes memory has *already* made and nobody can take back. When the
@@ -33,107 +39,28 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import msgspec
+import anyio
 
-from meshd import storage_board, storage_claims, storage_messages, storage_shared
-from meshd.core.registry import Session
 from meshd.protocol.errors import StorageUnavailable
+from meshd.store.schema import MIGRATIONS, SCHEMA_VERSION, SYNC_KINDS, WRITERS
 
 log = logging.getLogger("meshd.store")
 
 Write = tuple[Any, ...]
 T = TypeVar("T")
 
-MIGRATIONS: list[str] = [
-    # 1: sessions and meta
-    """
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value ANY) STRICT;
-    CREATE TABLE sessions (
-        session_id TEXT PRIMARY KEY,
-        record BLOB NOT NULL,
-        started_at REAL NOT NULL,
-        ended_at REAL,
-        end_reason TEXT
-    ) STRICT;
-    CREATE INDEX sessions_live ON sessions(session_id) WHERE ended_at IS NULL;
-    """,
-    # 2: claims, audit log
-    storage_claims.DDL,
-    # 3: messages and handoffs
-    storage_messages.DDL,
-    # 4: the board's changed files
-    storage_board.DDL,
-    # 5: shared work: notes, signals, the ledger, board posts and marks
-    storage_shared.DDL,
-]
-SCHEMA_VERSION = len(MIGRATIONS)
-
-_encode = msgspec.json.Encoder().encode
-_decode_session = msgspec.json.Decoder(Session).decode
-
 
 class StoreError(Exception):
     """The database cannot be used at all (corrupt, newer schema); refuse to start."""
 
 
-def _session_put(db: sqlite3.Connection, s: Session) -> None:
-    db.execute(
-        "INSERT INTO sessions(session_id, record, started_at) VALUES (?, ?, ?) "
-        "ON CONFLICT(session_id) DO UPDATE SET record=excluded.record, "
-        "started_at=excluded.started_at, ended_at=NULL, end_reason=NULL",
-        (s.session_id, _encode(s), s.started_at),
-    )
-
-
-def _session_snapshot(db: sqlite3.Connection, s: Session) -> None:
-    db.execute(
-        "UPDATE sessions SET record=? WHERE session_id=? AND ended_at IS NULL",
-        (_encode(s), s.session_id),
-    )
-
-
-def _session_end(db: sqlite3.Connection, sid: str, at: float, reason: str) -> None:
-    db.execute(
-        "UPDATE sessions SET ended_at=?, end_reason=? WHERE session_id=? AND ended_at IS NULL",
-        (at, reason, sid),
-    )
-
-
-def _meta_set(db: sqlite3.Connection, key: str, value: Any) -> None:
-    db.execute(
-        "INSERT INTO meta(key, value) VALUES (?, ?) "
-        "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-        (key, value),
-    )
-
-
-_WRITERS: dict[str, Callable[..., None]] = {
-    "session.put": _session_put,
-    "session.snapshot": _session_snapshot,
-    "session.end": _session_end,
-    "meta.set": _meta_set,
-    "claim.audit": storage_claims.write_audit,
-    "fencing.reserve": storage_claims.write_fencing,
-    "board.changed": storage_board.write_changes,
-    "board.prune": storage_board.write_prune,
-}
-# Write kinds that must survive power loss: their batch commits with synchronous=FULL.
-SYNC_KINDS: set[str] = {"fencing.reserve"}
-
-
-def register_writer(kind: str, fn: Callable[..., None]) -> None:
-    """Let a domain module add the SQL for its own write kinds."""
-    _WRITERS[kind] = fn
-
-
 class _Pending:
-    """Writes (or a read) handed to the writer thread, and how to tell the caller."""
+    """Writes handed to the writer thread, and how to tell the caller."""
 
-    __slots__ = ("done", "error", "on_done", "read", "result", "writes")
+    __slots__ = ("done", "error", "on_done", "writes")
 
     def __init__(
         self,
@@ -141,26 +68,14 @@ class _Pending:
         *,
         done: asyncio.Event | None = None,
         on_done: Callable[[BaseException | None], None] | None = None,
-        read: Callable[[sqlite3.Connection], Any] | None = None,
     ) -> None:
         self.writes = writes
         self.done = done
         self.on_done = on_done
-        self.read = read
-        self.result: Any = None
         self.error: BaseException | None = None
 
 
 _STOP = _Pending([])
-
-
-@dataclass
-class Restored:
-    """What the database held at start."""
-
-    sessions: list[Session]
-    meta: dict[str, Any]
-    claims: list[storage_claims.StoredClaim] = field(default_factory=list)
 
 
 class Store:
@@ -170,6 +85,8 @@ class Store:
         self.path = path
         self.group_commit = group_commit
         self._db: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._read_limiter: anyio.CapacityLimiter | None = None
         self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -177,10 +94,10 @@ class Store:
         self.commits = 0
         self.writes = 0
 
-    # --- open / restore (blocking; run in a thread) ------------------------------
+    # --- open (blocking; run in a thread) ----------------------------------------
 
-    def open(self) -> Restored:
-        """Open, migrate and read back everything live. Blocking."""
+    def open(self) -> None:
+        """Open, migrate and check the file; open the read connection. Blocking."""
         try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self.path.chmod(0o600)
@@ -210,23 +127,21 @@ class Store:
                 f"  Move it aside to start afresh: mv '{self.path}' '{self.path}.broken'"
             )
         self._db = db
-        return self._restore(db)
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        self._reader.execute("PRAGMA busy_timeout=5000")
 
-    @staticmethod
-    def _restore(db: sqlite3.Connection) -> Restored:
-        sessions = []
-        for (record,) in db.execute("SELECT record FROM sessions WHERE ended_at IS NULL"):
-            try:
-                sessions.append(_decode_session(record))
-            except msgspec.DecodeError:
-                log.warning("skipping an unreadable session record")
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        return Restored(sessions=sessions, meta=meta, claims=storage_claims.load_claims(db))
+    def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a blocking read on the read connection now (start-up restore; tests)."""
+        if self._reader is None:
+            raise StoreError("database is not open")
+        return fn(self._reader)
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        for db in (self._db, self._reader):
+            if db is not None:
+                db.close()
+        self._db = self._reader = None
 
     # --- writing ------------------------------------------------------------------
 
@@ -266,18 +181,19 @@ class Store:
             on_done(None)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a blocking read ``fn(db, *args)`` in the writer thread, between commits.
+        """Run a blocking read ``fn(db, *args)`` on the read connection, in a worker thread.
 
         History (audit log, read messages) lives here, not in memory: reads go to
-        SQLite off the event loop.
+        SQLite off the event loop, one at a time, beside the writer, never behind it.
         """
-        pending = _Pending([], done=asyncio.Event(), read=lambda db: fn(db, *args))
-        self._queue.put(pending)
-        assert pending.done is not None
-        await pending.done.wait()
-        if pending.error is not None:
-            raise StorageUnavailable(f"the database could not be read ({pending.error})")
-        return pending.result  # type: ignore[no-any-return]
+        if self._read_limiter is None:
+            self._read_limiter = anyio.CapacityLimiter(1)
+        try:
+            return await anyio.to_thread.run_sync(
+                self.read_now, lambda db: fn(db, *args), limiter=self._read_limiter
+            )
+        except (sqlite3.Error, StoreError) as exc:
+            raise StorageUnavailable(f"the database could not be read ({exc})") from exc
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed (shutdown)."""
@@ -329,14 +245,9 @@ class Store:
             self._carry = [*carry, *(_Pending(p.writes) for p in batch if _background(p))]
             if self._carry:
                 log.error("%d background writes kept, to store first later", self.carried)
-        for p in batch:
-            if p.read is not None:
-                try:
-                    p.result = p.read(self._db)  # type: ignore[arg-type]
-                except Exception as exc:
-                    p.error = exc
-            elif p.writes and error is not None:
-                p.error = error
+            for p in batch:
+                if p.writes:
+                    p.error = error
         if self._loop is not None and not self._loop.is_closed():
             try:
                 self._loop.call_soon_threadsafe(_wake, batch)
@@ -379,7 +290,7 @@ class Store:
         try:
             for p in batch:
                 for w in p.writes:
-                    _WRITERS[w[0]](db, *w[1:])
+                    WRITERS[w[0]](db, *w[1:])
                     n += 1
             db.execute("COMMIT")
         except BaseException:

@@ -5,7 +5,7 @@ The lock table (:mod:`meshd.core.claims`) reports every change as an
 audit row *and* the matching change to the live ``claims`` table (grant and
 refresh upsert, every other action deletes), so the two can never disagree.
 The fencing block ("tokens up to N may have been issued") is written with
-``synchronous=FULL`` so it survives power loss (see ``store.SYNC_KINDS``).
+``synchronous=FULL`` so it survives power loss (see ``schema.SYNC_KINDS``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshd.core.claims import AuditRecord
-from meshd.storage_query import newest_rows
+from meshd.store.query import newest_rows
 
 DDL = """
 CREATE TABLE claims (
@@ -89,6 +89,12 @@ class StoredClaim:
     reason: str
     since: float
     expires_at: float | None
+
+
+def load_fencing(db: sqlite3.Connection) -> int:
+    """The stored fencing block: tokens up to it may have been issued (0 on a new file)."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (FENCING_KEY,)).fetchone()
+    return int(row[0] or 0) if row else 0
 
 
 def load_claims(db: sqlite3.Connection) -> list[StoredClaim]:

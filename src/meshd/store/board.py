@@ -1,7 +1,7 @@
 """SQL for the board's changed files: the table, its writers, one blocking read.
 
 :mod:`meshd.core.board` leaves ``("board.changed", changes)`` (one row per path)
-and ``("board.prune", cutoff)`` writes; :mod:`meshd.store` maps them here.
+and ``("board.prune", cutoff)`` writes; :mod:`meshd.store.schema` maps them here.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from meshd.core.board import Change
-from meshd.storage_query import newest_rows
+from meshd.store.query import newest_rows
 
 DDL = """
 CREATE TABLE board_changes (

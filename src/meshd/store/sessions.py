@@ -1,0 +1,81 @@
+"""SQL for sessions and the ``meta`` table: the first migration, its writers, the restore read.
+
+:mod:`meshd.core.registry` leaves ``("session.put", s)``, ``("session.snapshot", s)``
+and ``("session.end", sid, at, reason)`` writes; a session is stored whole as its
+msgspec-encoded record, so a new reported field needs no migration.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import Any
+
+import msgspec
+
+from meshd.core.registry import Session
+
+log = logging.getLogger("meshd.store")
+
+DDL = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value ANY) STRICT;
+CREATE TABLE sessions (
+    session_id TEXT PRIMARY KEY,
+    record BLOB NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    end_reason TEXT
+) STRICT;
+CREATE INDEX sessions_live ON sessions(session_id) WHERE ended_at IS NULL;
+"""
+
+_encode = msgspec.json.Encoder().encode
+_decode_session = msgspec.json.Decoder(Session).decode
+
+
+def write_put(db: sqlite3.Connection, s: Session) -> None:
+    db.execute(
+        "INSERT INTO sessions(session_id, record, started_at) VALUES (?, ?, ?) "
+        "ON CONFLICT(session_id) DO UPDATE SET record=excluded.record, "
+        "started_at=excluded.started_at, ended_at=NULL, end_reason=NULL",
+        (s.session_id, _encode(s), s.started_at),
+    )
+
+
+def write_snapshot(db: sqlite3.Connection, s: Session) -> None:
+    db.execute(
+        "UPDATE sessions SET record=? WHERE session_id=? AND ended_at IS NULL",
+        (_encode(s), s.session_id),
+    )
+
+
+def write_end(db: sqlite3.Connection, sid: str, at: float, reason: str) -> None:
+    db.execute(
+        "UPDATE sessions SET ended_at=?, end_reason=? WHERE session_id=? AND ended_at IS NULL",
+        (at, reason, sid),
+    )
+
+
+def write_meta(db: sqlite3.Connection, key: str, value: Any) -> None:
+    db.execute(
+        "INSERT INTO meta(key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+        (key, value),
+    )
+
+
+def load_sessions(db: sqlite3.Connection) -> list[Session]:
+    """Every session that has not ended (an unreadable record is skipped and logged)."""
+    sessions = []
+    for (record,) in db.execute("SELECT record FROM sessions WHERE ended_at IS NULL"):
+        try:
+            sessions.append(_decode_session(record))
+        except msgspec.DecodeError:
+            log.warning("skipping an unreadable session record")
+    return sessions
+
+
+def load_meta(db: sqlite3.Connection, key: str) -> Any:
+    """One value of the ``meta`` table, or None."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
