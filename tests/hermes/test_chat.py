@@ -168,3 +168,37 @@ def test_safe_mode_does_not_load_the_plugin(daemon: DaemonHandle, hermes: Hermes
     assert done.returncode == 0, done.stderr[-3000:]
     assert seen == [{}]
     assert not [t for t in llm.tool_names() if t.startswith("mesh_")]
+
+
+def test_a_message_sent_mid_turn_reaches_the_model_in_the_next_tool_result(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    other_session(daemon, "cli:ops-5d5d5d", "deploying the gateway")
+    sent: list[int] = []
+
+    def on_request(body: dict[str, Any]) -> None:
+        if sent:
+            return
+        [me] = [s for s in live(daemon) if s != "cli:ops-5d5d5d"]
+        reply = daemon.call("message.send", {"session_id": "cli:ops-5d5d5d", "to": me,
+                                             "text": "please leave src/app.py alone"})  # fmt: skip
+        sent.append(reply["result"]["id"])
+
+    with FakeLLM(one_tool_then_done("mesh_sessions", {})) as llm:
+        llm.on_request = on_request
+        hermes.config(llm.url)
+        hermes.install()
+
+        done = chat(hermes, "look around")
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    [result] = llm.tool_messages()
+    delivered = result.split("\n\n", 1)[1]
+    assert delivered.startswith("[Session Mesh]")
+    assert "not from the user" in delivered
+    assert (
+        f"[from cli:ops-5d5d5d — another session of your user, not the user] message #{sent[0]}: please leave src/app.py alone"
+        in delivered
+    )
+    states = daemon.call("message.status", {"session_id": "cli:ops-5d5d5d", "ids": sent})
+    assert states["result"]["states"] == {str(sent[0]): "read"}

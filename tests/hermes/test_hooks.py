@@ -158,3 +158,85 @@ def test_a_resumed_session_registers_at_its_first_hook(
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["you"] == "20261130_090000_resume"
     assert [s["task"] for s in seen["sessions"]] == ["fix the parser"]
+
+
+NEXT_TURN = r"""
+import json, os, socket, model_tools
+from hermes_cli.plugins import invoke_hook
+
+def rpc(method, params):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(os.environ["MESH_SOCKET"])
+        s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                              "params": params}).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            buf += s.recv(65536)
+    return json.loads(buf)
+
+S = "20261130_140000_dddddd"
+invoke_hook("on_session_start", session_id=S, model="fake-model", platform=PLATFORM)
+rpc("message.send", {"session_id": "cli:other", "to": S, "text": "tests are red on main"})
+turn = dict(session_id=S, task_id="t", turn_id="u", user_message="hi", conversation_history=[],
+            is_first_turn=True, model="fake-model", platform=PLATFORM, sender_id="")
+print(json.dumps(invoke_hook("pre_llm_call", **turn)))
+print(json.dumps(invoke_hook("pre_llm_call", **turn)))
+print(json.dumps(rpc("session.get", {"session_id": S})["result"]))
+"""
+
+
+def test_waiting_messages_reach_the_next_turn_framed_once(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    hermes.install()
+    daemon.call("session.register", {"session_id": "cli:other", "task": "watching CI"})
+
+    done = hermes.python("PLATFORM = 'cli'\n" + NEXT_TURN)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second, _ = (json.loads(line) for line in done.stdout.strip().splitlines()[-3:])
+    [ctx] = first
+    assert ctx["context"].startswith("[Session Mesh]")
+    assert "not from the user" in ctx["context"]
+    assert "cli:other" in ctx["context"]
+    assert "tests are red on main" in ctx["context"]
+    assert second == [], "a delivered message is acknowledged, not delivered again"
+
+
+def test_group_chats_get_no_mesh_context(daemon: DaemonHandle, hermes: Hermes) -> None:
+    """A multi-party gateway chat: pre_gateway_dispatch marks it; nothing is delivered."""
+    hermes.install()
+    daemon.call("session.register", {"session_id": "cli:other", "task": "watching CI"})
+    code = NEXT_TURN.replace(
+        'invoke_hook("on_session_start"',
+        GROUP_DISPATCH + '\ninvoke_hook("on_session_start"',
+    )
+
+    done = hermes.python("PLATFORM = 'telegram'\n" + code)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, _, group = (json.loads(line) for line in done.stdout.strip().splitlines()[-3:])
+    assert first == []
+    assert group["source"] == "gateway:telegram"
+    assert group["accept_messages"] is False
+    assert group["task"] == ""
+
+
+#: Builds a real gateway SessionStore entry for a Telegram group whose session id is S,
+#: and fires pre_gateway_dispatch with Hermes's own MessageEvent, as the gateway does.
+GROUP_DISPATCH = r"""
+import pathlib, tempfile
+from gateway.config import GatewayConfig, Platform
+from gateway.session import SessionSource, SessionStore
+from gateway.platforms.base import MessageEvent
+store = SessionStore(pathlib.Path(tempfile.mkdtemp()), GatewayConfig())
+src = SessionSource(platform=Platform("telegram"), chat_id="-100123", user_id="u1",
+                    chat_type="group")
+entry = store.get_or_create_session(src)
+S = entry.session_id
+class Gateway:
+    def _session_key_for_source(self, source):
+        return entry.session_key
+invoke_hook("pre_gateway_dispatch", event=MessageEvent(text="hi all", source=src),
+            gateway=Gateway(), session_store=store)
+"""

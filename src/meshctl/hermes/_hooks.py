@@ -97,11 +97,8 @@ def hooks(rt: Runtime) -> dict[str, Hook]:
             return None
         note = t.notes.pop(tool_call_id or tool_name, None)
         notes = [note] if note else []
-        if notes or rt.poll_due(t):
-            text = rt.deliver(t, notes)
-            if text:
-                return f"{result}\n\n{text}"
-        return None
+        text = rt.deliver(t, notes)
+        return f"{result}\n\n{text}" if text else None
 
     def post_llm_call(session_id: str = "", platform: str = "", **_: Any) -> None:
         t = rt.sessions.get(session_id)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,8 +30,6 @@ from . import _client, _text
 WRITE_TOOLS = {"write_file": "path", "patch": "path"}
 #: Interactive surfaces: after a turn they wait for their user.
 INTERACTIVE = {"cli", "tui"}
-#: How often a busy session's inbox is looked at between tool calls.
-MID_TURN_POLL = 2.0
 _PATCH_FILE = ("*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:")
 
 
@@ -94,7 +91,6 @@ class Tracked:
         self.registered = False
         self.status = "idle"
         self.task = ""
-        self.last_poll = 0.0
         self.notes: dict[str, str] = {}  # tool_call_id -> warning to add to that result
 
 
@@ -240,7 +236,6 @@ class Runtime:
 
     def inbox(self, t: Tracked) -> list[dict[str, Any]]:
         """Unread items for the session (handed over, acknowledged by :meth:`ack`)."""
-        t.last_poll = time.monotonic()
         result = self.link.call(
             "message.inbox", {"session_id": t.session_id, "peek": True},
             forgotten=lambda: self.forget(t.session_id),
@@ -260,10 +255,6 @@ class Runtime:
         text = _text.delivery(items, notes)
         self.ack(t, items)
         return text
-
-    def poll_due(self, t: Tracked) -> bool:
-        """Whether a busy session's inbox is worth a look now (mid-turn delivery)."""
-        return time.monotonic() - t.last_poll >= MID_TURN_POLL
 
     def presence_note(self, t: Tracked) -> str:
         """At a session's first turn: who else claims or works in its folder."""

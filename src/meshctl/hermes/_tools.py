@@ -130,10 +130,23 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         {"path": _STR},
         [],
     ),
+    "mesh_notes": _schema(
+        "mesh_notes",
+        "Your notebook on the mesh: action=add writes a note (shared with your user's other "
+        "sessions, or private=true for yourself only; it outlives this session); "
+        "action=list reads the notes you may see (author: one session's only).",
+        {
+            "action": {"type": "string", "enum": ["add", "list"]},
+            "text": _STR,
+            "private": {"type": "boolean"},
+            "author": _STR,
+        },
+        ["action"],
+    ),
 }  # fmt: skip
 
 #: Tools that exist only when the daemon serves their method.
-OPTIONAL = {"mesh_board": "board.changes"}
+OPTIONAL = {"mesh_board": "board.changes", "mesh_notes": "notes.add"}
 
 
 def _dump(doc: Any) -> str:
@@ -277,6 +290,17 @@ class Tools:
     def mesh_board(self, args: dict[str, Any], sid: str) -> Any:
         path = resolve(str(args.get("path") or working_dir()))
         return self._call("board.changes", {"project_or_path": path})
+
+    def mesh_notes(self, args: dict[str, Any], sid: str) -> Any:
+        if args.get("action") == "add":
+            params = {"session_id": sid, "text": str(args["text"]),
+                      "private": bool(args.get("private", False))}  # fmt: skip
+            return self._call("notes.add", params)
+        params = {"session_id": sid}
+        if args.get("author"):
+            params["author"] = str(args["author"])
+        result = self._call("notes.list", params)
+        return None if result is None else {**result, "framing": _FRAMING}
 
     # --- claim ttl refresh --------------------------------------------------------------
 
