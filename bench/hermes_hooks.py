@@ -1,0 +1,122 @@
+"""``python -m bench.hermes_hooks [--n N]``: what the meshd plugin adds to each Hermes hook.
+
+Inside the real hermes-agent 0.19.0 (``.venv-hermes``, or ``HERMES_VENV``), with the
+plugin installed by ``meshctl hermes install`` into a temp ``HERMES_HOME`` and a
+meshd of our own: each hook is fired through Hermes's own ``invoke_hook`` with the
+kwargs Hermes passes, N times, interleaved with the same call with the plugin's
+callbacks taken out (the floor: Hermes's dispatch alone). Then the daemon is
+stopped and the same is measured again. The figure is the added time per call
+(median and p99 of the per-call differences' distributions: plugin p50 - floor p50).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from bench.common import ROOT, Place, start_meshd
+
+INSIDE = r"""
+import json, os, statistics, sys, time
+import model_tools
+from hermes_cli.plugins import get_plugin_manager, invoke_hook
+
+N = int(sys.argv[1])
+S = "20261130_150000_benchh"
+manager = get_plugin_manager()
+turn = dict(session_id=S, task_id="t", turn_id="u", conversation_history=[], model="fake-model",
+            platform="cli", sender_id="")
+write = dict(tool_name="write_file", args={"path": "/tmp/meshd-bench/x.py", "content": "1"},
+             session_id=S, task_id="t", tool_call_id="c", turn_id="u", api_request_id="r")
+HOOKS = {
+    "pre_llm_call": dict(user_message="benchmark the hooks", is_first_turn=False, **turn),
+    "pre_tool_call (terminal)": dict(tool_name="terminal", args={"command": "ls"},
+                                     session_id=S, task_id="t", tool_call_id="c", turn_id="u"),
+    "pre_tool_call (write_file)": write,
+    "transform_tool_result": dict(result='{"ok": true}', **write),
+    "post_tool_call (write_file)": dict(result='{"ok": true}', status="ok", duration_ms=1,
+                                        **write),
+    "post_llm_call": dict(user_message="x", assistant_response="y", **turn),
+    "on_session_end": dict(session_id=S, task_id="t", turn_id="u", completed=True,
+                           interrupted=False, model="fake-model", platform="cli"),
+}
+
+def name_of(label):
+    return label.split(" ")[0]
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+invoke_hook("on_session_start", session_id=S, model="fake-model", platform="cli")
+out = {}
+for label, kwargs in HOOKS.items():
+    hook = name_of(label)
+    callbacks = list(manager._hooks.get(hook, []))
+    with_plugin, floor = [], []
+    for i in range(N):
+        for hooked, times in ((callbacks, with_plugin), ([], floor)):
+            manager._hooks[hook] = hooked
+            t = time.perf_counter_ns()
+            invoke_hook(hook, **kwargs)
+            times.append(time.perf_counter_ns() - t)
+    manager._hooks[hook] = callbacks
+    out[label] = {"p50": statistics.median(with_plugin) - statistics.median(floor),
+                  "p99": pct(with_plugin, 0.99) - pct(floor, 0.99),
+                  "floor_p50": statistics.median(floor)}
+print(json.dumps(out))
+"""
+
+
+def _inside(hermes: Path, env: dict[str, str], n: int) -> dict[str, dict[str, float]]:
+    done = subprocess.run(
+        [str(hermes / "python"), "-c", textwrap.dedent(INSIDE), str(n)],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.hermes_hooks", description=__doc__)
+    ap.add_argument("--n", type=int, default=2000, help="calls per hook and state")
+    args = ap.parse_args(argv)
+    venv = Path(os.environ.get("HERMES_VENV") or ROOT / ".venv-hermes")
+    if not (venv / "bin" / "hermes").exists():
+        print(f"no hermes-agent in {venv}: run scripts/test.sh first", file=sys.stderr)
+        return 1
+    place = Place()
+    try:
+        meshd, _socket = start_meshd(place)
+        env = place.env()
+        env.update(HERMES_HOME=str(place.root / "hh"), HOME=str(place.root / "home"))
+        for d in ("hh", "home"):
+            (place.root / d).mkdir()
+        subprocess.run(
+            [sys.executable, "-m", "meshctl.cli", "hermes", "install"], env=env, check=True,
+            capture_output=True,
+        )  # fmt: skip
+        up = _inside(venv / "bin", env, args.n)
+        meshd.stop()
+        down = _inside(venv / "bin", env, args.n)
+    finally:
+        place.cleanup()
+    print(f"added time per hook call, {args.n} calls each (µs): daemon up | daemon down")
+    print(f"{'hook':30} {'p50':>8} {'p99':>8} | {'p50':>8} {'p99':>8}   floor p50")
+    for label in up:
+        u, d = up[label], down[label]
+        print(
+            f"{label:30} {u['p50'] / 1e3:8.1f} {u['p99'] / 1e3:8.1f} | "
+            f"{d['p50'] / 1e3:8.1f} {d['p99'] / 1e3:8.1f}   {u['floor_p50'] / 1e3:.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
