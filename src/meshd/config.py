@@ -8,14 +8,17 @@ say ``$.profiles[...]``).
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from meshd.core.jobs import JobSpec
 from meshd.core.settings import Settings
 
 Pos = Annotated[float, Meta(gt=0)]
@@ -44,9 +47,23 @@ class Overrides(Struct, forbid_unknown_fields=True, kw_only=True):
     history_days: Pos | UnsetType = UNSET
 
 
+class _Job(Struct, forbid_unknown_fields=True, kw_only=True):
+    """One ``[jobs.NAME]`` table (SPEC §7 "Jobs")."""
+
+    resources: list[str]
+    policy: Literal["wait", "skip"] = "wait"
+    timeout: Pos = 900.0
+    critical: bool = False
+    once: Literal["daily", "hourly", ""] = ""
+
+
+JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
 class _File(Struct, forbid_unknown_fields=True):
     defaults: Overrides = msgspec.field(default_factory=Overrides)
     profiles: dict[str, Any] = {}
+    jobs: dict[str, Any] = {}
 
 
 def _explain(path: Path, err: msgspec.ValidationError, prefix: str) -> ConfigError:
@@ -93,7 +110,36 @@ def load(path: Path, profile: str) -> Settings:
         if name == profile:
             settings = _apply(settings, over)
     _check(path, settings)
-    return settings
+    jobs = tuple(_job(path, name, table) for name, table in doc.jobs.items())
+    return replace(settings, jobs=jobs) if jobs else settings
+
+
+def _job(path: Path, name: str, table: Any) -> JobSpec:
+    """Validate one ``[jobs.NAME]`` table: its keys, its policy, and every resource key."""
+    from meshd.keys import canonical_key
+    from meshd.protocol.errors import BadKey
+
+    if not JOB_NAME.match(name):
+        raise ConfigError(
+            f"{path}: table `jobs.{name}`: a job name is 1-64 characters from A-Z a-z 0-9 _ . -"
+        )
+    try:
+        job = msgspec.convert(table, _Job)
+    except msgspec.ValidationError as exc:
+        err = _explain(path, exc, f"jobs.{name}")
+        if "Invalid enum value" in str(err):
+            want = "'wait' or 'skip'" if "policy" in str(err) else "'daily', 'hourly' or ''"
+            err = ConfigError(f"{err}: expected {want}")
+        raise err from exc
+    if not job.resources:
+        raise ConfigError(f"{path}: key `jobs.{name}.resources`: name at least one resource")
+    keys = []
+    for raw in job.resources:
+        try:
+            keys.append(canonical_key(raw, home=os.path.expanduser("~")).text)
+        except BadKey as exc:
+            raise ConfigError(f"{path}: key `jobs.{name}.resources`: {exc.message}") from exc
+    return JobSpec(name, tuple(keys), job.policy, job.timeout, job.critical, job.once)
 
 
 def _check(path: Path, s: Settings) -> None:
@@ -108,4 +154,5 @@ def as_dict(s: Settings) -> dict[str, Any]:
     """Settings as plain data, for ``mesh.info``."""
     out = asdict(s)
     out["visible_to_profiles"] = list(s.visible_to_profiles)
+    out["jobs"] = [j.name for j in s.jobs]
     return out

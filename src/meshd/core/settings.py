@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from meshd.core.jobs import JobSpec
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -26,6 +28,7 @@ class Settings:
     max_body_bytes: int = 8192
     snapshot_interval: float = 2.0
     history_days: float = 30.0
+    jobs: tuple[JobSpec, ...] = field(default_factory=tuple)  # the [jobs.NAME] tables (SPEC §7)
 
     def visible_to(self, profile: str) -> bool:
         """Whether ``profile`` sees this one's sessions in ``--all-profiles`` listings."""

@@ -1,0 +1,167 @@
+"""Declared jobs (SPEC §7 "Jobs"): runs, deferrals and the radar. Pure.
+
+A job is declared in ``config.toml`` (``[jobs.NAME]``: its resources, ``wait`` or
+``skip``, a timeout, ``critical``, ``once``); :class:`JobSpec` is that
+declaration. ``meshctl job run NAME -- COMMAND`` tells the daemon what happens
+to each run: it *started* (under its own short-lived session), *ended* (with
+COMMAND's exit status), or was *deferred* (its resources were held; who held
+what). This module keeps, per job, the run in progress, the last finished run,
+and the deferrals since the job last succeeded:
+
+* A deferred **critical** job is never silent: its deferrals stay pending (shown
+  by ``meshctl jobs`` and ``sync``) until a run of that job exits 0.
+* A run whose session is gone without an end (``kill -9`` of ``job run`` and
+  COMMAND) is closed as ``died`` by :meth:`JobBook.sweep`, which the daemon's
+  sweeper calls with the set of live sessions; waiters on that job are woken.
+
+Everything that must be stored is left in :attr:`JobBook.writes` as
+``("job.event", JobEvent)`` and ``("job.prune", cutoff)``; the book is rebuilt
+from the stored events at start (:meth:`JobBook.restore`). The clock is injected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from meshd.core.clock import Clock
+
+Policy = Literal["wait", "skip"]
+Once = Literal["daily", "hourly", ""]
+Kind = Literal["start", "end", "defer"]
+Write = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One ``[jobs.NAME]`` table, as validated by the config loader."""
+
+    name: str
+    resources: tuple[str, ...]
+    policy: Policy = "wait"
+    timeout: float = 900.0
+    critical: bool = False
+    once: Once = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """What happened to one run of a job; the stored row."""
+
+    name: str
+    kind: Kind
+    at: float
+    session_id: str
+    exit: int | None = None
+    outcome: str = ""  # end: "ok", "failed", "died"; defer: the policy that deferred
+    holders: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(slots=True)
+class JobState:
+    """What the radar shows of one job (declared or not: an undeclared name has no spec)."""
+
+    running: JobEvent | None = None  # its start event
+    last_start: JobEvent | None = None
+    last_end: JobEvent | None = None
+    pending: list[JobEvent] = field(default_factory=list)  # deferrals since the last success
+    deferrals: int = 0  # deferrals seen in total (since the history was pruned)
+
+
+@dataclass
+class JobBook:
+    """Every job's runs and deferrals; fed by ``job.*`` calls and the sweeper."""
+
+    clock: Clock
+    jobs: dict[str, JobState] = field(default_factory=dict)
+    writes: list[Write] = field(default_factory=list)
+    #: called with a job's name when its run ends (the daemon wakes ``job.wait`` waiters)
+    on_end: Callable[[str], None] = field(default=lambda name: None, repr=False)
+
+    def state(self, name: str) -> JobState:
+        return self.jobs.setdefault(name, JobState())
+
+    def start(self, name: str, session_id: str) -> JobEvent:
+        """A run of ``name`` began under ``session_id`` (after its claims were granted)."""
+        ev = JobEvent(name, "start", self.clock.now(), session_id)
+        self._apply(ev)
+        self.writes.append(("job.event", ev))
+        return ev
+
+    def end(self, name: str, session_id: str, exit: int) -> JobEvent:
+        """The run under ``session_id`` ended with ``exit``; 0 clears pending deferrals."""
+        ev = JobEvent(
+            name, "end", self.clock.now(), session_id, exit, "ok" if exit == 0 else "failed"
+        )
+        self._apply(ev)
+        self.writes.append(("job.event", ev))
+        return ev
+
+    def defer(
+        self, name: str, session_id: str, policy: str, holders: Iterable[dict[str, Any]]
+    ) -> JobEvent:
+        """A run of ``name`` did not start: its resources were held by ``holders``."""
+        ev = JobEvent(name, "defer", self.clock.now(), session_id, None, policy, tuple(holders))
+        self._apply(ev)
+        self.writes.append(("job.event", ev))
+        return ev
+
+    def sweep(self, live: Callable[[str], bool]) -> list[str]:
+        """Close runs whose session is gone without an end, as ``died``; their names."""
+        closed = []
+        for name, st in self.jobs.items():
+            run = st.running
+            if run is not None and not live(run.session_id):
+                ev = JobEvent(name, "end", self.clock.now(), run.session_id, None, "died")
+                self._apply(ev)
+                self.writes.append(("job.event", ev))
+                closed.append(name)
+        return closed
+
+    def pending(self, specs: dict[str, JobSpec]) -> dict[str, list[JobEvent]]:
+        """Deferrals of *critical* jobs not yet followed by a success (never silent)."""
+        return {
+            name: list(st.pending)
+            for name, st in self.jobs.items()
+            if st.pending and name in specs and specs[name].critical
+        }
+
+    def restore(self, events: Iterable[JobEvent], live: Callable[[str], bool]) -> None:
+        """Rebuild from stored events, oldest first; runs whose session is gone end ``died``."""
+        for ev in events:
+            self._apply(ev, wake=False)
+        self.sweep(live)
+
+    def prune(self, cutoff: float) -> None:
+        """Forget stored events older than ``cutoff`` (wall time); the book keeps its summary."""
+        self.writes.append(("job.prune", cutoff))
+
+    def _apply(self, ev: JobEvent, *, wake: bool = True) -> None:
+        st = self.state(ev.name)
+        if ev.kind == "start":
+            st.running = ev
+            st.last_start = ev
+        elif ev.kind == "end":
+            if st.running is not None and st.running.session_id == ev.session_id:
+                st.running = None
+            st.last_end = ev
+            if ev.exit == 0:
+                st.pending.clear()
+            if wake:
+                self.on_end(ev.name)
+        else:
+            st.deferrals += 1
+            st.pending.append(ev)
+
+
+def slot(once: Once, now: float) -> str:
+    """The ledger slot of a ``once`` job at wall time ``now`` (UTC): a day or an hour."""
+    import time
+
+    t = time.gmtime(now)
+    if once == "daily":
+        return time.strftime("%Y-%m-%d", t)
+    if once == "hourly":
+        return time.strftime("%Y-%m-%dT%H", t)
+    return ""
