@@ -1,0 +1,249 @@
+"""``meshctl jobs`` (the radar), ``meshctl job run NAME -- COMMAND…``, ``meshctl job wait NAME``.
+
+Jobs are declared in ``config.toml`` (SPEC §7)::
+
+    [jobs.backup]
+    resources = ["~/projects", "cron:backup"]
+    policy = "wait"        # or "skip": defer at once when anything is held
+    timeout = 900          # how long "wait" waits
+    critical = true        # a deferral is never silent (shown by jobs and sync)
+
+``job run NAME -- COMMAND`` is ``run`` with the job's resources and policy: it
+registers its own short-lived session (``source: cron``, a child of
+``--session``/``MESH_SESSION`` when given), claims the job's resources (``skip``:
+no wait; ``wait``: up to ``timeout``), and when they stay held exits 75
+(``--held-exit N``) without running COMMAND and records the deferral with who held
+what; otherwise it records the start, runs COMMAND exactly as ``run`` does, and
+records the end with COMMAND's status. The daemon keeps the radar: every declared
+job, what runs, the last start/end/exit, deferrals, and what it would wait for now.
+A run killed with ``kill -9`` (``job run`` and COMMAND) is shown ``died``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from meshctl import _claims
+from meshctl.cli import _output
+from meshctl.cli._context import common_options, get_state
+from meshd.protocol.errors import MeshError, MeshUnavailable
+
+
+@click.command()
+@common_options
+def jobs() -> None:
+    """The radar: every declared job, running or not, and what it would wait for now.
+
+    \b
+    Examples:
+      meshctl jobs
+      meshctl jobs --json
+    """
+    state = get_state()
+    result = state.call("job.list", {})
+    _output.emit(state.json, result, lambda: render_radar(result.get("jobs") or []))
+
+
+def _when(ev: dict[str, Any] | None) -> str:
+    if not ev:
+        return "never"
+    return f"{_claims.clock(ev.get('at'))} ({_output.format_age(_age(ev.get('at')))} ago)"
+
+
+def _age(at: Any) -> float:
+    ts = _claims._epoch(at)
+    return 0.0 if ts is None else time.time() - ts
+
+
+def _holders(holders: list[dict[str, Any]]) -> str:
+    return "; ".join(_safe(_claims.holder_line(h)) for h in holders) or "nobody"
+
+
+def _safe(text: str) -> str:
+    """Another session's text, with control characters shown escaped (never raw)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _head(job: dict[str, Any]) -> str:
+    traits = [job.get("policy") or "?"]
+    if job.get("critical"):
+        traits.append("critical")
+    if job.get("once"):
+        traits.append(f"once {job['once']}")
+    if not job.get("declared"):
+        traits.append("no longer declared")
+    res = ", ".join(_claims.show_resource(r) for r in job.get("resources") or [])
+    return f"- {job['name']} [{', '.join(traits)}] {res}".rstrip()
+
+
+def _last(job: dict[str, Any]) -> str:
+    end = job.get("last_end")
+    if not end:
+        return "never ran" if not job.get("last_start") else "no run finished yet"
+    outcome = end.get("outcome")
+    if outcome == "died":
+        what = "DIED (killed before it could report its end)"
+    else:
+        what = f"exit {end.get('exit')}"
+    return f"last ended {_when(end)}, {what}"
+
+
+def render_radar(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No jobs declared (add [jobs.NAME] tables to config.toml; see `meshctl job --help`)."
+    lines = ["Jobs:"]
+    for job in rows:
+        lines.append(_head(job))
+        if run := job.get("running"):
+            lines.append(f"    running since {_when(run)} (session {run.get('session_id')})")
+        lines.append(f"    {_last(job)}; deferred {job.get('deferrals', 0)} times")
+        for ev in job.get("pending") or []:
+            held = _holders(ev.get("holders") or [])
+            lines.append(f"    NOT RUN (critical) at {_when(ev)}: held by {held}")
+        wait = job.get("would_wait_for") or []
+        lines.append(f"    now it would wait for: {_holders(wait)}")
+    return "\n".join(lines)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+def job() -> None:
+    """Run or wait for a job declared in config.toml ([jobs.NAME])."""
+
+
+class JobRunCommand(click.Command):
+    """COMMAND only after ``--``, as for ``run``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" not in args and not any(a in ("-h", "--help") for a in args):
+            raise click.UsageError("put -- before COMMAND: meshctl job run NAME -- COMMAND…", ctx)
+        return super().parse_args(ctx, args)
+
+
+@job.command("run", cls=JobRunCommand, context_settings={"allow_interspersed_args": False})
+@common_options
+@click.option(
+    "--held-exit",
+    type=click.IntRange(0, 255),
+    default=_output.EXIT_TEMPFAIL,
+    show_default=True,
+    metavar="N",
+    help="Exit status when deferred (held).",
+)
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, metavar="-- COMMAND…")
+def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
+    """Run COMMAND as job NAME: its resources held, its policy applied, its run recorded.
+
+    \b
+    Examples:
+      meshctl job run backup -- ./backup.sh
+      meshctl job run watchdog --held-exit 0 -- ./watchdog.sh   # a deferral is not an error
+    """
+    from meshctl.cli import run as _run
+
+    state = get_state()
+    argv = list(command)
+    mesh = state.mesh()
+    decl = _known(state, name)
+    params = _run._register_params(state, f"job {name}: {' '.join(argv)}", argv)
+    params["source"] = "cron"
+    reg = mesh.call("session.register", params)
+    if reg.get("disabled"):
+        _output.note("the mesh is disabled (enabled = false in config): running COMMAND unguarded")
+        return _run._run_unguarded(argv)
+    guard = _run._Guard(mesh, params, reg)
+    try:
+        wait = float(decl["timeout"]) if decl["policy"] == "wait" else 0.0
+        result = mesh.call(
+            _claims.ACQUIRE,
+            _claims.acquire_params(
+                guard.sid, list(decl["resources"]), reason=f"job {name}", wait=wait
+            ),
+            timeout=_claims.wait_timeout(wait, mesh.timeout),
+        )
+        if result.get("status") != "granted":
+            holders = result.get("holders") or []
+            _record(state, "job.defer", {"name": name, "session_id": guard.sid, "holders": holders})
+            if state.json:
+                _output.write_json(_claims.cli_document(result))
+            critical = " (critical: recorded, shown by `meshctl jobs` and `sync`)"
+            click.echo(
+                f"meshctl: job {name} deferred{critical if decl['critical'] else ''}:\n"
+                + _claims.held_lines(result),
+                err=True,
+            )
+            return held_exit
+        _record(state, "job.start", {"name": name, "session_id": guard.sid})
+        code = guard.run(argv)
+        _record(state, "job.end", {"name": name, "session_id": guard.sid, "exit": code & 0xFF})
+        return code
+    finally:
+        guard.end()
+
+
+def _known(state: Any, name: str) -> dict[str, Any]:
+    """The declaration of ``name``, or an error naming the declared jobs."""
+    try:
+        decl: dict[str, Any] = state.call("job.get", {"name": name})
+    except MeshError as exc:
+        if exc.data_code != "NOT_FOUND":
+            raise
+        known = exc.data.get("known") or []
+        raise _output.Failure(
+            f"no job named {name!r} is declared"
+            + (f"; known jobs: {', '.join(known)}" if known else "; none is declared"),
+            "NOT_FOUND",
+            data={"name": name, "known": known},
+            hint="declare it as a [jobs.NAME] table in config.toml, then `meshctl daemon reload`",
+        ) from exc
+    return decl
+
+
+def _record(state: Any, method: str, params: dict[str, Any]) -> None:
+    """Tell the radar; a failure is reported, never fatal to the job."""
+    try:
+        state.call(method, params)
+    except MeshUnavailable:
+        raise
+    except MeshError as exc:
+        _output.note(f"could not record {method} on the radar: {exc.message}")
+
+
+@job.command("wait")
+@common_options
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, max=86_400),
+    default=60.0,
+    show_default=True,
+    metavar="S",
+    help="Give up after S seconds (exit 75).",
+)
+@click.argument("name")
+def job_wait(name: str, timeout: float) -> int:
+    """Wait until the running run of job NAME ends; at once when it is not running.
+
+    \b
+    Examples:
+      meshctl job wait backup --timeout 600 && ./after-backup.sh
+    """
+    state = get_state()
+    _known(state, name)
+    mesh = state.mesh()
+    result = mesh.call(
+        "job.wait", {"name": name, "timeout": timeout}, timeout=timeout + mesh.timeout
+    )
+
+    def human() -> str:
+        if result.get("timed_out"):
+            return f"job {name} is still running after {timeout:g} s"
+        if not result.get("was_running"):
+            return f"job {name} is not running ({_last(result)})"
+        return f"job {name} ended: {_last(result)}"
+
+    _output.emit(state.json, result, human)
+    return _output.EXIT_TEMPFAIL if result.get("timed_out") else 0
