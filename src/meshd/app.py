@@ -32,6 +32,7 @@ from meshd.core.state import MeshState, Write
 from meshd.domain import Domain
 from meshd.handlers.board import BoardHandlers
 from meshd.handlers.claims import ClaimHandlers
+from meshd.handlers.jobs import JobHandlers
 from meshd.handlers.mesh import MeshHandlers
 from meshd.handlers.messages import MessageHandlers
 from meshd.handlers.notes import NoteHandlers
@@ -61,6 +62,7 @@ DOMAINS: tuple[type[Domain], ...] = (
     BoardHandlers,
     SharedWork,  # the notebook's, signals' and ledger's state, before their handlers
     NoteHandlers,
+    JobHandlers,  # after sessions: a restored run whose session is gone ends as died
 )
 """Every domain the daemon serves, in schema and restore order (one line to add one)."""
 

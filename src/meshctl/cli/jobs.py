@@ -123,7 +123,7 @@ class JobRunCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
-@job.command("run", cls=JobRunCommand, context_settings={"allow_interspersed_args": False})
+@job.command("run", cls=JobRunCommand)
 @common_options
 @click.option(
     "--held-exit",
@@ -146,7 +146,7 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
     from meshctl.cli import run as _run
 
     state = get_state()
-    argv = list(command)
+    argv = list(command)  # everything after `--` (options before it may follow NAME)
     mesh = state.mesh()
     decl = _known(state, name)
     params = _run._register_params(state, f"job {name}: {' '.join(argv)}", argv)
@@ -234,9 +234,12 @@ def job_wait(name: str, timeout: float) -> int:
     state = get_state()
     _known(state, name)
     mesh = state.mesh()
-    result = mesh.call(
-        "job.wait", {"name": name, "timeout": timeout}, timeout=timeout + mesh.timeout
-    )
+    deadline = time.monotonic() + timeout
+    while True:  # the daemon answers within max_query_timeout; ask again until ours ends
+        left = max(deadline - time.monotonic(), 0.0)
+        result = mesh.call("job.wait", {"name": name, "timeout": left}, timeout=left + mesh.timeout)
+        if not result.get("timed_out") or left <= 0 or time.monotonic() >= deadline:
+            break
 
     def human() -> str:
         if result.get("timed_out"):

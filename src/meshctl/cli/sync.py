@@ -19,9 +19,10 @@ from typing import Any
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._context import common_options, get_state
+from meshctl.cli._context import State, common_options, get_state
 from meshctl.cli.handoff import summary_line
 from meshctl.cli.messages import render_item
+from meshd.protocol.errors import MethodNotFound
 
 Doc = Mapping[str, Any]
 MAX_HANDOFFS = 10
@@ -67,7 +68,27 @@ def render_sync(doc: Doc, home: str | None = None) -> str:
             lines.append(f"  … {len(handoffs) - MAX_HANDOFFS} more: meshctl handoff list")
     else:
         lines.append("Handoffs for you: none.")
+    deferred = list(doc.get("deferred_jobs") or [])
+    if deferred:
+        lines.append("")
+        lines.append("Critical jobs NOT RUN since their last success (meshctl jobs):")
+        for job in deferred:
+            last = (job.get("pending") or [{}])[-1]
+            who = ", ".join(
+                f"{h.get('session_id')} on {h.get('resource')}" for h in last.get("holders") or []
+            )
+            times = len(job.get("pending") or [])
+            lines.append(f"  {job.get('name')}: deferred {times} times, last held by {who or '?'}")
     return "\n".join(lines)
+
+
+def deferred_jobs(state: State) -> list[Doc]:
+    """Critical jobs whose deferrals are pending (never silent); none from an older meshd."""
+    try:
+        radar = state.call("job.list", {})
+    except MethodNotFound:
+        return []
+    return [j for j in radar.get("jobs") or [] if j.get("pending")]
 
 
 @click.command()
@@ -90,6 +111,7 @@ def sync() -> None:
         "inbox": list(inbox.get("items") or []),
         "unread": inbox.get("unread", 0),
         "handoffs": for_me(handoffs.get("handoffs") or [], sid),
+        "deferred_jobs": deferred_jobs(state),
     }
     _output.emit(state.json, doc, lambda: render_sync(doc))
 

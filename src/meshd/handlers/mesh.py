@@ -14,6 +14,7 @@ from meshd.service import Conn, Service, rfc3339
 CAPABILITIES = [
     "sessions", "liveness.pidfd", "bind", "schema", "reload", "claims", "fencing", "audit",
     "messages", "queries", "broadcasts", "handoffs", "events", "board.changed", "notes",
+    "jobs",
 ]  # fmt: skip
 
 

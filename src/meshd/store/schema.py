@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from meshd.store import board, claims, messages, sessions, shared
+from meshd.store import board, claims, jobs, messages, sessions, shared
 
 Writer = Callable[..., None]
 """Applies one write tuple's arguments to the open transaction: ``fn(db, *args)``."""
@@ -25,6 +25,7 @@ MIGRATIONS: list[str] = [
     messages.DDL,  # 3: messages and handoffs
     board.DDL,  # 4: the board's changed files
     shared.DDL,  # 5: shared work: notes, signals, the ledger, board posts and marks
+    jobs.DDL,  # 6: declared jobs' runs and deferrals
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -42,6 +43,7 @@ WRITERS: dict[str, Writer] = {
     "board.changed": board.write_changes,
     "board.prune": board.write_prune,
     **shared.WRITERS,
+    **jobs.WRITERS,
 }
 """Every write kind the core may produce, and the SQL it becomes."""
 
