@@ -42,25 +42,23 @@ def small_state(mesh_env: MeshEnv) -> Iterator[Path]:
 
 
 def fill(folder: Path) -> Path:
-    """Write a file until the filesystem says ENOSPC; return it (delete it to free space)."""
+    """Write a file until the filesystem says ENOSPC; return it (delete it to free space).
+
+    Unbuffered writes: a buffered file would raise ENOSPC again when closed.
+    """
     filler = folder / "filler"
-    with filler.open("wb") as f:
-        block = b"\0" * 65536
-        try:
-            while True:
-                f.write(block)
-                f.flush()
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-    # Top up the last partial block too: the page cache may have taken less than 64 KiB.
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        with filler.open("ab") as f:
-            while True:
-                f.write(b"\0" * 512)
-                f.flush()
-    except OSError:
-        pass
+        for size in (65536, 512, 1):  # then top up the last partial blocks
+            block = b"\0" * size
+            try:
+                while True:
+                    os.write(fd, block)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+    finally:
+        os.close(fd)
     return filler
 
 

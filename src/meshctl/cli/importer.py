@@ -8,7 +8,6 @@ docs/FROM-SESSION-COORD.md for the whole mapping.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -58,15 +57,15 @@ def _render(doc: dict[str, Any]) -> str:
 
 @import_.command("session-coord")
 @common_options
-@click.argument("db", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("db", required=False, type=click.Path(dir_okay=False))
 @click.option(
     "--manifest",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False),
     help="The cron manifest (default: $HERMES_COORD_CRON_MANIFEST or "
     "~/.hermes/state/cron_resources.json).",
 )
 @click.option("--apply", "do_apply", is_flag=True, help="Append the [jobs] tables to config.toml.")
-def session_coord(db: Path | None, manifest: Path | None, do_apply: bool) -> None:
+def session_coord(db: str | None, manifest: str | None, do_apply: bool) -> None:
     """Show a session-coord board and its cron manifest as [jobs]; --apply adds them.
 
     \b
@@ -74,19 +73,21 @@ def session_coord(db: Path | None, manifest: Path | None, do_apply: bool) -> Non
       meshctl import session-coord
       meshctl import session-coord ~/.hermes/state/session_coordination.db --apply
     """
+    from pathlib import Path
+
     from meshctl import _import_coord as ic
     from meshd.paths import config_file
 
     state = get_state()
-    manifest = manifest or ic.default_manifest()
+    manifest_path = Path(manifest) if manifest else ic.default_manifest()
     try:
-        board = ic.read_board(db or ic.default_db())
-        jobs = ic.read_manifest(manifest) if manifest.exists() else []
+        board = ic.read_board(Path(db) if db else ic.default_db())
+        jobs = ic.read_manifest(manifest_path) if manifest_path.exists() else []
     except ic.ImportError_ as exc:
         raise _output.Failure(str(exc), "IMPORT_FAILED") from exc
     doc: dict[str, Any] = {
         "board": board,
-        "manifest": str(manifest),
+        "manifest": str(manifest_path),
         "jobs": [j.__dict__ for j in jobs],
         "toml": "\n".join(j.toml() for j in jobs),
         "config": str(config_file()),
