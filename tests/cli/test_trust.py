@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -247,3 +248,132 @@ def test_fuzz_argv(
     assert "internal error" not in result.stderr, shown
     if "--json" in args[: args.index("--") if "--" in args else None]:
         json.loads(result.stdout)  # exactly one document: raises on none or two
+
+
+# --- consuming while printing ----------------------------------------------------------
+
+
+def _meshctl_popen(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "meshctl.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,  # read(1) takes one byte off the pipe, no more
+    )
+
+
+def _finish(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    """Close our end of stdout, wait; the exit code and stderr."""
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()
+    code = proc.wait(timeout=30)
+    with proc.stderr:
+        return code, proc.stderr.read().decode()
+
+
+def _read_until(stream: Any, marker: bytes) -> bytes:
+    """Read one byte at a time until ``marker`` has been read (so nothing more is taken)."""
+    seen = b""
+    while not seen.endswith(marker):
+        byte = stream.read(1)
+        assert byte, f"stdout ended before {marker!r}: {seen!r}"
+        seen += byte
+    return seen
+
+
+class TestInboxMarksReadOnlyWhatWasRead:
+    """Issue 9.1 / SPEC §6: a reader that leaves early leaves the rest unread, exit never 0."""
+
+    @pytest.fixture
+    def inbox_of_12(self, meshctl: Meshctl, daemon: Daemon) -> tuple[dict[str, str], list[int]]:
+        sender = register(meshctl, daemon.env)
+        reader = register(meshctl, daemon.env)
+        ids = []
+        for n in range(12):
+            sent = daemon.call(
+                "message.send", {"session_id": sender, "to": reader, "text": f"item {n}"}
+            )
+            ids.append(sent["result"]["id"])
+        return {**daemon.env, "MESH_SESSION": reader}, ids
+
+    def _unread(self, meshctl: Meshctl, env: dict[str, str]) -> list[int]:
+        return [i["id"] for i in ok(meshctl("inbox", "--peek", "--json", env=env)).json()]
+
+    def test_head_c_50(
+        self, meshctl: Meshctl, inbox_of_12: tuple[dict[str, str], list[int]]
+    ) -> None:
+        """`meshctl inbox | head -c 50`: at most the item head read is marked; exit 1."""
+        env, _ids = inbox_of_12
+        cmd = f'"{sys.executable}" -m meshctl.cli inbox | head -c 50; exit "${{PIPESTATUS[0]}}"'
+
+        done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, check=False)
+
+        assert done.returncode == 1, done
+        assert b"stay unread" in done.stderr
+        assert len(self._unread(meshctl, env)) >= 11
+
+    def test_reader_leaves_inside_the_second_item(
+        self, meshctl: Meshctl, inbox_of_12: tuple[dict[str, str], list[int]]
+    ) -> None:
+        """The first item read whole is marked read; the one cut off and the rest are not."""
+        env, ids = inbox_of_12
+        proc = _meshctl_popen("inbox", env=env)
+        assert proc.stdout is not None
+
+        _read_until(proc.stdout, f"#{ids[1]} [from".encode())
+        code, err = _finish(proc)
+
+        assert code == 1, err
+        assert self._unread(meshctl, env) == ids[1:]
+
+    def test_json_is_taken_whole_or_not_at_all(
+        self, meshctl: Meshctl, inbox_of_12: tuple[dict[str, str], list[int]]
+    ) -> None:
+        env, ids = inbox_of_12
+        proc = _meshctl_popen("inbox", "--json", env=env)
+        assert proc.stdout is not None
+
+        proc.stdout.read(10)
+        code, err = _finish(proc)
+
+        assert code == 1, err
+        assert self._unread(meshctl, env) == ids
+
+    def test_read_in_full_marks_all(
+        self, meshctl: Meshctl, inbox_of_12: tuple[dict[str, str], list[int]]
+    ) -> None:
+        env, _ = inbox_of_12
+
+        run = ok(meshctl("inbox", env=env))
+
+        assert run.out.count("[from ") == 12
+        assert self._unread(meshctl, env) == []
+
+    def test_follow_acks_only_what_was_read(
+        self, meshctl: Meshctl, inbox_of_12: tuple[dict[str, str], list[int]]
+    ) -> None:
+        """inbox --follow whose reader leaves: the item cut off stays unread, exit 1."""
+        env, ids = inbox_of_12
+        proc = _meshctl_popen("inbox", "--follow", env=env)
+        assert proc.stdout is not None
+
+        proc.stdout.read(5)
+        code, err = _finish(proc)
+
+        assert code == 1, err
+        assert self._unread(meshctl, env) == ids
+
+    def test_handoff_request_never_exits_0_unread(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """handoff request whose reader left: exit 1, and the stored handoff is named."""
+        me = register(meshctl, daemon.env)
+        other = register(meshctl, daemon.env, task="writing docs")
+        env = {**daemon.env, "MESH_SESSION": me}
+        proc = _meshctl_popen("handoff", "request", other, env=env)
+
+        code, err = _finish(proc)
+        saved = ok(meshctl("handoff", "list", "--json", env=env)).json()
+
+        assert code == 1, err
+        assert f"meshctl handoff show {saved[0]['id']}" in err

@@ -37,9 +37,11 @@ commands that use it, never here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -228,10 +230,17 @@ def usage_failure(exc: click.UsageError) -> Failure:
 
 
 def report(failure: Failure, as_json: bool) -> None:
-    """Print a failure: JSON document on stdout when asked, the sentence on stderr."""
-    if as_json:
-        write_json(failure.to_json())
-    click.echo(failure.human(), err=True)
+    """Print a failure: JSON document on stdout when asked, the sentence on stderr.
+
+    Either stream may be a pipe whose reader left; that loses the words, not the exit code.
+    """
+    if as_json and not isinstance(failure, ReaderGone):
+        try:
+            write_json(failure.to_json())
+        except BrokenPipeError:
+            reader_gone()
+    with contextlib.suppress(BrokenPipeError):
+        click.echo(failure.human(), err=True)
 
 
 def write_json(document: Any) -> None:
@@ -270,6 +279,70 @@ def emit(as_json: bool, document: Any, human: str | Callable[[], str | None] | N
 def say(text: str, *, err: bool = False) -> None:
     """Print text for people, made :func:`safe` (line breaks kept) on the way out."""
     click.echo(safe(text, multiline=True), err=err)
+
+
+def deliver(text: str) -> bool:
+    """Write ``text`` and a newline to stdout, and wait until its reader has taken it.
+
+    For commands that consume state by printing it (``inbox`` marks read what it
+    has written out in full; SPEC §6). On a pipe or FIFO, *taken* means read out
+    of the pipe: the bytes still in it are counted (``FIONREAD``) until none are
+    left, or the reader closes its end first (``POLLERR``) and the rest is lost,
+    which returns False -- as does a write that meets ``EPIPE``. On a terminal or
+    a file, written is taken. Waiting per item is what lets ``inbox | head``
+    consume only what ``head`` read.
+    """
+    stream = sys.stdout
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        return False
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return True  # not a real file (a test runner's buffer): written is all we know
+    return _drained(fd)
+
+
+def _drained(fd: int) -> bool:
+    import select
+    import stat
+
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return True
+    except OSError:
+        return True
+    poller = select.poll()
+    poller.register(fd, 0)  # no events asked: poll reports only POLLERR/POLLHUP
+    pause = 1
+    while True:
+        left = _unread(fd)
+        if left is None or left == 0:
+            return True
+        if poller.poll(pause):
+            return False  # the reader closed its end with bytes still unread
+        pause = min(pause * 2, 50)
+
+
+def _unread(fd: int) -> int | None:
+    """Bytes in the pipe behind ``fd`` that nobody has read yet (None: cannot tell)."""
+    import fcntl
+    import termios
+
+    try:
+        raw = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return None
+    return int.from_bytes(raw, "little", signed=True)
+
+
+class ReaderGone(Failure):
+    """stdout's reader went away before it took everything (exit 1, never 0)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the reader of stdout went away: {what}", "READER_GONE", hint="")
 
 
 def note(text: str) -> None:

@@ -7,12 +7,14 @@ session of the same user (SPEC §6 Safety): human output puts
 
 Decisions:
 
-- ``inbox`` prints the unread items and marks read what it printed (one
-  ``message.inbox`` without ``peek``: the daemon marks read exactly what it
-  returns); ``--peek`` leaves them unread (``delivered``).
+- ``inbox`` marks read only what it has written out in full (SPEC §6): it
+  fetches with ``peek``, prints item by item, waiting on a pipe until the reader
+  has taken each (:func:`meshctl.cli._output.deliver`), then acks those. A reader
+  that leaves early (``inbox | head``) leaves the rest unread and the exit is 1,
+  never 0. ``--peek`` acks nothing.
 - ``inbox --follow`` subscribes first, then prints the backlog, then each event
   as it arrives (one compact JSON object a line with ``--json``), acking every
-  item after printing it unless ``--peek``. It stops when its session ends
+  item once its reader has taken it, unless ``--peek``. It stops when its session ends
   (exit 0), reconnects when the daemon restarts, and runs until Ctrl-C.
 - ``--follow --respond`` also makes the follower the session's live responder:
   queries are printed, and a person answers them with ``meshctl reply QID TEXT``
@@ -253,9 +255,41 @@ def inbox(every: bool, peek: bool, follow: bool, respond: bool) -> None:
     if follow:
         _Follower(state, sid, peek=peek, respond=respond).run()
         return
-    result = state.call("message.inbox", {"session_id": sid, "all": every, "peek": peek})
+    result = state.call("message.inbox", {"session_id": sid, "all": every, "peek": True})
     items = list(result.get("items") or [])
-    _output.emit(state.json, items, lambda: render_inbox(items, sid, every=every, peek=peek))
+    taken = _print_inbox(items, sid, as_json=state.json, every=every, peek=peek)
+    unread = [int(i["id"]) for i in taken if i.get("state") != "read"]
+    if unread and not peek:
+        state.call("message.ack", {"session_id": sid, "ids": unread})
+    if len(taken) < len(items):
+        left = len(items) - len(taken)
+        took = f"it took {len(taken)} of {len(items)} item(s) (marked read)"
+        raise _output.ReaderGone(f"{took}; {left} stay unread")
+
+
+def _print_inbox(
+    items: list[Item], sid: str, *, as_json: bool, every: bool, peek: bool
+) -> list[Item]:
+    """Print the inbox; the items whose text its reader took in full (SPEC §6).
+
+    Fetched with ``peek``, acked afterwards: only what was written out is marked read.
+    With ``--json`` the one document is taken whole or not at all.
+    """
+    if as_json:
+        # Each item is shown in the state it takes once this document has been read.
+        doc = items if peek else [{**i, "state": "read"} for i in items]
+        return items if _output.deliver(_output.dump_json(doc, indent=2)) else []
+    if not items:
+        _output.say(render_inbox(items, sid, every=every, peek=peek))
+        return []
+    taken: list[Item] = []
+    for item in items:
+        if not _output.deliver(_output.safe(render_item(_output.clean(item)), multiline=True)):
+            break
+        taken.append(item)
+    if peek and len(taken) == len(items):
+        _output.say("(peeked: left unread)")
+    return taken
 
 
 class _Follower:
@@ -316,7 +350,12 @@ class _Follower:
         is_item = isinstance(item_id, int) and event.get("kind") != "query"
         if is_item and item_id in self.shown:
             return
-        click.echo(json_line(event) if self.state.json else render_event(event))
+        if self.state.json:
+            line = json_line(event)
+        else:
+            line = _output.safe(render_event(_output.clean(event)), multiline=True)
+        if not _output.deliver(line):
+            raise _output.ReaderGone(f"#{item_id} was not read and stays unread")
         if not is_item:
             return
         self.shown[int(str(item_id))] = None
