@@ -35,39 +35,22 @@ restarts it) rather than living on with no listener.
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import logging
 import os
 import select
 import socket
-from typing import Any
 
 import anyio
-import msgspec
 from anyio.abc import ByteStream, SocketAttribute, SocketListener, TaskGroup, UNIXSocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from meshd.protocol.errors import (
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    Forbidden,
-    InvalidParams,
-    MeshError,
-)
+from meshd.protocol.errors import INVALID_REQUEST, Forbidden
 from meshd.protocol.framing import DELIMITER, MAX_FRAME
-from meshd.protocol.jsonrpc import (
-    EMPTY_BATCH_REPLY,
-    PARSE_ERROR_REPLY,
-    batch_decoder,
-    encoder,
-    error_object,
-    error_response,
-    recover_id,
-    request_decoder,
-    response,
-)
+from meshd.protocol.jsonrpc import Call, Dispatcher, encoder, error_object, error_response, run
 from meshd.protocol.trust import peer_credentials
-from meshd.service import Conn, Handler, Service
+from meshd.service import Conn, Service
 
 log = logging.getLogger("meshd.server")
 
@@ -101,12 +84,6 @@ _TOO_LARGE = encoder.encode(
 
 _DISCONNECTS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 """The client went away: the end of a connection, not a failure."""
-_DEEP_MESSAGE = "Invalid request: nested too deeply to decode"
-_TOO_DEEP = encoder.encode(
-    error_response(None, error_object(INVALID_REQUEST, _DEEP_MESSAGE, {"code": "INVALID_REQUEST"}))
-)
-"""msgspec raises RecursionError (not DecodeError) past Python's recursion limit; a frame
-nested that deeply is refused like any other invalid request, and the line stays open."""
 
 
 _HANGUP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
@@ -208,6 +185,7 @@ class Server:
 
     def __init__(self, service: Service) -> None:
         self.service = service
+        self.rpc = Dispatcher(service.lookup)
         self.connections: dict[int, Connection] = {}
         self._ids = itertools.count(1)
         self._uid = os.geteuid()
@@ -302,6 +280,7 @@ class Server:
 
     async def _frames(self, c: Connection) -> None:
         reader = BufferedByteReceiveStream(c.stream)
+        spawn = functools.partial(self._spawn, c)
         while not c.closed:
             try:
                 line = await reader.receive_until(DELIMITER, MAX_FRAME)
@@ -310,76 +289,18 @@ class Server:
                 return
             except (anyio.IncompleteRead, anyio.EndOfStream):
                 return
-            reply = await self.process(line, c)
+            reply = await self.rpc.frame(line, c.conn, spawn)
             if reply is not None:
                 await c.send(reply)
 
-    # --- frames -------------------------------------------------------------------
+    # --- concurrent requests ------------------------------------------------------
 
-    async def process(self, line: bytes, c: Connection) -> bytes | None:
-        """The reply to one frame (``None`` for notifications and blank lines)."""
-        body = line.strip()
-        if not body:
-            return None
-        if body[0] == 0x5B:  # "[": a batch
-            try:
-                items = batch_decoder.decode(body)
-            except msgspec.DecodeError:
-                return PARSE_ERROR_REPLY
-            except RecursionError:
-                return _TOO_DEEP
-            if not items:
-                return EMPTY_BATCH_REPLY
-            replies = [r for item in items if (r := await self.one(item, c, inline=True))]
-            return b"[" + b",".join(replies) + b"]" if replies else None
-        return await self.one(body, c)
-
-    async def one(self, raw: Any, c: Connection, *, inline: bool = False) -> bytes | None:
-        try:
-            req = request_decoder.decode(raw)
-        except msgspec.ValidationError as exc:
-            msg = f"Invalid request: {exc}"
-            err = error_object(INVALID_REQUEST, msg, {"code": "INVALID_REQUEST"})
-            try:
-                rid = recover_id(raw)
-            except RecursionError:  # the id itself is nested too deeply
-                rid = None
-            return encoder.encode(error_response(rid, err))
-        except msgspec.DecodeError:
-            return PARSE_ERROR_REPLY
-        except RecursionError:
-            return _TOO_DEEP
-        rid = req.id if req.id is not msgspec.UNSET else None
-        notify = req.id is msgspec.UNSET
-        if req.jsonrpc != "2.0":
-            err = error_object(
-                INVALID_REQUEST,
-                'Invalid request: jsonrpc must be "2.0"',
-                {"code": "INVALID_REQUEST"},
-            )
-            return None if notify else encoder.encode(error_response(rid, err))
-        try:
-            h = self.service.lookup(req.method)
-            try:
-                params = self.service.decode_params(
-                    h, None if req.params is msgspec.UNSET else req.params
-                )
-            except RecursionError as exc:
-                raise InvalidParams(_DEEP_MESSAGE, {"path": "$"}) from exc
-            if h.concurrent and not inline:
-                if not await self._slot(c):
-                    c.close()  # the client hung up while we were not reading it
-                    return None
-                await c.tg.start(self._later, h, params, c, rid, notify)
-                return None
-            result = await h.fn(params, c.conn) if h.is_async else h.fn(params, c.conn)
-        except MeshError as exc:
-            return None if notify else encoder.encode(error_response(rid, exc.to_wire()))
-        except Exception:
-            log.exception("internal error in %s", req.method)
-            err = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
-            return None if notify else encoder.encode(error_response(rid, err))
-        return None if notify else encoder.encode(response(rid, result))
+    async def _spawn(self, c: Connection, call: Call) -> None:
+        """Run a ``concurrent`` call in a task; the frame loop goes on once it detaches."""
+        if not await self._slot(c):
+            c.close()  # the client hung up while we were not reading it
+            return
+        await c.tg.start(self._later, call, c)
 
     @staticmethod
     async def _slot(c: Connection) -> bool:
@@ -398,11 +319,8 @@ class Server:
 
     async def _later(
         self,
-        h: Handler,
-        params: Any,
+        call: Call,
         c: Connection,
-        rid: Any,
-        notify: bool,
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -418,18 +336,10 @@ class Server:
         c.conn.detach = detach
         try:
             try:
-                try:
-                    result = await h.fn(params, c.conn)
-                    frame = encoder.encode(response(rid, result))
-                except MeshError as exc:
-                    frame = encoder.encode(error_response(rid, exc.to_wire()))
-                except Exception:
-                    log.exception("internal error")
-                    err = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
-                    frame = encoder.encode(error_response(rid, err))
+                frame = await run(call, c.conn)
             finally:
                 c.inflight.release()
-            if not notify:
+            if frame is not None:
                 await c.send(frame)
         finally:
             detach()

@@ -18,7 +18,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -28,11 +28,10 @@ from meshd.domain import Domain, overrides
 from meshd.paths import ProfilePaths
 from meshd.pidwatch import PidWatcher
 from meshd.protocol import methods as m
-from meshd.protocol.errors import InvalidParams, MethodNotFound
-from meshd.protocol.jsonrpc import encoder, notification, split_path
+from meshd.protocol.errors import MethodNotFound
+from meshd.protocol.jsonrpc import Handler, encoder, notification
 from meshd.store import Store
 
-_EMPTY = b"{}"
 D = TypeVar("D", bound=Domain)
 PRUNE_EVERY = 3600.0
 """Seconds between prunes of history older than ``history_days``."""
@@ -63,13 +62,6 @@ class Conn:
     pipelined ``acquire`` then ``release`` does what it says."""
     push: Callable[[bytes], None] = field(default=lambda frame: None, repr=False)
     """Writes one event frame to the client without waiting (set by the server)."""
-
-
-class Handler(NamedTuple):
-    decode: Callable[[bytes], Any]
-    fn: Callable[[Any, Conn], Any]
-    is_async: bool
-    concurrent: bool
 
 
 class Service:
@@ -130,18 +122,6 @@ class Service:
         if h is None:
             raise MethodNotFound(f"unknown method {method!r}", {"method": method})
         return h
-
-    @staticmethod
-    def decode_params(h: Handler, raw: bytes | None) -> Any:
-        try:
-            return h.decode(raw or _EMPTY)
-        except msgspec.ValidationError as exc:
-            msg, path = split_path(str(exc))
-            raise InvalidParams(f"Invalid params: {msg}", {"path": path}) from exc
-        except msgspec.DecodeError as exc:
-            raise InvalidParams(f"Invalid params: {exc}", {"path": "$"}) from exc
-        except RecursionError as exc:
-            raise InvalidParams("Invalid params: nested too deeply", {"path": "$"}) from exc
 
     def domain(self, cls: type[D]) -> D:
         """The instance of domain ``cls`` (a domain that uses another's state)."""

@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing (atheris) of the pure decoders the server relies on.
 
 Fuzzes ``meshd.protocol.jsonrpc`` (request, batch and id decoders) and
-``Service.decode_params`` for every method the real :class:`~meshd.service.Service`
+``jsonrpc.decode_params`` for every method the real :class:`~meshd.service.Service`
 installs -- no fake server, no socket: these parts are pure. What is checked:
 
 * a decoder raises only what the server handles: ``msgspec.DecodeError`` (which
@@ -32,7 +32,7 @@ with atheris.instrument_imports(include=["meshd"]):
     from meshd.core.state import MeshState
     from meshd.paths import ProfilePaths
     from meshd.protocol.errors import InvalidParams
-    from meshd.protocol.jsonrpc import batch_decoder, recover_id, request_decoder
+    from meshd.protocol.jsonrpc import batch_decoder, decode_params, recover_id, request_decoder
     from meshd.service import Handler, Service
     from meshd.store import Store
 
@@ -83,11 +83,11 @@ def check_params(data: bytes) -> None:
     name, h, ptype = HANDLERS[data[0] % len(HANDLERS)]
     raw = data[1:]
     try:
-        params = Service.decode_params(h, raw)
+        params = decode_params(h, raw)
     except (InvalidParams, RecursionError):
         return
     assert isinstance(params, ptype), (name, params)
-    again = Service.decode_params(h, ENCODE(params))
+    again = decode_params(h, ENCODE(params))
     assert again == params, (name, params, again)
 
 

@@ -1,17 +1,35 @@
-"""JSON-RPC 2.0 envelopes, sans I/O (jsonrpc.org/specification, STYLE §2.1).
+"""JSON-RPC 2.0 envelopes and dispatch, sans I/O (jsonrpc.org/specification, STYLE §2.1).
 
 ``params`` stays raw until the method is known, so each method decodes them
 with its own typed Struct and an error names the exact JSON path.
+
+:class:`Dispatcher` turns one received frame (a line, without its newline) into
+the reply frame, or ``None``: envelope checks, batches, method lookup, params,
+the handler call, and the one mapping from an exception to an error object. It
+reads and writes nothing: the server hands it lines and writes what it returns,
+and runs the handlers marked ``concurrent`` in tasks of its own (``spawn``), so
+every rule of SPEC §3 about frames can be tested without a socket.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-from meshd.protocol.errors import INVALID_REQUEST, PARSE_ERROR
+from meshd.protocol.errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    InvalidParams,
+    MeshError,
+)
+
+log = logging.getLogger("meshd.server")
 
 Id = int | str | None
 
@@ -100,3 +118,140 @@ EMPTY_BATCH_REPLY = encoder.encode(
         error_object(INVALID_REQUEST, "Invalid request: empty batch", {"code": "INVALID_REQUEST"}),
     )
 )
+
+_DEEP_MESSAGE = "Invalid request: nested too deeply to decode"
+TOO_DEEP_REPLY = encoder.encode(
+    error_response(None, error_object(INVALID_REQUEST, _DEEP_MESSAGE, {"code": "INVALID_REQUEST"}))
+)
+"""msgspec raises RecursionError (not DecodeError) past Python's recursion limit; a frame
+nested that deeply is refused like any other invalid request, and the line stays open."""
+_INTERNAL = error_object(INTERNAL_ERROR, "Internal error", {"code": "INTERNAL"})
+_EMPTY_PARAMS = b"{}"
+
+
+class Handler(NamedTuple):
+    """One method: how its params decode, the function, and how it runs."""
+
+    decode: Callable[[bytes], Any]
+    fn: Callable[[Any, Any], Any]
+    is_async: bool
+    concurrent: bool
+    """May block (waits, asks): run in a task of its own, not in the frame loop."""
+
+
+def decode_params(h: Handler, raw: bytes | Raw | None) -> Any:
+    """``params`` decoded by the method's own Struct; InvalidParams names the JSON path."""
+    try:
+        return h.decode(raw or _EMPTY_PARAMS)
+    except msgspec.ValidationError as exc:
+        msg, path = split_path(str(exc))
+        raise InvalidParams(f"Invalid params: {msg}", {"path": path}) from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidParams(f"Invalid params: {exc}", {"path": "$"}) from exc
+    except RecursionError as exc:
+        raise InvalidParams("Invalid params: nested too deeply", {"path": "$"}) from exc
+
+
+@dataclass(slots=True)
+class Call:
+    """One request on its way to its handler: the per-request context."""
+
+    method: str
+    handler: Handler
+    params: Any
+    rid: Id
+    notify: bool
+    """No ``id``: a notification, answered with nothing (not even an error)."""
+
+
+Spawn = Callable[[Call], Awaitable[None]]
+"""Runs a ``concurrent`` call in a task of its own; the server's, since tasks are I/O."""
+
+
+class Dispatcher:
+    """From a frame to its reply, given the method table (``lookup``)."""
+
+    def __init__(self, lookup: Callable[[str], Handler]) -> None:
+        self.lookup = lookup
+
+    async def frame(self, line: bytes, conn: Any, spawn: Spawn) -> bytes | None:
+        """The reply to one frame (``None`` for notifications and blank lines).
+
+        ``conn`` is handed to every handler; ``spawn`` runs the ``concurrent`` ones
+        (inside a batch they run inline: a batch is answered as one array).
+        """
+        body = line.strip()
+        if not body:
+            return None
+        if body[0] == 0x5B:  # "[": a batch
+            try:
+                items = batch_decoder.decode(body)
+            except msgspec.DecodeError:
+                return PARSE_ERROR_REPLY
+            except RecursionError:
+                return TOO_DEEP_REPLY
+            if not items:
+                return EMPTY_BATCH_REPLY
+            replies = [r for item in items if (r := await self.request(item, conn, None))]
+            return b"[" + b",".join(replies) + b"]" if replies else None
+        return await self.request(body, conn, spawn)
+
+    async def request(self, raw: bytes | Raw, conn: Any, spawn: Spawn | None) -> bytes | None:
+        """One request's reply; with ``spawn`` None every handler runs inline."""
+        try:
+            req = request_decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            msg = f"Invalid request: {exc}"
+            err = error_object(INVALID_REQUEST, msg, {"code": "INVALID_REQUEST"})
+            try:
+                rid = recover_id(raw)
+            except RecursionError:  # the id itself is nested too deeply
+                rid = None
+            return encoder.encode(error_response(rid, err))
+        except msgspec.DecodeError:
+            return PARSE_ERROR_REPLY
+        except RecursionError:
+            return TOO_DEEP_REPLY
+        rid = req.id if req.id is not UNSET else None
+        notify = req.id is UNSET
+        if req.jsonrpc != "2.0":
+            err = error_object(
+                INVALID_REQUEST,
+                'Invalid request: jsonrpc must be "2.0"',
+                {"code": "INVALID_REQUEST"},
+            )
+            return None if notify else encoder.encode(error_response(rid, err))
+        try:
+            h = self.lookup(req.method)
+            try:
+                params = decode_params(h, None if req.params is UNSET else req.params)
+            except RecursionError as exc:
+                raise InvalidParams(_DEEP_MESSAGE, {"path": "$"}) from exc
+        except Exception as exc:
+            return failure(req.method, rid, notify, exc)
+        call = Call(req.method, h, params, rid, notify)
+        if h.concurrent and spawn is not None:
+            await spawn(call)
+            return None
+        return await run(call, conn)
+
+
+async def run(call: Call, conn: Any) -> bytes | None:
+    """Call the handler; its result or its error as a reply frame (None to a notification)."""
+    h = call.handler
+    try:
+        result = await h.fn(call.params, conn) if h.is_async else h.fn(call.params, conn)
+    except Exception as exc:
+        return failure(call.method, call.rid, call.notify, exc)
+    return None if call.notify else encoder.encode(response(call.rid, result))
+
+
+def failure(method: str, rid: Id, notify: bool, exc: Exception) -> bytes | None:
+    """The one mapping from an exception to an error frame: a :class:`MeshError` says
+    its own code; anything else is a bug, logged, and answered ``INTERNAL``."""
+    if isinstance(exc, MeshError):
+        err = exc.to_wire()
+    else:
+        log.error("internal error in %s", method, exc_info=exc)
+        err = _INTERNAL
+    return None if notify else encoder.encode(error_response(rid, err))
