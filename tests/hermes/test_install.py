@@ -130,3 +130,37 @@ def test_all_profiles_reach_every_profile(hermes: Hermes, tmp_path: Path) -> Non
         ("worker1", "worker1"),
     ]
     assert (root / "profiles" / "worker1" / "plugins" / "meshd" / "plugin.yaml").exists()
+
+
+def test_the_entry_point_loads_the_plugin_when_session_mesh_is_in_hermes_env(
+    hermes: Hermes, daemon: DaemonHandle, short_tmp: Path
+) -> None:
+    """session-mesh's own metadata (its hermes_agent.plugins entry point) on Hermes's path:
+    `hermes plugins list` shows it from `entrypoint`, and it loads with no vendored copy."""
+    import importlib.metadata
+    import shutil
+
+    dist = importlib.metadata.distribution("session-mesh")
+    info = Path(str(dist.locate_file(f"session_mesh-{dist.version}.dist-info")))
+    site = short_tmp / "site"
+    shutil.copytree(info, site / info.name)
+    hermes.env["PYTHONPATH"] = f"{site}:{Path(__file__).resolve().parents[2] / 'src'}"
+
+    listed = plugins(hermes)["meshd"]
+    enabled = hermes.run("plugins", "enable", "meshd", "--no-allow-tool-override")
+    done = hermes.python(
+        """
+        import json, model_tools
+        from hermes_cli.plugins import get_plugin_manager
+        [p] = [p for p in get_plugin_manager().list_plugins() if p["name"] == "meshd"]
+        import meshctl.hermes._client as c
+        print(json.dumps({**p, "client": c.library().__name__}))
+        """
+    )
+
+    assert listed["source"] == "entrypoint"
+    assert enabled.returncode == 0, enabled.stderr
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (loaded["source"], loaded["error"], loaded["client"]) == ("entrypoint", None, "meshctl")
+    assert loaded["tools"] >= 9
