@@ -38,7 +38,17 @@ class Table:
 
     def __init__(self, fencing: Fencing | None = None) -> None:
         self.clock = ManualClock()
-        self.t = ClaimTable(ancestors=ancestors, fencing=fencing)
+        self.ranks: dict[str, int] = {}
+        self.t = ClaimTable(
+            ancestors=ancestors, fencing=fencing, rank_of=lambda sid: self.ranks.get(sid, 0)
+        )
+
+    def rank(self, sid: str, rank: int) -> None:
+        self.ranks[sid] = rank
+        self.t.rerank(sid, **self.now())
+
+    def granted(self) -> list[str]:
+        return [n.session_id for n in self.t.drain().notices if n.kind == "granted"]
 
     def now(self) -> dict[str, float]:
         return {"now_mono": self.clock.monotonic(), "now_wall": self.clock.now()}
@@ -433,6 +443,115 @@ class TestLongQueues:
             order += [n.waiter_id for n in tb.t.drain().notices if n.kind == "granted"]
 
         assert order == ["w1", "w3", "w5"]
+
+
+class TestRanks:
+    """SPEC §5b: waiters are served by rank, highest first, FIFO within a rank."""
+
+    def test_the_higher_rank_is_served_first(self, tb: Table) -> None:
+        tb.ranks["urgent"] = 5
+        tb.grant("a", "port:1")
+        tb.acquire("early", "port:1", wait=True)
+        tb.acquire("urgent", "port:1", wait=True)
+        tb.t.drain()
+
+        tb.release("a")
+
+        assert tb.granted() == ["urgent"]
+        assert [w.session_id for w in tb.t.waiting()] == ["early"]
+
+    def test_fifo_within_a_rank(self, tb: Table) -> None:
+        tb.ranks.update(b=2, c=2, d=1)
+        tb.grant("a", "port:1")
+        for sid in ("d", "b", "c"):
+            tb.acquire(sid, "port:1", wait=True)
+        order = []
+
+        for _ in range(3):
+            tb.release(next(iter(tb.t.list_claims())).session_id)
+            order += tb.granted()
+
+        assert order == ["b", "c", "d"]
+
+    def test_a_rank_set_while_waiting_reorders_the_queue(self, tb: Table) -> None:
+        tb.grant("a", "port:1")
+        for sid in ("b", "c", "d"):
+            tb.acquire(sid, "port:1", wait=True)
+
+        tb.rank("d", 3)
+        tb.rank("b", -1)
+
+        assert [(w.session_id, w.rank) for w in tb.t.waiting()] == [("d", 3), ("c", 0), ("b", -1)]
+        order = []
+        for _ in range(3):
+            tb.release(next(iter(tb.t.list_claims())).session_id)
+            order += tb.granted()
+        assert order == ["d", "c", "b"]
+
+    def test_raising_a_rank_can_grant_at_once(self, tb: Table) -> None:
+        """Queued behind a waiter (not a holder), a wait goes as soon as it out-ranks it."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", "port:2", wait=True)
+        tb.acquire("c", "port:2", wait=True)
+        tb.t.drain()
+
+        tb.rank("c", 1)
+
+        assert tb.granted() == ["c"]
+        assert ("c", "port:2") in tb.holders()
+
+    def test_lowering_a_rank_lets_those_it_held_go(self, tb: Table) -> None:
+        tb.ranks.update(b=2, c=1)
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", "port:2", wait=True)
+        tb.acquire("c", "port:2", wait=True)
+        tb.t.drain()
+
+        tb.rank("b", 0)
+
+        assert tb.granted() == ["c"]
+
+    def test_a_new_request_passes_lower_ranked_waiters_only(self, tb: Table) -> None:
+        """Nothing barges past a waiter of the same or a higher rank; a higher rank may."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", "port:2", wait=True)
+
+        assert isinstance(tb.acquire("same", "port:2"), Held)
+        tb.ranks["high"] = 1
+        assert isinstance(tb.acquire("high", "port:2"), Granted)
+
+    def test_held_lists_the_waiters_ahead_by_rank(self, tb: Table) -> None:
+        tb.ranks.update(b=1, c=3)
+        tb.grant("a", "port:1")
+        for sid in ("b", "c", "d"):
+            tb.acquire(sid, "port:1", wait=True)
+        tb.ranks["e"] = 1
+
+        out = tb.acquire("e", "port:1")
+
+        assert isinstance(out, Held)
+        assert [w.session_id for w in out.ahead] == ["c", "b"]
+
+    def test_a_rank_does_not_pass_a_holder(self, tb: Table) -> None:
+        """Ranks order the queue; they never take a claim from its holder."""
+        tb.ranks["boss"] = 100
+        tb.grant("a", "port:1")
+
+        out = tb.acquire("boss", "port:1")
+
+        assert isinstance(out, Held)
+        assert [c.session_id for c in out.holders] == ["a"]
+
+    def test_deadlock_is_still_refused_across_ranks(self, tb: Table) -> None:
+        tb.ranks["b"] = 9
+        tb.grant("a", "port:1")
+        tb.grant("b", "port:2")
+        assert isinstance(tb.acquire("a", "port:2", wait=True), Queued)
+
+        out = tb.acquire("b", "port:1", wait=True)
+
+        assert isinstance(out, Held)
+        assert out.deadlock
 
 
 class TestCancel:

@@ -6,7 +6,9 @@ step a brute-force oracle (pairwise ``Key.overlaps``, no trie) checks that:
 
 * no two unrelated sessions hold overlapping keys with an exclusive among them;
 * no waiter is left waiting that nothing blocks (release wakes the queue);
-* no grant passes an earlier, still-waiting request it conflicts with (FIFO);
+* no grant passes a still-waiting request it conflicts with that is served
+  before it: of a higher rank, or of the same rank and earlier (SPEC §5b);
+  ranks change mid-wait;
 * a cancelled waiter is never granted;
 * every new token is larger than every earlier one; live claims validate, lost ones don't.
 """
@@ -74,17 +76,25 @@ ops = st.one_of(
     st.tuples(st.just("steal"), sessions, key_sets, modes),
     st.tuples(st.just("cancel"), st.integers(0, 5)),
     st.tuples(st.just("end"), sessions, st.sampled_from(["ended", "died", "expired"])),
+    st.tuples(st.just("rank"), sessions, st.sampled_from([-1, 0, 1, 2])),
 )
 
 
 @dataclass
 class World:
     clock: ManualClock = field(default_factory=ManualClock)
-    table: ClaimTable = field(default_factory=lambda: ClaimTable(ancestors=ancestors))
+    ranks: dict[str, int] = field(default_factory=dict)
+    table: ClaimTable = field(init=False)
     max_token: int = 0
     cancelled: set[str] = field(default_factory=set)
     lost: set[tuple[str, int]] = field(default_factory=set)
     next_waiter: int = 0
+
+    def __post_init__(self) -> None:
+        self.table = ClaimTable(ancestors=ancestors, rank_of=self.rank)
+
+    def rank(self, session_id: str) -> int:
+        return self.ranks.get(session_id, 0)
 
     def now(self) -> dict[str, float]:
         return {"now_mono": self.clock.monotonic(), "now_wall": self.clock.now()}
@@ -117,10 +127,16 @@ class World:
                 wid = queued[op[1] % len(queued)].waiter_id
                 self.cancelled.add(wid)
                 t.cancel_waiter(wid, **self.now())
+        elif op[0] == "rank":
+            self.ranks[op[1]] = op[2]
+            t.rerank(op[1], **self.now())
         else:
             t.release_session(op[1], op[2], **self.now())
-        out_box = t.drain()
-        for notice in out_box.notices:
+        return self.collect(grants)
+
+    def collect(self, grants: list[Granted]) -> list[Granted]:
+        """Add the grants woken waiters got to ``grants``; remember lost tokens."""
+        for notice in self.table.drain().notices:
             if notice.kind == "granted":
                 assert notice.waiter_id not in self.cancelled, "a cancelled waiter was granted"
                 assert notice.granted is not None
@@ -189,7 +205,10 @@ def test_random_interleavings_keep_every_promise(steps: list[tuple[Any, ...]]) -
             assert world.table.validate(c.key, c.token)
         for resource, token in world.lost:
             assert not world.table.validate(from_canonical(resource), token)
-        # liveness: every waiter left is blocked by a claim or an earlier waiter
+        # the queue is in serving order and knows every rank
+        assert [w.rank for w in queued] == [world.rank(w.session_id) for w in queued]
+        assert queued == tuple(sorted(queued, key=lambda w: (-w.rank, arrival(w.waiter_id))))
+        # liveness: every waiter left is blocked by a claim or one served before it
         for i, w in enumerate(queued):
             keys = [from_canonical(r) for r in w.resources]
             assert blocked_by_claims(w.session_id, keys, w.mode, after) or any(
@@ -200,12 +219,14 @@ def test_random_interleavings_keep_every_promise(steps: list[tuple[Any, ...]]) -
         for g in grants:
             if g.already_held:
                 continue  # a refresh takes nothing from anyone
+            rank = world.rank(g.session_id)
             if g.waiter_id is not None:
-                earlier = [w for w in queued if arrival(w.waiter_id) < arrival(g.waiter_id)]
+                mine = (-rank, arrival(g.waiter_id))
+                earlier = [w for w in queued if (-w.rank, arrival(w.waiter_id)) < mine]
             elif op[0] == "steal":
                 continue  # a steal bypasses the queue by design
             else:
-                earlier = [w for w in queued_before if w.waiter_id in still]
+                earlier = [w for w in queued_before if w.waiter_id in still and w.rank >= rank]
             keys = [c.key for c in g.claims]
             made = [c for other in grants for c in other.claims]  # incl. claims gone again
             cover = [c for c in (*before, *after, *made) if c.token != g.token]

@@ -312,6 +312,7 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
         ("handoff.write", {"session_id": "a", "summary": "done", "to": "b"}),
         ("handoff.request", {"session_id": "a", "to": "c", "timeout": 1}),
         ("board.changed", {"session_id": "a", "paths": [f"{state}/f.py"]}),
+        ("session.prioritize", {"session_id": "a", "rank": 9, "by": "ana"}),
     ]
 
 
@@ -329,6 +330,7 @@ def mesh_view(c: Client) -> dict[str, Any]:
     return {
         "sessions": sids,
         "pids": {s["session_id"]: s["pid"] for s in sessions},
+        "ranks": {s["session_id"]: s.get("rank", 0) for s in sessions if s.get("rank")},
         "claims": sorted((x["session_id"], x["resource"], x["token"]) for x in claims),
         "inboxes": inboxes,
         "handoffs": sorted(h["id"] for h in handoffs),

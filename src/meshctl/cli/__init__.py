@@ -67,6 +67,7 @@ COMMANDS: dict[str, str] = {
     "jobs": "meshctl.cli.jobs:jobs",
     "log": "meshctl.cli.claims:log_",
     "notes": "meshctl.cli.notes:notes",
+    "prioritize": "meshctl.cli.sessions:prioritize",
     "register": "meshctl.cli.lifecycle:register",
     "release": "meshctl.cli.claims:release",
     "reply": "meshctl.cli.messages:reply",

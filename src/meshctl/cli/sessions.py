@@ -61,9 +61,33 @@ def describe(session: Session, home: str | None = None) -> str:
     if status != "waiting-for-user":
         activity = session.get("activity")
         parts.append(f"status: {status} ({activity})" if activity else f"status: {status}")
+    if rank := ranked(session):
+        parts.append(rank)
     parts.append(f"{_output.format_age(float(session.get('age_s') or 0))} ago")
     line = f"- {session.get('session_id', '?')} — {', '.join(parts)}"
     return f"{line}  [stale]" if session.get("stale") else line
+
+
+def ranked(session: Session) -> str:
+    """``rank 5 (set by ana at 14:02)`` for a session a person ranked; "" at rank 0."""
+    rank = int(session.get("rank") or 0)
+    if not rank and not session.get("rank_by"):
+        return ""
+    by, at = session.get("rank_by"), _clock(session.get("rank_at"))
+    how = " ".join(x for x in (f"by {by}" if by else "", f"at {at}" if at else "") if x)
+    return f"rank {rank} (set {how})" if how else f"rank {rank}"
+
+
+def _clock(stamp: Any) -> str:
+    """An RFC 3339 time as local HH:MM ("" if there is none or it does not parse)."""
+    from datetime import datetime
+
+    try:
+        return (
+            datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).astimezone().strftime("%H:%M")
+        )
+    except ValueError:
+        return ""
 
 
 def render_list(profile: str, sessions: Iterable[Session], home: str | None = None) -> str:
@@ -102,6 +126,9 @@ def render_one(session: Session, home: str | None = None) -> str:
         "last_activity",
         "accept_queries",
         "accept_messages",
+        "rank",
+        "rank_by",
+        "rank_at",
     )
     lines: list[str] = []
     for key in order:
@@ -233,3 +260,27 @@ def show(session_id: str) -> None:
 from meshctl.cli.messages import ask  # noqa: E402
 
 sessions.add_command(ask)
+
+
+@click.command()
+@common_options
+@click.argument("session_id", metavar="ID")
+@click.option(
+    "--rank",
+    type=click.IntRange(-100, 100),
+    required=True,
+    help="-100 to 100 (default of every session: 0). Waiters are served highest first.",
+)
+def prioritize(session_id: str, rank: int) -> None:
+    """Rank a session (a person's command, SPEC §5b): its waits are served before
+    those of lower-ranked sessions, FIFO within a rank, re-ordered at once."""
+    import getpass
+
+    state = get_state()
+    by = state.session or getpass.getuser()
+    result = state.call("session.prioritize", {"session_id": session_id, "rank": rank, "by": by})
+    _output.emit(
+        state.json,
+        result,
+        lambda: f"{session_id}: rank {result.get('rank')} (was {result.get('previous', 0)})",
+    )

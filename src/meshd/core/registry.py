@@ -79,6 +79,9 @@ class Session(msgspec.Struct, kw_only=True, gc=False):
     unbound_at: float | None = None
     conn_id: int | None = None
     anchors: list[tuple[int, int | None]] = []
+    rank: int = 0  # set by a person only (SPEC §5b): waiters are served highest first
+    rank_by: str | None = None
+    rank_at: float | None = None
 
     def pids(self) -> list[tuple[int, int | None]]:
         """Every (pid, start time) this session lives with."""
@@ -279,6 +282,8 @@ class Registry:
             conn_id=r.conn_id if r.bind else None,
             anchors=[a for a in old.anchors if a[0] != r.pid] if old else [],
         )
+        if old is not None:  # a person's rank outlives a re-registration
+            s.rank, s.rank_by, s.rank_at = old.rank, old.rank_by, old.rank_at
         if old is not None:
             self._unplace(old)
         self.sessions[sid] = s
@@ -464,6 +469,11 @@ class Registry:
             s = self.sessions[sid]
             out.append((s, "cwd" if s.cwd == where else "repo", where))
         return out
+
+    def rank(self, sid: str) -> int:
+        """``sid``'s rank (0 for a session that is gone): the claim table's ``rank_of``."""
+        s = self.sessions.get(sid)
+        return 0 if s is None else s.rank
 
     def ancestors(self, sid: str) -> tuple[str, ...]:
         """``parent`` chain of ``sid``, nearest first (cycles cut)."""

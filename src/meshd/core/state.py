@@ -82,7 +82,9 @@ class MeshState:
     def __post_init__(self) -> None:
         self.registry = Registry(self.clock, self.settings, self.profile)
         self.mailbox = Mailbox(self.clock, self.settings, self.registry)
-        self.claims = ClaimTable(ancestors=self.registry.ancestors, fencing=Fencing())
+        self.claims = ClaimTable(
+            ancestors=self.registry.ancestors, fencing=Fencing(), rank_of=self.registry.rank
+        )
 
     def drain(self) -> Drained:
         """Take the writes, events and waiter outcomes the last commands produced."""
@@ -149,6 +151,16 @@ class MeshState:
         s, refreshed = self.registry.register(r)
         self.writes.append(("session.put", s))
         return s, refreshed
+
+    def prioritize(self, ranked: Session) -> Session | None:
+        """Apply a rank already stored (``ranked``: the session record with it) and
+        re-order that session's waits; None if the session ended meanwhile."""
+        s = self.registry.sessions.get(ranked.session_id)
+        if s is None:
+            return None
+        s.rank, s.rank_by, s.rank_at = ranked.rank, ranked.rank_by, ranked.rank_at
+        self.claims.rerank(s.session_id, now_mono=self.clock.monotonic(), now_wall=self.clock.now())
+        return s
 
     def heartbeat(self, sid: str, report: Report | None) -> Session:
         return self.registry.heartbeat(sid, report)

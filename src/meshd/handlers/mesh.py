@@ -15,6 +15,7 @@ CAPABILITIES = [
     "sessions", "liveness.pidfd", "bind", "schema", "reload", "claims", "fencing", "audit",
     "messages", "queries", "broadcasts", "handoffs", "events", "board.changed", "notes",
     "jobs",
+    "ranks",
 ]  # fmt: skip
 
 

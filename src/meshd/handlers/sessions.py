@@ -30,6 +30,7 @@ class SessionHandlers(Domain):
         svc.add(m.LIST, self.list)
         svc.add(m.GET, self.get)
         svc.add(m.ATTACH, self.attach, is_async=True)
+        svc.add(m.PRIORITIZE, self.prioritize, is_async=True)
 
     def restore(self, db: sqlite3.Connection) -> None:
         """Live sessions come back; their processes are watched again once serving."""
@@ -122,6 +123,22 @@ class SessionHandlers(Domain):
         svc.flush_background()
         return m.EndResult(session_id=p.session_id, ended=True, handoff_id=handoff_id)
 
+    async def prioritize(self, p: m.PrioritizeParams, conn: Conn) -> m.PrioritizeResult:
+        """Store the rank first, then apply it: re-ordering may grant waits, which
+        cannot be taken back, so a disk that refuses the write changes nothing."""
+        svc = self.svc
+        s = svc.state.registry.get(p.session_id)
+        previous, by, at = s.rank, p.by or "a person", svc.clock.now()
+        ranked = msgspec.structs.replace(s, rank=p.rank, rank_by=by, rank_at=at)
+        await svc.store.commit([("session.snapshot", ranked)])
+        if svc.state.prioritize(ranked) is None:
+            svc.state.registry.get(p.session_id)  # ended meanwhile: SESSION_EXPIRED
+        await svc.commit()  # grants the new order made, stored before the reply
+        return m.PrioritizeResult(
+            session_id=p.session_id, rank=p.rank, rank_by=by, rank_at=rfc3339(at),
+            previous=previous,
+        )  # fmt: skip
+
     async def attach(self, p: m.AttachParams, conn: Conn) -> m.AttachResult:
         svc = self.svc
         start = start_time(p.pid)
@@ -160,6 +177,8 @@ class SessionHandlers(Domain):
             parent=s.parent, slot=s.slot, kanban_task=s.kanban_task,
             started_at=rfc3339(s.started_at), last_activity=rfc3339(s.last_activity),
             accept_queries=s.accept_queries, accept_messages=s.accept_messages,
+            rank=s.rank, rank_by=s.rank_by,
+            rank_at=None if s.rank_at is None else rfc3339(s.rank_at),
         )  # fmt: skip
 
     def list(self, p: m.ListParams, conn: Conn) -> m.ListResult:

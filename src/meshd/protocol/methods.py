@@ -163,6 +163,23 @@ class EndResult(Result):
     handoff_id: int | None = None
 
 
+class PrioritizeParams(Params):
+    """Set a session's rank (SPEC §5b): a person's command (``meshctl prioritize``);
+    no library call or Hermes tool sends it. ``by``: who set it, as they name themselves."""
+
+    session_id: SessionId
+    rank: Annotated[int, Meta(ge=-100, le=100)]
+    by: Annotated[str, Meta(max_length=200)] = ""
+
+
+class PrioritizeResult(Result):
+    session_id: str
+    rank: int
+    rank_by: str
+    rank_at: str
+    previous: int = 0
+
+
 class AttachParams(Params):
     """Anchor a session to one more process: it lives while any of its processes lives.
 
@@ -216,6 +233,9 @@ class SessionInfo(Result):
     last_activity: str = ""
     accept_queries: bool = True
     accept_messages: bool = True
+    rank: int = 0
+    rank_by: str | None = None
+    rank_at: str | None = None
 
 
 class ListParams(Params):
@@ -246,6 +266,10 @@ HEARTBEAT = MethodSpec(
 END = MethodSpec("session.end", EndParams, EndResult, "End a session, releasing everything.")
 LIST = MethodSpec("session.list", ListParams, ListResult, "Live sessions of this profile.")
 GET = MethodSpec("session.get", GetParams, SessionInfo, "One session.")
+PRIORITIZE = MethodSpec(
+    "session.prioritize", PrioritizeParams, PrioritizeResult,
+    "Set a session's rank (a person's command): its waits are served by rank.",
+)  # fmt: skip
 ATTACH = MethodSpec(
     "session.attach", AttachParams, AttachResult, "Anchor a session to one more process."
 )
