@@ -17,8 +17,8 @@ Kinds::
 
 Refused with :class:`~meshd.protocol.errors.BadKey` (the message names the key,
 says what is wrong and what to do): relative paths, empty values, unknown kinds,
-control characters, keys over 4096 bytes, and -- unless ``broad`` -- ``file:/``,
-the home folder and the folders above it.
+control and bidi-override characters, keys over 4096 bytes, and -- unless
+``broad`` -- ``file:/``, the home folder and the folders above it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ EXACT_KINDS = frozenset({"cron", "gateway", "account", "box", "skill", "res"})
 BARE_KEYS = {"memory": ("memory", ""), "ui:desktop": ("ui", "desktop")}
 KINDS = PATH_KINDS | EXACT_KINDS | {"branch", "port", "memory", "ui"}
 _PORT_RE = re.compile(r"^([0-9]{1,5})(?:/(tcp|udp))?$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: Control characters, and bidi marks/embeddings/overrides/isolates: a key shown to
+#: a person must read as what it is (``file:/x/\u202etxt.exe`` would not).
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _KIND_RE = re.compile(r"^([A-Za-z]+):")
 
 
@@ -103,7 +105,7 @@ def canonical_key(raw: str, *, cwd: str | None = None, home: str, broad: bool = 
     if not isinstance(raw, str) or not raw:
         raise _refuse(str(raw), "it is empty", "give a key such as file:/path or port:8080")
     if _CONTROL_RE.search(raw):
-        raise _refuse(raw, "it contains control characters", "remove them")
+        raise _refuse(raw, "it contains control or bidi-override characters", "remove them")
     if len(raw.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
         raise _refuse(raw, f"it is longer than {MAX_KEY_BYTES} bytes", "claim a shorter key")
     if raw[0] in "/~":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import DaemonHandle
 
-from meshctl.cli import cli
+from meshctl.cli import _output, cli
 
 from .conftest import Meshctl, OfflineEnv, Run
 
@@ -377,3 +378,84 @@ class TestInboxMarksReadOnlyWhatWasRead:
 
         assert code == 1, err
         assert f"meshctl handoff show {saved[0]['id']}" in err
+
+
+# --- terminal escape injection -----------------------------------------------------------
+
+EVIL = "x\x1b]0;pwned\x07\x1b[2J\x1b]52;c;ZXZpbA==\x07\r\u202eexe.txt"
+FORGED = "\n- cli:forged — a fake session line, status: idle, 1s ago"
+RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+class TestSafe:
+    """The one function that owns neutralising (``_output.safe``), and its document form."""
+
+    def test_escapes_visibly(self) -> None:
+        shown = _output.safe("a\x1b[2Jb\rc\u202ed\ne\tf\x85" + os.fsdecode(b"\xe9"))
+
+        assert shown == "a\\x1b[2Jb\\rc\\u202ed\\ne\\tf\\x85\\xe9"
+
+    def test_prose_keeps_its_lines(self) -> None:
+        assert _output.safe("one\ntwo\tthree\r", multiline=True) == "one\ntwo\tthree\\r"
+
+    def test_clean_keeps_lines_only_in_prose_fields(self) -> None:
+        doc = {"task": "a\nb", "text": "a\nb", "claims": [{"reason": "c\nd"}], "id": 3}
+
+        assert _output.clean(doc) == {
+            "task": "a\\nb",
+            "text": "a\nb",
+            "claims": [{"reason": "c\\nd"}],
+            "id": 3,
+        }
+
+
+class TestNoTerminalInjection:
+    """Issue 10.2: text from another session reaches the terminal neutralised, JSON faithful."""
+
+    def test_every_human_view_escapes_it(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        evil = register(meshctl, daemon.env, task=EVIL + FORGED)
+        me = register(meshctl, daemon.env, task="reader")
+        as_evil = {**daemon.env, "MESH_SESSION": evil}
+        env = {**daemon.env, "MESH_SESSION": me}
+        target = short_tmp / "a.py"
+        ok(meshctl("send", me, EVIL + FORGED, env=as_evil))
+        ok(meshctl("claim", str(target), "--reason", EVIL, env=as_evil))
+        ok(meshctl("handoff", "write", EVIL + FORGED, "--next", EVIL, env=as_evil))
+
+        views = {
+            args: meshctl(*args, env=env)
+            for args in (
+                ("sessions", "active"),
+                ("sessions", "show", evil),
+                ("sync",),
+                ("inbox", "--peek"),
+                ("check", str(target)),
+                ("log",),
+                ("handoff", "list"),
+            )
+        }
+        listing = views["sessions", "active"].out.splitlines()
+        faithful = ok(meshctl("inbox", "--peek", "--json", env=env)).json()
+
+        for args, run in views.items():
+            assert run.code in (0, 75), run
+            assert RAW.search(run.out) is None, (args, run.out)
+            assert "\\x1b]0;pwned\\x07" in run.out, (args, run.out)
+        assert not [line for line in listing if line.startswith("- cli:forged")]
+        assert len(listing) == 3  # header, evil, me
+        assert faithful[0]["text"] == EVIL + FORGED
+
+    def test_bidi_or_control_in_a_key_is_bad_key(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        env = {**daemon.env, "MESH_SESSION": register(meshctl, daemon.env)}
+
+        bidi = meshctl("claim", "res:invoice\u202efdp.exe", "--json", env=env)
+        esc = meshctl("claim", "res:a\x1b[2Jb", env=env)
+
+        assert bidi.code == 1, bidi
+        assert bidi.json()["error"]["data"]["code"] == "BAD_KEY"
+        assert "\u202e" not in bidi.err
+        assert "\\u202e" in bidi.err
+        assert esc.code == 1, esc
+        assert "\x1b" not in esc.err

@@ -94,7 +94,7 @@ def changed(paths: tuple[str, ...], summary: str) -> None:
     if summary:
         params["summary"] = summary
     result = state.call("board.changed", params)
-    _output.emit(state.json, result, lambda: render_changed(result))
+    _output.emit(state.json, result, lambda: render_changed(_output.clean(result)))
 
 
 @board.command()
@@ -114,4 +114,4 @@ def changes(path: str | None, every: bool, since: str | None, limit: int) -> Non
     if since:
         params["since"] = since
     result = state.call("board.changes", params)
-    _output.emit(state.json, result, lambda: render_changes(result))
+    _output.emit(state.json, result, lambda: render_changes(_output.clean(result)))

@@ -89,11 +89,11 @@ def claim(
         return _output.EXIT_OK
     doc = _claims.cli_document(result)
     if doc["status"] == "granted":
-        _output.emit(state.json, doc, lambda: _claims.granted_line(result))
+        _output.emit(state.json, doc, lambda: _claims.granted_line(_output.clean(result)))
         return _output.EXIT_OK
     if not state.json:
         _with_branches(state, result.get("holders") or [])
-    _output.emit(state.json, doc, lambda: _claims.held_lines(result))
+    _output.emit(state.json, doc, lambda: _claims.held_lines(_output.clean(result)))
     return _output.EXIT_TEMPFAIL
 
 
@@ -113,7 +113,7 @@ def release(resources: tuple[str, ...]) -> None:
     if resources:
         params["resources"] = _claims.resolve_all(resources)
     result = state.call(_claims.RELEASE, params)
-    released = [str(r) for r in (result or {}).get("released") or []]
+    released = _output.clean([str(r) for r in (result or {}).get("released") or []])
     _output.emit(
         state.json,
         result,
@@ -152,7 +152,9 @@ def check(resources: tuple[str, ...], all_profiles: bool) -> int:
         result["elsewhere"] = [*(result.get("elsewhere") or []), *_elsewhere(state, keys)]
     if not state.json:
         _with_branches(state, result.get("claims") or [])
-    _output.emit(state.json, result, lambda: render_check(keys, result))
+    _output.emit(
+        state.json, result, lambda: render_check(_output.clean(keys), _output.clean(result))
+    )
     return _output.EXIT_TEMPFAIL if result.get("status") == "held" else _output.EXIT_OK
 
 
@@ -259,7 +261,7 @@ def steal(resources: tuple[str, ...], reason: str, shared: bool) -> None:
         _output.emit(state.json, _claims.cli_document(result), None)
         return
     doc = _claims.cli_document(result)
-    _output.emit(state.json, doc, lambda: _stolen(result))
+    _output.emit(state.json, doc, lambda: _stolen(_output.clean(result)))
 
 
 def _stolen(result: dict[str, Any]) -> str:
@@ -313,7 +315,7 @@ def log_(since: str | None) -> None:
         params["since"] = parse_since(since)
     result = state.call(_claims.LOG, params or None)
     entries = list((result or {}).get("entries") or [])
-    _output.emit(state.json, entries, lambda: render_log(entries))
+    _output.emit(state.json, entries, lambda: render_log(_output.clean(entries)))
 
 
 def render_log(entries: list[dict[str, Any]], home: str | None = None) -> str:

@@ -195,7 +195,7 @@ def list_(every: bool) -> None:
     params: dict[str, Any] = {"all": True} if every else {"session_id": state.require_session()}
     result = state.call("handoff.list", params)
     found = list(result.get("handoffs") or [])
-    _output.emit(state.json, found, lambda: render_list(found, every=every))
+    _output.emit(state.json, found, lambda: render_list(_output.clean(found), every=every))
 
 
 @handoff.command()
@@ -205,7 +205,7 @@ def show(handoff_id: int) -> None:
     """One handoff in full."""
     state = get_state()
     result = state.call("handoff.show", {"id": handoff_id})
-    _output.emit(state.json, result, lambda: render_handoff(result))
+    _output.emit(state.json, result, lambda: render_handoff(_output.clean(result)))
 
 
 def register(group: click.Group) -> None:

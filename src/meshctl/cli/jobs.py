@@ -44,7 +44,7 @@ def jobs() -> None:
     """
     state = get_state()
     result = state.call("job.list", {})
-    _output.emit(state.json, result, lambda: render_radar(result.get("jobs") or []))
+    _output.emit(state.json, result, lambda: render_radar(_output.clean(result.get("jobs") or [])))
 
 
 def _when(ev: dict[str, Any] | None) -> str:
@@ -173,7 +173,7 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
             critical = " (critical: recorded, shown by `meshctl jobs` and `sync`)"
             click.echo(
                 f"meshctl: job {name} deferred{critical if decl['critical'] else ''}:\n"
-                + _claims.held_lines(result),
+                + _claims.held_lines(_output.clean(result)),
                 err=True,
             )
             return held_exit

@@ -393,7 +393,9 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
         "timeout": timeout,
     }
     result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
-    _output.emit(state.json, result, lambda: render_answer(result, to))
+    _output.emit(
+        state.json, result, lambda: render_answer(_output.clean(result), _output.clean(to))
+    )
     return _output.EXIT_TEMPFAIL if result.get("timed_out") else _output.EXIT_OK
 
 
@@ -427,7 +429,7 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
         params["path"] = _claims.resolve(path)
     waited = (timeout if collect else 0) + state.mesh().timeout
     result = state.call("broadcast.send", params, timeout=waited)
-    _output.emit(state.json, result, lambda: render_broadcast(result))
+    _output.emit(state.json, result, lambda: render_broadcast(_output.clean(result)))
 
 
 # --- registration -----------------------------------------------------------------------

@@ -71,4 +71,4 @@ def list_(author: str | None, limit: int) -> None:
         params["author"] = author
     result = state.call("notes.list", params)
     entries = result.get("entries") or []
-    _output.emit(state.json, entries, lambda: render_list(entries, state.session))
+    _output.emit(state.json, entries, lambda: render_list(_output.clean(entries), state.session))

@@ -169,7 +169,7 @@ def run(
                 from meshctl.cli.claims import _with_branches
 
                 _with_branches(state, result.get("holders") or [])
-            click.echo(_claims.held_lines(result), err=True)
+            _output.say(_claims.held_lines(_output.clean(result)), err=True)
             return held_exit
         return guard.run(argv)
     finally:

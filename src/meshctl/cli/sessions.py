@@ -234,7 +234,9 @@ def active(all_profiles: bool, fresh: bool) -> None:
     if all_profiles:
         groups.extend(_other_profiles(state, _own_socket(state), fresh))
     flat = [s for _, group in groups for s in group]
-    _output.emit(state.json, flat, lambda: "\n".join(render_list(p, g) for p, g in groups))
+    _output.emit(
+        state.json, flat, lambda: "\n".join(render_list(p, _output.clean(g)) for p, g in groups)
+    )
 
 
 def _own_socket(state: State) -> Path | None:
@@ -253,7 +255,7 @@ def show(session_id: str) -> None:
     """Everything one session reported, and the claims it holds."""
     state = get_state()
     info = state.call("session.get", {"session_id": session_id})
-    _output.emit(state.json, info, lambda: render_one(info))
+    _output.emit(state.json, info, lambda: render_one(_output.clean(info)))
 
 
 # `sessions ask` lives with the other query commands; importing it costs only click.

@@ -113,7 +113,7 @@ def sync() -> None:
         "handoffs": for_me(handoffs.get("handoffs") or [], sid),
         "deferred_jobs": deferred_jobs(state),
     }
-    _output.emit(state.json, doc, lambda: render_sync(doc))
+    _output.emit(state.json, doc, lambda: render_sync(_output.clean(doc)))
 
 
 def register(group: click.Group) -> None:
