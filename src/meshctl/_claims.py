@@ -238,14 +238,19 @@ def holder_line(
         verb = "is editing"
     else:
         verb = "holds"
-    line = f"{who} {verb} {shown}"
+    return f"{who} {verb} {shown}{holder_tail(holder, now)}"
+
+
+def holder_tail(holder: Mapping[str, Any], now: float | None = None) -> str:
+    """What follows the key in :func:`holder_line`: `` (branch b) since 14:02 — why``."""
+    tail = ""
     if branch := holder.get("branch"):
-        line += f" (branch {branch})"
+        tail += f" (branch {branch})"
     if holder.get("since"):
-        line += f" since {clock(holder.get('since'), now)}"
+        tail += f" since {clock(holder.get('since'), now)}"
     if what := (holder.get("reason") or holder.get("task")):
-        line += f" — {what}"
-    return line
+        tail += f" — {what}"
+    return tail
 
 
 _PRESENT = {

@@ -459,3 +459,43 @@ class TestNoTerminalInjection:
         assert "\\u202e" in bidi.err
         assert esc.code == 1, esc
         assert "\x1b" not in esc.err
+
+
+class TestAnswersStateTheFacts:
+    """Issue 9.6 (CLI side): own handoffs are labelled as own; check says each thing once."""
+
+    def test_own_handoff_is_not_from_another_session(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        me = register(meshctl, daemon.env)
+        env = {**daemon.env, "MESH_SESSION": me}
+        written = ok(meshctl("handoff", "write", "done with auth", "--json", env=env)).json()
+
+        listed = ok(meshctl("handoff", "list", env=env))
+        shown = ok(meshctl("handoff", "show", str(written["id"]), env=env))
+
+        assert "[written by this session]" in listed.out
+        assert "[written by this session]" in shown.out
+        assert "another session of yours" not in listed.out + shown.out
+
+    def test_check_one_line_per_session(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        """Two claims of one holder: one held line; 8 sessions working there: 5 and a count."""
+        holder = register(meshctl, daemon.env)
+        for name in ("a.py", "b.py"):
+            ok(meshctl("claim", str(short_tmp / name), env={**daemon.env, "MESH_SESSION": holder}))
+        for n in range(8):
+            params = {"task": f"w{n}", "cwd": str(short_tmp), "liveness": "heartbeat"}
+            daemon.call("session.register", params)
+
+        run = meshctl("check", str(short_tmp), env=daemon.env)
+        lines = run.out.splitlines()
+
+        assert run.code == 75, run
+        assert len(lines) == len(set(lines)), run.out
+        held = [line for line in lines if line.startswith("held:")]
+        assert len(held) == 1
+        assert held[0].startswith(f"held: {holder} holds 2 claims here: {short_tmp}/a.py, ")
+        assert len([line for line in lines if line.startswith("notice:")]) == 6
+        assert lines[-1] == "notice: … and 3 more session(s) working there (--json lists them)"

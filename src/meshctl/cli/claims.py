@@ -158,17 +158,54 @@ def check(resources: tuple[str, ...], all_profiles: bool) -> int:
     return _output.EXIT_TEMPFAIL if result.get("status") == "held" else _output.EXIT_OK
 
 
+#: Sessions merely working in the place are listed up to this many, then counted.
+MAX_PRESENT = 5
+
+
 def render_check(keys: list[str], result: dict[str, Any], home: str | None = None) -> str:
-    """What ``check`` prints: held lines, then notices, or that the place is free."""
-    lines = [f"held: {_claims.holder_line(c, home)}" for c in result.get("claims") or []]
-    lines += [f"notice: {_claims.present_line(p, home)}" for p in result.get("present") or []]
+    """What ``check`` prints: one ``held`` line per conflicting session, then notices.
+
+    A holder of several overlapping claims gets one line naming them; a session
+    that holds claims is not listed again as merely present; present sessions are
+    listed up to :data:`MAX_PRESENT`, the rest counted. The daemon's ``warnings``
+    repeat the claims and present sessions as sentences, for clients without a
+    renderer of their own; they are not printed again.
+    """
+    holders = _by_session(result.get("claims") or [])
+    lines = [f"held: {_held_by(claims, home)}" for claims in holders.values()]
+    present = [p for p in result.get("present") or [] if p.get("session_id") not in holders]
+    lines += [f"notice: {_claims.present_line(p, home)}" for p in present[:MAX_PRESENT]]
+    if len(present) > MAX_PRESENT:
+        more = len(present) - MAX_PRESENT
+        lines.append(f"notice: … and {more} more session(s) working there (--json lists them)")
     for c in result.get("elsewhere") or []:
         lines.append(f"notice: in profile {c.get('profile')}, {_claims.holder_line(c, home)}")
-    lines += [f"notice: {w}" for w in result.get("warnings") or []]
     if not lines:
         shown = ", ".join(_claims.show_resource(k, home) for k in keys)
         return f"free: no other session claims or works on {shown}"
     return "\n".join(lines)
+
+
+def _by_session(claims: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Claims grouped by holding session, in the order the daemon gave them."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for claim in claims:
+        groups.setdefault(str(claim.get("session_id") or "?"), []).append(claim)
+    return groups
+
+
+def _held_by(claims: list[dict[str, Any]], home: str | None, shown: int = 3) -> str:
+    """One session's overlapping claims as one sentence (the first claim's, keys joined)."""
+    if len(claims) == 1:
+        return _claims.holder_line(claims[0], home)
+    keys = [_claims.show_resource(str(c.get("resource") or ""), home) for c in claims]
+    listed = ", ".join(keys[:shown]) + (
+        f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    )
+    reasons = {c.get("reason") for c in claims}
+    first = {**claims[0], "reason": reasons.pop() if len(reasons) == 1 else ""}
+    who = first.get("session_id") or "another session"
+    return f"{who} holds {len(claims)} claims here: {listed}{_claims.holder_tail(first)}"
 
 
 def _with_branches(state: State, holders: list[dict[str, Any]]) -> None:

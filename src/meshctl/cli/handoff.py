@@ -71,7 +71,7 @@ class VariadicCommand(click.Command):
 # --- rendering (pure) -------------------------------------------------------------------
 
 
-def summary_line(h: Handoff, width: int = 80) -> str:
+def summary_line(h: Handoff, width: int = 80, me: str | None = None) -> str:
     """One handoff in a listing: id, frame, addressee, time, the summary's first line."""
     first = str(h.get("summary") or "").splitlines()[0:1]
     text = first[0] if first else ""
@@ -84,14 +84,15 @@ def summary_line(h: Handoff, width: int = 80) -> str:
     if steps := h.get("next_steps"):
         extra.append(f"{len(steps)} next step(s)")
     more = f" ({', '.join(extra)})" if extra else ""
-    who = label(str(h.get("from", "?")))
+    who = label(str(h.get("from", "?")), me)
     return f"- #{h.get('id')} {who}{to}, {h.get('created_at')}: {text}{more}"
 
 
-def render_handoff(h: Handoff) -> str:
+def render_handoff(h: Handoff, me: str | None = None) -> str:
     """A whole handoff for ``show`` and ``request``."""
     to = f" for {h['to']}" if h.get("to") else " for whoever comes next"
-    lines = [f"Handoff #{h.get('id')} {label(str(h.get('from', '?')))}{to}, {h.get('created_at')}:"]
+    who = label(str(h.get("from", "?")), me)
+    lines = [f"Handoff #{h.get('id')} {who}{to}, {h.get('created_at')}:"]
     lines.append(indent(str(h.get("summary") or "")))
     if files := h.get("files"):
         lines.append("  files: " + ", ".join(str(f) for f in files))
@@ -103,11 +104,11 @@ def render_handoff(h: Handoff) -> str:
     return "\n".join(lines)
 
 
-def render_list(handoffs: Sequence[Handoff], *, every: bool) -> str:
+def render_list(handoffs: Sequence[Handoff], *, every: bool, me: str | None = None) -> str:
     if not handoffs:
         return "No handoffs." if every else "No handoffs for you, by you, or unaddressed."
     head = "Handoffs:" if every else "Handoffs (for you, by you, unaddressed), newest first:"
-    return "\n".join([head, *(summary_line(h) for h in handoffs)])
+    return "\n".join([head, *(summary_line(h, me=me) for h in handoffs)])
 
 
 def render_request(result: Mapping[str, Any], to: str) -> str:
@@ -195,7 +196,9 @@ def list_(every: bool) -> None:
     params: dict[str, Any] = {"all": True} if every else {"session_id": state.require_session()}
     result = state.call("handoff.list", params)
     found = list(result.get("handoffs") or [])
-    _output.emit(state.json, found, lambda: render_list(_output.clean(found), every=every))
+    _output.emit(
+        state.json, found, lambda: render_list(_output.clean(found), every=every, me=state.session)
+    )
 
 
 @handoff.command()
@@ -205,7 +208,7 @@ def show(handoff_id: int) -> None:
     """One handoff in full."""
     state = get_state()
     result = state.call("handoff.show", {"id": handoff_id})
-    _output.emit(state.json, result, lambda: render_handoff(_output.clean(result)))
+    _output.emit(state.json, result, lambda: render_handoff(_output.clean(result), state.session))
 
 
 def register(group: click.Group) -> None:

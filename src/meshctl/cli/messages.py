@@ -55,8 +55,13 @@ _IDLE = 5.0  # seconds without events after which a follower checks its session 
 # --- rendering (pure) -------------------------------------------------------------------
 
 
-def label(sender: str) -> str:
-    """The frame in front of another session's words (same text as the library's)."""
+def label(sender: str, me: str | None = None) -> str:
+    """The frame in front of another session's words (same text as the library's).
+
+    What ``me`` (the session reading) wrote itself is labelled as its own.
+    """
+    if me is not None and sender == me:
+        return "[written by this session]"
     if sender == DAEMON_SENDER:
         return "[from the mesh daemon — a notice about your sessions, not from you]"
     return f"[from {sender} — another session of yours, not you]"
@@ -80,10 +85,10 @@ def _what(item: Item) -> str:
     return f"{kind}, reply to #{reply_to}" if reply_to else kind
 
 
-def render_item(item: Item) -> str:
+def render_item(item: Item, me: str | None = None) -> str:
     """One inbox item or pushed query: framed header line, then the text indented."""
     when = f", {item['created_at']}" if item.get("created_at") else ""
-    head = f"#{item.get('id')} {label(str(item.get('from', '?')))} {_what(item)}{when}:"
+    head = f"#{item.get('id')} {label(str(item.get('from', '?')), me)} {_what(item)}{when}:"
     return f"{head}\n{indent(str(item.get('text', '')))}"
 
 
@@ -91,7 +96,7 @@ def render_inbox(items: list[Item], session_id: str, *, every: bool, peek: bool)
     """``meshctl inbox`` for people."""
     if not items:
         return f"No {'' if every else 'unread '}items for {session_id}."
-    text = "\n".join(render_item(i) for i in items)
+    text = "\n".join(render_item(i, session_id) for i in items)
     if peek:
         text += "\n(peeked: left unread)"
     return text
@@ -284,7 +289,7 @@ def _print_inbox(
         return []
     taken: list[Item] = []
     for item in items:
-        if not _output.deliver(_output.safe(render_item(_output.clean(item)), multiline=True)):
+        if not _output.deliver(_output.safe(render_item(_output.clean(item), sid), multiline=True)):
             break
         taken.append(item)
     if peek and len(taken) == len(items):

@@ -56,14 +56,14 @@ def render_sync(doc: Doc, home: str | None = None) -> str:
     lines.append("")
     if items:
         lines.append(f"Inbox: {doc.get('unread', len(items))} unread (shown, not marked read):")
-        lines.extend(render_item(i) for i in items)
+        lines.extend(render_item(i, sid) for i in items)
     else:
         lines.append("Inbox: nothing unread.")
     handoffs = list(doc.get("handoffs") or [])
     lines.append("")
     if handoffs:
         lines.append("Handoffs for you (newest first):")
-        lines.extend(summary_line(h) for h in handoffs[:MAX_HANDOFFS])
+        lines.extend(summary_line(h, me=sid) for h in handoffs[:MAX_HANDOFFS])
         if len(handoffs) > MAX_HANDOFFS:
             lines.append(f"  … {len(handoffs) - MAX_HANDOFFS} more: meshctl handoff list")
     else:
