@@ -34,23 +34,11 @@ def session(**fields: Any) -> dict[str, Any]:
 
 
 class TestDescribe:
-    def test_spec_example_first_line(self) -> None:
-        """A working session shows task, folder with ~, branch, status and activity, age."""
-        s = session(
-            task="refactor auth",
-            cwd="/home/u/project",
-            branch="feat/auth",
-            status="tool-running",
-            activity="running tests",
-            age_s=3.4,
-        )
+    def test_process_session_shows_idle_time(self) -> None:
+        """A process session's line ends in its idle time, not the heartbeat age."""
+        s = session(task="shell", liveness="process", status="idle", age_s=1, idle_s=300)
 
-        line = describe(s, HOME)
-
-        assert line == (
-            "- cli:20261129-1f3a9c — refactor auth, in ~/project, branch feat/auth, "
-            "status: tool-running (running tests), 3s ago"
-        )
+        assert describe(s, HOME) == "- cli:20261129-1f3a9c — shell, status: idle, idle 5m"
 
     def test_no_cwd_no_branch(self) -> None:
         """Unknown folder and branch are left out, not printed as None."""

@@ -145,10 +145,11 @@ class TestActingForASession:
 
 class TestStale:
     def test_fresh_hides_stale(self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv) -> None:
-        """A session past stale_after is shown marked [stale], and hidden by --fresh."""
+        """A heartbeat session past stale_after is shown marked [stale], and hidden by --fresh."""
         mesh_env.write_config("[defaults]\nstale_after = 0.5\n")
         ok(meshctl("daemon", "reload", env=daemon.env))
-        sid = ok(meshctl("register", "--task", "slow", env=daemon.env)).out.strip()
+        register = ("register", "--task", "slow", "--liveness", "heartbeat")
+        sid = ok(meshctl(*register, env=daemon.env)).out.strip()
 
         def stale() -> bool:
             found = ok(meshctl("sessions", "active", "--json", env=daemon.env)).json()
@@ -163,6 +164,51 @@ class TestStale:
         assert human.out.rstrip().endswith("  [stale]")
         assert fresh.json() == []
         assert fresh_human.out == "No active sessions (profile test).\n"
+
+    def test_process_session_is_never_stale(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """A shell registered with ``meshctl register`` (liveness process) stays fresh past
+        stale_after while its process lives (SPEC §4): no [stale], kept by --fresh, and
+        its line shows how long it has been idle."""
+        mesh_env.write_config("[defaults]\nstale_after = 0.3\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        sid = ok(meshctl("register", "--task", "shell", env=daemon.env)).out.strip()
+        heartbeat = ok(
+            meshctl("register", "--task", "hb", "--liveness", "heartbeat", env=daemon.env)
+        )
+        other = heartbeat.out.strip()
+
+        def listed() -> list[dict[str, Any]]:
+            return ok(meshctl("sessions", "active", "--json", env=daemon.env)).json()  # type: ignore[no-any-return]
+
+        wait_for(lambda: any(s["session_id"] == other and s["stale"] for s in listed()), "stale")
+        mine = next(s for s in listed() if s["session_id"] == sid)
+        fresh = ok(meshctl("sessions", "active", "--fresh", "--json", env=daemon.env)).json()
+        human = ok(meshctl("sessions", "active", env=daemon.env)).out
+
+        assert mine["stale"] is False
+        assert mine["idle_s"] >= mine["age_s"] >= 0.3
+        assert [s["session_id"] for s in fresh] == [sid]
+        line = next(x for x in human.splitlines() if sid in x)
+        assert "[stale]" not in line
+        assert ", idle " in line
+
+    def test_activity_is_kept_and_shown(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """SPEC §9's "status: tool-running (running tests)": the activity a heartbeat
+        reports is kept by the daemon and printed; a new status clears it."""
+        sid = ok(meshctl("register", "--task", "refactor auth", env=daemon.env)).out.strip()
+        beat = {"session_id": sid, "status": "tool-running", "activity": "running tests"}
+        assert "result" in daemon.call("session.heartbeat", beat)
+
+        shown = ok(meshctl("sessions", "show", sid, "--json", env=daemon.env)).json()
+        human = ok(meshctl("sessions", "active", env=daemon.env)).out
+        assert "result" in daemon.call("session.heartbeat", {"session_id": sid, "status": "idle"})
+        after = ok(meshctl("sessions", "show", sid, "--json", env=daemon.env)).json()
+
+        assert shown["activity"] == "running tests"
+        assert "status: tool-running (running tests)" in human
+        assert after["activity"] == ""
 
 
 class TestDaemonCommands:

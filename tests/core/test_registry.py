@@ -106,6 +106,25 @@ class TestHeartbeatLiveness:
         assert registry.is_stale(s, clock.monotonic())
         assert registry.due() == []
 
+    def test_process_session_is_never_stale(self, registry: Registry, clock: ManualClock) -> None:
+        """A process session lives with its process: silence makes it idle, not stale."""
+        s, _ = registry.register(reg(session_id="p", liveness="process", pid=1, pid_start=1))
+        clock.advance(3600)
+
+        assert not registry.is_stale(s, clock.monotonic())
+        assert registry.due() == []
+
+    def test_activity_kept_until_the_status_changes(self, registry: Registry) -> None:
+        registry.register(reg(session_id="a"))
+
+        s = registry.heartbeat("a", Report(status="tool-running", activity="running tests"))
+        kept = s.activity
+        registry.heartbeat("a", Report(task="same status"))
+        still = s.activity
+        registry.heartbeat("a", Report(status="thinking"))
+
+        assert (kept, still, s.activity) == ("running tests", "running tests", "")
+
     def test_expires_after_expire_after(self, registry: Registry, clock: ManualClock) -> None:
         """No heartbeat for expire_after: due for expiry."""
         registry.register(reg(session_id="a"))

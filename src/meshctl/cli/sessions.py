@@ -21,6 +21,9 @@ Decisions:
   (``age_s``; its clock, not ours), in the largest whole unit: 3s, 2m, 1h, 2d;
 - a stale session (no heartbeat for ``stale_after``) ends in ``  [stale]``;
   ``--fresh`` leaves stale sessions out;
+- a ``process`` session is never stale while its process lives (SPEC §4): its
+  line ends in how long it has been idle (``idle_s``, from its last activity),
+  ``idle 5m``, instead of the heartbeat age;
 - other profiles (``--all-profiles``) get a header of their own each;
 - nothing live: the single line ``No active sessions (profile X).``
 
@@ -63,7 +66,10 @@ def describe(session: Session, home: str | None = None) -> str:
         parts.append(f"status: {status} ({activity})" if activity else f"status: {status}")
     if rank := ranked(session):
         parts.append(rank)
-    parts.append(f"{_output.format_age(float(session.get('age_s') or 0))} ago")
+    if session.get("liveness") == "process" and "idle_s" in session:
+        parts.append(f"idle {_output.format_age(float(session.get('idle_s') or 0))}")
+    else:
+        parts.append(f"{_output.format_age(float(session.get('age_s') or 0))} ago")
     line = f"- {session.get('session_id', '?')} — {', '.join(parts)}"
     return f"{line}  [stale]" if session.get("stale") else line
 

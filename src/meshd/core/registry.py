@@ -82,6 +82,7 @@ class Session(msgspec.Struct, kw_only=True, gc=False):
     rank: int = 0  # set by a person only (SPEC §5b): waiters are served highest first
     rank_by: str | None = None
     rank_at: float | None = None
+    activity: str = ""
 
     def pids(self) -> list[tuple[int, int | None]]:
         """Every (pid, start time) this session lives with."""
@@ -216,6 +217,11 @@ class Registry:
             heapq.heappush(self._heap, (d, s.session_id))
 
     def is_stale(self, s: Session, now_mono: float) -> bool:
+        """No heartbeat for ``stale_after`` -- for ``heartbeat`` sessions only: a
+        ``process`` session lives exactly as long as its process, so it is never
+        stale while it is listed (SPEC §4); listings show its idle time instead."""
+        if s.liveness == "process":
+            return False
         return now_mono - s.last_hb_mono > self.settings.stale_after
 
     # --- commands ----------------------------------------------------------------
@@ -326,8 +332,12 @@ class Registry:
 
     @staticmethod
     def _apply(s: Session, r: Report) -> bool:
+        """Apply a report. ``activity`` says what the current status is about
+        ("running tests"), so a new status without one clears it."""
         changed = False
-        for name in ("status", "task", "cwd", "repo", "branch", "worktree", "tools"):
+        if r.status is not None and r.status != s.status and r.activity is None:
+            s.activity = ""
+        for name in ("status", "task", "cwd", "repo", "branch", "worktree", "tools", "activity"):
             value = getattr(r, name)
             if value is not None and value != getattr(s, name):
                 setattr(s, name, value)

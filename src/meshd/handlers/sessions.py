@@ -179,6 +179,7 @@ class SessionHandlers(Domain):
             accept_queries=s.accept_queries, accept_messages=s.accept_messages,
             rank=s.rank, rank_by=s.rank_by,
             rank_at=None if s.rank_at is None else rfc3339(s.rank_at),
+            activity=s.activity, idle_s=round(max(0.0, now_wall - s.last_activity), 3),
         )  # fmt: skip
 
     def list(self, p: m.ListParams, conn: Conn) -> m.ListResult:

@@ -236,6 +236,8 @@ class SessionInfo(Result):
     rank: int = 0
     rank_by: str | None = None
     rank_at: str | None = None
+    activity: str = ""
+    idle_s: float = 0.0
 
 
 class ListParams(Params):
