@@ -125,12 +125,14 @@ class TestActingForASession:
 
         beat = ok(meshctl("heartbeat", "--status", "tool-running", "--task", "second", env=env))
         shown = ok(meshctl("sessions", "show", sid, "--json", env=env)).json()
+        ok(meshctl("claim", "res:a", "port:8080", env=env))
         ended = ok(meshctl("end", "--handoff", "left it green", "--json", env=env)).json()
         after = ok(meshctl("sessions", "active", "--json", env=env)).json()
 
         assert beat.out == ""
         assert (shown["status"], shown["task"]) == ("tool-running", "second")
         assert ended["ended"] is True
+        assert sorted(ended["released"]) == ["port:8080", "res:a"]
         assert ended["session_id"] == sid
         assert [s["session_id"] for s in after] == []
 

@@ -274,3 +274,25 @@ class TestPresence:
         registry.end("a")
         assert registry.present_at("/srv/two/x") == []
         assert registry.places == {}
+
+    def test_recently_changed_files_make_a_session_present(
+        self, registry: Registry, clock: ManualClock
+    ) -> None:
+        """SPEC §5: a session that changed the file (or files under the folder) is
+        present there for RECENT_CHANGE seconds, wherever its cwd is."""
+        from meshd.core.registry import RECENT_CHANGE
+
+        registry.register(reg(session_id="w", cwd="/elsewhere"))
+        registry.changed("w", ["/p/src/a.py", "/p/src/b.py"])
+
+        at_file = [
+            (s.session_id, why, where) for s, why, where in registry.present_at("/p/src/a.py")
+        ]
+        at_folder = {where for _, _, where in registry.present_at("/p")}
+        beside = registry.present_at("/p/srcx")
+        clock.advance(RECENT_CHANGE + 1)
+
+        assert at_file == [("w", "changed", "/p/src/a.py")]
+        assert at_folder == {"/p/src/a.py", "/p/src/b.py"}
+        assert beside == []
+        assert registry.present_at("/p/src/a.py") == []

@@ -246,6 +246,30 @@ class TestLoss:
         assert actions == ["grant", "steal", "grant"]
 
 
+class TestCheck:
+    def test_present_includes_recent_changes(self, c: Client, tree: Path) -> None:
+        """b works elsewhere but just changed a file under the path: it is present."""
+        c.call("session.register", session_id="w")  # no cwd: present only by its change
+        changed = tree / "src" / "a.py"
+        c.call("board.changed", session_id="w", paths=[str(changed)])
+
+        r = c.call("claim.check", session_id="a", resources=[str(tree / "src")])
+
+        assert r["status"] == "free"
+        assert [(p["session_id"], p["why"], p["path"]) for p in r["present"]] == [
+            ("w", "changed", str(changed.resolve()))
+        ]
+        assert any("w recently changed" in w for w in r["warnings"])
+
+    def test_all_profiles_is_not_a_param(self, c: Client) -> None:
+        """The daemon answers for its own profile; the CLI asks each daemon (decided:
+        removed from the schema rather than accepted and ignored)."""
+        reply = c.raw("claim.check", resources=["res:x"], all_profiles=True)
+
+        assert reply["error"]["code"] == -32602
+        assert "all_profiles" in reply["error"]["message"]
+
+
 class TestLossNotices:
     """A holder that was not listening learns of each loss from its inbox (SPEC §5), and
     its heartbeat reports the loss with ``lost_after`` (how a library handle learns it)."""
@@ -335,6 +359,32 @@ class TestRestart:
         assert held["status"] == "held"
         assert new["token"] > max(tokens)
         assert valid["valid"] is True
+
+    def test_audit_log_is_pruned_by_history_days(
+        self, daemon: DaemonHandle, c: Client, mesh_env: MeshEnv
+    ) -> None:
+        """Audit rows older than history_days go at the daemon's next prune (SPEC §2)."""
+        import sqlite3
+
+        c.call("claim.acquire", session_id="a", resources=["res:old"])
+        c.call("claim.acquire", session_id="a", resources=["res:new"])
+        c.close()
+        daemon.stop()
+        with sqlite3.connect(mesh_env.state_dir / "test.sqlite3") as db:
+            db.execute("UPDATE audit SET at = at - 31 * 86400 WHERE resource = 'res:old'")
+        daemon.start()  # its first sweep prunes
+
+        def logged() -> set[str]:
+            return {e["resource"] for e in rpc_result(daemon, "audit.log")["entries"]}
+
+        wait_for(lambda: "res:old" not in logged())
+        assert logged() == {"res:new"}
+
+
+def rpc_result(daemon: DaemonHandle, method: str, **params: Any) -> Any:
+    reply = daemon.call(method, params)
+    assert "result" in reply, reply
+    return reply["result"]
 
 
 def test_disabled_mesh_grants_as_a_no_op(mesh_env: MeshEnv) -> None:

@@ -17,6 +17,7 @@ import math
 import os
 import re
 from collections import OrderedDict
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
 
@@ -35,6 +36,10 @@ MAX_TOOL_NAME = 64
 MAX_SHORT = 128
 MAX_PATH = 4096
 ENDED_MEMORY = 10_000
+#: Seconds a changed file keeps its writer "present" at it for ``claim.check`` (SPEC §5).
+RECENT_CHANGE = 1800.0
+#: Changed files remembered before the old ones are swept out.
+CHANGED_CAP = 4096
 _END_TEXT: dict[str, str] = {
     "ended": "ended",
     "expired": "expired: no heartbeat in time",
@@ -196,6 +201,9 @@ class Registry:
         self.bound: dict[int, set[str]] = {}  # conn_id -> sessions bound to it
         self.places: dict[str, set[str]] = {}  # cwd or repo -> sessions working there
         self._place_list: list[str] = []  # the keys of places, sorted
+        self._changed: dict[str, dict[str, float]] = {}  # changed file -> {session: mono}
+        self._changed_list: list[str] = []  # its keys, sorted
+        self._changed_cap = CHANGED_CAP
         self._heap: list[tuple[float, str]] = []
         self._ids = 0
 
@@ -451,9 +459,10 @@ class Registry:
                     del self._place_list[i]
 
     def present_at(self, path: str) -> list[tuple[Session, str, str]]:
-        """Sessions working at ``path``: their cwd or repo contains it, or lies under it.
+        """Sessions working at ``path``: their cwd or repo contains it, or lies under it,
+        or they recently changed it or files under it (:meth:`changed`).
 
-        (session, "cwd"|"repo", where). The ancestors are looked up in an index of
+        (session, "cwd"|"repo"|"changed", where). The ancestors are looked up in an index of
         places and the places under ``path`` found by bisection in their sorted
         list, so the cost follows the path's depth and the hits, not the number of
         sessions.
@@ -470,6 +479,49 @@ class Registry:
         i = bisect.bisect_left(self._place_list, below)
         while i < len(self._place_list) and self._place_list[i].startswith(below):
             out.extend(self._at(self._place_list[i]))
+            i += 1
+        out.extend(self._changed_under(path))
+        return out
+
+    def changed(self, sid: str, paths: Iterable[str]) -> None:
+        """``sid`` changed these files (canonical): it counts as present at each of them
+        for :data:`RECENT_CHANGE` seconds (SPEC §5 ``claim.check``)."""
+        now = self.clock.monotonic()
+        for path in paths:
+            who = self._changed.get(path)
+            if who is None:
+                who = self._changed[path] = {}
+                bisect.insort(self._changed_list, path)
+            who[sid] = now
+        if len(self._changed_list) > self._changed_cap:
+            self._forget_changes(now)
+
+    def _forget_changes(self, now: float) -> None:
+        """Drop changes older than the window (and of gone sessions); raise the cap
+        if what is left is still over it, so this runs rarely."""
+        for path in list(self._changed):
+            who = self._changed[path]
+            for sid in [s for s, t in who.items() if now - t > RECENT_CHANGE]:
+                del who[sid]
+            if not who:
+                del self._changed[path]
+        self._changed_list = sorted(self._changed)
+        self._changed_cap = max(CHANGED_CAP, 2 * len(self._changed_list))
+
+    def _changed_under(self, path: str) -> list[tuple[Session, str, str]]:
+        """Live sessions that recently changed ``path`` or a file under it."""
+        now = self.clock.monotonic()
+        out = []
+        i = bisect.bisect_left(self._changed_list, path)
+        below = path + "/" if path != "/" else "/"
+        while i < len(self._changed_list):
+            where = self._changed_list[i]
+            if where != path and not where.startswith(below):
+                break
+            for sid, at in self._changed.get(where, {}).items():
+                s = self.sessions.get(sid)
+                if s is not None and now - at <= RECENT_CHANGE:
+                    out.append((s, "changed", where))
             i += 1
         return out
 

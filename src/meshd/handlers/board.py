@@ -155,6 +155,7 @@ class BoardHandlers(Domain):
         for project, keys in by_project.items():
             whom = self._recipients(p.session_id, list(keys.values()))
             out = self.board.report(p.session_id, project, list(keys), p.summary, whom)
+            st.registry.changed(p.session_id, keys)
             recorded += len(out.changes)
             if out.notice is not None:
                 self._publish([out.notice])

@@ -78,7 +78,11 @@ class ClaimHandlers(Domain):
         svc.add(spec["audit.log"], self.audit, is_async=True)
 
     def prune(self, history_days: float) -> None:
-        self.svc.state.prune_losses()  # recent losses of sessions that are gone
+        """The audit log older than ``history_days`` (SPEC §2), and the recent losses
+        of sessions that are gone."""
+        cutoff = self.svc.clock.now() - history_days * 86400
+        self.svc.state.writes.append(("audit.prune", cutoff))
+        self.svc.state.prune_losses()
 
     def restore(self, db: sqlite3.Connection) -> None:
         """Claims of restored sessions come back; tokens resume above every stored block."""
@@ -352,7 +356,9 @@ class ClaimHandlers(Domain):
         present = self._present(keys, p.session_id)
         warnings = [self.warning(c) for c in found]
         warnings += [
-            f"{x.session_id} is working in {x.path}"
+            f"{x.session_id} "
+            + ("recently changed " if x.why == "changed" else "is working in ")
+            + x.path
             + (f" (branch {x.branch})" if x.branch else "")
             + (f" — {x.task}" if x.task else "")
             for x in present

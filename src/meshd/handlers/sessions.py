@@ -117,11 +117,14 @@ class SessionHandlers(Domain):
             mb.forget(writes)
             raise
         svc.state.events.extend(Event(*push) for push in pushes)
-        svc.end_session(p.session_id, "ended")
+        released = [c.resource for c in svc.state.claims.list_claims(p.session_id)]
+        svc.end_session(p.session_id, "ended")  # releases exactly what it held
         # The end is stored; what it sets off (releases, grants to waiters) follows in
         # the background, kept by the store until the disk takes it.
         svc.flush_background()
-        return m.EndResult(session_id=p.session_id, ended=True, handoff_id=handoff_id)
+        return m.EndResult(
+            session_id=p.session_id, ended=True, released=released, handoff_id=handoff_id
+        )
 
     async def prioritize(self, p: m.PrioritizeParams, conn: Conn) -> m.PrioritizeResult:
         """Store the rank first, then apply it: re-ordering may grant waits, which

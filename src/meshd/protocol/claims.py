@@ -117,14 +117,13 @@ class ClaimReleaseResult(Result):
 class ClaimCheckParams(Params):
     """Who else is on these keys or this path? ``session_id`` leaves out the caller's family.
 
-    ``all_profiles`` is accepted for symmetry with the CLI flag but the daemon only
-    answers for its own profile: the CLI asks each visible profile's daemon itself,
-    passing ``for_profile`` so each can say whether the caller may see it.
+    A daemon answers for its own profile only: ``meshctl check --all-profiles`` asks
+    each visible profile's daemon itself, passing ``for_profile`` so each can say
+    whether the caller may see it (there is no ``all_profiles`` param).
     """
 
     resources: Resources
     session_id: SessionId | None = None
-    all_profiles: bool = False
     broad: bool = True
     for_profile: str | None = None
 

@@ -35,6 +35,7 @@ WRITERS: dict[str, Writer] = {
     "session.end": sessions.write_end,
     "meta.set": sessions.write_meta,
     "claim.audit": claims.write_audit,
+    "audit.prune": claims.prune_audit,
     "fencing.reserve": claims.write_fencing,
     "message.put": messages.write_message,
     "message.state": messages.write_state,
