@@ -155,6 +155,7 @@ class Service:
             try:
                 await self.store.commit(d.writes)
             except BaseException as exc:
+                self.state.forget(d.writes)  # never acknowledged, so never there
                 self._after_commit(d, exc)
                 raise
         self._after_commit(d, None)

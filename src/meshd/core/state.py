@@ -123,6 +123,15 @@ class MeshState:
         recent.append(event)  # type: ignore[arg-type]  # every kind but granted is a loss
         return event
 
+    def forget(self, refused: list[Write]) -> None:
+        """Writes the disk refused in a foreground commit: forget the items they
+        created (a steal that is given back must not leave its loss notice behind)."""
+        self.mailbox.forget(refused)
+        gone = {w[1].id for w in refused if w[0] == "message.put"}
+        for sid, recent in self.losses.items():
+            if any(e.id in gone for e in recent):
+                self.losses[sid] = deque((e for e in recent if e.id not in gone), RECENT_LOSSES)
+
     def losses_after(self, sid: str, after: int) -> list[ClaimLoss]:
         """``sid``'s recent claim losses whose inbox notice id is above ``after``."""
         return [e for e in self.losses.get(sid, ()) if (e.id or 0) > after]
