@@ -28,9 +28,8 @@ from meshd.protocol.errors import (
     ProfileMismatch,
     error_from_wire,
 )
+from meshd.protocol.framing import MAX_FRAME, frame_too_large
 
-#: Largest request frame the daemon reads (newline included): 1 MiB.
-MAX_FRAME: Final = 1 << 20
 #: Largest reply line the client accepts; listings can outgrow a request.
 MAX_REPLY: Final = 64 << 20
 #: The protocol major version this client speaks.
@@ -151,12 +150,14 @@ class Protocol:
 
 
 def check_frame(frame: bytes, method: str) -> None:
-    """Refuse a frame the daemon would refuse, before sending a byte of it."""
-    if len(frame) > MAX_FRAME:
+    """Refuse a frame the daemon would refuse, before sending a byte of it (``frame``
+    ends with its newline, which the limit does not count)."""
+    size = len(frame) - 1
+    if frame_too_large(size):
         raise FrameTooLarge(
-            f"request {method} is {len(frame)} bytes, over the 1 MiB frame limit: "
+            f"request {method} is {size} bytes, over the 1 MiB frame limit: "
             "send less per call (split the text or the list)",
-            {"size": len(frame), "limit": MAX_FRAME},
+            {"size": size, "limit": MAX_FRAME},
         )
 
 

@@ -55,10 +55,10 @@ def find_socket(profile: str, explicit: str | os.PathLike[str] | None = None) ->
     """The socket to try: explicit, else ours if it exists, else the recorded one, else ours."""
     from pathlib import Path
 
-    return Path(_find_socket(profile, explicit))
+    return Path(find_socket_str(profile, explicit))
 
 
-def _find_socket(profile: str, explicit: str | os.PathLike[str] | None) -> str:
+def find_socket_str(profile: str, explicit: str | os.PathLike[str] | None) -> str:
     """:func:`find_socket` on strings (no pathlib on the connect path)."""
     if explicit:
         return trust.check_absolute(os.fspath(explicit), "socket")
@@ -135,7 +135,7 @@ def _ping(sock: socket.socket) -> bool:
 def daemon_running(profile: str, socket_path: str | os.PathLike[str] | None = None) -> bool:
     """Whether a daemon answers for ``profile``; never starts one."""
     try:
-        sock = _connect(_find_socket(profile, socket_path), 2.0)
+        sock = _connect(find_socket_str(profile, socket_path), 2.0)
     except MeshUnavailable:
         return False
     if sock is None:
@@ -154,7 +154,7 @@ def connect_or_start(
 
     Raises MeshUnavailable with a sentence saying what to do when there is none.
     """
-    path = _find_socket(profile, socket_path)
+    path = find_socket_str(profile, socket_path)
     sock = _connect(path, timeout)
     if sock is not None:
         return sock
@@ -166,7 +166,7 @@ def connect_or_start(
         )
     with _spawn_lock(profile):
         # Another client may have started it while we waited for the lock.
-        path = _find_socket(profile, socket_path)
+        path = find_socket_str(profile, socket_path)
         sock = _connect(path, timeout)
         if sock is not None:
             return sock
@@ -303,7 +303,7 @@ def _wait_ready(
     delay = 0.005
     while time.monotonic() < deadline:
         exited = proc is not None and proc.poll() is not None
-        sock = _connect(_find_socket(profile, socket_path), timeout)
+        sock = _connect(find_socket_str(profile, socket_path), timeout)
         if sock is not None:
             if _ping(sock):
                 return sock

@@ -196,7 +196,8 @@ class Mesh:
             rid, frame = self._proto.request("mesh.info")
             self._send(frame)
             info = self._read(rid, self.timeout).unwrap()
-            _conn.check_daemon(info, sock.getpeername() or str(self.socket_path), self.profile)
+            where = _spawn.find_socket_str(self.profile, self.socket_path)
+            _conn.check_daemon(info, where, self.profile)
         except _Stale:
             self._drop()
             raise MeshUnavailable(

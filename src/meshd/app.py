@@ -235,6 +235,7 @@ class Daemon:
         while True:
             await anyio.sleep(SWEEP_INTERVAL)
             self.service.sweep()
+            self.server.close_idle()
             tick += SWEEP_INTERVAL
             if tick >= self.state.settings.snapshot_interval:
                 tick = 0.0

@@ -45,6 +45,8 @@ class Overrides(Struct, forbid_unknown_fields=True, kw_only=True):
     max_body_bytes: PosInt | UnsetType = UNSET
     snapshot_interval: Pos | UnsetType = UNSET
     history_days: Pos | UnsetType = UNSET
+    max_connections: PosInt | UnsetType = UNSET
+    idle_timeout: Pos | UnsetType = UNSET
 
 
 class _Job(Struct, forbid_unknown_fields=True, kw_only=True):

@@ -41,12 +41,13 @@ import logging
 import os
 import select
 import socket
+import time
 
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketListener, TaskGroup, UNIXSocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
-from meshd.protocol.errors import INVALID_REQUEST, Forbidden
+from meshd.frames import FrameReader, FrameTooLong, OverBudget, PartialBudget
+from meshd.protocol.errors import INVALID_REQUEST, Forbidden, MeshError, MeshUnavailable
 from meshd.protocol.framing import DELIMITER, MAX_FRAME
 from meshd.protocol.jsonrpc import Call, Dispatcher, encoder, error_object, error_response, run
 from meshd.protocol.trust import peer_credentials
@@ -82,6 +83,19 @@ _TOO_LARGE = encoder.encode(
     )
 )
 
+_OVER_BUDGET = encoder.encode(
+    error_response(
+        None,
+        MeshUnavailable(
+            "the daemon holds too many unfinished requests of other connections; "
+            "closing this one: retry",
+            {"reason": "partial_frames"},
+        ).to_wire(),
+    )
+)
+IDLE_CHECK_INTERVAL = 1.0
+"""How often connections are looked at for the idle timeout."""
+
 _DISCONNECTS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 """The client went away: the end of a connection, not a failure."""
 
@@ -116,6 +130,8 @@ class Connection:
         self.sock: socket.socket | None = None
         self.backlog = bytearray()
         self._flushing = False
+        self.last_frame = time.monotonic()
+        """When the last whole frame arrived (the idle timeout counts from here)."""
 
     async def send(self, frame: bytes) -> None:
         """Write one reply frame (never blocks; see :meth:`write`)."""
@@ -179,6 +195,11 @@ class Connection:
         self.closed = True
         self.tg.cancel_scope.cancel()
 
+    def busy(self) -> bool:
+        """Whether the daemon owes this connection something: a running wait or ask,
+        or replies and events it has not taken yet."""
+        return self.inflight.value < MAX_INFLIGHT or bool(self.backlog)
+
 
 class Server:
     """Serves one or more listeners with the same :class:`Service`."""
@@ -189,6 +210,10 @@ class Server:
         self.connections: dict[int, Connection] = {}
         self._ids = itertools.count(1)
         self._uid = os.geteuid()
+        self.per_uid: dict[int, int] = {}
+        """Open connections per peer uid (foreign ones too, until refused)."""
+        self.partial = PartialBudget()
+        self._next_idle_check = 0.0
 
     def stats(self) -> dict[str, int]:
         return {"connections": len(self.connections)}
@@ -245,12 +270,16 @@ class Server:
     async def _handle(self, stream: ByteStream) -> None:
         conn = Conn(next(self._ids))
         c: Connection | None = None
+        counted: int | None = None
         try:
             sock = stream.extra(SocketAttribute.raw_socket)
             conn.peer_pid, uid = peer_credentials(sock)
-            if uid != self._uid:
-                err = Forbidden(f"uid {uid} may not use this mesh (owner uid {self._uid})")
-                await stream.send(encoder.encode(error_response(None, err.to_wire())) + DELIMITER)
+            counted = uid
+            self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
+            if (refusal := self._refusal(uid)) is not None:
+                await stream.send(
+                    encoder.encode(error_response(None, refusal.to_wire())) + DELIMITER
+                )
                 return
             async with anyio.create_task_group() as tg:
                 c = Connection(stream, conn, tg)
@@ -271,6 +300,8 @@ class Server:
         except Exception:
             log.exception("connection %d failed", conn.id)
         finally:
+            if counted is not None:
+                self._uncount(counted)
             if c is not None:
                 c.closed = True
                 self.connections.pop(conn.id, None)
@@ -278,20 +309,69 @@ class Server:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
+    def _refusal(self, uid: int) -> MeshError | None:
+        """Why a new connection of ``uid`` is refused (foreign uid, too many), or None."""
+        if uid != self._uid:
+            return Forbidden(f"uid {uid} may not use this mesh (owner uid {self._uid})")
+        limit = self.service.state.settings.max_connections
+        if self.per_uid[uid] > limit:
+            log.warning("uid %d has %d connections open; refusing more", uid, limit)
+            return MeshUnavailable(
+                f"too many connections from uid {uid} (the limit is max_connections = "
+                f"{limit}): close some, or raise max_connections in config.toml",
+                {"reason": "connections", "limit": limit},
+            )
+        return None
+
+    def _uncount(self, uid: int) -> None:
+        left = self.per_uid[uid] - 1
+        if left:
+            self.per_uid[uid] = left
+        else:
+            del self.per_uid[uid]
+
+    def close_idle(self) -> None:
+        """Close connections idle for ``idle_timeout`` that hold no session and no
+        subscription and are owed nothing (the daemon's sweeper calls this every tick).
+
+        Such a connection costs a descriptor and memory for nothing; its client, if it
+        is still there, reconnects on its next call.
+        """
+        now = time.monotonic()
+        if now < self._next_idle_check:
+            return
+        self._next_idle_check = now + IDLE_CHECK_INTERVAL
+        cutoff = now - self.service.state.settings.idle_timeout
+        for c in list(self.connections.values()):
+            if c.last_frame < cutoff and not c.busy() and not self.service.holds(c.conn):
+                log.debug("connection %d idle; closed", c.conn.id)
+                c.close()
+
     async def _frames(self, c: Connection) -> None:
-        reader = BufferedByteReceiveStream(c.stream)
+        reader = FrameReader(c.stream, self.partial)
         spawn = functools.partial(self._spawn, c)
-        while not c.closed:
-            try:
-                line = await reader.receive_until(DELIMITER, MAX_FRAME)
-            except anyio.DelimiterNotFound:
-                await c.send(_TOO_LARGE)
-                return
-            except (anyio.IncompleteRead, anyio.EndOfStream):
-                return
-            reply = await self.rpc.frame(line, c.conn, spawn)
-            if reply is not None:
-                await c.send(reply)
+        try:
+            while not c.closed:
+                try:
+                    line = await reader.frame()
+                except FrameTooLong:
+                    await c.send(_TOO_LARGE)
+                    return
+                except OverBudget:
+                    log.warning(
+                        "connection %d refused: %d bytes of unfinished requests held",
+                        c.conn.id, self.partial.used,
+                    )  # fmt: skip
+                    await c.send(_OVER_BUDGET)
+                    return
+                except (anyio.IncompleteRead, anyio.EndOfStream):
+                    return
+                c.last_frame = time.monotonic()
+                reply = await self.rpc.frame(line, c.conn, spawn)
+                if reply is not None:
+                    await c.send(reply)
+        finally:
+            reader.release()
 
     # --- concurrent requests ------------------------------------------------------
 

@@ -115,6 +115,17 @@ class Service:
         self.handlers[spec.name] = Handler(decode, fn, is_async, concurrent)
         self.specs.append(spec)
 
+    def holds(self, conn: Conn) -> bool:
+        """Whether a connection carries state of its own: a subscription, or a session
+        bound to it (``bind: true``). Such a connection is never closed for idling."""
+        if conn.subscriptions:
+            return True
+        sessions = self.state.registry.sessions
+        return any(
+            (s := sessions.get(sid)) is not None and s.conn_id == conn.id
+            for sid in self.state.registry.bound.get(conn.id, ())
+        )
+
     # --- dispatch -----------------------------------------------------------------
 
     def lookup(self, method: str) -> Handler:

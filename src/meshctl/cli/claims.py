@@ -245,7 +245,7 @@ def _elsewhere(state: State, keys: list[str]) -> list[dict[str, Any]]:
     from meshctl._sync import Mesh
     from meshd.protocol.errors import MeshError
 
-    seen = {os.path.realpath(_spawn._find_socket(state.profile, state.socket))}
+    seen = {os.path.realpath(_spawn.find_socket_str(state.profile, state.socket))}
     folder = _paths.runtime_dir_str()
     try:
         names = sorted(n for n in os.listdir(folder) if n.endswith(".sock"))

@@ -29,6 +29,12 @@ class Settings:
     snapshot_interval: float = 2.0
     history_days: float = 30.0
     jobs: tuple[JobSpec, ...] = field(default_factory=tuple)  # the [jobs.NAME] tables (SPEC §7)
+    # Connection limits (docs/SECURITY.md), beyond SPEC §2's table:
+    max_connections: int = 4096
+    """Open connections per uid; more are refused with UNAVAILABLE."""
+    idle_timeout: float = 300.0
+    """A connection with no bound session, no subscription and nothing running is
+    closed after this many seconds without a request."""
 
     def visible_to(self, profile: str) -> bool:
         """Whether ``profile`` sees this one's sessions in ``--all-profiles`` listings."""
