@@ -362,7 +362,12 @@ class AsyncSession:
         tb: TracebackType | None,
     ) -> None:
         with anyio.CancelScope(shield=True):
-            await self.end(reason="ended" if exc_type is None else f"error: {exc_type.__name__}")
+            try:
+                await self.end(
+                    reason="ended" if exc_type is None else f"error: {exc_type.__name__}"
+                )
+            except MeshError as failure:  # leaving the block never fails on the mesh
+                log.warning("Session Mesh: could not end session %s: %s", self.session_id, failure)
 
     async def heartbeat(
         self, status: str | None = None, task: str | None = None, **fields: Any

@@ -100,7 +100,8 @@ class Mesh:
                 return None
             try:
                 reply = self._exchange(method, params, timeout or self.timeout)
-            except MeshUnavailable as exc:
+            except (MeshUnavailable, MeshTimeout) as exc:
+                # A hung daemon (no reply in time) is as unavailable as a missing one.
                 if not self.fail_open:
                     raise
                 self._degrade(exc)
@@ -302,7 +303,7 @@ class Mesh:
             self._sock = None
         self._proto.clear()
 
-    def _degrade(self, exc: MeshUnavailable) -> None:
+    def _degrade(self, exc: MeshError) -> None:
         """Fail open: say so once, then retry with backoff on later calls."""
         if not self._degraded:
             log.warning(
@@ -387,9 +388,9 @@ class Session(MessagingMixin, SharedMixin):
     ) -> None:
         try:
             self.end(reason="ended" if exc_type is None else f"error: {exc_type.__name__}")
-        except MeshUnavailable as failure:
-            # Leaving the block must not fail on the mesh: the daemon expires the session
-            # once its heartbeats stop (or its process ends).
+        except MeshError as failure:
+            # Leaving the block must not fail on the mesh (unreachable, hung, refusing):
+            # the daemon expires the session once its heartbeats stop (or its process ends).
             log.warning("Session Mesh: could not end session %s: %s", self.session_id, failure)
 
     def start(self) -> Session:
@@ -699,6 +700,8 @@ class Claim:
         self.deadlock = bool(result.get("deadlock", False))
         self._released = False
         self._lost = False
+        #: Why leaving the block could not release what this call acquired (None: it did).
+        self.release_failed: str | None = None
 
     @property
     def lost(self) -> bool:
@@ -750,8 +753,11 @@ class Claim:
     ) -> None:
         try:
             self.release()
-        except MeshUnavailable as failure:
-            log.warning("Session Mesh: could not release %s: %s", self.acquired, failure)
+        except MeshError as failure:
+            # Never raise on the way out; say so, and keep it on the handle. The claim
+            # goes when the session ends or expires (or its ttl runs out).
+            self.release_failed = f"could not release {', '.join(self.acquired)}: {failure}"
+            log.warning("Session Mesh: %s", self.release_failed)
 
     def __bool__(self) -> bool:
         return self.granted
