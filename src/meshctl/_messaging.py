@@ -563,7 +563,8 @@ class Responder:
     """A session's live responder thread (see :meth:`MessagingMixin.on_query`).
 
     ``answered``: queries answered so far; ``failures``: one sentence per handler
-    failure or lost connection, newest last (bounded).
+    failure or lost connection, newest last (bounded); ``opted_in``: how many times
+    it connected and opted in (it does again after a daemon restart).
     """
 
     def __init__(
@@ -576,6 +577,7 @@ class Responder:
         self.handler = handler
         self.on_event = on_event
         self.answered = 0
+        self.opted_in = 0
         self.failures: deque[str] = deque(maxlen=50)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -613,6 +615,7 @@ class Responder:
         except BaseException:
             conn.close()
             raise
+        self.opted_in += 1
         return conn
 
     def _serving(self) -> bool:
