@@ -106,8 +106,9 @@ def test_daemon_down_the_chat_runs_as_without_the_plugin(hermes: Hermes) -> None
 def test_two_chats_a_asks_b_and_bs_answer_reaches_as_model(
     daemon: DaemonHandle, hermes: Hermes
 ) -> None:
-    """B is mid-turn (its model is thinking); A lists the mesh, asks B, and the answer (the
-    status responder's, from what B's hooks reported) is in what A's model receives."""
+    """B is mid-turn and its model never gets to answer; A lists the mesh, asks B, and the
+    status responder's answer (from what B's hooks reported) reaches A's model when A's
+    wait runs out: an ask never hangs."""
     b_busy, b_release = threading.Event(), threading.Event()
 
     def script(messages: list[dict[str, Any]]) -> Move:
@@ -120,7 +121,8 @@ def test_two_chats_a_asks_b_and_bs_answer_reaches_as_model(
         doc = json.loads(content(tool).split("\n\n[Session Mesh]")[0])
         if "sessions" in doc:
             [b] = [s for s in doc["sessions"] if s["task"].startswith("B:")]
-            return Tool("mesh_ask", {"to": b["session_id"], "question": "what are you doing?"})
+            question = {"to": b["session_id"], "question": "what are you doing?", "wait_s": 1}
+            return Tool("mesh_ask", question)
         return Text("A-DONE")
 
     def on_request(body: dict[str, Any]) -> None:
@@ -149,10 +151,66 @@ def test_two_chats_a_asks_b_and_bs_answer_reaches_as_model(
     assert "A-DONE" in a.stdout
     assert "B-DONE" in b_out
     answer = json.loads(llm.tool_messages()[-1].split("\n\n[Session Mesh]")[0])
-    assert answer["answered_by"] == "status"
+    assert (answer["answered_by"], answer["timed_out"]) == ("status", True)
     assert "thinking" in answer["answer"]
     assert "B: migrating the billing database" in answer["answer"]
     assert "not from the user" in answer["framing"]
+
+
+def test_b_answers_as_question_mid_turn_with_mesh_reply(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """B's model is at work (calling tools); A asks it; the question reaches B's model in
+    its next tool result, B answers with mesh_reply, and A's model gets B's own words."""
+
+    def script(messages: list[dict[str, Any]]) -> Move:
+        first_user = content(next(m for m in messages if m.get("role") == "user"))
+        tool = content(last(messages, "tool"))
+        if first_user.startswith("B:"):
+            if "question #" in tool:
+                qid = int(tool.split("question #")[1].split(":")[0])
+                return Tool("mesh_reply", {"id": qid, "text": "migrating billing, 40% done"})
+            if '"query_id"' in tool:
+                return Text("B-DONE")
+            return Tool("mesh_inbox", {})  # B keeps working (one tool call after another)
+        if not tool:
+            return Tool("mesh_sessions", {})
+        doc = json.loads(tool.split("\n\n[Session Mesh]")[0])
+        if "sessions" in doc:
+            [b] = [s for s in doc["sessions"] if s["task"].startswith("B:")]
+            return Tool("mesh_ask", {"to": b["session_id"], "question": "status?", "wait_s": 30})
+        return Text("A-DONE")
+
+    def on_request(body: dict[str, Any]) -> None:
+        if content(last(body["messages"], "user")).startswith("B:"):
+            b_busy.set()
+            stop.wait(0.2)  # B's model "thinks" a little between tool calls
+
+    b_busy, stop = threading.Event(), threading.Event()
+    with FakeLLM(script) as llm:
+        llm.on_request = on_request
+        hermes.config(llm.url)
+        hermes.install()
+        b = subprocess.Popen(
+            [str(hermes.bin / "hermes"), "chat", "-Q", "-q", "B: migrating the billing database",
+             "-t", "mesh"], env=hermes.environ(True), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert b_busy.wait(60), "B never reached its model"
+            a = chat(hermes, "ask B how it is going")
+        finally:
+            _, b_err = b.communicate(timeout=120)
+
+    assert a.returncode == 0, a.stderr[-3000:]
+    assert b.returncode == 0, b_err[-3000:]
+    asked = [m for m in llm.tool_messages() if '"answered_by"' in m]
+    answer = json.loads(asked[-1].split("\n\n[Session Mesh]")[0])
+    assert (answer["answered_by"], answer["timed_out"]) == ("session", False)
+    assert answer["answer"] == "migrating billing, 40% done"
+    shown = next(m for m in llm.tool_messages() if "question #" in m)
+    assert "another session of your user, not the user" in shown
+    assert "status?" in shown
 
 
 def test_safe_mode_does_not_load_the_plugin(daemon: DaemonHandle, hermes: Hermes) -> None:

@@ -44,6 +44,17 @@ def library() -> ModuleType:
         return importlib.import_module("meshctl")
 
 
+def listener(profile: str, socket: str | None, timeout: float = HOOK_TIMEOUT) -> Any:
+    """A connection of its own for pushed events (the client's ``Listener``), never
+    starting the daemon; raises the client's ``MeshError`` when it cannot connect."""
+    package = __package__ or ""
+    try:
+        mod = importlib.import_module("._vendor._messaging", package)
+    except ImportError:
+        mod = importlib.import_module("meshctl._messaging")
+    return mod.Listener(profile, socket, autostart=False, timeout=timeout)
+
+
 def git_place(cwd: str) -> tuple[str | None, str | None, str | None]:
     """(repo, branch, worktree) of ``cwd``, read from files (no ``git`` subprocess)."""
     package = __package__ or ""

@@ -92,6 +92,7 @@ class Tracked:
         self.status = "idle"
         self.task = ""
         self.notes: dict[str, str] = {}  # tool_call_id -> warning to add to that result
+        self.questions: list[dict[str, Any]] = []  # queries for the model, not yet shown
 
 
 class Runtime:
@@ -108,7 +109,10 @@ class Runtime:
         self.interval = 5.0
         self._lock = threading.RLock()
         self._beat: threading.Thread | None = None
+        self._responder: threading.Thread | None = None
         self._stop = threading.Event()
+        #: query id -> asker, for questions handed to the model (mesh_reply needs it)
+        self.askers: dict[int, str] = {}
 
     # --- registration ---------------------------------------------------------------
 
@@ -207,10 +211,14 @@ class Runtime:
 
     def _start_heartbeat(self) -> None:
         with self._lock:
-            if self._beat is not None and self._beat.is_alive():
-                return
-            self._beat = threading.Thread(target=self._run, name="meshd-heartbeat", daemon=True)
-            self._beat.start()
+            if self._beat is None or not self._beat.is_alive():
+                self._beat = threading.Thread(target=self._run, name="meshd-heartbeat", daemon=True)
+                self._beat.start()
+            if self._responder is None or not self._responder.is_alive():
+                self._responder = threading.Thread(
+                    target=self._respond, name="meshd-responder", daemon=True
+                )
+                self._responder.start()
 
     def _run(self) -> None:
         """Bare heartbeats for every live session of this process, on a link of its own."""
@@ -232,6 +240,67 @@ class Runtime:
     def stop(self) -> None:
         self._stop.set()
 
+    # --- live responder ---------------------------------------------------------------
+
+    def _respond(self) -> None:
+        """One connection answers queries for every session of this process (SPEC §6).
+
+        A query to a session whose model is at work is queued for the model (it sees it
+        after its next tool call and may answer with ``mesh_reply`` before the asker's
+        timeout; if not, the daemon's status responder answers). A query to a session
+        waiting for its user is answered at once from what the plugin knows, and queued
+        for the model's next turn.
+        """
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                conn = _client.listener(self.profile, self.socket)
+            except Exception:
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            backoff = 0.5
+            try:
+                self._serve(conn)
+            except Exception:
+                self._stop.wait(backoff)
+            finally:
+                conn.close()
+
+    def _serve(self, conn: Any) -> None:
+        serving: set[str] = set()
+        while not self._stop.is_set():
+            for t in list(self.sessions.values()):
+                if t.registered and not t.group and t.session_id not in serving:
+                    conn.call("query.respond", {"session_id": t.session_id})
+                    serving.add(t.session_id)
+            serving &= set(self.sessions)
+            event = conn.next_event(0.25)
+            if isinstance(event, dict) and event.get("kind") == "query":
+                self.on_query(conn, event)
+
+    def on_query(self, conn: Any, event: Mapping[str, Any]) -> None:
+        t = self.sessions.get(str(event.get("session_id") or event.get("to") or ""))
+        if t is None:
+            return
+        query = {"id": event.get("id"), "kind": "query", "from": event.get("from", ""),
+                 "text": event.get("text", "")}  # fmt: skip
+        if isinstance(query["id"], int):
+            self.askers[query["id"]] = str(query["from"])
+        t.questions.append(query)
+        if t.status in ("thinking", "tool-running"):
+            return  # the model may answer mid-turn; else the status responder does
+        doing = f": {t.task}" if t.task else ""
+        text = (
+            f"{t.session_id} is {t.status}{doing}. Its model is not running now; your "
+            "question was passed on to it, and an answer it gives later will reach your inbox."
+        )
+        try:
+            conn.call("query.answer", {"session_id": t.session_id, "query_id": query["id"],
+                                       "text": text})  # fmt: skip
+        except Exception:
+            return
+
     # --- delivery ---------------------------------------------------------------------
 
     def inbox(self, t: Tracked) -> list[dict[str, Any]]:
@@ -252,7 +321,8 @@ class Runtime:
     def deliver(self, t: Tracked, notes: Iterable[str] = ()) -> str:
         """Framed text of what waits for the session (and ``notes``); acknowledged."""
         items = self.inbox(t)
-        text = _text.delivery(items, notes)
+        questions, t.questions = t.questions, []
+        text = _text.delivery([*questions, *items], notes)
         self.ack(t, items)
         return text
 

@@ -41,9 +41,10 @@ def item_line(item: Doc) -> str:
     kind = str(item.get("kind", "message"))
     sender = str(item.get("from", ""))
     text = str(item.get("text", ""))
-    head = f"- {sender_label(sender)} {kind} #{item.get('id')}: {text}"
+    noun = "question" if kind == "query" else kind
+    head = f"- {sender_label(sender)} {noun} #{item.get('id')}: {text}"
     if kind == "query":
-        return head + f"  (answer with mesh_reply query_id={item.get('id')})"
+        return head + f"  (answer with mesh_reply id={item.get('id')})"
     if kind in ("message", "broadcast") and sender != "meshd":
         return head + f"  (reply with mesh_send reply_to={item.get('id')} if useful)"
     return head

@@ -232,6 +232,10 @@ class Tools:
             return self._call("query.answer", {"session_id": sid, "query_id": target, "text": text})
         except lib.NotFound:
             pass
+        asker = self.rt.askers.get(target)
+        if asker is not None:  # the ask is over: the answer goes to the asker's inbox
+            late = f"(answer to your question #{target}) {text}"
+            return self._call("message.send", {"session_id": sid, "to": asker, "text": late})
         return self._call("message.send", {"session_id": sid, "reply_to": target, "text": text})
 
     def mesh_send(self, args: dict[str, Any], sid: str) -> Any:
