@@ -98,7 +98,16 @@ class FileChangedEvent(NamedTuple):
     framing: str = ""
 
 
-Event = ItemEvent | QueryEvent | ClaimEvent | FileChangedEvent
+class MeshChangedEvent(NamedTuple):
+    """Something durable changed in ``what`` (``mesh.changed``; ``mesh.watch`` only)."""
+
+    kind: str
+    session_id: str
+    what: tuple[str, ...]
+    at: str
+
+
+Event = ItemEvent | QueryEvent | ClaimEvent | FileChangedEvent | MeshChangedEvent
 
 #: The claim notices that mean a token no longer holds its keys.
 LOSSES = frozenset({"claim.expired", "claim.stolen", "claim.lost"})
@@ -109,6 +118,7 @@ KINDS: dict[str, type[Any]] = {
     "query": QueryEvent,
     **dict.fromkeys(("claim.granted", *sorted(LOSSES)), ClaimEvent),
     "file.changed": FileChangedEvent,
+    "mesh.changed": MeshChangedEvent,
 }
 
 # What each field must be when present (None allowed where the default is None).
@@ -137,6 +147,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "paths": list,
     "under": str,
     "summary": str,
+    "what": list,
 }
 
 

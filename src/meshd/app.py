@@ -38,6 +38,7 @@ from meshd.handlers.messages import MessageHandlers
 from meshd.handlers.notes import NoteHandlers
 from meshd.handlers.sessions import SessionHandlers
 from meshd.handlers.shared import SharedWork
+from meshd.handlers.watch import WatchHandlers
 from meshd.paths import (
     PathError,
     ProfilePaths,
@@ -63,6 +64,7 @@ DOMAINS: tuple[type[Domain], ...] = (
     SharedWork,  # the notebook's, signals' and ledger's state, before their handlers
     NoteHandlers,
     JobHandlers,  # after sessions: a restored run whose session is gone ends as died
+    WatchHandlers,  # the mesh.watch feed (meshctl top)
 )
 """Every domain the daemon serves, in schema and restore order (one line to add one)."""
 
@@ -251,6 +253,8 @@ class Daemon:
         latest fields.
         """
         if error is None:
+            if writes:
+                self.service.committed(writes, [])
             return
         dirty = self.state.registry.dirty
         for w in writes:

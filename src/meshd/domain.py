@@ -16,6 +16,7 @@ optional (the defaults do nothing):
 * :meth:`prune` -- forget history older than ``history_days`` (hourly).
 * :meth:`connection_closed` -- a client connection went away.
 * :meth:`resolve` -- queued requests the last commit granted or withdrew (claims).
+* :meth:`committed` -- what was just stored and published (the ``mesh.watch`` feed).
 
 Modelled on redis's one-file-per-type behind a static command table: the
 service knows the hooks, never the domains.
@@ -68,6 +69,9 @@ class Domain:
 
     def resolve(self, outcomes: list[Outcome], error: BaseException | None) -> None:
         """Queued requests the last commit settled (``error``: the commit failed)."""
+
+    def committed(self, writes: list[Write], events: list[Event]) -> None:
+        """What was just committed (and published): only changes that are durable now."""
 
 
 def overrides(domain: Domain, hook: str) -> bool:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from meshd.core.registry import EndReason, Session
-from meshd.core.state import Drained, Event, MeshState
+from meshd.core.state import Drained, Event, MeshState, Write
 from meshd.domain import Domain, overrides
 from meshd.paths import ProfilePaths
 from meshd.pidwatch import PidWatcher
@@ -97,6 +97,7 @@ class Service:
             d.install()
         self._outboxes = [d for d in self.domains if overrides(d, "drain")]
         self._resolvers = [d for d in self.domains if overrides(d, "resolve")]
+        self._observers = [d for d in self.domains if overrides(d, "committed")]
 
     def add(
         self,
@@ -183,9 +184,16 @@ class Service:
         """Tell what is now durable; a failed commit tells waiters, not subscribers."""
         if d.events and error is None:
             self.publish(d.events)
+        if error is None and (d.writes or d.events):
+            self.committed(d.writes, d.events)
         if d.outcomes:
             for dom in self._resolvers:
                 dom.resolve(d.outcomes, error)
+
+    def committed(self, writes: list[Write], events: list[Event]) -> None:
+        """Tell the domains that watch commits what is durable now (snapshots too)."""
+        for dom in self._observers:
+            dom.committed(writes, events)
 
     # --- connections and events -------------------------------------------------------
 

@@ -77,6 +77,7 @@ COMMANDS: dict[str, str] = {
     "sessions": "meshctl.cli.sessions:sessions",
     "steal": "meshctl.cli.claims:steal",
     "sync": "meshctl.cli.sync:sync",
+    "top": "meshctl.cli.top:top",
 }
 
 

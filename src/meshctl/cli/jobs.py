@@ -59,12 +59,7 @@ def _age(at: Any) -> float:
 
 
 def _holders(holders: list[dict[str, Any]]) -> str:
-    return "; ".join(_safe(_claims.holder_line(h)) for h in holders) or "nobody"
-
-
-def _safe(text: str) -> str:
-    """Another session's text, with control characters shown escaped (never raw)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "; ".join(_output.safe(_claims.holder_line(h)) for h in holders) or "nobody"
 
 
 def _head(job: dict[str, Any]) -> str:

@@ -162,6 +162,18 @@ class FileChangedEvent(EventBody, tag="file.changed"):
     framing: str = ""
 
 
+# --- the watch feed (meshctl top) ----------------------------------------------------
+
+
+class MeshChangedEvent(EventBody, tag="mesh.changed"):
+    """Something durable changed in ``what`` (``session``, ``claim``, ``message``,
+    ``board``, ``job`` …): sent to ``mesh.watch`` connections, at most four times a
+    second, so a viewer re-reads what it shows instead of polling."""
+
+    what: list[str]
+    at: str
+
+
 Event = (
     MessageEvent
     | AnswerEvent
@@ -174,6 +186,7 @@ Event = (
     | ClaimStolenEvent
     | ClaimLostEvent
     | FileChangedEvent
+    | MeshChangedEvent
 )
 
 #: Every event class by its ``kind``.
@@ -182,6 +195,7 @@ EVENTS: dict[str, type[EventBody]] = {
     "query": QueryEvent,
     **{cls.__struct_config__.tag: cls for cls in CLAIM_EVENTS.values()},  # type: ignore[misc]
     "file.changed": FileChangedEvent,
+    "mesh.changed": MeshChangedEvent,
 }
 
 
