@@ -29,6 +29,8 @@ from .conftest import wait_for
 #: subscribed session and inbox items only for one that is not, and claim losses
 #: travel as ``claim.*`` events that carry their inbox item.
 NOT_PUSHED_LIVE = {"notice"}
+#: Pushed to ``mesh.watch`` connections, never to a session (tested on its own).
+WATCH_ONLY = {"mesh.changed"}
 
 
 def wire_fields(cls: type[msgspec.Struct]) -> dict[str, bool]:
@@ -145,7 +147,7 @@ def scene(daemon: Any, short_tmp: Path) -> Any:
     child.wait()
 
 
-EXPECTED = set(pe.EVENTS) - NOT_PUSHED_LIVE
+EXPECTED = set(pe.EVENTS) - NOT_PUSHED_LIVE - WATCH_ONLY
 
 
 def test_blocking_client_decodes_every_event(scene: Any) -> None:
@@ -183,3 +185,19 @@ async def test_async_client_decodes_every_event(scene: Any) -> None:
                             break
 
     assert seen == expected
+
+
+def test_watch_feed_decodes(daemon: Any) -> None:
+    """A ``mesh.watch`` connection gets ``mesh.changed`` naming what changed."""
+    listener = Listener.like(Mesh(autostart=False))
+    listener.call("mesh.watch")
+    reply = daemon.call("session.register", {"session_id": "w"})
+    assert "result" in reply, reply
+
+    event = listener.next_event(10)
+    listener.close()
+
+    assert event is not None
+    assert check(event) == "mesh.changed"
+    assert "session" in event["what"]
+
