@@ -200,4 +200,3 @@ def test_watch_feed_decodes(daemon: Any) -> None:
     assert event is not None
     assert check(event) == "mesh.changed"
     assert "session" in event["what"]
-
