@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from tests.conftest import DaemonHandle
 from meshctl.cli import _output, cli
 
 from .conftest import Meshctl, OfflineEnv, Run
+from .test_with_daemon import wait_for
 
 Daemon = Any
 
@@ -72,6 +74,7 @@ class TestBadBytesAndNumbers:
             ["run", "--res", "res:x", "--wait", "-inf", "--", "true"],
             ["sessions", "ask", "cli:x", "hi", "--timeout", "nan"],
             ["register", "--task", "t", "--expire-after", "inf"],
+            ["job", "wait", "backup", "--timeout", "nan"],
         ],
     )
     def test_non_finite_numbers_are_usage_errors(
@@ -182,6 +185,10 @@ FUZZ_COMMANDS = [
     ["handoff", "show"],
     ["sync"],
     ["board", "show"],
+    ["notes", "add"],
+    ["notes", "list"],
+    ["jobs"],
+    ["prioritize"],
     ["nosuchcommand"],
 ]
 FUZZ_TOKENS = [
@@ -499,3 +506,40 @@ class TestAnswersStateTheFacts:
         assert held[0].startswith(f"held: {holder} holds 2 claims here: {short_tmp}/a.py, ")
         assert len([line for line in lines if line.startswith("notice:")]) == 6
         assert lines[-1] == "notice: … and 3 more session(s) working there (--json lists them)"
+
+
+class TestSaysWhatItDoes:
+    """Issue 15.6 (part): Ctrl-C is 130 without 'Aborted!'; a mistyped command gets a suggestion."""
+
+    @pytest.mark.parametrize(
+        ("args", "suggestion"),
+        [(["sesions"], "'sessions'"), (["sessions", "activ"], "'active'"), (["clam"], "'claim'")],
+    )
+    def test_did_you_mean(
+        self, args: list[str], suggestion: str, meshctl: Meshctl, offline_env: OfflineEnv
+    ) -> None:
+        run = meshctl(*args, env=offline_env.env)
+
+        assert run.code == 2, run
+        assert f"Did you mean {suggestion}?" in run.err
+
+    def test_ctrl_c_while_waiting_exits_130_quietly(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        holder = register(meshctl, daemon.env)
+        ok(meshctl("claim", "res:busy", env={**daemon.env, "MESH_SESSION": holder}))
+        waiter = register(meshctl, daemon.env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "meshctl.cli", "claim", "res:busy", "--wait", "60"],
+            env={**daemon.env, "MESH_SESSION": waiter},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        wait_for(
+            lambda: bool(daemon.call("claim.list")["result"].get("waiting")), "the waiter queued"
+        )
+
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+
+        assert proc.returncode == 130, err
+        assert b"Aborted" not in err
+        assert b"Traceback" not in err

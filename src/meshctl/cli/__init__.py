@@ -27,7 +27,7 @@ from typing import Any, cast
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._context import State, common_options
+from meshctl.cli._context import Group, State, common_options
 from meshd import __version__
 from meshd.protocol.errors import MeshError
 
@@ -81,7 +81,7 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class MeshGroup(click.Group):
+class MeshGroup(Group):
     """The root group: one place that turns every failure into output and an exit code.
 
     Its commands are listed in :data:`COMMANDS` and imported on first use.

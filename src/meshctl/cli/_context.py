@@ -94,6 +94,22 @@ class State:
             mesh.close()
 
 
+class Group(click.Group):
+    """A command group that suggests the closest commands for a mistyped one."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command '{_output.safe(name)}'.{hint}")
+        return super().resolve_command(ctx, args)
+
+
 def get_state() -> State:
     """The invocation's :class:`State` (created by the root group).
 

@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._context import State, common_options, get_state
+from meshctl.cli._context import Group, State, common_options, get_state
 from meshd.protocol.errors import MeshUnavailable
 
 STOP_TIMEOUT = 10.0
@@ -49,7 +49,7 @@ def render_info(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @common_options
 def daemon() -> None:
     """Start, stop, inspect or reload this profile's daemon."""

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._context import common_options, get_state
+from meshctl.cli._context import Group, common_options, get_state
 from meshctl.cli._params import Seconds
 from meshctl.cli.messages import indent, label
 
@@ -124,7 +124,7 @@ def render_request(result: Mapping[str, Any], to: str) -> str:
 # --- commands ---------------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @common_options
 def handoff() -> None:
     """Durable handoffs: leave one, ask a session for one, list and show them."""

@@ -29,6 +29,7 @@ import click
 from meshctl import _claims
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
+from meshctl.cli._params import Seconds
 from meshd.protocol.errors import MeshError, MeshUnavailable
 
 
@@ -212,7 +213,7 @@ def _record(state: Any, method: str, params: dict[str, Any]) -> None:
 @common_options
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, max=86_400),
+    type=Seconds(maximum=86_400),
     default=60.0,
     show_default=True,
     metavar="S",

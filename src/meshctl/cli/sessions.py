@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._context import State, common_options, get_state
+from meshctl.cli._context import Group, State, common_options, get_state
 from meshd.protocol.errors import MeshError, MeshUnavailable
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ def _other_profiles(
     return found
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @common_options
 def sessions() -> None:
     """Live sessions of this profile (and of others that let it see theirs)."""
