@@ -31,7 +31,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from meshctl import _conn, _log, _paths
@@ -239,6 +239,16 @@ def _meshd_argv(profile: str) -> list[str]:
     return [*base, "run", "--profile", profile]
 
 
+ANNOUNCE: list[Callable[[str], None]] = []
+"""Told, in a sentence, when this process started a daemon (the CLI says so on stderr)."""
+
+
+def _started(message: str) -> None:
+    _log.info("%s", message)
+    for tell in ANNOUNCE:
+        tell(message)
+
+
 def _start(profile: str) -> subprocess.Popen[bytes] | None:
     """Start the daemon; the Popen when we started it directly (None via systemd)."""
     via_systemd = os.environ.get("MESH_SPAWN", "auto") != "direct"
@@ -248,7 +258,7 @@ def _start(profile: str) -> subprocess.Popen[bytes] | None:
         setenv = [f"--setenv={k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
         argv = ["systemd-run", "--user", "--collect", "--quiet", "--unit", f"meshd-{profile}"]
         if _quiet([*argv, *setenv, *_meshd_argv(profile)]) is not None:
-            _log.info("started meshd for profile %s via systemd-run", profile)
+            _started(f"started meshd for profile {profile} (systemd-run --user)")
             return None
     return _start_detached(profile)
 
@@ -262,7 +272,7 @@ def _start_unit(profile: str) -> bool:
         return False
     if _quiet(["systemctl", "--user", "start", unit]) is None:
         return False
-    _log.info("started meshd for profile %s via %s", profile, unit)
+    _started(f"started meshd for profile {profile} ({unit})")
     return True
 
 
@@ -283,7 +293,7 @@ def _start_detached(profile: str) -> subprocess.Popen[bytes]:
             env=dict(os.environ),
         )
     _SPAWNED.append(proc)
-    _log.info("started meshd for profile %s (pid %d, log %s)", profile, proc.pid, logfile)
+    _started(f"started meshd for profile {profile} (pid {proc.pid}, log {logfile})")
     return proc
 
 

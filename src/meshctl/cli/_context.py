@@ -53,7 +53,11 @@ class State:
         (:func:`close`).
         """
         if self._mesh is None:
+            from meshctl import _spawn
             from meshctl._sync import Mesh
+
+            if _output.note not in _spawn.ANNOUNCE:
+                _spawn.ANNOUNCE.append(_output.note)  # "started meshd for profile …" on stderr
 
             if self.socket:
                 # --socket means what MESH_SOCKET means, also to a daemon we start.

@@ -1,0 +1,23 @@
+"""A command that starts the daemon says so on stderr (issue 15.6); one that finds it running says nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.cli.conftest import Meshctl
+
+
+def test_starting_the_daemon_is_said_on_stderr(meshctl: Meshctl, mesh_env: Any) -> None:
+    env = {**mesh_env.env, "MESH_SPAWN": "direct"}
+    try:
+        first = meshctl("sessions", "active", env=env)
+        second = meshctl("sessions", "active", env=env)
+    finally:
+        meshctl("daemon", "stop", env=env)
+
+    assert first.code == 0, first
+    assert "started meshd for profile test" in first.err
+    assert str(mesh_env.state_dir / "test.log") in first.err
+    assert first.out.strip() == "No active sessions (profile test)."
+    assert second.code == 0, second
+    assert "started meshd" not in second.err
