@@ -39,9 +39,21 @@ def library() -> ModuleType:
     """The blocking client: the vendored copy when installed as a folder, else meshctl."""
     package = __package__ or ""
     try:
-        return importlib.import_module("._vendor", package)
+        lib = importlib.import_module("._vendor", package)
     except ImportError:
-        return importlib.import_module("meshctl")
+        lib = importlib.import_module("meshctl")
+    _quiet()
+    return lib
+
+
+def _quiet() -> None:
+    """The client's "unreachable, continuing without it" goes to Hermes's logs, never to
+    the terminal of a Hermes user (no lastResort stderr output when logging is unset)."""
+    import logging
+
+    logger = logging.getLogger("meshctl")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
 
 
 def listener(profile: str, socket: str | None, timeout: float = HOOK_TIMEOUT) -> Any:

@@ -8,7 +8,6 @@ it is awaited on the event loop, which must never block on a socket.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -89,6 +88,8 @@ def handler(tools: Tools) -> Any:
     """The async handler Hermes registers for ``/mesh``."""
 
     async def mesh_command(raw_args: str = "") -> str:
+        import asyncio  # Hermes has it loaded by the time a command runs
+
         return await asyncio.to_thread(run, tools, raw_args or "")
 
     return mesh_command
