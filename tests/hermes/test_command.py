@@ -51,3 +51,4 @@ def test_mesh_says_so_when_the_daemon_is_down(hermes: Hermes) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert all("meshd is not reachable" in text for text in out.values())
+    assert "Session Mesh" not in done.stderr, "the client's warning must stay in the logs"
