@@ -94,3 +94,20 @@ def offline_env() -> Iterator[OfflineEnv]:
         yield OfflineEnv(root, Path(env["MESH_SOCKET"]), root / "state", env)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def tmux(short_tmp: Path) -> Iterator[Any]:
+    """``tmux(*args)``: a private tmux server for driving a command on a real terminal."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    sock = str(short_tmp / "tmux.sock")
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-S", sock, *args], capture_output=True, text=True, check=False, timeout=10
+        )
+        return done.stdout
+
+    yield run
+    run("kill-server")

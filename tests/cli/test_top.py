@@ -6,14 +6,11 @@ the full-screen mode inside tmux (send-keys, capture-pane).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from tests.cli.conftest import Meshctl
 
 
@@ -87,22 +84,6 @@ class TestPlain:
         finally:
             proc.kill()
             proc.communicate(timeout=10)
-
-
-@pytest.fixture
-def tmux(short_tmp: Any) -> Iterator[Any]:
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    sock = str(short_tmp / "tmux.sock")
-
-    def run(*args: str) -> str:
-        done = subprocess.run(
-            ["tmux", "-S", sock, *args], capture_output=True, text=True, check=False, timeout=10
-        )
-        return done.stdout
-
-    yield run
-    run("kill-server")
 
 
 class TestFullScreen:

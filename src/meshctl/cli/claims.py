@@ -16,6 +16,7 @@ say so on stderr.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -83,7 +84,7 @@ def claim(
         wait=wait,
         broad=broad,
     )
-    result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+    result = _acquire(state, params, wait)
     if _disabled(result):
         _output.emit(state.json, _claims.cli_document(result), None)
         return _output.EXIT_OK
@@ -95,6 +96,33 @@ def claim(
         _with_branches(state, result.get("holders") or [])
     _output.emit(state.json, doc, lambda: _claims.held_lines(_output.clean(result)))
     return _output.EXIT_TEMPFAIL
+
+
+def _acquire(state: State, params: dict[str, Any], wait: float) -> dict[str, Any]:
+    """``claim.acquire``; while a wait runs, a terminal shows who holds what and the time left."""
+    if wait <= 0 or not sys.stderr.isatty():
+        result: dict[str, Any] = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+        _ran_out(result, wait)
+        return result
+    from meshctl.cli._waiting import waiting
+
+    probe = state.call("claim.check", {"session_id": params["session_id"],
+                                       "resources": params["resources"]})  # fmt: skip
+    holders = probe.get("claims") or []
+    what = "waiting for " + ", ".join(_claims.show_resource(r) for r in params["resources"])
+    if holders:
+        first = _output.safe(_claims.holder_line(holders[0]))
+        what += f"; {first}" + (f" (+{len(holders) - 1} more)" if len(holders) > 1 else "")
+    with waiting(what, wait):
+        result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+    _ran_out(result, wait)
+    return result
+
+
+def _ran_out(result: dict[str, Any], wait: float) -> None:
+    """Say plainly that a wait ended without the grant (a deadlock refusal says itself)."""
+    if wait > 0 and result.get("status") == "held" and not result.get("deadlock"):
+        _output.note(f"the wait ran out after {wait:g} s; still held")
 
 
 # --- release --------------------------------------------------------------------------

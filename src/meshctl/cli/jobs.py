@@ -230,12 +230,11 @@ def job_wait(name: str, timeout: float) -> int:
     state = get_state()
     _known(state, name)
     mesh = state.mesh()
+    from meshctl.cli._waiting import waiting
+
     deadline = time.monotonic() + timeout
-    while True:  # the daemon answers within max_query_timeout; ask again until ours ends
-        left = max(deadline - time.monotonic(), 0.0)
-        result = mesh.call("job.wait", {"name": name, "timeout": left}, timeout=left + mesh.timeout)
-        if not result.get("timed_out") or left <= 0 or time.monotonic() >= deadline:
-            break
+    with waiting(f"waiting for job {name} to end", timeout):
+        result = _wait_loop(mesh, name, deadline)
 
     def human() -> str:
         if result.get("timed_out"):
@@ -246,3 +245,15 @@ def job_wait(name: str, timeout: float) -> int:
 
     _output.emit(state.json, result, human)
     return _output.EXIT_TEMPFAIL if result.get("timed_out") else 0
+
+
+def _wait_loop(mesh: Any, name: str, deadline: float) -> dict[str, Any]:
+    """``job.wait`` until the run ends or ``deadline``; the daemon caps each call at
+    ``max_query_timeout``, so ask again until ours runs out."""
+    while True:
+        left = max(deadline - time.monotonic(), 0.0)
+        result: dict[str, Any] = mesh.call(
+            "job.wait", {"name": name, "timeout": left}, timeout=left + mesh.timeout
+        )
+        if not result.get("timed_out") or time.monotonic() >= deadline:
+            return result

@@ -397,7 +397,10 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
         "question": " ".join(question),
         "timeout": timeout,
     }
-    result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
+    from meshctl.cli._waiting import waiting
+
+    with waiting(f"asking {_output.safe(to)}", timeout):
+        result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
     _output.emit(
         state.json, result, lambda: render_answer(_output.clean(result), _output.clean(to))
     )
