@@ -18,6 +18,12 @@ out = {}
 for line in ["sessions", "claim src/app.py", "sync", "ask cli:other what are you doing?",
              "release", "broadcast deploying in 5 minutes", "inbox", "bogus"]:
     out[line.split()[0]] = resolve_plugin_command_result(mesh(line))
+note = {"action": "add", "text": "API base is /v2"}
+out["notes_add"] = model_tools.handle_function_call("mesh_notes", note, session_id=S, task_id="t")
+out["notes_list"] = model_tools.handle_function_call("mesh_notes", {"action": "list"},
+                                                     session_id=S, task_id="t")
+out["bad"] = model_tools.handle_function_call("mesh_send", {"to": "nobody", "text": "hi"},
+                                              session_id=S, task_id="t")
 print(json.dumps(out))
 """
 
@@ -41,6 +47,13 @@ def test_mesh_subcommands_act_for_the_calling_session(daemon: DaemonHandle, herm
     assert json.loads(out["broadcast"])["recipients"] == ["cli:other"]
     assert out["inbox"] == "Inbox: empty."
     assert out["bogus"].startswith("usage: /mesh")
+    assert json.loads(out["notes_add"])["session_id"] == "20261130_160000_eeeeee"
+    listed = json.loads(out["notes_list"])
+    assert [e["text"] for e in listed["entries"]] == ["API base is /v2"]
+    assert "not from the user" in listed["framing"]
+    bad = json.loads(out["bad"])
+    assert bad["code"] == "UNKNOWN_SESSION"
+    assert "nobody" in bad["error"]
 
 
 def test_mesh_says_so_when_the_daemon_is_down(hermes: Hermes) -> None:
@@ -50,5 +63,7 @@ def test_mesh_says_so_when_the_daemon_is_down(hermes: Hermes) -> None:
 
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert all("meshd is not reachable" in text for text in out.values())
+    commands = {k: v for k, v in out.items() if k not in ("notes_add", "notes_list", "bad")}
+    assert all("meshd is not reachable" in text for text in commands.values())
+    assert all("error" in json.loads(out[k]) for k in ("notes_add", "notes_list", "bad"))
     assert "Session Mesh" not in done.stderr, "the client's warning must stay in the logs"

@@ -125,10 +125,44 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "mesh_board": _schema(
         "mesh_board",
-        "Recent files other sessions of your user changed in a project (a path in it; "
-        "default your working folder).",
-        {"path": _STR},
+        "The project board your user's sessions share (project: the git repo of a path; "
+        "default your working folder). action=changes: files other sessions changed "
+        "recently; show: the whole board (progress, pitfalls, changes, who is there); "
+        "post: add a progress line or a pitfall (kind) for the other sessions.",
+        {
+            "action": {"type": "string", "enum": ["changes", "show", "post"]},
+            "path": _STR,
+            "kind": {"type": "string", "enum": ["progress", "pitfall"]},
+            "text": _STR,
+        },
         [],
+    ),
+    "mesh_signal": _schema(
+        "mesh_signal",
+        "Signals between your user's sessions: action=emit NAME (with an optional JSON "
+        "payload) tells waiters something is ready; action=wait NAME waits (at most wait_s, "
+        "default 10, max 60) for the newest signal after sequence number `after`.",
+        {
+            "action": {"type": "string", "enum": ["emit", "wait"]},
+            "name": _STR,
+            "payload": {"type": "object"},
+            "after": {"type": "integer"},
+            "wait_s": {"type": "number"},
+        },
+        ["action", "name"],
+    ),
+    "mesh_once": _schema(
+        "mesh_once",
+        "At-most-once guard for external side effects (sending an email, a payment, a "
+        "deploy): action=reserve KEY before acting (status reserved: go ahead; running, "
+        "done or unknown: another session did or is doing it, do NOT act); after acting, "
+        "action=done KEY, or action=free KEY if it failed; action=list shows keys.",
+        {
+            "action": {"type": "string", "enum": ["reserve", "done", "free", "list"]},
+            "key": _STR,
+            "note": _STR,
+        },
+        ["action"],
     ),
     "mesh_notes": _schema(
         "mesh_notes",
@@ -146,7 +180,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 #: Tools that exist only when the daemon serves their method.
-OPTIONAL = {"mesh_board": "board.changes", "mesh_notes": "notes.add"}
+OPTIONAL = {
+    "mesh_board": "board.changes",
+    "mesh_notes": "notes.add",
+    "mesh_signal": "signal.emit",
+    "mesh_once": "once.reserve",
+}
 
 
 def _dump(doc: Any) -> str:
@@ -293,7 +332,38 @@ class Tools:
 
     def mesh_board(self, args: dict[str, Any], sid: str) -> Any:
         path = resolve(str(args.get("path") or working_dir()))
+        action = args.get("action") or "changes"
+        if action == "post":
+            params = {"session_id": sid, "kind": str(args.get("kind") or "progress"),
+                      "text": str(args["text"]), "project_or_path": path}  # fmt: skip
+            return self._call("board.post", params)
+        if action == "show" and self.rt.link.has_method("board.show"):
+            return {**self._call("board.show", {"project_or_path": path}), "framing": _FRAMING}
         return self._call("board.changes", {"project_or_path": path})
+
+    def mesh_signal(self, args: dict[str, Any], sid: str) -> Any:
+        name = str(args["name"])
+        if args.get("action") == "emit":
+            params: dict[str, Any] = {"session_id": sid, "name": name}
+            if args.get("payload") is not None:
+                params["payload"] = args["payload"]
+            return self._call("signal.emit", params)
+        wait = min(max(float(args.get("wait_s") or 10.0), 0.0), MAX_WAIT)
+        params = {"session_id": sid, "name": name, "timeout": wait}
+        if args.get("after") is not None:
+            params["after"] = int(args["after"])
+        return self._call("signal.wait", params, timeout=wait + 2.0)
+
+    def mesh_once(self, args: dict[str, Any], sid: str) -> Any:
+        action = args.get("action")
+        if action == "list":
+            return self._call("once.list", {"prefix": str(args.get("key") or "")})
+        key = str(args["key"])
+        if action == "reserve":
+            params = {"session_id": sid, "key": key, "note": str(args.get("note") or "")}
+            return self._call("once.reserve", params)
+        outcome = "done" if action == "done" else "free"
+        return self._call("once.finish", {"session_id": sid, "key": key, "outcome": outcome})
 
     def mesh_notes(self, args: dict[str, Any], sid: str) -> Any:
         if args.get("action") == "add":
