@@ -240,3 +240,37 @@ class Gateway:
 invoke_hook("pre_gateway_dispatch", event=MessageEvent(text="hi all", source=src),
             gateway=Gateway(), session_store=store)
 """
+
+
+FORGOTTEN = (
+    NEXT_TURN.split("S = ", maxsplit=1)[0]
+    + r"""
+S = "20261130_170000_ffffff"
+invoke_hook("on_session_start", session_id=S, model="fake-model", platform="cli")
+rpc("session.end", {"session_id": S, "reason": "ended"})
+invoke_hook("pre_llm_call", session_id=S, task_id="t", turn_id="u", user_message="go on",
+            conversation_history=[], is_first_turn=False, model="fake-model", platform="cli",
+            sender_id="")
+print(json.dumps(rpc("session.get", {"session_id": S})["result"]))
+print(json.dumps(model_tools.handle_function_call("mesh_claim", {"resources": ["a.txt"]},
+                                                  session_id=S, task_id="t")))
+invoke_hook("on_session_finalize", session_id=S, platform="cli", reason="shutdown")
+print(json.dumps(rpc("claim.list", {})["result"]))
+"""
+)
+
+
+def test_a_session_the_daemon_forgot_registers_again_and_finalize_releases(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """Ended behind Hermes's back (or lost by the daemon): the next hook registers it again
+    and reports its status; on_session_finalize then ends it and frees its claims."""
+    hermes.install()
+
+    done = hermes.python(FORGOTTEN)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    session, claim, claims = (json.loads(x) for x in done.stdout.strip().splitlines()[-3:])
+    assert (session["status"], session["task"]) == ("thinking", "go on")
+    assert json.loads(claim)["status"] == "granted"
+    assert claims["claims"] == []
