@@ -67,3 +67,49 @@ def test_mesh_says_so_when_the_daemon_is_down(hermes: Hermes) -> None:
     assert all("meshd is not reachable" in text for text in commands.values())
     assert all("error" in json.loads(out[k]) for k in ("notes_add", "notes_list", "bad"))
     assert "Session Mesh" not in done.stderr, "the client's warning must stay in the logs"
+
+
+GATEWAY = r"""
+import asyncio, json, pathlib, tempfile, model_tools
+from gateway.config import GatewayConfig, Platform
+from gateway.session import SessionSource, SessionStore
+from gateway.platforms.base import MessageEvent
+from hermes_cli.plugins import get_plugin_command_handler, invoke_hook
+
+store = SessionStore(pathlib.Path(tempfile.mkdtemp()), GatewayConfig())
+chats = [SessionSource(platform=Platform("telegram"), chat_id=c, user_id="u1", chat_type="dm")
+         for c in ("111", "222")]
+entries = [store.get_or_create_session(src) for src in chats]
+for e in entries:
+    invoke_hook("on_session_start", session_id=e.session_id, model="m", platform="telegram")
+
+class Gateway:
+    def _session_key_for_source(self, source):
+        return next(e.session_key for e, s in zip(entries, chats) if s is source)
+
+async def message(source, text):
+    # as GatewayRunner._handle_message: the dispatch hook, then the plugin command
+    invoke_hook("pre_gateway_dispatch", event=MessageEvent(text=text, source=source),
+                gateway=Gateway(), session_store=store)
+    return await get_plugin_command_handler("mesh")(text.removeprefix("/mesh "))
+
+async def main():
+    return [await message(chats[0], "/mesh sync"), await message(chats[1], "/mesh sync")]
+
+print(json.dumps({"ids": [e.session_id for e in entries], "out": asyncio.run(main())}))
+"""
+
+
+def test_in_the_gateway_mesh_acts_for_the_chat_it_was_typed_in(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    hermes.install()
+
+    done = hermes.python(GATEWAY)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    first, second = doc["ids"]
+    assert first != second
+    assert f"you are {first}" in doc["out"][0]
+    assert f"you are {second}" in doc["out"][1]

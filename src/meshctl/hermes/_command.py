@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from . import _text
+from ._runtime import GATEWAY_MESSAGE, gateway_session
 from ._tools import Tools, framed_sessions
 
 USAGE = (
@@ -21,7 +22,11 @@ USAGE = (
 
 
 def calling_session(tools: Tools) -> str:
-    """The session this command is typed in: the CLI's, else the last one seen by hooks."""
+    """The session this command is typed in: the gateway chat's (from the message being
+    handled), the CLI's, else the last one seen by hooks."""
+    sid = gateway_session(GATEWAY_MESSAGE.get())
+    if sid:
+        return sid
     try:
         import importlib
 

@@ -19,6 +19,7 @@ liveness and the process's pid, so the daemon expires it at once if Hermes dies.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -76,6 +77,26 @@ def written_paths(tool_name: str, args: Mapping[str, Any]) -> list[str]:
         if full not in out:
             out.append(full)
     return out
+
+
+#: The gateway message being handled in this task (set by ``pre_gateway_dispatch``, which
+#: runs in the same coroutine as the plugin command that may follow): (gateway, store,
+#: source), so ``/mesh`` acts for the chat it was typed in.
+GATEWAY_MESSAGE: contextvars.ContextVar[tuple[Any, Any, Any] | None] = contextvars.ContextVar(
+    "meshd_gateway_message", default=None
+)
+
+
+def gateway_session(message: tuple[Any, Any, Any] | None) -> str | None:
+    """The session id of the chat a gateway message came from (None if unknown yet)."""
+    if message is None:
+        return None
+    gateway, store, source = message
+    try:
+        sid = store.peek_session_id(gateway._session_key_for_source(source))
+    except Exception:
+        return None
+    return str(sid) if sid else None
 
 
 class Tracked:
@@ -346,14 +367,13 @@ class Runtime:
         session store Hermes passes in, and marks the session as a group chat.
         """
         source = getattr(event, "source", None)
+        if source is None:
+            return
+        GATEWAY_MESSAGE.set((gateway, store, source))
         chat_type = str(getattr(source, "chat_type", "") or "").lower()
-        if source is None or chat_type in ("", "dm", "private", "direct"):
+        if chat_type in ("", "dm", "private", "direct"):
             return
-        try:
-            key = gateway._session_key_for_source(source)
-            sid = store.peek_session_id(key)
-        except Exception:
-            return
+        sid = gateway_session((gateway, store, source))
         if sid:
             with self._lock:
                 self.groups.add(str(sid))
