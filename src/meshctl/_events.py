@@ -107,7 +107,28 @@ class MeshChangedEvent(NamedTuple):
     at: str
 
 
-Event = ItemEvent | QueryEvent | ClaimEvent | FileChangedEvent | MeshChangedEvent
+class PreemptEvent(NamedTuple):
+    """``preempt`` (``by`` asks this session to pause within ``grace_s``) and
+    ``preempt.expired`` (this session's preemption ran out of grace; ``holders`` still hold)."""
+
+    kind: str
+    session_id: str
+    preemption_id: int
+    by: str
+    resources: tuple[str, ...]
+    reason: str = ""
+    grace_s: float = 0.0
+    deadline: str = ""
+    holders: tuple[str, ...] = ()
+    framing: str = ""
+    id: int | None = None
+    text: str = ""
+    from_: str = DAEMON_SENDER
+    created_at: str = ""
+    state: str | None = None
+
+
+Event = ItemEvent | QueryEvent | ClaimEvent | FileChangedEvent | MeshChangedEvent | PreemptEvent
 
 #: The claim notices that mean a token no longer holds its keys.
 LOSSES = frozenset({"claim.expired", "claim.stolen", "claim.lost"})
@@ -119,6 +140,8 @@ KINDS: dict[str, type[Any]] = {
     **dict.fromkeys(("claim.granted", *sorted(LOSSES)), ClaimEvent),
     "file.changed": FileChangedEvent,
     "mesh.changed": MeshChangedEvent,
+    "preempt": PreemptEvent,
+    "preempt.expired": PreemptEvent,
 }
 
 # What each field must be when present (None allowed where the default is None).
@@ -148,6 +171,10 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "under": str,
     "summary": str,
     "what": list,
+    "preemption_id": int,
+    "grace_s": (int, float),
+    "deadline": str,
+    "holders": list,
 }
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from meshctl import _claims, _conn, _events, _paths, _spawn
 from meshctl import _log as log
 from meshctl._messaging import MessagingMixin
+from meshctl._preempt import PreemptWatcher
 from meshctl._shared import SharedMixin
 from meshd.protocol.errors import (
     FrameTooLarge,
@@ -448,6 +449,36 @@ class Session(MessagingMixin, SharedMixin):
             return None
         self._core.held.clear()
         return result
+
+    # --- preemption (SPEC §5b) ----------------------------------------------------
+
+    def on_preempt(self, callback: Callable[[_events.PreemptEvent], Any]) -> PreemptWatcher | None:
+        """Call ``callback(event)`` when a higher-ranked session asks this one to
+        checkpoint and pause (``event.by``, ``event.reason``, ``event.grace_s``,
+        ``event.resources``), on a thread of its own; answer with :meth:`pause` at a
+        safe point. Returns the watcher (``stop()``), or None when not active."""
+        if not self.active:
+            log.warning("Session Mesh: session %s is not active; on_preempt does nothing",
+                        self.session_id)  # fmt: skip
+            return None
+        return PreemptWatcher(self, callback).start()
+
+    def pause(self, note: str) -> dict[str, Any] | None:
+        """Checkpoint: leave ``note`` (a shared note and a handoff), set status ``paused``
+        and release every claim into a reserved set (the preemptors first, then this
+        session). The result names the reserved resources; None when a no-op."""
+        result = self._mcall("session.pause", {"note": note})
+        if result is not None:
+            self._core.held.clear()  # released into the reservation, not lost
+        return None if result is None else dict(result)
+
+    def resume(self, wait: float | None = None) -> dict[str, Any] | None:
+        """Queue for the reserved set (up to ``wait`` s; default the daemon's
+        max_query_timeout); the result carries the checkpoint ``note``, ``status``
+        ``resumed`` or ``held``, and ``reservation`` (``kept``, ``none``, ``lost``)."""
+        params: dict[str, Any] = {} if wait is None else {"wait": wait}
+        result = self._mcall("session.resume", params, wait=60.0 if wait is None else wait)
+        return None if result is None else dict(result)
 
     # --- claims (SPEC §5) ---------------------------------------------------------
 

@@ -36,6 +36,7 @@ from meshd.handlers.jobs import JobHandlers
 from meshd.handlers.mesh import MeshHandlers
 from meshd.handlers.messages import MessageHandlers
 from meshd.handlers.notes import NoteHandlers
+from meshd.handlers.preempt import PreemptHandlers
 from meshd.handlers.sessions import SessionHandlers
 from meshd.handlers.shared import SharedWork
 from meshd.handlers.watch import WatchHandlers
@@ -65,6 +66,7 @@ DOMAINS: tuple[type[Domain], ...] = (
     NoteHandlers,
     JobHandlers,  # after sessions: a restored run whose session is gone ends as died
     WatchHandlers,  # the mesh.watch feed (meshctl top)
+    PreemptHandlers,  # after claims and the notebook: it queues and notes through them
 )
 """Every domain the daemon serves, in schema and restore order (one line to add one)."""
 

@@ -42,6 +42,7 @@ class Overrides(Struct, forbid_unknown_fields=True, kw_only=True):
     message_budget_per_minute: PosInt | UnsetType = UNSET
     max_reply_depth: PosInt | UnsetType = UNSET
     max_query_timeout: Pos | UnsetType = UNSET
+    preempt_grace: Pos | UnsetType = UNSET
     max_body_bytes: PosInt | UnsetType = UNSET
     snapshot_interval: Pos | UnsetType = UNSET
     history_days: Pos | UnsetType = UNSET

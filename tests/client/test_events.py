@@ -116,6 +116,22 @@ def emit_everything(daemon: Any, tree: Path, child: subprocess.Popen[bytes]) -> 
     wait_for(
         lambda: all(c["resource"] != "res:t" for c in ok("claim.list", session_id="a")["claims"])
     )
+    # b out-ranks a and preempts its claim -> preempt; a out-ranks c and preempts
+    # c's, whose grace runs out -> preempt.expired
+    Path(daemon.env["MESH_CONFIG"]).write_text("[defaults]\npreempt_grace = 0.2\n")
+    assert ok("mesh.reload")["reloaded"]
+    ok("session.prioritize", session_id="b", rank=2)
+    ok("claim.acquire", session_id="a", resources=["res:p"])
+    ok("claim.preempt", session_id="b", resources=["res:p"], reason="mine")
+    ok("session.prioritize", session_id="a", rank=5)
+    ok("claim.acquire", session_id="c", resources=["res:q"])
+    ok("claim.preempt", session_id="a", resources=["res:q"])
+    wait_for(
+        lambda: any(
+            "grace of your preemption ran out" in i["text"]
+            for i in ok("message.inbox", session_id="a", peek=True, all=True)["items"]
+        )
+    )
     ok("claim.acquire", session_id="a", resources=["res:l"])
     child.kill()  # a's process dies -> claim.lost
     child.wait()

@@ -554,6 +554,77 @@ class TestRanks:
         assert out.deadlock
 
 
+class TestReservedSet:
+    """SPEC §5b: a paused session's claims go into a set kept for its preemptors, then it."""
+
+    def test_pause_serves_the_preemptor_first_and_keeps_strangers_out(self, tb: Table) -> None:
+        tb.grant("low", "res:x")
+        tb.acquire("stranger", "res:x", wait=True, waiter_id="s")
+        tb.acquire("boss", "res:x", wait=True, waiter_id="b")
+        tb.t.drain()
+
+        reserved = tb.t.pause("low", ["boss"], **tb.now())
+
+        assert reserved == ["res:x"]
+        assert tb.granted() == ["boss"]
+        assert [w.waiter_id for w in tb.t.waiting()] == ["s"]
+        tb.release("boss")
+        assert tb.granted() == []  # kept for low now, not for the earlier stranger
+        assert isinstance(tb.acquire("low", "res:x", wait=True), Granted)
+        tb.t.unreserve("low", **tb.now())
+        assert tb.holders() == {("low", "res:x")}
+        assert [w.waiter_id for w in tb.t.waiting()] == ["s"]
+
+    def test_the_paused_session_does_not_pass_its_preemptor(self, tb: Table) -> None:
+        tb.grant("low", "res:x")
+        tb.t.pause("low", ["boss"], **tb.now())
+
+        early = tb.acquire("low", "res:x")
+        assert isinstance(early, Held)
+        assert [c.session_id for c in early.holders] == ["reserved:low"]
+        tb.grant("boss", "res:x")
+        tb.release("boss")
+
+        assert isinstance(tb.acquire("low", "res:x"), Granted)
+
+    def test_a_resume_queued_behind_the_preemptor_is_granted_at_its_release(
+        self, tb: Table
+    ) -> None:
+        tb.grant("low", "res:x")
+        tb.t.pause("low", ["boss"], **tb.now())
+        tb.acquire("low", "res:x", wait=True, waiter_id="resume")
+        tb.grant("boss", "res:x")
+        tb.t.drain()
+
+        tb.release("boss")
+
+        assert tb.granted() == ["low"]
+
+    def test_a_paused_session_that_ends_drops_its_reservation(self, tb: Table) -> None:
+        tb.grant("low", "res:x")
+        tb.acquire("stranger", "res:x", wait=True)
+        tb.t.pause("low", [], **tb.now())
+        tb.t.drain()
+
+        tb.t.release_session("low", "ended", **tb.now())
+
+        assert tb.granted() == ["stranger"]
+        assert tb.t.reservation("low") is None
+
+    def test_a_preemptor_that_ends_unserved_hands_the_set_to_the_owner(self, tb: Table) -> None:
+        tb.grant("low", "res:x")
+        tb.t.pause("low", ["boss"], **tb.now())
+        assert isinstance(tb.acquire("low", "res:x"), Held)
+
+        tb.t.release_session("boss", "ended", **tb.now())
+
+        assert isinstance(tb.acquire("low", "res:x"), Granted)
+
+    def test_pausing_with_nothing_held_reserves_nothing(self, tb: Table) -> None:
+        assert tb.t.pause("idle", ["boss"], **tb.now()) == []
+        assert tb.t.reservation("idle") is None
+
+
 class TestCancel:
     def test_cancelled_waiter_is_never_granted(self, tb: Table) -> None:
         """A waiter withdrawn before the release gets nothing when the key frees."""

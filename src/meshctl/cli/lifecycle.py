@@ -28,7 +28,9 @@ from meshctl.cli._context import common_options, get_state
 from meshctl.cli._git import git_place
 from meshctl.cli._params import Seconds
 
-STATUSES = ("idle", "thinking", "tool-running", "blocked", "waiting-for-user", "done", "errored")
+STATUSES = (
+    "idle", "thinking", "tool-running", "blocked", "waiting-for-user", "paused", "done", "errored",
+)  # fmt: skip
 
 
 def register_params(

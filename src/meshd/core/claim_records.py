@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
 Mode = Literal["exclusive", "shared"]
 EndHow = Literal["released", "ended", "expired", "died"]
-AuditAction = Literal["grant", "refresh", "release", "expire", "lose", "steal"]
+AuditAction = Literal[
+    "grant", "refresh", "release", "expire", "lose", "steal", "preempt", "pause", "resume"
+]
+#: Actions that end the claim they name (the store deletes its row); the last three
+#: only note what was asked or done (SPEC §5b) and name no claim.
+ENDING = frozenset({"release", "expire", "lose", "steal"})
 NoticeKind = Literal["granted", "expired", "stolen", "lost"]
 CLEAN_ENDS = frozenset({"released", "ended"})
 MAX_PREVIOUS = 10_000  # unclean ends remembered for the next grantee; oldest forgotten first

@@ -129,6 +129,27 @@ class _Waiter:
         return Waiting(self.waiter_id, req.session_id, resources, req.mode, self.since, self.rank)
 
 
+RESERVED = "reserved:"  # a reserved set is held by the pseudo-session "reserved:<owner>"
+
+
+@dataclass(slots=True)
+class _Reservation:
+    """What a paused session released (SPEC §5b), held for whom may pass it:
+    the preemptors in ``first`` until each is served, then only the owner."""
+
+    owner: str
+    keys: tuple[Key, ...]
+    mode: Mode
+    first: set[str]
+
+    @property
+    def holder(self) -> str:
+        return RESERVED + self.owner
+
+    def admits(self, session_id: str) -> bool:
+        return session_id in self.first if self.first else session_id == self.owner
+
+
 def _conflict(a: Mode, b: Mode) -> bool:
     return a == "exclusive" or b == "exclusive"
 
@@ -171,12 +192,28 @@ class ClaimTable:
         self._seq = 0
         self._heap: list[tuple[float, int, str, str]] = []
         self._previous: dict[str, Previous] = {}
+        self._reserved: dict[str, _Reservation] = {}  # by holder ("reserved:<owner>")
 
     # --- queries ----------------------------------------------------------------
 
     def related(self, a: str, b: str) -> bool:
-        """Same session, or one is an ancestor of the other (never siblings)."""
-        return a == b or b in self.ancestors(a) or a in self.ancestors(b)
+        """Same session, or one is an ancestor of the other (never siblings); and a
+        reserved set counts as related to whom it admits now (so they pass it, and
+        it covers them: earlier waiters there do not count, SPEC §5b)."""
+        if a == b or b in self.ancestors(a) or a in self.ancestors(b):
+            return True
+        if self._reserved:
+            if (r := self._reserved.get(b)) is not None:
+                return r.admits(a)
+            if (r := self._reserved.get(a)) is not None:
+                return r.admits(b)
+        return False
+
+    def reservation(self, owner: str) -> tuple[tuple[Key, ...], Mode, tuple[str, ...]] | None:
+        """A paused session's reserved set: its keys, mode, and the preemptors still
+        to be served first; None if it holds no reservation."""
+        r = self._reserved.get(RESERVED + owner)
+        return None if r is None else (r.keys, r.mode, tuple(sorted(r.first)))
 
     def check(self, keys: Iterable[Key], session_id: str | None = None) -> tuple[Claim, ...]:
         """Claims overlapping ``keys`` held by sessions unrelated to ``session_id``."""
@@ -323,6 +360,55 @@ class ClaimTable:
             self._release_ref(("w", waiter_id))
         self._settle(now_mono, now_wall)
 
+    def pause(
+        self, owner: str, first: Iterable[str], *, now_mono: float, now_wall: float
+    ) -> list[str]:
+        """``owner`` pauses (SPEC §5b): its claims are released into a reserved set that
+        admits the preemptors ``first`` until each has been granted on it, then only
+        ``owner`` (its :meth:`acquire` passes every earlier waiter there). Returns
+        the resources. A session holding nothing reserves nothing."""
+        mine = list(self._by_session.get(owner, {}).values())
+        if not mine:
+            return []
+        if RESERVED + owner in self._reserved:
+            self.unreserve(owner, now_mono=now_mono, now_wall=now_wall)
+        for claim in mine:
+            self._drop(claim, "release", now_wall, how="paused")
+        mode: Mode = "exclusive" if any(c.mode == "exclusive" for c in mine) else "shared"
+        keys = tuple(c.key for c in mine)
+        r = _Reservation(owner, keys, mode, set(first) - {owner})
+        self._reserved[r.holder] = r
+        self._grant(_Request(r.holder, keys, mode, f"reserved for {owner}"), now_mono,
+                    now_wall, how="reserve")  # fmt: skip
+        for sid in (owner, *r.first):
+            for wid in self._waiters_of.get(sid, {}):
+                self._mark(self._waiters[wid])
+        self._settle(now_mono, now_wall)
+        return [c.resource for c in mine]
+
+    def unreserve(self, owner: str, *, now_mono: float, now_wall: float) -> list[str]:
+        """Drop ``owner``'s reserved set (it resumed, or ended); returns its resources."""
+        r = self._reserved.pop(RESERVED + owner, None)
+        if r is None:
+            return []
+        gone = list(self._by_session.get(r.holder, {}).values())
+        for claim in gone:
+            self._drop(claim, "release", now_wall, how="unreserved")
+        self._settle(now_mono, now_wall)
+        return [c.resource for c in gone]
+
+    def _served_first(self, session_id: str, keys: Iterable[Key]) -> None:
+        """``session_id`` was granted keys: a reserved set it was admitted to first
+        now admits the next (at last its owner), whose waits are looked at again."""
+        for r in list(self._reserved.values()):
+            if session_id in r.first and any(k.overlaps(x) for k in keys for x in r.keys):
+                r.first.discard(session_id)
+                if not r.first:
+                    for claim in self._by_session.get(r.holder, {}).values():
+                        self._release_ref(("c", claim.session_id, claim.resource))
+                    for wid in self._waiters_of.get(r.owner, {}):
+                        self._mark(self._waiters[wid])
+
     # --- release, expiry, cancel ------------------------------------------------
 
     def release(
@@ -364,6 +450,9 @@ class ClaimTable:
             self._drop(claim, action, now_wall, how=how)
         if how not in CLEAN_ENDS:
             self._notify_losses(gone, "lost", now_wall, how=how)
+        if self._reserved:  # a paused session that ends drops its reservation
+            self.unreserve(session_id, now_mono=now_mono, now_wall=now_wall)
+            self._served_first(session_id, [k for r in self._reserved.values() for k in r.keys])
         self._settle(now_mono, now_wall)
         return [c.resource for c in gone]
 
@@ -473,6 +562,8 @@ class ClaimTable:
             claims.append(claim)
         if len(kept) < len(req.keys):
             self._mark_relatives(req.session_id)
+            if self._reserved:
+                self._served_first(req.session_id, req.keys)
         return Granted(
             req.session_id,
             token,

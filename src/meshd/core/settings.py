@@ -25,6 +25,7 @@ class Settings:
     message_budget_per_minute: int = 30
     max_reply_depth: int = 8
     max_query_timeout: float = 60.0
+    preempt_grace: float = 300.0  # how long a preempted holder has to pause (SPEC §5b)
     max_body_bytes: int = 8192
     snapshot_interval: float = 2.0
     history_days: float = 30.0

@@ -15,23 +15,26 @@ import itertools
 import os
 import sqlite3
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import anyio
 
 from meshd.core.claims import (
+    AuditAction,
     AuditRecord,
     Cancelled,
     Claim,
     Fencing,
     Granted,
     Held,
+    Mode,
     Notice,
     Previous,
     Queued,
 )
-from meshd.core.state import Outcome
+from meshd.core.state import Outcome, Write
 from meshd.domain import Domain
 from meshd.keys import Key, canonical_key, describe, from_canonical
 from meshd.protocol import claims as pc
@@ -194,6 +197,41 @@ class ClaimHandlers(Domain):
             return self._held(outcome)
         conn.detach()  # queued: the connection goes on serving while this waits
         return await self._wait(outcome, wait)
+
+    def keys_of(self, resources: list[str], broad: bool) -> list[Key]:
+        """Canonical keys for what the user typed (after a ttl sweep)."""
+        keys = self._keys(resources, broad)
+        self._expire()
+        return keys
+
+    async def acquire_keys(
+        self, sid: str, keys: Sequence[Key], *, mode: Mode, reason: str, wait: float, conn: Conn
+    ) -> pc.ClaimAcquireResult:
+        """``claim.acquire`` for canonical keys (``session.resume`` queues with it)."""
+        st, clock = self.svc.state, self.svc.clock
+        waiter_id = f"c{conn.id}.{next(self._ids)}" if wait > 0 else None
+        outcome = st.claims.acquire(
+            sid, keys, mode=mode, reason=reason, now_mono=clock.monotonic(),
+            now_wall=clock.now(), wait=waiter_id is not None, waiter_id=waiter_id,
+        )  # fmt: skip
+        if isinstance(outcome, Granted):
+            await self._commit_grant(outcome)
+            return self._granted(outcome)
+        if isinstance(outcome, Held):
+            return self._held(outcome)
+        conn.detach()
+        return await self._wait(outcome, wait)
+
+    def audit_rows(
+        self, sid: str, resources: Iterable[str], action: AuditAction, *,
+        by: str | None = None, reason: str = "", how: str = "",
+    ) -> list[Write]:  # fmt: skip
+        """Audit rows that name no claim (token 0): a preemption asked, a pause, a resume."""
+        now = self.svc.clock.now()
+        return [
+            ("claim.audit", AuditRecord(now, action, sid, res, "exclusive", 0, reason, how, by))
+            for res in list(resources) or [""]
+        ]
 
     async def _commit_grant(self, g: Granted, victims: tuple[Claim, ...] = ()) -> None:
         """Commit a grant; if it cannot be stored, take it back before saying UNAVAILABLE.

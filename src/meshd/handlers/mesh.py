@@ -16,7 +16,7 @@ CAPABILITIES = [
     "messages", "queries", "broadcasts", "handoffs", "events", "board.changed", "notes",
     "jobs",
     "ranks",
-    "watch",
+    "watch", "preempt",
 ]  # fmt: skip
 
 

@@ -199,7 +199,9 @@ class AuditEntry(Result):
     """One grant, refresh, release, expire, lose or steal."""
 
     at: str
-    action: Literal["grant", "refresh", "release", "expire", "lose", "steal"]
+    action: Literal[
+        "grant", "refresh", "release", "expire", "lose", "steal", "preempt", "pause", "resume"
+    ]
     session_id: str
     resource: str
     mode: Mode

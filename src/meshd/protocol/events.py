@@ -145,6 +145,37 @@ CLAIM_EVENTS: dict[str, type[ClaimEvent]] = {
 ClaimLoss = ClaimExpiredEvent | ClaimStolenEvent | ClaimLostEvent
 
 
+# --- preemption (SPEC §5b) -----------------------------------------------------------
+
+
+class PreemptBase(EventBody):
+    """A preemption: ``by`` asked the holders of ``resources`` to checkpoint and pause
+    within ``grace_s`` (until ``deadline``). ``id``/``text``: the durable inbox notice
+    that says the same."""
+
+    preemption_id: int
+    by: str
+    resources: list[str]
+    reason: str = ""
+    grace_s: float = 0.0
+    deadline: str = ""
+    holders: list[str] = []
+    framing: str = CLAIM_FRAMING
+    id: int | None = None
+    text: str = ""
+    from_: str = field(default=DAEMON_SENDER, name="from")
+    created_at: str = ""
+    state: ItemState | None = None
+
+
+class PreemptEvent(PreemptBase, tag="preempt"):
+    """A higher-ranked session asks this one to checkpoint and pause (``meshctl pause``)."""
+
+
+class PreemptExpiredEvent(PreemptBase, tag="preempt.expired"):
+    """This session's preemption ran out of grace; ``holders`` still hold (it may steal)."""
+
+
 # --- the board -----------------------------------------------------------------------
 
 
@@ -187,6 +218,8 @@ Event = (
     | ClaimLostEvent
     | FileChangedEvent
     | MeshChangedEvent
+    | PreemptEvent
+    | PreemptExpiredEvent
 )
 
 #: Every event class by its ``kind``.
@@ -196,6 +229,8 @@ EVENTS: dict[str, type[EventBody]] = {
     **{cls.__struct_config__.tag: cls for cls in CLAIM_EVENTS.values()},  # type: ignore[misc]
     "file.changed": FileChangedEvent,
     "mesh.changed": MeshChangedEvent,
+    "preempt": PreemptEvent,
+    "preempt.expired": PreemptExpiredEvent,
 }
 
 

@@ -19,7 +19,14 @@ from msgspec import Meta, Struct
 from meshd.protocol.events import ClaimLoss
 
 Status = Literal[
-    "idle", "thinking", "tool-running", "blocked", "waiting-for-user", "done", "errored"
+    "idle",
+    "thinking",
+    "tool-running",
+    "blocked",
+    "waiting-for-user",
+    "paused",
+    "done",
+    "errored",
 ]
 Liveness = Literal["process", "heartbeat"]
 SessionId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[^\s]+$")]

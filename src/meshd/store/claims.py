@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from meshd.core.claims import AuditRecord
+from meshd.core.claim_records import ENDING, AuditRecord
 from meshd.store.query import newest_rows
 
 DDL = """
@@ -65,7 +65,7 @@ def write_audit(db: sqlite3.Connection, r: AuditRecord) -> None:
             "UPDATE claims SET reason=?, expires_at=? WHERE session_id=? AND resource=?",
             (r.reason, expires, r.session_id, r.resource),
         )
-    else:
+    elif r.action in ENDING:
         db.execute(
             "DELETE FROM claims WHERE session_id=? AND resource=? AND token=?",
             (r.session_id, r.resource, r.token),

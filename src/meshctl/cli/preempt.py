@@ -1,0 +1,104 @@
+"""``meshctl preempt``, ``pause`` and ``resume``: cooperative preemption (SPEC §5b).
+
+``preempt RES…`` asks the lower-ranked holders of RES… to checkpoint and pause
+(exit 0 when asked or free; 75 when a holder is not out-ranked, ``reason:
+rank``: nobody is asked). Nothing is taken: when the grace runs out the
+preemptor is told and the person may ``steal``. ``pause --note TEXT`` is the
+holder's side at a safe point; ``resume`` queues for the reserved set and
+prints the checkpoint note (exit 75 when ``--wait`` ran out, still paused).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from meshctl import _claims
+from meshctl.cli import _output
+from meshctl.cli._context import common_options, get_state
+from meshctl.cli._params import Seconds
+
+
+@click.command()
+@common_options
+@click.argument("resources", metavar="RES…", nargs=-1, required=True)
+@click.option("--reason", default="", metavar="R", help="Why (the holders are told).")
+@click.option("--broad", is_flag=True, help="Allow file:/ or the home folder itself.")
+def preempt(resources: tuple[str, ...], reason: str, broad: bool) -> int:
+    """Ask the lower-ranked holders of RES… to checkpoint and pause."""
+    state = get_state()
+    params: dict[str, Any] = {
+        "session_id": state.require_session(),
+        "resources": _claims.resolve_all(resources),
+        "reason": reason,
+        "broad": broad,
+    }
+    result = state.call("claim.preempt", params)
+    _output.emit(state.json, result, lambda: _preempted(result))
+    return _output.EXIT_TEMPFAIL if result.get("status") == "held" else _output.EXIT_OK
+
+
+def _preempted(result: dict[str, Any]) -> str:
+    holders = result.get("holders") or []
+    if result.get("status") == "free":
+        return "free: nobody holds it"
+    who = [
+        f"{h['session_id']} (rank {h['rank']}) holds {', '.join(h['resources'])}" for h in holders
+    ]
+    if result.get("status") == "held":
+        lines = [f"held: {w}" for w in who]
+        lines.append(f"held: reason rank: your rank {result.get('rank', 0)} does not out-rank them")
+        return "\n".join(lines)
+    grace = f"{float(result.get('grace_s') or 0):g} s"
+    return "\n".join(
+        [f"asked: {w}" for w in who] + [f"grace {grace}, until {result.get('deadline')}"]
+    )
+
+
+@click.command()
+@common_options
+@click.option(
+    "--note", required=True, metavar="TEXT", help="Where you stopped; given back on resume."
+)
+def pause(note: str) -> None:
+    """Checkpoint at a safe point: leave a note, release claims into a reserved set."""
+    state = get_state()
+    result = state.call("session.pause", {"session_id": state.require_session(), "note": note})
+
+    def human() -> str:
+        reserved = result.get("reserved") or []
+        first = result.get("first") or []
+        line = f"paused; reserved {', '.join(reserved)}" if reserved else "paused (held nothing)"
+        return line + (f" (first for {', '.join(first)})" if first else "")
+
+    _output.emit(state.json, result, human)
+
+
+@click.command()
+@common_options
+@click.option(
+    "--wait",
+    type=Seconds(maximum=3600),
+    default=None,
+    metavar="S",
+    help="Wait up to S seconds for the reserved set (default: the daemon's max_query_timeout).",
+)
+def resume(wait: float | None) -> int:
+    """Queue for the reserved set; print the checkpoint note; status back."""
+    state = get_state()
+    params: dict[str, Any] = {"session_id": state.require_session()}
+    if wait is not None:
+        params["wait"] = wait
+    timeout = _claims.wait_timeout(wait if wait is not None else 60.0, state.mesh().timeout)
+    result = state.call("session.resume", params, timeout=timeout)
+
+    def human() -> str:
+        note = result.get("note") or "(no checkpoint note)"
+        if result.get("status") == "held":
+            return f"held: still paused; the reserved set is not free yet\nnote: {note}"
+        how = {"lost": " (the reservation was lost in a daemon restart)", "none": ""}
+        return f"resumed{how.get(result.get('reservation', ''), '')}\nnote: {note}"
+
+    _output.emit(state.json, result, human)
+    return _output.EXIT_TEMPFAIL if result.get("status") == "held" else _output.EXIT_OK

@@ -1,0 +1,248 @@
+"""``claim.preempt``, ``session.pause``, ``session.resume`` (SPEC §5b).
+
+Preemption is cooperative: the preemptor must out-rank every holder it asks,
+and nothing is taken. Each holder gets a ``preempt`` event carrying a durable
+inbox notice (who asks, why, the grace); when the grace runs out with a holder
+still holding, the preemptor gets a ``preempt.expired`` event and notice and
+may ``steal``. ``pause`` stores the checkpoint note (a shared note in the
+session's notebook and an unaddressed handoff) and releases the session's
+claims into a reserved set (:meth:`meshd.core.claims.ClaimTable.pause`);
+``resume`` queues for that set and answers with the note.
+
+Reservations and pending preemptions live in memory only: a daemon restart
+drops them, and ``resume`` then says ``reservation: lost`` and asks for the
+set like anyone (the note, a handoff, and the ``paused`` status are durable).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, get_args
+
+import msgspec
+
+from meshd.core.claims import RESERVED
+from meshd.core.preempt import Preemption, Preemptions
+from meshd.core.registry import Report
+from meshd.core.state import Event, Write
+from meshd.domain import Domain
+from meshd.handlers.claims import ClaimHandlers
+from meshd.handlers.shared import shared_of
+from meshd.protocol import preempt as pp
+from meshd.protocol.errors import MeshError
+from meshd.protocol.events import PreemptEvent, PreemptExpiredEvent
+from meshd.protocol.methods import Status
+from meshd.service import Conn, Service, rfc3339
+
+if TYPE_CHECKING:
+    from meshd.core.claims import Claim
+
+STATUSES = frozenset(get_args(Status))
+
+
+class PreemptHandlers(Domain):
+    name = "preempt"
+
+    def __init__(self, svc: Service) -> None:
+        super().__init__(svc)
+        self.pre = Preemptions(svc.clock)
+        self.claims = svc.domain(ClaimHandlers)
+        self.work = shared_of(svc)
+        self.notes: dict[str, str] = {}  # paused session -> its checkpoint note
+        self.before: dict[str, str] = {}  # paused session -> its status before the pause
+
+    def install(self) -> None:
+        self.svc.add(pp.PREEMPT, self.preempt, is_async=True)
+        self.svc.add(pp.PAUSE, self.pause, is_async=True)
+        self.svc.add(pp.RESUME, self.resume, is_async=True, concurrent=True)
+
+    # --- preempt ---------------------------------------------------------------------
+
+    async def preempt(self, p: pp.PreemptParams, conn: Conn) -> pp.PreemptResult:
+        svc, st = self.svc, self.svc.state
+        reg = st.registry
+        me = reg.get(p.session_id)
+        keys = self.claims.keys_of(p.resources, p.broad)
+        found = [
+            c for c in st.claims.check(keys, p.session_id) if not c.session_id.startswith(RESERVED)
+        ]
+        by_holder: dict[str, list[Claim]] = {}
+        for c in found:
+            by_holder.setdefault(c.session_id, []).append(c)
+        holders = [
+            pp.PreemptHolder(
+                session_id=sid, resources=[c.resource for c in mine], rank=reg.rank(sid),
+                task=reg.sessions[sid].task if sid in reg.sessions else "",
+            )
+            for sid, mine in by_holder.items()
+        ]  # fmt: skip
+        if not holders:
+            return pp.PreemptResult(status="free", rank=me.rank)
+        if any(h.rank >= me.rank for h in holders):
+            return pp.PreemptResult(status="held", reason="rank", holders=holders, rank=me.rank)
+        grace = st.settings.preempt_grace
+        pre = self.pre.add(
+            p.session_id, {h.session_id: tuple(h.resources) for h in holders}, p.reason, grace
+        )
+        deadline = rfc3339(pre.at + grace)
+        events: list[Event] = []
+        audit: list[Write] = []
+        for h in holders:
+            text = (
+                f"{p.session_id} (rank {me.rank}) asks you (rank {h.rank}) to checkpoint and "
+                f"pause: it needs {', '.join(h.resources)}"
+                + (f" — {p.reason}" if p.reason else "")
+                + f". Grace {grace:g} s (until {deadline}): meshctl pause --note TEXT. "
+                "Nothing is taken from you by force."
+            )
+            m = st.mailbox.notice(h.session_id, text, push=False)
+            events.append(Event(h.session_id, PreemptEvent(
+                session_id=h.session_id, preemption_id=pre.id, by=p.session_id,
+                resources=h.resources, reason=p.reason, grace_s=grace, deadline=deadline,
+                id=m.id, text=m.text, created_at=rfc3339(m.created_at), state=m.state,
+            )))  # fmt: skip
+            audit += self.claims.audit_rows(h.session_id, h.resources, "preempt",
+                                            by=p.session_id, reason=p.reason,
+                                            how=f"grace {grace:g} s")  # fmt: skip
+        await self._store_first(audit, undo=lambda: self.pre.drop(pre.id))
+        st.events.extend(events)
+        svc.flush_background()
+        return pp.PreemptResult(
+            status="asked", holders=holders, rank=me.rank, grace_s=grace,
+            preemption_id=pre.id, deadline=deadline,
+        )  # fmt: skip
+
+    def sweep(self) -> None:
+        """Tell each preemptor whose grace ran out who still holds (it may steal)."""
+        for pre in self.pre.due():
+            self._expired(pre)
+
+    def _expired(self, pre: Preemption) -> None:
+        st = self.svc.state
+        if pre.by not in st.registry.sessions:
+            return
+        still = {
+            sid: res for sid, res in pre.holders.items()
+            if any(c.resource in res for c in st.claims.list_claims(sid))
+        }  # fmt: skip
+        if not still:
+            return
+        resources = sorted({r for res in still.values() for r in res})
+        text = (
+            f"The grace of your preemption ran out: {', '.join(sorted(still))} still "
+            f"hold {', '.join(resources)}. Nothing was taken; you may steal "
+            "(meshctl steal RES --reason R)."
+        )
+        m = st.mailbox.notice(pre.by, text, push=False)
+        st.events.append(Event(pre.by, PreemptExpiredEvent(
+            session_id=pre.by, preemption_id=pre.id, by=pre.by, resources=resources,
+            reason=pre.reason, grace_s=pre.grace, deadline=rfc3339(pre.at + pre.grace),
+            holders=sorted(still), id=m.id, text=m.text, created_at=rfc3339(m.created_at),
+            state=m.state,
+        )))  # fmt: skip
+        st.writes += self.claims.audit_rows(pre.by, resources, "preempt", how="grace ran out",
+                                            reason=pre.reason)  # fmt: skip
+
+    # --- pause / resume --------------------------------------------------------------
+
+    async def pause(self, p: pp.PauseParams, conn: Conn) -> pp.PauseResult:
+        svc, st = self.svc, self.svc.state
+        s = st.registry.get(p.session_id)
+        work = await self.work.ready()
+        note = work.notes.add(
+            p.session_id, f"checkpoint: {p.note}", private=False, limit=st.settings.max_body_bytes
+        )
+        await work.commit()
+        handoff = st.mailbox.write_handoff(p.session_id, p.note)
+        paused = msgspec.structs.replace(s, status="paused")
+        await self._store_first([("session.snapshot", paused)])
+        first = [pre.by for pre in self.pre.paused(p.session_id)]
+        clock = svc.clock
+        reserved = st.claims.pause(
+            p.session_id, first, now_mono=clock.monotonic(), now_wall=clock.now()
+        )
+        if s.status != "paused":
+            self.before[p.session_id] = s.status
+        self.notes[p.session_id] = p.note
+        st.registry.heartbeat(p.session_id, Report(status="paused"))
+        st.writes += self.claims.audit_rows(p.session_id, reserved, "pause", reason=p.note[:200])
+        svc.flush_background()  # the releases and the reservation (not durable) follow
+        return pp.PauseResult(
+            session_id=p.session_id, reserved=reserved, first=first, handoff_id=handoff.id,
+            note_id=note.id,
+        )  # fmt: skip
+
+    async def resume(self, p: pp.ResumeParams, conn: Conn) -> pp.ResumeResult:
+        svc, st = self.svc, self.svc.state
+        sid = p.session_id
+        s = st.registry.get(sid)
+        note = self.notes.get(sid)
+        if note is None and (h := st.mailbox.handoff_for(sid, sid)) is not None:
+            note = h.summary
+        held = st.claims.reservation(sid)
+        if held is None:
+            how: Literal["lost", "none"] = (
+                "lost" if s.status == "paused" and sid not in self.notes else "none"
+            )
+            await self._resumed(sid)
+            return pp.ResumeResult(session_id=sid, status="resumed", note=note or "",
+                                   reservation=how)  # fmt: skip
+        keys, mode, _first = held
+        wait = min(p.wait if p.wait is not None else st.settings.max_query_timeout,
+                   st.settings.max_query_timeout)  # fmt: skip
+        t0 = time.monotonic()
+        reply = await self.claims.acquire_keys(
+            sid, keys, mode=mode, reason="resume", wait=wait, conn=conn
+        )
+        if reply.status != "granted":
+            return pp.ResumeResult(
+                session_id=sid, status="held", note=note or "", reservation="kept",
+                holders=reply.holders, waited_s=round(time.monotonic() - t0, 3),
+            )  # fmt: skip
+        clock = svc.clock
+        st.claims.unreserve(sid, now_mono=clock.monotonic(), now_wall=clock.now())
+        await self._resumed(sid)
+        return pp.ResumeResult(
+            session_id=sid, status="resumed", note=note or "", reservation="kept",
+            resources=[c.resource for c in reply.claims], token=reply.token,
+            waited_s=round(time.monotonic() - t0, 3),
+        )  # fmt: skip
+
+    async def _resumed(self, sid: str) -> None:
+        """Status back to what it was before the pause (stored first)."""
+        st = self.svc.state
+        s = st.registry.sessions.get(sid)
+        if s is not None and s.status == "paused":
+            status = _status(self.before.get(sid, "idle"))
+            rows = self.claims.audit_rows(sid, [], "resume")
+            await self._store_first([("session.snapshot", msgspec.structs.replace(
+                s, status=status)), *rows])  # fmt: skip
+            st.registry.heartbeat(sid, Report(status=status))
+        self.before.pop(sid, None)
+        self.notes.pop(sid, None)
+
+    async def _store_first(
+        self, writes: list[Write], undo: Callable[[], None] | None = None
+    ) -> None:
+        """Commit ``writes`` with what the mailbox wrote meanwhile, before anything is
+        applied: a refused write changes nothing (the mailbox forgets its items)."""
+        st = self.svc.state
+        mail, pushes = st.mailbox.drain()
+        try:
+            await self.svc.store.commit([*mail, *writes])
+        except MeshError:
+            st.mailbox.forget(mail)
+            if undo is not None:
+                undo()
+            raise
+        st.events.extend(Event(*push) for push in pushes)
+
+    def connection_closed(self, conn: Conn) -> None:
+        """Forget the preemptions of sessions that are gone (checked lazily here)."""
+        for sid in {pre.by for pre in self.pre.pending()} - set(self.svc.state.registry.sessions):
+            self.pre.forget(sid)
+
+
+def _status(status: str) -> Status:
+    return status if status in STATUSES else "idle"  # type: ignore[return-value]

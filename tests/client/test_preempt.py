@@ -1,0 +1,56 @@
+"""The library's side of preemption (SPEC §5b): on_preempt, pause, resume."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from meshctl import Mesh, _events
+
+
+def test_on_preempt_pause_and_resume(daemon: Any) -> None:
+    """The holder's callback hears who asks and why; pause releases into the reserved
+    set; the preemptor takes and returns it; resume gives the note back."""
+    with Mesh() as mesh, mesh.session(task="train") as low, mesh.session(task="ship") as boss:
+        mesh.call("session.prioritize", {"session_id": boss.session_id, "rank": 4, "by": "ana"})
+        heard: list[_events.PreemptEvent] = []
+        got = threading.Event()
+
+        def on_preempt(event: _events.PreemptEvent) -> None:
+            heard.append(event)
+            got.set()
+
+        watcher = low.on_preempt(on_preempt)
+        assert watcher is not None
+        held = low.claim("res:gpu")
+        asked = mesh.call(
+            "claim.preempt",
+            {"session_id": boss.session_id, "resources": ["res:gpu"], "reason": "release"},
+        )
+        assert got.wait(10)
+        paused = low.pause("epoch 4 saved")
+        taken = boss.claim("res:gpu")
+        taken.release()
+        resumed = low.resume(wait=5)
+        watcher.stop()
+
+    assert held.granted
+    assert asked["status"] == "asked"
+    assert (heard[0].by, heard[0].reason, heard[0].resources) == (
+        boss.session_id, "release", ("res:gpu",),
+    )  # fmt: skip
+    assert heard[0].grace_s == 300
+    assert paused is not None
+    assert paused["reserved"] == ["res:gpu"]
+    assert taken.granted
+    assert resumed is not None
+    assert (resumed["status"], resumed["note"]) == ("resumed", "epoch 4 saved")
+
+
+def test_pause_and_resume_are_no_ops_when_disabled(daemon: Any, mesh_env: Any) -> None:
+    mesh_env.write_config("[defaults]\nenabled = false\n")
+    daemon.restart()
+    with Mesh() as mesh, mesh.session(task="t") as s:
+        assert s.pause("n") is None
+        assert s.resume() is None
+        assert s.on_preempt(lambda e: None) is None

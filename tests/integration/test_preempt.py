@@ -1,0 +1,183 @@
+"""Preempt -> pause -> resume through the real daemon (SPEC §5b)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tests.cli.conftest import run_meshctl
+from tests.conftest import DaemonHandle, MeshEnv
+from tests.integration.test_claims import Client, wait_for
+
+
+def setup(daemon: DaemonHandle, *ranked: tuple[str, int]) -> Client:
+    c = Client(daemon)
+    for sid, rank in ranked:
+        c.call("session.register", session_id=sid, liveness="heartbeat")
+        if rank:
+            c.call("session.prioritize", session_id=sid, rank=rank, by="ana")
+    return c
+
+
+def inbox(c: Client, sid: str) -> list[str]:
+    return [i["text"] for i in c.call("message.inbox", session_id=sid, peek=True)["items"]]
+
+
+def audit(c: Client, sid: str) -> list[tuple[str, str]]:
+    return [(e["action"], e["how"]) for e in c.call("audit.log", session_id=sid)["entries"]]
+
+
+class TestPreempt:
+    def test_equal_rank_is_refused_and_nobody_is_asked(self, daemon: DaemonHandle) -> None:
+        c = setup(daemon, ("low", 0), ("peer", 0))
+        c.call("claim.acquire", session_id="low", resources=["res:x"])
+
+        out = c.call("claim.preempt", session_id="peer", resources=["res:x"], reason="mine")
+        told = inbox(c, "low")
+        c.close()
+
+        assert (out["status"], out["reason"]) == ("held", "rank")
+        assert [h["session_id"] for h in out["holders"]] == ["low"]
+        assert told == []
+
+    def test_holder_is_told_who_why_and_the_grace(self, daemon: DaemonHandle) -> None:
+        c = setup(daemon, ("low", 0), ("boss", 5))
+        sub = Client(daemon)
+        sub.call("events.subscribe", session_id="low")
+        c.call("claim.acquire", session_id="low", resources=["res:x"])
+
+        out = c.call("claim.preempt", session_id="boss", resources=["res:x"], reason="release")
+        event = None
+        while event is None or event.get("method") != "event":
+            event = json_line(sub)
+        told = inbox(c, "low")
+        held = c.call("claim.list", session_id="low")["claims"]
+        log = audit(c, "low")
+        sub.close()
+        c.close()
+
+        assert out["status"] == "asked"
+        assert out["grace_s"] == 300
+        params = event["params"]
+        assert (params["kind"], params["by"], params["reason"]) == ("preempt", "boss", "release")
+        assert params["resources"] == ["res:x"]
+        assert params["grace_s"] == 300
+        assert "boss (rank 5) asks you (rank 0) to checkpoint and pause" in told[0]
+        assert params["id"] is not None
+        assert [x["resource"] for x in held] == ["res:x"]  # nothing is taken by force
+        assert ("preempt", "grace 300 s") in log
+
+    def test_pause_hands_the_set_to_the_preemptor_then_resume_returns_the_note(
+        self, daemon: DaemonHandle
+    ) -> None:
+        c = setup(daemon, ("low", 0), ("boss", 5), ("stranger", 0))
+        c.call("claim.acquire", session_id="low", resources=["res:x"])
+        c.call("claim.preempt", session_id="boss", resources=["res:x"])
+        got: dict[str, Any] = {}
+        waiters = [Client(daemon) for _ in range(2)]
+        for w, sid in zip(waiters, ("stranger", "boss"), strict=True):
+            threading.Thread(target=wait_in, args=(w, sid, got), daemon=True).start()
+            wait_for(lambda sid=sid: sid in str(c.call("claim.list")["waiting"]))
+
+        paused = c.call("session.pause", session_id="low", note="stopped after step 3")
+        wait_for(lambda: "boss" in got)
+        status = c.call("session.get", session_id="low")["status"]
+        early = c.raw("claim.acquire", session_id="stranger", resources=["res:x"])
+        c.call("claim.release", session_id="boss")
+        resumed = c.call("session.resume", session_id="low", wait=5)
+        after = c.call("session.get", session_id="low")["status"]
+        holders = [x["session_id"] for x in c.call("claim.list")["claims"]]
+        notes = c.call("notes.list", session_id="boss")["entries"]
+        log = audit(c, "low")
+        for x in (*waiters, c):
+            x.close()
+
+        assert (paused["reserved"], paused["first"]) == (["res:x"], ["boss"])
+        assert paused["handoff_id"] is not None
+        assert got["boss"]["status"] == "granted"
+        assert status == "paused"
+        assert early["result"]["status"] == "held"
+        assert (resumed["status"], resumed["reservation"]) == ("resumed", "kept")
+        assert resumed["note"] == "stopped after step 3"
+        assert resumed["resources"] == ["res:x"]
+        assert after == "idle"
+        assert holders == ["low"]
+        assert "stranger" not in got  # still waiting: the reserved set kept it out
+        assert any(n["text"] == "checkpoint: stopped after step 3" for n in notes)
+        assert ("pause", "") in log
+        assert ("resume", "") in log
+
+    def test_grace_expiry_tells_the_preemptor(
+        self, mesh_env: MeshEnv, daemon: DaemonHandle
+    ) -> None:
+        mesh_env.write_config("[defaults]\npreempt_grace = 0.3\n")
+        c = setup(daemon, ("low", 0), ("boss", 5))
+        assert c.call("mesh.reload")["reloaded"]
+        c.call("claim.acquire", session_id="low", resources=["res:x"])
+        c.call("claim.preempt", session_id="boss", resources=["res:x"], reason="deploy")
+
+        wait_for(lambda: any("grace of your preemption ran out" in t for t in inbox(c, "boss")))
+        text = next(t for t in inbox(c, "boss") if "ran out" in t)
+        held = [x["session_id"] for x in c.call("claim.list")["claims"]]
+        c.close()
+
+        assert "low still hold res:x" in text
+        assert "you may steal" in text
+        assert held == ["low"]
+
+    def test_a_restart_loses_the_reservation_and_resume_says_so(self, daemon: DaemonHandle) -> None:
+        c = setup(daemon, ("low", 0), ("boss", 5))
+        c.call("claim.acquire", session_id="low", resources=["res:x"])
+        c.call("session.pause", session_id="low", note="halfway")
+        c.close()
+        daemon.kill()
+        daemon.start()
+        c = Client(daemon)
+        status = c.call("session.get", session_id="low")["status"]
+        resumed = c.call("session.resume", session_id="low", wait=1)
+        c.close()
+
+        assert status == "paused"
+        assert (resumed["status"], resumed["reservation"]) == ("resumed", "lost")
+        assert resumed["note"] == "halfway"
+
+
+def wait_in(w: Client, sid: str, got: dict[str, Any]) -> None:
+    """Queue for res:x; the reply (if one comes before the test closes the connection)."""
+    try:
+        got[sid] = w.call("claim.acquire", session_id=sid, resources=["res:x"], wait=30)
+    except (OSError, ValueError):
+        pass
+
+
+def json_line(c: Client) -> dict[str, Any]:
+    import json
+
+    return json.loads(c.f.readline())  # type: ignore[no-any-return]
+
+
+def test_meshctl_preempt_pause_resume(daemon: DaemonHandle) -> None:
+    c = setup(daemon, ("cli:low", 0), ("cli:boss", 3))
+    c.call("claim.acquire", session_id="cli:low", resources=["res:gpu"])
+    c.close()
+    boss = {**daemon.env, "MESH_SESSION": "cli:boss"}
+    low = {**daemon.env, "MESH_SESSION": "cli:low"}
+
+    asked = run_meshctl("preempt", "res:gpu", "--reason", "training run", env=boss)
+    refused = run_meshctl("preempt", "res:gpu", env=low)
+    paused = run_meshctl("pause", "--note", "checkpointed at epoch 4", env=low)
+    early = run_meshctl("resume", "--wait", "0.2", env=low)  # kept for boss first
+    took = run_meshctl("claim", "res:gpu", env=boss)
+    run_meshctl("release", "res:gpu", env=boss)
+    resumed = run_meshctl("resume", "--wait", "2", env=low)
+
+    assert asked.code == 0, asked
+    assert "asked: cli:low (rank 0) holds res:gpu" in asked.out
+    assert refused.code in (0, 75), refused  # low holds it itself: nobody else to ask
+    assert paused.code == 0, paused
+    assert "paused; reserved res:gpu (first for cli:boss)" in paused.out
+    assert early.code == 75, early
+    assert "held: still paused" in early.out
+    assert took.code == 0, took
+    assert resumed.code == 0, resumed
+    assert "note: checkpointed at epoch 4" in resumed.out
