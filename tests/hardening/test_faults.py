@@ -313,6 +313,9 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
         ("handoff.request", {"session_id": "a", "to": "c", "timeout": 1}),
         ("board.changed", {"session_id": "a", "paths": [f"{state}/f.py"]}),
         ("session.prioritize", {"session_id": "a", "rank": 9, "by": "ana"}),
+        ("claim.preempt", {"session_id": "c", "resources": [k1], "reason": "mine"}),
+        ("session.pause", {"session_id": "a", "note": "checkpoint"}),
+        ("session.resume", {"session_id": "b"}),
     ]
 
 
@@ -331,6 +334,7 @@ def mesh_view(c: Client) -> dict[str, Any]:
         "sessions": sids,
         "pids": {s["session_id"]: s["pid"] for s in sessions},
         "ranks": {s["session_id"]: s.get("rank", 0) for s in sessions if s.get("rank")},
+        "paused": sorted(s["session_id"] for s in sessions if s["status"] == "paused"),
         "claims": sorted((x["session_id"], x["resource"], x["token"]) for x in claims),
         "inboxes": inboxes,
         "handoffs": sorted(h["id"] for h in handoffs),
@@ -365,6 +369,9 @@ class TestNothingRefusedTakesEffect:
                 )
                 query_id = ask["result"]["query_id"]
                 responder.sock.settimeout(0.5)  # the query event, not read: b answers late
+                # c out-ranks a (so its preempt would ask); b is paused (so resume would act)
+                assert "result" in c.call("session.prioritize", {"session_id": "c", "rank": 5})
+                assert "result" in c.call("session.pause", {"session_id": "b", "note": "n"})
                 before = mesh_view(c)
 
                 filler = fill(small_state)
