@@ -27,7 +27,7 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from meshctl import _conn, _paths, _spawn
+from meshctl import _claims, _conn, _paths, _session, _spawn
 from meshd.protocol.errors import (
     FrameTooLarge,
     MeshError,
@@ -200,7 +200,7 @@ class AsyncMesh:
         """A session to use with ``async with``: registers, heartbeats in a task, ends."""
         if source is not None:
             fields["source"] = source
-        core = _conn.SessionCore(
+        core = _session.SessionCore(
             task=task, session_id=session_id, liveness=liveness, bind=bind, fields=fields
         )
         return AsyncSession(self, core, on_lost=on_lost, heartbeat_interval=heartbeat_interval)
@@ -318,7 +318,7 @@ class AsyncSession:
     def __init__(
         self,
         mesh: AsyncMesh,
-        core: _conn.SessionCore,
+        core: _session.SessionCore,
         *,
         on_lost: Callable[[str], Any] | None = None,
         heartbeat_interval: float | None = None,
@@ -328,6 +328,7 @@ class AsyncSession:
         self._on_lost = on_lost
         self._interval_override = heartbeat_interval
         self._lock = anyio.Lock()
+        self._reregistering = anyio.Lock()
         self._scope = anyio.CancelScope()
         self._ended = False
         self.beats = 0
@@ -403,6 +404,65 @@ class AsyncSession:
         """Events for this session, on a connection of their own (``events.subscribe``)."""
         return SessionEvents(self.mesh, str(self.session_id))
 
+    # --- claims (SPEC §5), the rules of meshctl._session ---------------------------
+
+    @property
+    def active(self) -> bool:
+        """Registered, not disabled, not ended."""
+        return self._core.session_id is not None and not self._core.disabled and not self._ended
+
+    async def claim(
+        self,
+        *resources: str,
+        shared: bool = False,
+        reason: str = "",
+        ttl: float | None = None,
+        wait: float = 0.0,
+        broad: bool = False,
+    ) -> AsyncClaim:
+        """As ``Session.claim``: ``async with await s.claim("file:/x") as c: …`` releases
+        on exit what this call acquired; ``c.lost`` turns true within one heartbeat."""
+        if not resources:
+            raise ValueError("claim() needs at least one resource")
+        keys = _claims.resolve_all(resources)
+        if not self.active:
+            return AsyncClaim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
+        params = _claims.acquire_params(
+            str(self.session_id), keys, shared=shared, reason=reason, ttl=ttl, wait=wait,
+            broad=broad,
+        )  # fmt: skip
+        timeout = _claims.wait_timeout(wait, self.mesh.timeout)
+        generation = self._core.generation
+        try:
+            result = await self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
+        except (SessionExpired, UnknownSession) as exc:
+            await self._recover(exc, generation)
+            params["session_id"] = self.session_id
+            result = await self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
+        return AsyncClaim(self, result, keys, guarded=not result.get("disabled", False))
+
+    async def release(self, *resources: str) -> list[str]:
+        """Release ``resources`` (all of the session's claims when none are named)."""
+        if not self.active:
+            return []
+        params: dict[str, Any] = {"session_id": self.session_id}
+        if resources:
+            params["resources"] = _claims.resolve_all(resources)
+        try:
+            result = await self.mesh.call(_claims.RELEASE, params)
+        except (SessionExpired, UnknownSession):
+            return []  # an ended session holds nothing
+        released = [str(r) for r in result.get("released") or []]
+        self._core.released(released)
+        return released
+
+    async def check(self, *resources: str) -> dict[str, Any]:
+        """``claim.check``: overlapping claims of others, and sessions present there."""
+        params: dict[str, Any] = {"resources": _claims.resolve_all(resources)}
+        if self.active:
+            params["session_id"] = self.session_id
+        return dict(await self.mesh.call(_claims.CHECK, params))
+
     # --- internals ---------------------------------------------------------------
 
     async def _register(self) -> None:
@@ -416,20 +476,41 @@ class AsyncSession:
             )
 
     async def _heartbeat(self, params: dict[str, Any]) -> Any:
+        generation = self._core.generation
         try:
             result = await self.mesh.call("session.heartbeat", params)
         except (SessionExpired, UnknownSession) as exc:
-            old = self._core.daemon
-            await self._register()
-            self._record(self._core.after_expiry(exc, old, []))  # it takes no claims
-            return await self.mesh.call("session.heartbeat", {"session_id": self.session_id})
+            await self._recover(exc, generation)
+            result = await self.mesh.call("session.heartbeat", self._core.heartbeat_params({}))
+        for message in self._core.heard(result):
+            self._record(message)
         if self.mesh.daemon != self._core.daemon:
             old = self._core.daemon
             again = await self.mesh.call("session.register", self._core.register_params())
             self._core.registered(again, self.mesh.daemon, self._interval_override)
-            if (lost := self._core.after_restart(old, again, [])) is not None:
-                self._record(lost)
+            lost = await self._validate_held()
+            if (said := self._core.after_restart(old, again, lost)) is not None:
+                self._record(said)
         return result
+
+    async def _recover(self, exc: MeshError, generation: int) -> None:
+        """Register again after an expiry -- once, however many callers saw it."""
+        async with self._reregistering:
+            if self._core.generation != generation:
+                return
+            old = self._core.daemon
+            await self._register()
+            self._record(self._core.after_expiry(exc, old, await self._validate_held()))
+
+    async def _validate_held(self) -> list[tuple[str, int]]:
+        """``claim.validate`` every (key, token) the session holds; the failed ones."""
+        lost = []
+        for key, token in self._core.to_validate():
+            result = await self.mesh.call(_claims.VALIDATE, {"resource": key, "token": token})
+            if not result.get("valid", False):
+                lost.append((key, token))
+        self._core.invalid(lost)
+        return lost
 
     def _record(self, message: str) -> None:
         self._core.lost.append(message)
@@ -449,7 +530,7 @@ class AsyncSession:
                     async with self._lock:
                         if self._ended:
                             return
-                        await self._heartbeat({"session_id": self.session_id})
+                        await self._heartbeat(self._core.heartbeat_params({}))
                 except MeshUnavailable as exc:
                     log.debug("heartbeat: %s", exc)
                     wait = min(max(wait * 2, 0.5), 30.0)
@@ -534,3 +615,46 @@ class SessionEvents:
                 "iterate session.events() again to resubscribe"
             ) from exc
         return _conn.parse_line(line)
+
+
+class AsyncClaim(_session.ClaimRecord):
+    """What one ``AsyncSession.claim`` call got (the fields of
+    :class:`meshctl._session.ClaimRecord`); ``async with`` releases what it acquired."""
+
+    def __init__(
+        self, session: AsyncSession, result: dict[str, Any], requested: list[str], *, guarded: bool
+    ) -> None:
+        self.session = session
+        super().__init__(session._core, result, requested, guarded=guarded)
+
+    async def validate(self) -> bool:
+        """Ask the daemon whether our token still holds every key of the set (fencing)."""
+        if not self.granted or not self.guarded:
+            return self.granted
+        call = self.session.mesh.call
+        return self._validated(
+            [await call(_claims.VALIDATE, {"resource": k, "token": self.token}) for k in self.keys]
+        )
+
+    async def release(self) -> list[str]:
+        """Release what this call acquired (never an ``already_held`` claim); once."""
+        if self._released or not self.acquired:
+            self._released = True
+            return []
+        self._released = True
+        return await self.session.release(*self.acquired)
+
+    async def __aenter__(self) -> AsyncClaim:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.release()
+            except MeshError as failure:  # never raise on the way out; say so
+                log.warning("Session Mesh: %s", self._release_failed(failure))

@@ -6,9 +6,7 @@ splits the incoming byte stream into lines, and sorts what arrives into replies
 (matched by ``id``) and ``event`` notifications (method ``event``, no ``id``), turning
 an ``error`` object into the exception class for its ``data.code``.
 
-It also holds :class:`SessionCore`, the part of a library session that decides what
-to send and what to report (register params, "what was lost" after a daemon
-restart or an expiry), so both clients say the same thing in the same words.
+The session rules (what to register, what was lost) live in :mod:`meshctl._session`.
 
 Standard library only (the blocking client imports it).
 """
@@ -16,11 +14,8 @@ Standard library only (the blocking client imports it).
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterable
 from typing import Any, Final
 
-from meshctl import _events
 from meshd.protocol.errors import (
     FrameTooLarge,
     MeshError,
@@ -212,163 +207,3 @@ def daemon_key(info: Any) -> tuple[Any, Any]:
     if not isinstance(info, dict):
         return (None, None)
     return (info.get("pid"), info.get("started_at"))
-
-
-# --- sessions -------------------------------------------------------------------
-
-
-class SessionCore:
-    """The sans-I/O half of a library session: params, claim bookkeeping, and the
-    record of what was lost, so both clients decide and say the same thing.
-
-    Claims: :attr:`held` maps each fencing token this client was granted to the keys
-    it still holds under it (canonical, as the daemon wrote them); a loss -- a claim
-    notice reported by a heartbeat or pushed, or a token that no longer validates
-    after the session had to register again -- moves keys to :attr:`lost_keys`.
-    :attr:`generation` counts registrations, so two threads that both saw the
-    session expire register it again once, not twice.
-    """
-
-    def __init__(
-        self,
-        *,
-        task: str,
-        session_id: str | None,
-        liveness: str,
-        bind: bool,
-        fields: dict[str, Any],
-    ) -> None:
-        self.session_id = session_id
-        self.params: dict[str, Any] = {
-            "task": task,
-            "liveness": liveness,
-            "pid": os.getpid(),
-            "cwd": os.getcwd(),
-            **fields,
-        }
-        if bind:
-            self.params["bind"] = True
-        self.lost: list[str] = []
-        self.daemon: tuple[Any, Any] = (None, None)
-        self.interval = 5.0
-        self.disabled = False
-        self.generation = 0
-        self.held: dict[int, set[str]] = {}
-        self.lost_keys: dict[int, set[str]] = {}
-        #: The newest claim-loss notice id heartbeats reported (``lost_after``).
-        self.lost_after = 0
-
-    def register_params(self) -> dict[str, Any]:
-        """What ``session.register`` gets; the same id every time once we have one."""
-        if self.session_id is None:
-            return self.params
-        return {"session_id": self.session_id, **self.params}
-
-    def registered(self, result: Any, daemon: tuple[Any, Any], interval: float | None) -> None:
-        """Take in a ``session.register`` result."""
-        self.session_id = str(result["session_id"])
-        self.disabled = bool(result.get("disabled", False))
-        self.interval = float(interval or result.get("heartbeat_interval") or 5.0)
-        self.daemon = daemon
-        self.generation += 1
-
-    def heartbeat_params(self, fields: dict[str, Any]) -> dict[str, Any]:
-        """``session.heartbeat`` params: the id plus whatever changed (None = unchanged)."""
-        params = {k: v for k, v in fields.items() if v is not None}
-        params["session_id"] = self.session_id
-        params["lost_after"] = self.lost_after
-        return params
-
-    # --- claims ---------------------------------------------------------------------
-
-    def granted(self, token: int | None, resources: Iterable[str]) -> None:
-        """This client holds ``resources`` under ``token`` now."""
-        if token is not None:
-            self.held.setdefault(token, set()).update(resources)
-
-    def released(self, resources: Iterable[str]) -> None:
-        """The daemon released ``resources`` (canonical keys) for this session."""
-        gone = set(resources)
-        for token in list(self.held):
-            self.held[token] -= gone
-            if not self.held[token]:
-                del self.held[token]
-
-    def is_lost(self, token: int | None, resources: Iterable[str]) -> bool:
-        """Whether any of ``resources`` under ``token`` is known to be lost."""
-        return token is not None and bool(self.lost_keys.get(token, set()) & set(resources))
-
-    def to_validate(self) -> list[tuple[str, int]]:
-        """Every (key, token) this client believes it holds, to check after a restart."""
-        return sorted((r, t) for t, keys in self.held.items() for r in keys)
-
-    def _lose(self, token: int, resources: Iterable[str]) -> set[str]:
-        """Move keys from held to lost; the ones that were held."""
-        keys = set(resources) & self.held.get(token, set())
-        if keys:
-            self.lost_keys.setdefault(token, set()).update(keys)
-            self.released(keys)
-        return keys
-
-    def take_losses(self, events: Iterable[_events.ClaimEvent]) -> list[str]:
-        """Claim-loss notices (from a heartbeat or pushed): one sentence per loss of a
-        claim this client held; the cursor moves past every notice seen."""
-        out = []
-        for e in events:
-            if e.id is not None:
-                self.lost_after = max(self.lost_after, e.id)
-            keys = self._lose(e.token, e.resources)
-            if keys:
-                out.append(e.text or f"lost {_claim_list([(k, e.token) for k in keys])}")
-        return out
-
-    def invalid(self, pairs: Iterable[tuple[str, int]]) -> None:
-        """Keys whose tokens the daemon no longer accepts (``claim.validate``)."""
-        for key, token in pairs:
-            self._lose(token, [key])
-
-    # --- what was lost --------------------------------------------------------------
-
-    def after_restart(
-        self, old: tuple[Any, Any], result: Any, lost: list[tuple[str, int]]
-    ) -> str | None:
-        """What a re-registration after a daemon restart lost (None: nothing)."""
-        restored = bool(result.get("refreshed"))
-        if restored and not lost:
-            return None
-        what = (
-            "restored the session"
-            if restored
-            else f"did not know the session; re-registered as {self.session_id}"
-        )
-        return (
-            f"the daemon restarted (pid {old[0]} -> {self.daemon[0]}) and {what}; "
-            + _lost_sentence(lost)
-        )
-
-    def after_expiry(
-        self, exc: MeshError, old: tuple[Any, Any], lost: list[tuple[str, int]]
-    ) -> str:
-        """What an expired or unknown session lost (``old``: the daemon it had registered with)."""
-        what = (
-            "expired at the daemon"
-            if exc.data_code == "SESSION_EXPIRED"
-            else ("was unknown to the daemon")
-        )
-        message = (
-            f"session {self.session_id} {what} ({exc.data_code}: {exc.message}); "
-            f"re-registered; {_lost_sentence(lost)}"
-        )
-        if old != self.daemon:
-            message = f"the daemon restarted (pid {old[0]} -> {self.daemon[0]}); {message}"
-        return message
-
-
-def _claim_list(pairs: Iterable[tuple[str, int]]) -> str:
-    return ", ".join(f"{key} (token {token})" for key, token in sorted(pairs))
-
-
-def _lost_sentence(lost: list[tuple[str, int]]) -> str:
-    if not lost:
-        return "it held no claims through this client"
-    return f"claims it held were released: {_claim_list(lost)}"

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from meshctl import _claims, _conn, _events, _paths, _spawn
+from meshctl import _claims, _conn, _events, _paths, _session, _spawn
 from meshctl import _log as log
 from meshctl._messaging import MessagingMixin
 from meshctl._preempt import PreemptWatcher
@@ -144,7 +144,7 @@ class Mesh:
         """
         if source is not None:
             fields["source"] = source
-        core = _conn.SessionCore(
+        core = _session.SessionCore(
             task=task, session_id=session_id, liveness=liveness, bind=bind, fields=fields
         )
         return Session(self, core, on_lost=on_lost, heartbeat_interval=heartbeat_interval)
@@ -332,7 +332,7 @@ class Session(MessagingMixin, SharedMixin):
     def __init__(
         self,
         mesh: Mesh,
-        core: _conn.SessionCore,
+        core: _session.SessionCore,
         *,
         on_lost: Callable[[str], Any] | None = None,
         heartbeat_interval: float | None = None,
@@ -524,11 +524,8 @@ class Session(MessagingMixin, SharedMixin):
                 result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
         if result is None:  # failing open
             return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
-        claim = Claim(self, result, keys, guarded=not result.get("disabled", False))
-        if claim.granted and claim.guarded:
-            with self._state:
-                self._core.granted(claim.token, [str(c.get("resource")) for c in claim.claims])
-        return claim
+        with self._state:
+            return Claim(self, result, keys, guarded=not result.get("disabled", False))
 
     def check(self, *resources: str) -> dict[str, Any]:
         """``claim.check``: other sessions' overlapping claims (``conflicts``), and live
@@ -627,10 +624,8 @@ class Session(MessagingMixin, SharedMixin):
 
     def _heard(self, result: Any) -> None:
         """Take the claim losses a heartbeat reported (``lost``); record each once."""
-        raw = result.get("lost") if isinstance(result, dict) else None
-        if raw:
-            for message in self._core.take_losses(_events.claim_losses(raw)):
-                self._record(message)
+        for message in self._core.heard(result):
+            self._record(message)
 
     def _record(self, message: str) -> None:
         self._core.lost.append(message)
@@ -703,67 +698,35 @@ class Session(MessagingMixin, SharedMixin):
         return f"<Session {self.session_id!r} active={self.active}>"
 
 
-class Claim:
+class Claim(_session.ClaimRecord):
     """What one ``Session.claim`` call got; releases what it acquired when its block ends.
 
-    ``granted``: the whole set is held. ``holders``: who held it when it was not.
-    ``token``: the set's fencing token (pass it along to whatever checks
-    ``claim.validate``). ``acquired``: the keys (canonical, as the daemon wrote
-    them) this call newly took -- the only ones :meth:`release` gives back.
-    ``lost``: True once this handle knows its claim is gone (a ``lost``, ``expired``
-    or ``stolen`` notice arrived, the session had to register again, or
-    :meth:`validate` said so); call :meth:`validate` to ask the daemon now.
+    The fields are :class:`meshctl._session.ClaimRecord`'s; call :meth:`validate` to
+    ask the daemon now whether the token still holds.
     """
 
     def __init__(
         self, session: Session, result: dict[str, Any], requested: list[str], *, guarded: bool
     ) -> None:
         self.session = session
-        self.result = result
-        self.requested = requested
-        #: False when the mesh is disabled or unreachable (fail_open): nothing is held.
-        self.guarded = guarded
-        self.granted = result.get("status") == "granted"
-        self.holders: list[dict[str, Any]] = [dict(h) for h in result.get("holders") or []]
-        self.claims = _claims.claims_of(result)
-        self.token = _claims.token_of(result)
-        self.acquired = _claims.acquired(result) if guarded else []
-        self.deadlock = bool(result.get("deadlock", False))
-        self._released = False
-        self._lost = False
-        #: Why leaving the block could not release what this call acquired (None: it did).
-        self.release_failed: str | None = None
+        super().__init__(session._core, result, requested, guarded=guarded)
 
-    @property
-    def lost(self) -> bool:
-        """Whether this claim is known to be gone (see the class docs)."""
-        if self._lost or not self.granted or not self.guarded or self._released:
-            return self._lost
-        mine = [str(c.get("resource")) for c in self.claims]
-        if self.session._core.is_lost(self.token, mine) or self._noticed(mine):
-            self._lost = True
-        return self._lost
-
-    def _noticed(self, mine: list[str]) -> bool:
+    def _noticed(self, keys: list[str]) -> bool:
         """A claim-loss event for our token among the events the main connection kept
         aside (when something subscribed it); heartbeats report losses either way."""
         return any(
-            e.token == self.token and set(e.resources) & set(mine)
+            e.token == self.token and set(e.resources) & set(keys)
             for e in _events.claim_losses(list(self.session.mesh._events))
         )
 
     def validate(self) -> bool:
-        """Ask the daemon whether our token still holds every acquired key (fencing)."""
+        """Ask the daemon whether our token still holds every key of the set (fencing)."""
         if not self.granted or not self.guarded:
             return self.granted
-        for resource in [str(c.get("resource")) for c in self.claims]:
-            result = self.session.mesh.call(
-                _claims.VALIDATE, {"resource": resource, "token": self.token}
-            )
-            if result is not None and not result.get("valid", False):
-                self._lost = True
-                return False
-        return True
+        call = self.session.mesh.call
+        return self._validated(
+            [call(_claims.VALIDATE, {"resource": k, "token": self.token}) for k in self.keys]
+        )
 
     def release(self) -> list[str]:
         """Release what this call acquired (never an ``already_held`` claim); once."""
@@ -787,15 +750,7 @@ class Claim:
         except MeshError as failure:
             # Never raise on the way out; say so, and keep it on the handle. The claim
             # goes when the session ends or expires (or its ttl runs out).
-            self.release_failed = f"could not release {', '.join(self.acquired)}: {failure}"
-            log.warning("Session Mesh: %s", self.release_failed)
-
-    def __bool__(self) -> bool:
-        return self.granted
-
-    def __repr__(self) -> str:
-        state = "granted" if self.granted else "held"
-        return f"<Claim {state} {self.requested!r} token={self.token}>"
+            log.warning("Session Mesh: %s", self._release_failed(failure))
 
 
 def _local_id(source: Any) -> str:

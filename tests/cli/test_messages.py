@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import pytest
 
-from meshctl import Mesh, _conn
+from meshctl import Mesh, _session
 from meshctl._messaging import MessagingMixin, Query
 from meshctl._sync import Session
 from meshctl.cli.handoff import expand_variadic
@@ -127,7 +127,9 @@ def mesh(daemon: Daemon) -> Iterator[Mesh]:
 
 
 def live(mesh: Mesh, sid: str, task: str = "") -> S:
-    core = _conn.SessionCore(task=task, session_id=sid, liveness="heartbeat", bind=False, fields={})
+    core = _session.SessionCore(
+        task=task, session_id=sid, liveness="heartbeat", bind=False, fields={}
+    )
     return cast(S, S(mesh, core).start())
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from meshctl import _conn
+from meshctl import _conn, _session
 from meshd.protocol.errors import (
     FrameTooLarge,
     InvalidParams,
@@ -142,8 +142,8 @@ class TestVersion:
 
 
 class TestSessionCore:
-    def make(self) -> _conn.SessionCore:
-        return _conn.SessionCore(
+    def make(self) -> _session.SessionCore:
+        return _session.SessionCore(
             task="t", session_id=None, liveness="heartbeat", bind=True, fields={"source": "cli"}
         )
 

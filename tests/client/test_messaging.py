@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import pytest
 
-from meshctl import Mesh, SessionExpired, UnknownSession, _conn
+from meshctl import Mesh, SessionExpired, UnknownSession, _session
 from meshctl._messaging import Item, MessagingMixin, Query, clip_answer, label
 from meshctl._sync import Session
 
@@ -30,7 +30,7 @@ class S(Session, MessagingMixin):
 
 
 def session(mesh: Mesh, sid: str, task: str = "", **fields: Any) -> S:
-    core = _conn.SessionCore(
+    core = _session.SessionCore(
         task=task,
         session_id=sid,
         liveness="heartbeat",
@@ -142,7 +142,9 @@ class TestMessages:
         """A session that is not active sends nothing and reads nothing."""
         idle = S(
             mesh,
-            _conn.SessionCore(task="", session_id="z", liveness="heartbeat", bind=False, fields={}),
+            _session.SessionCore(
+                task="", session_id="z", liveness="heartbeat", bind=False, fields={}
+            ),
         )
 
         assert idle.send("a", "x") is None

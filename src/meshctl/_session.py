@@ -1,0 +1,257 @@
+"""The session rules of the library, without I/O: one core both clients drive.
+
+:class:`SessionCore` decides what a session sends (register and heartbeat params)
+and what it reports: which claims it holds under which token, which it lost (a
+claim notice a heartbeat reported, a token that no longer validates after the
+session had to register again), and the sentence for each loss. ``Session``
+(blocking) and ``AsyncSession`` (anyio) only do the I/O around it, so both say
+the same thing in the same words (issue 11 item 5: httpx's ``BaseClient`` shape).
+
+Standard library only (the blocking client imports it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from meshctl import _claims, _events
+from meshd.protocol.errors import MeshError
+
+
+class SessionCore:
+    """The sans-I/O half of a library session: params, claim bookkeeping, and the
+    record of what was lost, so both clients decide and say the same thing.
+
+    Claims: :attr:`held` maps each fencing token this client was granted to the keys
+    it still holds under it (canonical, as the daemon wrote them); a loss -- a claim
+    notice reported by a heartbeat or pushed, or a token that no longer validates
+    after the session had to register again -- moves keys to :attr:`lost_keys`.
+    :attr:`generation` counts registrations, so two threads that both saw the
+    session expire register it again once, not twice.
+    """
+
+    def __init__(
+        self,
+        *,
+        task: str,
+        session_id: str | None,
+        liveness: str,
+        bind: bool,
+        fields: dict[str, Any],
+    ) -> None:
+        self.session_id = session_id
+        self.params: dict[str, Any] = {
+            "task": task,
+            "liveness": liveness,
+            "pid": os.getpid(),
+            "cwd": os.getcwd(),
+            **fields,
+        }
+        if bind:
+            self.params["bind"] = True
+        self.lost: list[str] = []
+        self.daemon: tuple[Any, Any] = (None, None)
+        self.interval = 5.0
+        self.disabled = False
+        self.generation = 0
+        self.held: dict[int, set[str]] = {}
+        self.lost_keys: dict[int, set[str]] = {}
+        #: The newest claim-loss notice id heartbeats reported (``lost_after``).
+        self.lost_after = 0
+
+    def register_params(self) -> dict[str, Any]:
+        """What ``session.register`` gets; the same id every time once we have one."""
+        if self.session_id is None:
+            return self.params
+        return {"session_id": self.session_id, **self.params}
+
+    def registered(self, result: Any, daemon: tuple[Any, Any], interval: float | None) -> None:
+        """Take in a ``session.register`` result."""
+        self.session_id = str(result["session_id"])
+        self.disabled = bool(result.get("disabled", False))
+        self.interval = float(interval or result.get("heartbeat_interval") or 5.0)
+        self.daemon = daemon
+        self.generation += 1
+
+    def heartbeat_params(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """``session.heartbeat`` params: the id plus whatever changed (None = unchanged)."""
+        params = {k: v for k, v in fields.items() if v is not None}
+        params["session_id"] = self.session_id
+        params["lost_after"] = self.lost_after
+        return params
+
+    # --- claims ---------------------------------------------------------------------
+
+    def granted(self, token: int | None, resources: Iterable[str]) -> None:
+        """This client holds ``resources`` under ``token`` now."""
+        if token is not None:
+            self.held.setdefault(token, set()).update(resources)
+
+    def released(self, resources: Iterable[str]) -> None:
+        """The daemon released ``resources`` (canonical keys) for this session."""
+        gone = set(resources)
+        for token in list(self.held):
+            self.held[token] -= gone
+            if not self.held[token]:
+                del self.held[token]
+
+    def is_lost(self, token: int | None, resources: Iterable[str]) -> bool:
+        """Whether any of ``resources`` under ``token`` is known to be lost."""
+        return token is not None and bool(self.lost_keys.get(token, set()) & set(resources))
+
+    def to_validate(self) -> list[tuple[str, int]]:
+        """Every (key, token) this client believes it holds, to check after a restart."""
+        return sorted((r, t) for t, keys in self.held.items() for r in keys)
+
+    def _lose(self, token: int, resources: Iterable[str]) -> set[str]:
+        """Move keys from held to lost; the ones that were held."""
+        keys = set(resources) & self.held.get(token, set())
+        if keys:
+            self.lost_keys.setdefault(token, set()).update(keys)
+            self.released(keys)
+        return keys
+
+    def take_losses(self, events: Iterable[_events.ClaimEvent]) -> list[str]:
+        """Claim-loss notices (from a heartbeat or pushed): one sentence per loss of a
+        claim this client held; the cursor moves past every notice seen."""
+        out = []
+        for e in events:
+            if e.id is not None:
+                self.lost_after = max(self.lost_after, e.id)
+            keys = self._lose(e.token, e.resources)
+            if keys:
+                out.append(e.text or f"lost {_claim_list([(k, e.token) for k in keys])}")
+        return out
+
+    def heard(self, result: Any) -> list[str]:
+        """The claim losses a heartbeat's result reported (``lost``): one sentence each."""
+        raw = result.get("lost") if isinstance(result, dict) else None
+        return self.take_losses(_events.claim_losses(raw)) if raw else []
+
+    def invalid(self, pairs: Iterable[tuple[str, int]]) -> None:
+        """Keys whose tokens the daemon no longer accepts (``claim.validate``)."""
+        for key, token in pairs:
+            self._lose(token, [key])
+
+    # --- what was lost --------------------------------------------------------------
+
+    def after_restart(
+        self, old: tuple[Any, Any], result: Any, lost: list[tuple[str, int]]
+    ) -> str | None:
+        """What a re-registration after a daemon restart lost (None: nothing)."""
+        restored = bool(result.get("refreshed"))
+        if restored and not lost:
+            return None
+        what = (
+            "restored the session"
+            if restored
+            else f"did not know the session; re-registered as {self.session_id}"
+        )
+        return (
+            f"the daemon restarted (pid {old[0]} -> {self.daemon[0]}) and {what}; "
+            + _lost_sentence(lost)
+        )
+
+    def after_expiry(
+        self, exc: MeshError, old: tuple[Any, Any], lost: list[tuple[str, int]]
+    ) -> str:
+        """What an expired or unknown session lost (``old``: the daemon it had registered with)."""
+        what = (
+            "expired at the daemon"
+            if exc.data_code == "SESSION_EXPIRED"
+            else ("was unknown to the daemon")
+        )
+        message = (
+            f"session {self.session_id} {what} ({exc.data_code}: {exc.message}); "
+            f"re-registered; {_lost_sentence(lost)}"
+        )
+        if old != self.daemon:
+            message = f"the daemon restarted (pid {old[0]} -> {self.daemon[0]}); {message}"
+        return message
+
+
+def _claim_list(pairs: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{key} (token {token})" for key, token in sorted(pairs))
+
+
+def _lost_sentence(lost: list[tuple[str, int]]) -> str:
+    if not lost:
+        return "it held no claims through this client"
+    return f"claims it held were released: {_claim_list(lost)}"
+
+
+class ClaimRecord:
+    """What one claim call got, without I/O: the shared half of ``Claim`` and ``AsyncClaim``.
+
+    ``granted``: the whole set is held. ``holders``: who held it when it was not.
+    ``token``: the set's fencing token (pass it along to whatever checks
+    ``claim.validate``). ``acquired``: the keys (canonical, as the daemon wrote
+    them) this call newly took -- the only ones a release gives back.
+    ``lost``: True once the session's core knows the claim is gone (a heartbeat
+    reported an ``expired``, ``stolen`` or ``lost`` notice, or the token no longer
+    validated after the session had to register again, or a validation said so).
+    """
+
+    def __init__(
+        self, core: SessionCore, result: dict[str, Any], requested: list[str], *, guarded: bool
+    ) -> None:
+        self._core = core
+        self.result = result
+        self.requested = requested
+        #: False when the mesh is disabled or unreachable (fail_open): nothing is held.
+        self.guarded = guarded
+        self.granted = result.get("status") == "granted"
+        self.holders: list[dict[str, Any]] = [dict(h) for h in result.get("holders") or []]
+        self.claims = _claims.claims_of(result)
+        self.token = _claims.token_of(result)
+        self.acquired = _claims.acquired(result) if guarded else []
+        self.deadlock = bool(result.get("deadlock", False))
+        self._released = False
+        self._lost = False
+        #: Why leaving the block could not release what this call acquired (None: it did).
+        self.release_failed: str | None = None
+        if self.granted and self.guarded:
+            core.granted(self.token, self.keys)
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key of the granted set (canonical)."""
+        return [str(c.get("resource")) for c in self.claims]
+
+    @property
+    def lost(self) -> bool:
+        """Whether this claim is known to be gone (see the class docs)."""
+        if self._lost or not self.granted or not self.guarded or self._released:
+            return self._lost
+        if self._core.is_lost(self.token, self.keys) or self._noticed(self.keys):
+            self._lost = True
+        return self._lost
+
+    def _noticed(self, keys: list[str]) -> bool:
+        """Another way a driver may know of a loss (pushed events); none here."""
+        return False
+
+    def _validated(self, results: list[Any]) -> bool:
+        """Take ``claim.validate`` results (one per key; None when failing open)."""
+        bad = [
+            (key, self.token)
+            for key, r in zip(self.keys, results, strict=True)
+            if r is not None and not r.get("valid", False) and self.token is not None
+        ]
+        if bad:
+            self._core.invalid(bad)
+            self._lost = True
+        return not bad
+
+    def _release_failed(self, failure: MeshError) -> str:
+        self.release_failed = f"could not release {', '.join(self.acquired)}: {failure}"
+        return self.release_failed
+
+    def __bool__(self) -> bool:
+        return self.granted
+
+    def __repr__(self) -> str:
+        state = "granted" if self.granted else "held"
+        return f"<{type(self).__name__} {state} {self.requested!r} token={self.token}>"
