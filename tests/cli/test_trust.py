@@ -194,7 +194,7 @@ FUZZ_COMMANDS = [
 FUZZ_TOKENS = [
     "--json", "--wait", "--ttl", "--timeout", "--reason", "--task", "--shared", "--all",
     "--peek", "--since", "--to", "--files", "--next", "--liveness", "--pid", "--id",
-    "--expire-after", "--status", "--broad", "--fresh", "--all-profiles",
+    "--expire-after", "--status", "--broad", "--fresh", "--all-profiles", "--session",
     "nan", "inf", "-inf", "-1", "0", "1e400", "0.01", "", " ", "res:x", "port:99999",
     "file:/", "~", "/tmp", "src/a.py", "x" * 5000, "café", "\u202etxt.exe", "a\nb",
     "\x1b]0;pwned\x07", "\x1b[2J", "\x00", "{}", "[1]", "12", "-5", "99999999999999999999",
@@ -205,6 +205,29 @@ _token = st.one_of(
     st.sampled_from(FUZZ_TOKENS),
     st.text(max_size=12).filter(lambda t: t not in NEVER),
 )
+
+
+#: Options of the fuzzed commands that take a value (``--reason --json``: a reason).
+VALUE_OPTIONS = {
+    "--wait", "--ttl", "--timeout", "--reason", "--task", "--since", "--to", "--files",
+    "--next", "--liveness", "--pid", "--id", "--expire-after", "--status", "--limit",
+    "--rank", "--source", "--parent", "--slot", "--branch", "--path", "--summary", "--session",
+}  # fmt: skip
+
+
+def _json_flag(args: list[str]) -> bool:
+    """Whether ``--json`` stands as a flag (not as an option's value, nor after ``--``)."""
+    taking_value = False
+    for arg in args:
+        if taking_value:
+            taking_value = False
+        elif arg == "--":
+            return False
+        elif arg == "--json":
+            return True
+        else:
+            taking_value = arg in VALUE_OPTIONS
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +277,7 @@ def test_fuzz_argv(
     assert isinstance(result.exception, SystemExit | None), shown
     assert "Traceback" not in result.stderr, shown
     assert "internal error" not in result.stderr, shown
-    if "--json" in args[: args.index("--") if "--" in args else None]:
+    if _json_flag(args):
         json.loads(result.stdout)  # exactly one document: raises on none or two
 
 
