@@ -33,12 +33,14 @@ from meshd.domain import Domain
 from meshd.handlers.board import BoardHandlers
 from meshd.handlers.claims import ClaimHandlers
 from meshd.handlers.jobs import JobHandlers
+from meshd.handlers.ledger import LedgerHandlers
 from meshd.handlers.mesh import MeshHandlers
 from meshd.handlers.messages import MessageHandlers
 from meshd.handlers.notes import NoteHandlers
 from meshd.handlers.preempt import PreemptHandlers
 from meshd.handlers.sessions import SessionHandlers
 from meshd.handlers.shared import SharedWork
+from meshd.handlers.signals import SignalHandlers
 from meshd.handlers.watch import WatchHandlers
 from meshd.paths import (
     PathError,
@@ -67,6 +69,8 @@ DOMAINS: tuple[type[Domain], ...] = (
     JobHandlers,  # after sessions: a restored run whose session is gone ends as died
     WatchHandlers,  # the mesh.watch feed (meshctl top)
     PreemptHandlers,  # after claims and the notebook: it queues and notes through them
+    SignalHandlers,
+    LedgerHandlers,
 )
 """Every domain the daemon serves, in schema and restore order (one line to add one)."""
 

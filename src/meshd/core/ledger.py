@@ -157,6 +157,13 @@ class Ledger:
         self.sweep(live)
         return sorted(self.entries.values(), key=lambda e: e.key)
 
+    def put_back(self, key: str, entry: Entry | None) -> None:
+        """Undo a change the disk refused: ``key`` as it was (nothing to store)."""
+        if entry is None:
+            self.entries.pop(key, None)
+        else:
+            self.entries[key] = entry
+
     def drain(self) -> list[Write]:
         writes, self.writes = self.writes, []
         return writes

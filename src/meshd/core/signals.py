@@ -70,6 +70,17 @@ class SignalBoard:
         self.writes.append(("signal.put", sig))
         return sig
 
+    def put_back(self, name: str, newest: Signal | None, counter: int | None) -> None:
+        """Undo an emit the disk refused: the name's newest signal and counter as before."""
+        if newest is None:
+            self.newest.pop(name, None)
+        else:
+            self.newest[name] = newest
+        if counter is None:
+            self.counters.pop(name, None)
+        else:
+            self.counters[name] = counter
+
     def find(self, name: str, after: int | None, since: float | None) -> Signal | None:
         """The newest signal of ``name`` if it is newer than ``after`` and emitted within
         the last ``since`` seconds (each when given); None means: wait for the next."""

@@ -17,6 +17,8 @@ CAPABILITIES = [
     "jobs",
     "ranks",
     "watch", "preempt",
+    "watch",
+    "signals", "once",
 ]  # fmt: skip
 
 

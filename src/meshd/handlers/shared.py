@@ -3,11 +3,10 @@
 One :class:`SharedWork` per service holds the pure cores -- notebook, signals,
 ledger, board marks -- and what they share:
 
-* **Restore, lazily**: the first request that needs them reads them back from
-  SQLite (:func:`meshd.store.shared.load`, on the store's read connection; none
-  of their writes can be queued before it). Until then the sweeper leaves them alone: a ledger
-  entry whose runner died meanwhile is turned ``unknown`` the moment it is
-  read, before anyone is told anything about it.
+* **Restore** at start-up (:meth:`SharedWork.restore`, before anything is
+  served): notes, the newest signal and the counter of every name, the ledger
+  and the marks. A ledger entry whose runner did not come back turns ``unknown``
+  at the first sweep, and in any case before anyone is told anything about it.
 * **Commit**: the cores' writes leave through :meth:`SharedWork.drain` (the
   domain's outbox); :meth:`SharedWork.commit` stores them (ledger writes synced)
   before the reply.
@@ -21,9 +20,7 @@ It is a :class:`~meshd.domain.Domain` of its own with no methods, listed in
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import anyio
+import sqlite3
 
 from meshd.core.ledger import Ledger
 from meshd.core.marks import Marks
@@ -54,11 +51,7 @@ class SharedWork(Domain):
         self.signals = SignalBoard(svc.clock)
         self.ledger = Ledger(svc.clock)
         self.marks = Marks(svc.clock)
-        self.loaded = False
-        self._lock = anyio.Lock()
         self._next_prune = 0.0
-        #: Called after every sweep (the signal handlers wake waits of ended sessions).
-        self.after_sweep: list[Callable[[], None]] = []
 
     def live(self, sid: str) -> bool:
         return sid in self.svc.state.registry.sessions
@@ -67,19 +60,13 @@ class SharedWork(Domain):
         if not self.svc.state.settings.enabled:
             raise MeshDisabled("the mesh is disabled in config (enabled = false)")
 
-    async def ready(self) -> SharedWork:
-        """Load what the database holds, once; returns self."""
-        if self.loaded:
-            return self
-        async with self._lock:
-            if not self.loaded:
-                got = await self.svc.store.read(storage_shared.load)
-                self.notes.restore(got.notes)
-                self.signals.restore(got.signals, got.counters)
-                self.ledger.restore(got.ledger)
-                self.marks.restore(got.marks)
-                self.loaded = True
-        return self
+    def restore(self, db: sqlite3.Connection) -> None:
+        """Take back what the database holds (start-up, before anything is served)."""
+        got = storage_shared.load(db)
+        self.notes.restore(got.notes)
+        self.signals.restore(got.signals, got.counters)
+        self.ledger.restore(got.ledger)
+        self.marks.restore(got.marks)
 
     def install(self) -> None:
         """No methods of its own: the notes, signal and ledger handlers serve them."""
@@ -96,8 +83,6 @@ class SharedWork(Domain):
         await self.svc.commit()
 
     def sweep(self) -> None:
-        if not self.loaded:
-            return
         self.ledger.sweep(self.live)
         self.marks.sweep(self.live)
         now = self.svc.clock.monotonic()
@@ -108,5 +93,3 @@ class SharedWork(Domain):
             self.signals.prune(days)
             cutoff = self.svc.clock.now() - days * 86400
             self.svc.state.writes.append(("board.post_prune", cutoff))
-        for hook in self.after_sweep:
-            hook()
