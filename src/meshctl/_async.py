@@ -28,6 +28,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from meshctl import _claims, _conn, _paths, _session, _spawn
+from meshctl import _conn, _paths, _spawn
+from meshctl._async_shared import AsyncSharedMixin
 from meshd.protocol.errors import (
     FrameTooLarge,
     MeshError,
@@ -312,7 +314,7 @@ class AsyncMesh:
             slot.done.set()
 
 
-class AsyncSession:
+class AsyncSession(AsyncSharedMixin):
     """The async twin of :class:`meshctl.Session` (same loss reporting, same no-op rules)."""
 
     def __init__(

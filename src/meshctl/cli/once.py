@@ -1,0 +1,175 @@
+"""``meshctl once --key K [--ttl S] [--held-exit N] -- COMMAND…`` | ``once --resolve K
+done|free`` | ``once --list`` (SPEC §7, §9): an external side effect, at most once.
+
+1. registers a short-lived session of its own (``source: once``, a child of
+   ``--session``), ``liveness: process`` for once's pid -- as ``run`` does;
+2. reserves K (``once.reserve``); the daemon syncs the reservation to disk
+   before it answers, and COMMAND is started only after that answer. When K is
+   ``running``, ``done`` or ``unknown`` it says who and when on stderr and exits
+   75 (``--held-exit N`` instead) without running COMMAND;
+3. runs COMMAND exactly as ``run`` does (gated fork, COMMAND's pid a second
+   liveness anchor of the session, stdio untouched, SIGINT/SIGTERM/SIGHUP
+   forwarded, its exit status passed on, 128+N for signal N);
+4. records ``done`` when COMMAND exits 0, frees K otherwise (it may run again);
+5. ends its session.
+
+**Never fails open**: when the daemon cannot be reached COMMAND is not run and
+once exits 69 (there is no ``--fail-open``). When once (or COMMAND) is killed
+before step 4 -- even ``kill -9`` of both -- the session dies with its
+processes and the daemon turns K ``unknown``: it is not run again until a
+person says what happened (``meshctl once --resolve K done|free``). With
+``enabled = false`` in config COMMAND runs unguarded, with a warning, as SPEC
+§2 says for ``run`` and ``once``.
+
+``--ttl S``: a ``done`` record is forgotten S seconds after it was recorded, so
+K may run again (at most once per S). Without it ``done`` stays until resolved;
+put the period in the key for daily jobs (``report:2026-11-29``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import common_options, get_state
+from meshctl.cli._own import OwnSession
+from meshctl.cli.run import _Guard, _run_unguarded
+from meshd.protocol.errors import MeshError
+
+
+def render_entry(e: Mapping[str, Any]) -> str:
+    note = f" — {e['note']}" if e.get("note") else ""
+    resolved = f", resolved by {e['resolved_by']}" if e.get("resolved_by") else ""
+    return (
+        f"{e.get('key')}: {e.get('state')} (session {e.get('session_id')}, reserved "
+        f"{e.get('reserved_at')}, updated {e.get('updated_at')}{resolved}){note}"
+    )
+
+
+def render_list(entries: Sequence[Mapping[str, Any]]) -> str:
+    if not entries:
+        return "The ledger is empty: every key is free."
+    return "\n".join(["Ledger:", *(f"- {render_entry(e)}" for e in entries)])
+
+
+def held_text(result: Mapping[str, Any]) -> str:
+    e = result.get("entry") or {}
+    key, status = result.get("key"), result.get("status")
+    why = {
+        "running": f"is running now (session {e.get('session_id')}, since {e.get('reserved_at')})",
+        "done": f"is done (session {e.get('session_id')}, at {e.get('updated_at')})",
+        "unknown": (
+            f"is unknown: its runner (session {e.get('session_id')}, started "
+            f"{e.get('reserved_at')}) went away before saying how it ended.\n"
+            f"  Check whether it happened, then: meshctl once --resolve {key} done|free"
+        ),
+    }.get(str(status), str(status))
+    return f"meshctl: not running COMMAND: {key} {why}"
+
+
+class OnceCommand(click.Command):
+    """COMMAND only after ``--``; ``--list`` and ``--resolve`` take none."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        head = args[: args.index("--")] if "--" in args else args
+        wants_command = not ({"--list", "--resolve", "-h", "--help"} & set(head))
+        if wants_command and "--" not in args:
+            raise click.UsageError("put -- before COMMAND: meshctl once --key K -- COMMAND…", ctx)
+        return super().parse_args(ctx, args)
+
+
+@click.command(
+    cls=OnceCommand,
+    context_settings={"allow_interspersed_args": False},
+    epilog=(
+        "Exit: COMMAND's status; 75 (or --held-exit) when K is running, done or unknown; "
+        "69 when the daemon is unreachable (COMMAND is then NOT run)."
+    ),
+)
+@common_options
+@click.option("--key", "key", metavar="K", help="The side effect's key (report:2026-11-29).")
+@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), metavar="S",
+              help="Forget a done record after S seconds (K may run again).")  # fmt: skip
+@click.option(
+    "--held-exit", type=click.IntRange(0, 255), default=_output.EXIT_TEMPFAIL,
+    show_default=True, metavar="N", help="Exit status when K is not free.",
+)  # fmt: skip
+@click.option("--resolve", nargs=2, metavar="K done|free", help="Settle K by hand.")
+@click.option("--list", "listing", is_flag=True, help="Show every key that is not free.")
+@click.argument("command", nargs=-1, metavar="-- COMMAND…")
+def once(
+    *,
+    key: str | None,
+    ttl: float | None,
+    held_exit: int,
+    resolve: tuple[str, str] | None,
+    listing: bool,
+    command: tuple[str, ...],
+) -> int:
+    """Run COMMAND at most once for key K (a report, a payment, a deploy)."""
+    if listing:
+        return _list()
+    if resolve:
+        return _resolve(*resolve)
+    if not key or not command:
+        raise click.UsageError("give --key K -- COMMAND…, --resolve K done|free, or --list")
+    return _run(key, ttl, held_exit, list(command))
+
+
+def _run(key: str, ttl: float | None, held_exit: int, argv: list[str]) -> int:
+    state = get_state()
+    with OwnSession(state, "once", f"once {key}: {' '.join(argv)}") as own:
+        if own.reg.get("disabled"):
+            _output.note(
+                "the mesh is disabled (enabled = false in config): running COMMAND unguarded"
+            )
+            return _run_unguarded(argv)
+        params: dict[str, Any] = {"session_id": own.sid, "key": key, "note": " ".join(argv)[:200]}
+        if ttl is not None:
+            params["ttl"] = ttl
+        result = own.mesh.call("once.reserve", params)
+        if result.get("status") != "reserved":
+            if state.json:
+                _output.write_json(result)
+            click.echo(held_text(result), err=True)
+            return held_exit
+        guard = _Guard(own.mesh, own.params, own.reg)
+        code = guard.run(argv)
+        _finish(own, key, "done" if code == 0 else "free")
+        return code
+
+
+def _finish(own: OwnSession, key: str, outcome: str) -> None:
+    try:
+        done = own.mesh.call("once.finish", {"session_id": own.sid, "key": key, "outcome": outcome})
+    except MeshError as exc:
+        _output.note(
+            f"could not record {outcome} for {key} ({exc.message}); it turns unknown once this "
+            f"session is gone: check, then meshctl once --resolve {key} done|free"
+        )
+        return
+    if not done.get("ok"):
+        _output.note(f"{key} is {done.get('state')} now, not recorded as {outcome}")
+
+
+def _list() -> int:
+    state = get_state()
+    entries = state.call("once.list", {}).get("entries") or []
+    _output.emit(state.json, entries, lambda: render_list(entries))
+    return _output.EXIT_OK
+
+
+def _resolve(key: str, how: str) -> int:
+    if how not in ("done", "free"):
+        raise click.BadParameter(f"{how!r}: say done or free", param_hint="--resolve")
+    state = get_state()
+    params: dict[str, Any] = {"key": key, "state": how}
+    if state.session:
+        params["session_id"] = state.session
+    result = state.call("once.resolve", params)
+    before = (result.get("previous") or {}).get("state", "free")
+    _output.emit(state.json, result, lambda: f"{key}: {before} → {how}")
+    return _output.EXIT_OK

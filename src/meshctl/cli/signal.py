@@ -1,0 +1,118 @@
+"""``meshctl signal emit NAME [--payload JSON]`` | ``signal wait NAME [--after SEQ |
+--since D] [--timeout S]`` (SPEC §7, §9).
+
+Decisions:
+
+- Both register a short-lived session of their own (a child of ``--session``),
+  as SPEC §9 asks: the emit is recorded as that session's, and the wait lives as
+  long as it does, so ``--timeout`` is not capped by ``max_query_timeout``.
+- ``wait`` with no ``--timeout`` waits until a signal comes (the daemon pushes
+  it; nothing polls). A wait that runs out exits 75; ``--json`` then prints
+  ``{"name", "received": false, "last_seq"}``.
+- ``--payload`` must be JSON (``'{"rows": 10}'``, ``'"text"'``, ``42``); a bare
+  word that is not JSON is a usage error rather than a guess.
+- ``--since`` takes ``90s``, ``10m``, ``2h``, ``1d`` or plain seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from meshctl.cli import _output
+from meshctl.cli._context import common_options, get_state
+from meshctl.cli._own import OwnSession
+
+FOREVER = 31_536_000.0  # the protocol's largest timeout: a year
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``10m``, ``2h``, ``1d`` or plain seconds, as seconds (> 0)."""
+    value = text.strip().lower()
+    unit = _UNITS.get(value[-1:], 0.0)
+    number = value[:-1] if unit else value
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= FOREVER:
+        raise click.BadParameter(
+            f"{text!r}: give a duration: 90s, 10m, 2h, 1d", param_hint="--since"
+        )
+    return seconds
+
+
+def parse_payload(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"{text!r} is not JSON (quote a string: '\"done\"')", param_hint="--payload"
+        ) from exc
+
+
+def render_signal(result: Mapping[str, Any]) -> str:
+    payload = json.dumps(result.get("payload"), ensure_ascii=False)
+    who, at = result.get("emitted_by") or "?", result.get("emitted_at")
+    return f"{result.get('name')} #{result.get('seq')} from {who} at {at}: {payload}"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+def signal() -> None:
+    """Signals: named, numbered, durable events that pass the baton between sessions."""
+
+
+@signal.command()
+@common_options
+@click.argument("name")
+@click.option("--payload", metavar="JSON", help="Any JSON value to carry.")
+def emit(name: str, payload: str | None) -> None:
+    """Emit NAME (its next sequence number); waiters are woken at once."""
+    state = get_state()
+    value = parse_payload(payload)
+    with OwnSession(state, "signal", f"signal emit {name}") as own:
+        params: dict[str, Any] = {"name": name, "payload": value}
+        if not own.reg.get("disabled"):
+            params["session_id"] = own.sid
+        result = own.mesh.call("signal.emit", params)
+    _output.emit(state.json, result, lambda: f"Emitted {render_signal(result)}")
+
+
+@signal.command()
+@common_options
+@click.argument("name")
+@click.option("--after", type=click.IntRange(min=0), metavar="SEQ", help="Only a newer one.")
+@click.option("--since", metavar="D", help="Only one emitted within D (10m, 2h, 1d).")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), metavar="S", help="Give up after S seconds."
+)
+def wait(name: str, after: int | None, since: str | None, timeout: float | None) -> int:
+    """The newest NAME newer than SEQ (or within D), waiting for one; 75 on timeout."""
+    state = get_state()
+    if after is not None and since is not None:
+        raise click.UsageError("give --after or --since, not both")
+    limit = FOREVER if timeout is None else min(timeout, FOREVER)
+    params: dict[str, Any] = {"name": name, "timeout": limit}
+    if after is not None:
+        params["after"] = after
+    if since is not None:
+        params["since"] = parse_duration(since)
+    with OwnSession(state, "signal", f"signal wait {name}") as own:
+        if not own.reg.get("disabled"):
+            params["session_id"] = own.sid
+        result = own.mesh.call("signal.wait", params, timeout=own.mesh.timeout + limit)
+    if not result.get("received"):
+        doc = {"name": name, "received": False, "last_seq": result.get("last_seq", 0)}
+        _output.emit(state.json, doc, None)
+        _output.note(f"no signal {name} within {timeout} s (last seq {doc['last_seq']})")
+        return _output.EXIT_TEMPFAIL
+    doc = {k: result.get(k) for k in ("name", "seq", "payload", "emitted_by", "emitted_at")}
+    _output.emit(state.json, doc, lambda: render_signal(doc))
+    return _output.EXIT_OK

@@ -1,0 +1,165 @@
+"""``meshctl once``: at most once, through the real daemon, real processes, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Meshctl, OfflineEnv, Run
+
+Daemon = Any
+
+
+def ok(run: Run) -> Run:
+    assert run.code == 0, run
+    return run
+
+
+def states(meshctl: Meshctl, env: dict[str, str]) -> dict[str, str]:
+    return {e["key"]: e["state"] for e in ok(meshctl("once", "--list", "--json", env=env)).json()}
+
+
+def wait_for(predicate: Any, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not met within {timeout} s")
+
+
+def start_once(env: dict[str, str], key: str, script: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "meshctl.cli", "once", "--key", key, "--", "sh", "-c", script],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+class TestOnce:
+    def test_runs_once_then_says_done_without_running(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        log = short_tmp / "sent"
+        cmd = ["once", "--key", "report:2026-11-30", "--", "sh", "-c", f"echo sent >> {log}"]
+
+        first = meshctl(*cmd, env=daemon.env)
+        second = meshctl(*cmd, env=daemon.env)
+
+        assert first.code == 0, first
+        assert second.code == 75, second
+        assert "is done" in second.err
+        assert log.read_text() == "sent\n"
+        assert states(meshctl, daemon.env) == {"report:2026-11-30": "done"}
+
+    def test_a_failed_command_frees_the_key_and_passes_its_status(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        failed = meshctl("once", "--key", "k", "--", "sh", "-c", "exit 3", env=daemon.env)
+
+        assert failed.code == 3, failed
+        assert states(meshctl, daemon.env) == {}
+        ok(meshctl("once", "--key", "k", "--", "true", env=daemon.env))
+
+    def test_unreachable_daemon_is_69_and_command_does_not_run(
+        self, meshctl: Meshctl, offline_env: OfflineEnv
+    ) -> None:
+        """once never fails open."""
+        marker = offline_env.root / "ran"
+        offline_env.state_dir.write_text("not a folder")  # no daemon can start
+
+        run = meshctl("once", "--key", "k", "--", "touch", str(marker), env=offline_env.env)
+
+        assert run.code == 69, run
+        assert not marker.exists()
+
+    def test_kill_9_of_once_and_its_command_leaves_unknown_until_resolved(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        pidfile = short_tmp / "pid"
+        runner = start_once(daemon.env, "pay", f"echo $$ > {pidfile}; exec sleep 60")
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+        os.kill(runner.pid, signal.SIGKILL)
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        runner.communicate(timeout=15)
+
+        wait_for(lambda: states(meshctl, daemon.env).get("pay") == "unknown")
+        blocked = meshctl("once", "--key", "pay", "--", "true", env=daemon.env)
+        ok(meshctl("once", "--resolve", "pay", "free", env=daemon.env))
+        again = meshctl("once", "--key", "pay", "--", "true", env=daemon.env)
+
+        assert blocked.code == 75, blocked
+        assert "once --resolve pay done|free" in blocked.err
+        assert again.code == 0, again
+
+    def test_a_daemon_killed_mid_command_keeps_the_reservation(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        """kill -9 of the daemon while COMMAND runs: the key is still running after the
+        restart, nobody else may run it, and COMMAND's success is recorded as done."""
+        started, go = short_tmp / "started", short_tmp / "go"
+        script = f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
+        runner = start_once(daemon.env, "deploy", script)
+        wait_for(started.exists)
+        daemon.kill()
+        daemon.start()
+
+        during = meshctl("once", "--key", "deploy", "--", "true", env=daemon.env)
+        go.touch()
+        runner.communicate(timeout=30)
+
+        assert during.code == 75, during
+        assert runner.returncode == 0
+        assert states(meshctl, daemon.env) == {"deploy": "done"}
+
+    def test_held_exit_replaces_75(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        ok(meshctl("once", "--key", "k", "--", "true", env=daemon.env))
+
+        run = meshctl("once", "--key", "k", "--held-exit", "9", "--", "true", env=daemon.env)
+
+        assert run.code == 9, run
+
+    def test_a_live_running_key_cannot_be_resolved_by_hand(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        started, go = short_tmp / "started", short_tmp / "go"
+        runner = start_once(
+            daemon.env, "k", f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
+        )
+        wait_for(started.exists)
+
+        refused = meshctl("once", "--resolve", "k", "free", env=daemon.env)
+        go.touch()
+        runner.communicate(timeout=30)
+
+        assert refused.code == 1, refused
+        assert "running now" in refused.err
+
+
+@pytest.mark.slow
+def test_exactly_one_of_several_processes_runs_across_50_trials(
+    daemon: Daemon, short_tmp: Path
+) -> None:
+    """Three `once` processes race for the same key, 50 times: one runs, two exit 75."""
+    log = short_tmp / "ran"
+    bad = []
+    for trial in range(50):
+        procs = [
+            start_once(daemon.env, f"race:{trial}", f"echo {trial} >> {log}") for _ in range(3)
+        ]
+        codes = sorted(p.wait(timeout=60) for p in procs)
+        for p in procs:
+            p.communicate()
+        if codes != [0, 75, 75]:
+            bad.append((trial, codes))
+
+    lines = log.read_text().split()
+
+    assert bad == []
+    assert sorted(map(int, lines)) == list(range(50))
