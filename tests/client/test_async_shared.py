@@ -15,24 +15,27 @@ class TestAsyncShared:
         only the first of two `once` blocks runs."""
         ran: list[str] = []
         got: list[Any] = []
-        async with AsyncMesh() as mesh:
-            async with mesh.session(task="a") as a, mesh.session(task="b") as b:
-                await a.notes.add("shared")
-                await a.notes.add("private", private=True)
-                by_b = [n.text for n in await b.notes.list(a.session_id)]
+        async with (
+            AsyncMesh() as mesh,
+            mesh.session(task="a") as a,
+            mesh.session(task="b") as b,
+        ):
+            await a.notes.add("shared")
+            await a.notes.add("private", private=True)
+            by_b = [n.text for n in await b.notes.list(a.session_id)]
 
-                async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg:
 
-                    async def waiter() -> None:
-                        got.append(await b.signal("go").wait(timeout=10))
+                async def waiter() -> None:
+                    got.append(await b.signal("go").wait(timeout=10))
 
-                    tg.start_soon(waiter)
-                    await a.signal("go").emit([1, 2])
+                tg.start_soon(waiter)
+                await a.signal("go").emit([1, 2])
 
-                for who, s in (("a", a), ("b", b)):
-                    async with s.once("daily") as first:
-                        if first:
-                            ran.append(who)
+            for who, s in (("a", a), ("b", b)):
+                async with s.once("daily") as first:
+                    if first:
+                        ran.append(who)
 
         assert by_b == ["shared"]
         assert got[0].payload == [1, 2]
