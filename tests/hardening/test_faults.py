@@ -279,7 +279,8 @@ class TestReadOnly:
 READ_ONLY = {
     "mesh.ping", "mesh.info", "mesh.schema", "session.list", "session.get", "claim.check",
     "claim.list", "claim.validate", "audit.log", "message.status", "handoff.list",
-    "handoff.show", "board.changes",
+    "handoff.show", "board.changes", "notes.list", "signal.wait",
+    "once.list",  # stores only what it finds: a dead runner's key turned unknown
 }  # fmt: skip
 NOT_STORED = {  # change only what a restart forgets anyway (SPEC §8: not durable)
     "session.heartbeat",  # reported fields are snapshots, liveness is re-granted
@@ -316,6 +317,11 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
         ("claim.preempt", {"session_id": "c", "resources": [k1], "reason": "mine"}),
         ("session.pause", {"session_id": "a", "note": "checkpoint"}),
         ("session.resume", {"session_id": "b"}),
+        ("notes.add", {"session_id": "a", "text": "refused", "private": True}),
+        ("signal.emit", {"session_id": "a", "name": "s", "payload": "refused"}),
+        ("once.reserve", {"session_id": "c", "key": "new"}),
+        ("once.finish", {"session_id": "a", "key": "running", "outcome": "done"}),
+        ("once.resolve", {"key": "done", "state": "free"}),
     ]
 
 
@@ -339,6 +345,11 @@ def mesh_view(c: Client) -> dict[str, Any]:
         "inboxes": inboxes,
         "handoffs": sorted(h["id"] for h in handoffs),
         "board": c.call("board.changes", {})["result"]["entries"],
+        "notes": [
+            n["text"] for n in c.call("notes.list", {"session_id": "a"})["result"]["entries"]
+        ],
+        "signal": c.call("signal.wait", {"name": "s", "timeout": 0})["result"]["last_seq"],
+        "ledger": [(e["key"], e["state"]) for e in c.call("once.list")["result"]["entries"]],
     }
 
 
@@ -363,6 +374,11 @@ class TestNothingRefusedTakesEffect:
                     "message.send", {"session_id": "a", "to": "b", "text": "m"}
                 )
                 c.call("message.inbox", {"session_id": "b", "peek": True})  # delivered, not read
+                c.call("notes.add", {"session_id": "a", "text": "kept"})
+                c.call("signal.emit", {"name": "s"})
+                for key in ("running", "done"):
+                    c.call("once.reserve", {"session_id": "a", "key": key})
+                c.call("once.finish", {"session_id": "a", "key": "done", "outcome": "done"})
                 responder.call("query.respond", {"session_id": "b"})
                 ask = c.call(
                     "query.ask", {"session_id": "a", "to": "b", "question": "?", "timeout": 0.1}

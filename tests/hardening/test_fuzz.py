@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from tests.conftest import DaemonHandle
+from tests.conftest import DaemonHandle, MeshEnv
 from tests.hardening.schema_strategy import JSON, encode, from_schema, mutated
 from tests.hardening.support import Client, is_reply, ping
 
@@ -93,6 +93,14 @@ _ANYIO_READER_RACE = re.compile(
     r"\(None\)>\nTraceback \(most recent call last\):\n(?:  .*\n)+"
     r"asyncio\.exceptions\.InvalidStateError: invalid state\n"
 )
+
+
+@pytest.fixture
+def mesh_env(mesh_env: MeshEnv) -> MeshEnv:
+    """Waits the fuzzer may start without a session (``signal.wait``) end well within
+    its socket timeout, even five in one batch: a bounded wait is not a hang."""
+    mesh_env.write_config("[defaults]\nmax_query_timeout = 1\n")
+    return mesh_env
 
 
 @pytest.fixture
