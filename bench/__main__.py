@@ -14,11 +14,16 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import claims, targets, waiters
+from bench import claims, shared_work, targets, waiters
 from bench.common import ROOT, Place, raise_nofile
 from bench.report import Report
 
-SECTIONS = {**targets.SECTIONS, "claims": claims.run, "waiters": waiters.run}
+SECTIONS = {
+    **targets.SECTIONS,
+    "claims": claims.run,
+    "waiters": waiters.run,
+    "shared": shared_work.run,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
