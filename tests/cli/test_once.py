@@ -138,7 +138,7 @@ class TestOnce:
         go.touch()
         runner.communicate(timeout=30)
 
-        assert refused.code == 1, refused
+        assert refused.code == 75, refused
         assert "running now" in refused.err
 
 

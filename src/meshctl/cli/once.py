@@ -170,6 +170,10 @@ def _resolve(key: str, how: str) -> int:
     if state.session:
         params["session_id"] = state.session
     result = state.call("once.resolve", params)
+    if result.get("refused"):
+        _output.emit(state.json, result, None)
+        _output.note(f"not resolved: {result.get('reason')}")
+        return _output.EXIT_TEMPFAIL
     before = (result.get("previous") or {}).get("state", "free")
     _output.emit(state.json, result, lambda: f"{key}: {before} → {how}")
     return _output.EXIT_OK

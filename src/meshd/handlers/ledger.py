@@ -19,7 +19,6 @@ from meshd.core.ledger import Entry, LedgerRefused
 from meshd.domain import Domain
 from meshd.handlers.shared import SharedWork, shared_of
 from meshd.protocol import ledger as pl
-from meshd.protocol.errors import InvalidParams
 from meshd.service import Conn, Service, rfc3339
 
 
@@ -79,7 +78,10 @@ class LedgerHandlers(Domain):
         try:
             previous = work.ledger.resolve(p.key, p.state, p.session_id, work.live)
         except LedgerRefused as exc:
-            raise InvalidParams(str(exc), {"path": "$.key", "key": p.key}) from exc
+            running = work.ledger.entries.get(p.key)
+            return pl.OnceResolveResult(
+                key=p.key, state="running", previous=wire(running), refused=True, reason=str(exc)
+            )
         await self._commit(work, p.key, before)
         return pl.OnceResolveResult(key=p.key, state=p.state, previous=wire(previous))
 

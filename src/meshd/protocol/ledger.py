@@ -77,9 +77,14 @@ class OnceResolveParams(Params):
 
 
 class OnceResolveResult(Result):
+    """``refused``: the key is running under a live session (an outcome, not an error:
+    freeing it would let a second runner start); ``reason`` says what to do."""
+
     key: str
-    state: Literal["done", "free"]
+    state: Literal["done", "free", "running"]
     previous: LedgerEntry | None = None
+    refused: bool = False
+    reason: str = ""
 
 
 class OnceListParams(Params):
