@@ -31,6 +31,7 @@ from meshd.core.settings import Settings
 from meshd.core.state import MeshState, Write
 from meshd.domain import Domain
 from meshd.handlers.board import BoardHandlers
+from meshd.handlers.board_work import BoardWorkHandlers
 from meshd.handlers.claims import ClaimHandlers
 from meshd.handlers.jobs import JobHandlers
 from meshd.handlers.ledger import LedgerHandlers
@@ -71,6 +72,7 @@ DOMAINS: tuple[type[Domain], ...] = (
     PreemptHandlers,  # after claims and the notebook: it queues and notes through them
     SignalHandlers,
     LedgerHandlers,
+    BoardWorkHandlers,
 )
 """Every domain the daemon serves, in schema and restore order (one line to add one)."""
 

@@ -94,3 +94,33 @@ class TestSignal:
         run = meshctl("signal", "emit", "x", "--payload", "not json")
 
         assert run.code == 2, run
+
+
+class TestBoard:
+    def test_post_watch_and_show(self, meshctl: Meshctl, daemon: Daemon, short_tmp: Any) -> None:
+        project = short_tmp / "proj"
+        (project / ".git").mkdir(parents=True)
+        a = register(meshctl, daemon.env)
+        b = register(meshctl, daemon.env)
+        ok(meshctl("board", "post", "pitfall", "tests", "need", "TZ=UTC",
+                   "--project", str(project), env=a))  # fmt: skip
+        ok(meshctl("board", "watch", str(project / "src"), env=b))
+        ok(meshctl("board", "touch", str(project / "README"), "--read", env=b))
+        ok(meshctl("board", "changed", str(project / "src" / "a.py"), env=a))
+
+        board = ok(meshctl("board", "show", str(project), "--json", env=a)).json()
+        human = ok(meshctl("board", "show", str(project), env=a)).out
+        inbox = ok(meshctl("inbox", "--json", env=b)).json()
+
+        assert [p["text"] for p in board["pitfalls"]] == ["tests need TZ=UTC"]
+        assert sorted(m["kind"] for m in board["watching"]) == ["read", "watch"]
+        assert "Pitfalls:" in human
+        assert "tests need TZ=UTC" in human
+        assert [i["text"] for i in inbox] == [f"{a['MESH_SESSION']} changed src/a.py"]
+
+    def test_touch_without_read_is_a_usage_error(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        b = register(meshctl, daemon.env)
+
+        run = meshctl("board", "touch", "/tmp/x", env=b)
+
+        assert run.code == 2, run

@@ -279,7 +279,7 @@ class TestReadOnly:
 READ_ONLY = {
     "mesh.ping", "mesh.info", "mesh.schema", "session.list", "session.get", "claim.check",
     "claim.list", "claim.validate", "audit.log", "message.status", "handoff.list",
-    "handoff.show", "board.changes", "notes.list", "signal.wait",
+    "handoff.show", "board.changes", "notes.list", "signal.wait", "board.show",
     "once.list",  # stores only what it finds: a dead runner's key turned unknown
 }  # fmt: skip
 NOT_STORED = {  # change only what a restart forgets anyway (SPEC §8: not durable)
@@ -322,6 +322,12 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
         ("once.reserve", {"session_id": "c", "key": "new"}),
         ("once.finish", {"session_id": "a", "key": "running", "outcome": "done"}),
         ("once.resolve", {"key": "done", "state": "free"}),
+        (
+            "board.post",
+            {"session_id": "a", "kind": "pitfall", "text": "no", "project_or_path": "f"},
+        ),
+        ("board.touch", {"session_id": "a", "paths": [f"{state}/read.py"]}),
+        ("board.watch", {"session_id": "a", "paths": [f"{state}/src"]}),
     ]
 
 
@@ -350,6 +356,7 @@ def mesh_view(c: Client) -> dict[str, Any]:
         ],
         "signal": c.call("signal.wait", {"name": "s", "timeout": 0})["result"]["last_seq"],
         "ledger": [(e["key"], e["state"]) for e in c.call("once.list")["result"]["entries"]],
+        "whole board": c.call("board.show", {"project_or_path": "f"})["result"],
     }
 
 

@@ -57,6 +57,22 @@ class Marks:
             n += 1
         return n
 
+    def untouch(self, sid: str, paths: Iterable[str], kind: Kind) -> int:
+        """``sid`` no longer reads (or watches) ``paths``; how many it had."""
+        n = 0
+        for path in dict.fromkeys(paths):
+            if self._unset(sid, path, kind):
+                self.writes.append(("board.unmark_path", sid, path, kind))
+                n += 1
+        return n
+
+    def put_back(self, sid: str, before: dict[tuple[str, Kind], float]) -> None:
+        """Undo a change the disk refused: ``sid``'s marks as they were (nothing stored)."""
+        for path, kind in list(self.by_session.get(sid, {})):
+            self._unset(sid, path, kind)
+        for (path, kind), at in before.items():
+            self._set(sid, path, kind, at)
+
     def overlapping(self, paths: Iterable[str]) -> dict[str, Kind]:
         """Sessions with a watch or a fresh read overlapping any of ``paths``
         (a session that does both counts as ``watch``)."""
@@ -75,24 +91,26 @@ class Marks:
         """``sid``'s marks: (path, kind, at), by path."""
         return sorted((p, k, at) for (p, k), at in self.by_session.get(sid, {}).items())
 
+    def under(self, folder: str) -> list[tuple[str, str, Kind, float]]:
+        """Every mark at or under ``folder``: (session, path, kind, at), by path."""
+        out = []
+        for path in self._overlapping_paths(folder):
+            if path == folder or path.startswith(folder.rstrip("/") + "/"):
+                for sid, kind in sorted(self._at_path.get(path, ())):
+                    out.append((sid, path, kind, self.by_session[sid][(path, kind)]))
+        return sorted(out, key=lambda m: (m[1], m[0]))
+
     def sweep(self, live: Callable[[str], bool]) -> None:
         """Drop the marks of sessions that are gone."""
         for sid in [s for s in self.by_session if not live(s)]:
             self.forget(sid)
 
     def forget(self, sid: str) -> None:
-        marks = self.by_session.pop(sid, None)
+        marks = self.by_session.get(sid)
         if marks is None:
             return
-        for path, kind in marks:
-            holders = self._at_path.get(path)
-            if holders is not None:
-                holders.discard((sid, kind))
-                if not holders:
-                    del self._at_path[path]
-                    i = bisect.bisect_left(self._paths, path)
-                    if i < len(self._paths) and self._paths[i] == path:
-                        del self._paths[i]
+        for path, kind in list(marks):
+            self._unset(sid, path, kind)
         self.writes.append(("board.unmark", sid))
 
     def drain(self) -> list[Write]:
@@ -106,6 +124,22 @@ class Marks:
             holders = self._at_path[path] = set()
             bisect.insort(self._paths, path)
         holders.add((sid, kind))
+
+    def _unset(self, sid: str, path: str, kind: Kind) -> bool:
+        marks = self.by_session.get(sid)
+        if marks is None or marks.pop((path, kind), None) is None:
+            return False
+        if not marks:
+            del self.by_session[sid]
+        holders = self._at_path.get(path)
+        if holders is not None:
+            holders.discard((sid, kind))
+            if not holders:
+                del self._at_path[path]
+                i = bisect.bisect_left(self._paths, path)
+                if i < len(self._paths) and self._paths[i] == path:
+                    del self._paths[i]
+        return True
 
     def _overlapping_paths(self, path: str) -> list[str]:
         """Marked paths equal to ``path``, above it, or under it."""

@@ -12,10 +12,11 @@ module does what reads the filesystem and what waits:
   project is coalesced and told on its own.
 * Recipients: every other live session, not the writer and not its ancestors or
   descendants, that holds a claim overlapping a changed path
-  (``ClaimTable.check``) or whose cwd or repo contains or lies under one
-  (``Registry.present_at``). Notices go as events of kind ``file.changed`` to
-  the recipients' subscribed connections; a recipient without a subscriber
-  misses the notice (the rows stay on the board: ``board.changes``).
+  (``ClaimTable.check``), whose cwd or repo contains or lies under one
+  (``Registry.present_at``), or that watches or recently read an overlapping
+  path (``board touch --read``, ``board watch``: :mod:`meshd.core.marks`).
+  Notices go as events of kind ``file.changed`` to the recipients' subscribed
+  connections; a recipient without one finds a durable notice in its inbox.
 * Each path is stored as a row before the reply (``("board.changed", …)``);
   the pending totals of quiet periods are flushed by the service's sweeper,
   which calls :meth:`BoardHandlers.sweep` every tick. Rows older than
@@ -31,6 +32,7 @@ from datetime import datetime
 from meshd.core.board import BoardState, FileNotice
 from meshd.core.state import Event, Write
 from meshd.domain import Domain
+from meshd.handlers.shared import shared_of
 from meshd.keys import Key, canonical_key
 from meshd.protocol import board as pb
 from meshd.protocol.errors import BadKey, InvalidParams
@@ -131,6 +133,11 @@ class BoardHandlers(Domain):
             for s, _, _ in st.registry.present_at(key.value):
                 if s.session_id not in out and not st.claims.related(writer, s.session_id):
                     out[s.session_id] = None
+        marks = shared_of(self.svc).marks  # watches and fresh reads (board touch/watch)
+        for sid in marks.overlapping(k.value for k in keys):
+            live = sid in st.registry.sessions
+            if live and sid != writer and sid not in out and not st.claims.related(writer, sid):
+                out[sid] = None
         return list(out)
 
     # --- methods --------------------------------------------------------------------

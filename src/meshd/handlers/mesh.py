@@ -19,6 +19,7 @@ CAPABILITIES = [
     "watch", "preempt",
     "watch",
     "signals", "once",
+    "signals", "once", "board",
 ]  # fmt: skip
 
 

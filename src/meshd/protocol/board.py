@@ -9,7 +9,7 @@ prefixed (``Board…``) because ``mesh.schema`` puts every struct in one table.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta
 
@@ -69,4 +69,92 @@ BOARD_CHANGED = MethodSpec(
 BOARD_CHANGES = MethodSpec(
     "board.changes", BoardChangesParams, BoardChangesResult, "Recent changed files."
 )
-BOARD_METHODS: list[MethodSpec] = [BOARD_CHANGED, BOARD_CHANGES]
+
+
+# --- the rest of the board: posts, reads, watches, the whole view --------------------
+
+PostKind = Literal["progress", "pitfall"]
+
+
+class BoardPostParams(Params):
+    """Post a progress line or a pitfall on a project's board. ``project_or_path``: a
+    path (its project: the git top level, or the folder) or a project name; none: the
+    session's repo, else its cwd."""
+
+    session_id: SessionId
+    kind: PostKind
+    text: Annotated[str, Meta(min_length=1)]
+    project_or_path: BoardPath | None = None
+
+
+class BoardPostResult(Result):
+    project: str = ""
+    kind: str = ""
+    at: str = ""
+    disabled: bool = False
+
+
+class BoardMarkParams(Params):
+    """``board.touch``: this session read PATHS (``read`` must be true). ``board.watch``:
+    it watches PATHS (``stop``: no longer). Either way a later change of an overlapping
+    path is told to it (reads for 12 hours, watches while the session lives)."""
+
+    session_id: SessionId
+    paths: BoardPaths
+    read: bool = True
+    stop: bool = False
+
+
+class BoardMarkResult(Result):
+    recorded: int = 0
+    paths: list[str] = []
+    disabled: bool = False
+
+
+class BoardShowParams(Params):
+    """The whole board of a project (a path or a name; none: every project's changes
+    only): progress, pitfalls, changed files, who is present, who watches."""
+
+    project_or_path: BoardPath | None = None
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 20
+
+
+class BoardPost(Result):
+    session_id: str
+    text: str
+    at: str
+
+
+class BoardPresent(Result):
+    session_id: str
+    task: str = ""
+    status: str = ""
+    branch: str | None = None
+    where: str = ""
+
+
+class BoardMark(Result):
+    session_id: str
+    path: str
+    kind: str
+    at: str
+
+
+class BoardShowResult(Result):
+    project: str | None = None
+    progress: list[BoardPost] = []
+    pitfalls: list[BoardPost] = []
+    changes: list[BoardChange] = []
+    present: list[BoardPresent] = []
+    watching: list[BoardMark] = []
+
+
+BOARD_POST = MethodSpec(
+    "board.post", BoardPostParams, BoardPostResult, "Post progress or a pitfall."
+)
+BOARD_TOUCH = MethodSpec("board.touch", BoardMarkParams, BoardMarkResult, "Record files read.")
+BOARD_WATCH = MethodSpec("board.watch", BoardMarkParams, BoardMarkResult, "Watch paths.")
+BOARD_SHOW = MethodSpec("board.show", BoardShowParams, BoardShowResult, "The whole board.")
+BOARD_METHODS: list[MethodSpec] = [
+    BOARD_CHANGED, BOARD_CHANGES, BOARD_POST, BOARD_TOUCH, BOARD_WATCH, BOARD_SHOW,
+]  # fmt: skip

@@ -154,6 +154,13 @@ def _unmark(db: sqlite3.Connection, sid: str) -> None:
     db.execute("DELETE FROM board_marks WHERE session_id = ?", (sid,))
 
 
+def _unmark_path(db: sqlite3.Connection, sid: str, path: str, kind: str) -> None:
+    db.execute(
+        "DELETE FROM board_marks WHERE session_id = ? AND path = ? AND kind = ?",
+        (sid, path, kind),
+    )
+
+
 WRITERS: dict[str, Callable[..., None]] = {
     "note.put": _note_put,
     "note.prune": _note_prune,
@@ -165,6 +172,7 @@ WRITERS: dict[str, Callable[..., None]] = {
     "board.post_prune": _post_prune,
     "board.mark": _mark,
     "board.unmark": _unmark,
+    "board.unmark_path": _unmark_path,
 }
 """This module's write kinds (in :data:`meshd.store.schema.WRITERS`); the ledger's
 are synced (:data:`LEDGER_KINDS` joins ``SYNC_KINDS``)."""
