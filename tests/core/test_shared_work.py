@@ -242,3 +242,19 @@ class TestMarks:
 
         assert m.overlapping(["/p/a"]) == {"B": "watch"}
         assert m.drain() == [("board.unmark", "A")]
+
+    def test_untouch_and_put_back(self, clock: ManualClock) -> None:
+        """A stopped watch draws nothing; a refused change is put back as it was."""
+        m = Marks(clock)
+        m.touch("W", ["/p/a", "/p/b"], "watch")
+        before = dict(m.by_session["W"])
+        m.drain()
+
+        stopped = m.untouch("W", ["/p/a", "/p/zzz"], "watch")
+        after_stop = m.overlapping(["/p/a"])
+        m.put_back("W", before)
+
+        assert stopped == 1
+        assert after_stop == {}
+        assert m.overlapping(["/p/a"]) == {"W": "watch"}
+        assert m.drain() == [("board.unmark_path", "W", "/p/a", "watch")]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.hardening.support import wait_for
 from tests.integration.test_board import Client, register
 
 DaemonHandle = Any
@@ -128,3 +130,23 @@ def test_private_notes_reach_no_other_session_by_any_method(
     seen = json.dumps(answers)
 
     assert not [s for s in secret if s in seen]
+
+
+def test_notes_older_than_history_days_are_pruned(daemon: DaemonHandle) -> None:
+    """A note written 31 days ago (aged in the database while the daemon is down) is
+    gone after the next start's first prune; a fresh one stays."""
+    c = Client(daemon)
+    register(c, "A")
+    c.call("notes.add", session_id="A", text="old")
+    c.call("notes.add", session_id="A", text="new")
+    c.close()
+    daemon.stop()
+    with sqlite3.connect(daemon.state_dir / "test.sqlite3") as db:
+        db.execute("UPDATE notes SET at = at - 31 * 86400 WHERE text = 'old'")
+    daemon.start()
+    c = Client(daemon)
+
+    left = wait_for(lambda: (t := texts(c)) == ["new"] and t)
+    c.close()
+
+    assert left == ["new"]

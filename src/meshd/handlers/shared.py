@@ -11,8 +11,8 @@ ledger, board marks -- and what they share:
   domain's outbox); :meth:`SharedWork.commit` stores them (ledger writes synced)
   before the reply.
 * **Sweep** (every tick of the daemon's sweeper): runners that are gone turn
-  their keys ``unknown``, marks of ended sessions go, and once an hour notes,
-  signals and board posts older than ``history_days`` are pruned.
+  their keys ``unknown``, marks of ended sessions go. **Prune** (hourly): notes,
+  signals and board posts older than ``history_days``.
 
 It is a :class:`~meshd.domain.Domain` of its own with no methods, listed in
 ``app.DOMAINS`` before the handlers that use it; they find it with :func:`shared_of`.
@@ -32,8 +32,6 @@ from meshd.protocol.errors import MeshDisabled
 from meshd.service import Service
 from meshd.store import shared as storage_shared
 
-PRUNE_EVERY = 3600.0
-
 
 def shared_of(svc: Service) -> SharedWork:
     """The service's shared-work state (a domain listed before its handlers)."""
@@ -51,7 +49,6 @@ class SharedWork(Domain):
         self.signals = SignalBoard(svc.clock)
         self.ledger = Ledger(svc.clock)
         self.marks = Marks(svc.clock)
-        self._next_prune = 0.0
 
     def live(self, sid: str) -> bool:
         return sid in self.svc.state.registry.sessions
@@ -85,11 +82,10 @@ class SharedWork(Domain):
     def sweep(self) -> None:
         self.ledger.sweep(self.live)
         self.marks.sweep(self.live)
-        now = self.svc.clock.monotonic()
-        if now >= self._next_prune:
-            self._next_prune = now + PRUNE_EVERY
-            days = self.svc.state.settings.history_days
-            self.notes.prune(days)
-            self.signals.prune(days)
-            cutoff = self.svc.clock.now() - days * 86400
-            self.svc.state.writes.append(("board.post_prune", cutoff))
+
+    def prune(self, history_days: float) -> None:
+        """Notes, signals (not their counters) and board posts older than ``history_days``."""
+        self.notes.prune(history_days)
+        self.signals.prune(history_days)
+        cutoff = self.svc.clock.now() - history_days * 86400
+        self.svc.state.writes.append(("board.post_prune", cutoff))
