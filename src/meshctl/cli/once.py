@@ -134,7 +134,7 @@ def _run(key: str, ttl: float | None, held_exit: int, argv: list[str]) -> int:
         if result.get("status") != "reserved":
             if state.json:
                 _output.write_json(result)
-            click.echo(held_text(result), err=True)
+            click.echo(held_text(_output.clean(result)), err=True)
             return held_exit
         guard = _Guard(own.mesh, own.params, own.reg)
         code = guard.run(argv)
@@ -158,7 +158,7 @@ def _finish(own: OwnSession, key: str, outcome: str) -> None:
 def _list() -> int:
     state = get_state()
     entries = state.call("once.list", {}).get("entries") or []
-    _output.emit(state.json, entries, lambda: render_list(entries))
+    _output.emit(state.json, entries, lambda: render_list(_output.clean(entries)))
     return _output.EXIT_OK
 
 
@@ -172,8 +172,8 @@ def _resolve(key: str, how: str) -> int:
     result = state.call("once.resolve", params)
     if result.get("refused"):
         _output.emit(state.json, result, None)
-        _output.note(f"not resolved: {result.get('reason')}")
+        _output.note(f"not resolved: {_output.clean(result.get('reason'))}")
         return _output.EXIT_TEMPFAIL
     before = (result.get("previous") or {}).get("state", "free")
-    _output.emit(state.json, result, lambda: f"{key}: {before} → {how}")
+    _output.emit(state.json, result, lambda: _output.clean(f"{key}: {before} → {how}"))
     return _output.EXIT_OK

@@ -82,7 +82,7 @@ def emit(name: str, payload: str | None) -> None:
         if not own.reg.get("disabled"):
             params["session_id"] = own.sid
         result = own.mesh.call("signal.emit", params)
-    _output.emit(state.json, result, lambda: f"Emitted {render_signal(result)}")
+    _output.emit(state.json, result, lambda: f"Emitted {render_signal(_output.clean(result))}")
 
 
 @signal.command()
@@ -114,5 +114,5 @@ def wait(name: str, after: int | None, since: str | None, timeout: float | None)
         _output.note(f"no signal {name} within {timeout} s (last seq {doc['last_seq']})")
         return _output.EXIT_TEMPFAIL
     doc = {k: result.get(k) for k in ("name", "seq", "payload", "emitted_by", "emitted_at")}
-    _output.emit(state.json, doc, lambda: render_signal(doc))
+    _output.emit(state.json, doc, lambda: render_signal(_output.clean(doc)))
     return _output.EXIT_OK
