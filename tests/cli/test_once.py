@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -163,3 +164,21 @@ def test_exactly_one_of_several_processes_runs_across_50_trials(
 
     assert bad == []
     assert sorted(map(int, lines)) == list(range(50))
+
+
+def test_command_gets_onces_own_session_a_child_of_the_callers(
+    meshctl: Meshctl, daemon: Daemon
+) -> None:
+    """SPEC §9: once runs as a short-lived session of its own, a child of --session,
+    and hands its id to COMMAND in MESH_SESSION."""
+    parent = ok(meshctl("register", "--task", "p", "--pid", str(os.getpid()), env=daemon.env))
+    env = {**daemon.env, "MESH_SESSION": parent.out.strip()}
+    script = 'meshctl sessions show "$MESH_SESSION" --json'
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"
+
+    run = ok(meshctl("once", "--key", "k", "--", "sh", "-c", script, env=env))
+    me = json.loads(run.out)
+
+    assert me["session_id"] != parent.out.strip()
+    assert me["source"] == "once"
+    assert me["parent"] == parent.out.strip()
