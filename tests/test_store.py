@@ -69,3 +69,27 @@ def test_newer_schema_is_refused(short_tmp: Path) -> None:
 
     with pytest.raises(StoreError, match="newer than this meshd"):
         Store(path).open()
+
+
+class TestSyncedKinds:
+    async def test_ledger_writes_commit_with_synchronous_full(self, short_tmp: Path) -> None:
+        """SPEC §8: a ledger entry survives power loss -- its batch is committed with
+        synchronous=FULL; an ordinary write's is not."""
+        from meshd.core.ledger import Entry
+
+        st = await open_store(short_tmp / "s.sqlite3")
+        seen: list[str] = []
+        assert st._db is not None
+        st._db.set_trace_callback(seen.append)
+        try:
+            await st.commit([("meta.set", "k", 1)])
+            plain = list(seen)
+            seen.clear()
+            await st.commit([("ledger.put", Entry("daily", "running", "A", 1.0, 1.0))])
+        finally:
+            st.stop()
+            st.close()
+
+        assert not any("synchronous=FULL" in s for s in plain)
+        assert "PRAGMA synchronous=FULL" in seen
+        assert seen.index("PRAGMA synchronous=FULL") < seen.index("COMMIT")
