@@ -82,6 +82,9 @@ READS: list[tuple[str, dict[str, Any]]] = [
     ("handoff.list", {"all": True}),
     ("query.ask", {"to": "A", "question": "what did you write down?", "timeout": 1}),
     ("board.changes", {}),
+    ("board.show", {"project_or_path": "/"}),
+    ("once.list", {}),
+    ("signal.wait", {"name": "n", "timeout": 0}),
 ]
 
 
@@ -118,9 +121,9 @@ def test_private_notes_reach_no_other_session_by_any_method(
     answers: list[Any] = []
     for i in methods:
         method, params = READS[i]
-        if reader is not None and method != "session.get":
+        if reader is not None and method in ("notes.list", "message.inbox", "query.ask"):
             params = {**params, "session_id": reader}
-        elif method in ("message.inbox", "query.ask"):
+        elif reader is None and method in ("message.inbox", "query.ask"):
             continue  # these act for a session
         answers.append(trio.raw(method, **params))
     events.settle(0.05)
