@@ -18,7 +18,6 @@ CAPABILITIES = [
     "ranks",
     "watch", "preempt",
     "watch",
-    "signals", "once",
     "signals", "once", "board",
 ]  # fmt: skip
 
