@@ -28,7 +28,6 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from meshctl import _claims, _conn, _paths, _session, _spawn
-from meshctl import _conn, _paths, _spawn
 from meshctl._async_shared import AsyncSharedMixin
 from meshd.protocol.errors import (
     FrameTooLarge,

@@ -17,7 +17,6 @@ CAPABILITIES = [
     "jobs",
     "ranks",
     "watch", "preempt",
-    "watch",
     "signals", "once", "board",
 ]  # fmt: skip
 
