@@ -153,6 +153,9 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
         return _run._run_unguarded(argv)
     guard = _run._Guard(mesh, params, reg)
     try:
+        slot_key = _reserve_slot(state, mesh, guard.sid, name=name, decl=decl, argv=argv)
+        if slot_key is False:
+            return held_exit
         wait = float(decl["timeout"]) if decl["policy"] == "wait" else 0.0
         result = mesh.call(
             _claims.ACQUIRE,
@@ -172,13 +175,53 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
                 + _claims.held_lines(_output.clean(result)),
                 err=True,
             )
+            _finish_slot(mesh, guard.sid, slot_key, "free")
             return held_exit
         _record(state, "job.start", {"name": name, "session_id": guard.sid})
         code = guard.run(argv)
         _record(state, "job.end", {"name": name, "session_id": guard.sid, "exit": code & 0xFF})
+        _finish_slot(mesh, guard.sid, slot_key, "done" if code == 0 else "free")
         return code
     finally:
         guard.end()
+
+
+def _reserve_slot(
+    state: Any, mesh: Any, sid: str, *, name: str, decl: dict[str, Any], argv: list[str]
+) -> str | bool | None:
+    """A ``once`` job reserves ``job:NAME:<slot>`` in the ledger first (SPEC §7).
+
+    The key (reserved), None (the job has no ``once``), or False when the slot is
+    already done, running or unknown: said on stderr, and COMMAND must not run.
+    """
+    if not decl.get("once"):
+        return None
+    from meshctl.cli.once import held_text
+    from meshd.core.jobs import slot
+
+    key = f"job:{name}:{slot(decl['once'], time.time())}"
+    result = mesh.call(
+        "once.reserve", {"session_id": sid, "key": key, "note": " ".join(argv)[:200]}
+    )
+    if result.get("status") == "reserved":
+        return key
+    if state.json:
+        _output.write_json(result)
+    click.echo(f"meshctl: job {name}: {held_text(_output.clean(result))}", err=True)
+    return False
+
+
+def _finish_slot(mesh: Any, sid: str, key: str | bool | None, outcome: str) -> None:
+    """Record the slot done (COMMAND exited 0) or free it (failed, or deferred)."""
+    if not isinstance(key, str):
+        return
+    try:
+        mesh.call("once.finish", {"session_id": sid, "key": key, "outcome": outcome})
+    except MeshError as exc:
+        _output.note(
+            f"could not record {outcome} for {key} ({exc.message}); it turns unknown once this "
+            f"run's session is gone: check, then meshctl once --resolve {key} done|free"
+        )
 
 
 def _known(state: Any, name: str) -> dict[str, Any]:
