@@ -30,6 +30,11 @@ critical = true
 [jobs.watchdog]
 resources = ["res:gpu-fleet"]
 policy = "skip"
+
+[jobs.report]
+resources = ["res:report"]
+policy = "skip"
+once = "daily"
 """
 
 
@@ -154,8 +159,8 @@ class TestJobRun:
         assert done.returncode == 1
         err = json.loads(done.stdout)["error"]
         assert err["data"]["code"] == "NOT_FOUND"
-        assert err["data"]["known"] == ["backup", "watchdog"]
-        assert "known jobs: backup, watchdog" in done.stderr
+        assert err["data"]["known"] == ["backup", "report", "watchdog"]
+        assert "known jobs: backup, report, watchdog" in done.stderr
 
     def test_radar_survives_a_restart(self, jobs_env: Any) -> None:
         env, d, _ = jobs_env
@@ -165,6 +170,28 @@ class TestJobRun:
         d.start()
 
         assert radar(env)["watchdog"]["last_end"]["exit"] == 0
+
+
+class TestOnceJob:
+    def test_a_daily_job_runs_once_per_day(self, jobs_env: Any, tmp_path: Path) -> None:
+        """once = "daily": the ledger key job:report:<UTC day> is reserved first; a second
+        run the same day exits 75 without running; a failed run frees the slot."""
+        env, _, _ = jobs_env
+        marker = tmp_path / "runs"
+        append = ["sh", "-c", f"echo run >> {marker}"]
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+
+        failed = meshctl(env, "job", "run", "report", "--", "sh", "-c", "exit 4")
+        first = meshctl(env, "job", "run", "report", "--", *append)
+        second = meshctl(env, "job", "run", "report", "--", *append)
+
+        assert failed.returncode == 4  # freed: the slot may run again
+        assert first.returncode == 0, first.stderr
+        assert second.returncode == 75, second.stderr
+        assert marker.read_text() == "run\n"
+        assert "job report" in second.stderr
+        listed = json.loads(meshctl(env, "once", "--list", "--json").stdout)
+        assert [(e["key"], e["state"]) for e in listed] == [(f"job:report:{day}", "done")]
 
 
 class TestKilledRun:
@@ -242,4 +269,4 @@ class TestManifest:
 
         assert done.returncode == 1
         assert "jobs.y.resources" in done.stderr
-        assert set(radar(env)) == {"backup", "watchdog"}
+        assert set(radar(env)) == {"backup", "report", "watchdog"}
