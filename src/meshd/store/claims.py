@@ -5,13 +5,20 @@ The lock table (:mod:`meshd.core.claims`) reports every change as an
 audit row *and* the matching change to the live ``claims`` table (grant and
 refresh upsert, every other action deletes), so the two can never disagree.
 The fencing block ("tokens up to N may have been issued") is written with
-``synchronous=FULL`` so it survives power loss (see ``schema.SYNC_KINDS``).
+``synchronous=FULL`` so it survives power loss (see ``schema.SYNC_KINDS``), and
+also to a small file beside the database (``<profile>.fencing``, written and
+synced *before* the block's transaction): a database deleted or replaced under
+the daemon takes every acknowledged claim with it, but tokens still resume above
+the highest ever issued.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from meshd.core.claim_records import ENDING, AuditRecord
@@ -72,7 +79,54 @@ def write_audit(db: sqlite3.Connection, r: AuditRecord) -> None:
         )
 
 
+def highwater_path(database: Path) -> Path:
+    """The fencing high-water file of the database at ``database``."""
+    return database.with_suffix(".fencing")
+
+
+def read_highwater(database: Path) -> int:
+    """The high-water mark beside ``database`` (0 when there is none or it is unreadable)."""
+    try:
+        return int(highwater_path(database).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def write_highwater(database: Path, reserve_until: int) -> None:
+    """Raise the high-water mark to ``reserve_until``, durably (written, synced, renamed)."""
+    if read_highwater(database) >= reserve_until:
+        return
+    path = highwater_path(database)
+    tmp = path.with_suffix(".fencing.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, f"{reserve_until}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    tmp.replace(path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _main_file(db: sqlite3.Connection) -> Path | None:
+    """The file of ``db``'s main database (None in memory)."""
+    name = db.execute("PRAGMA database_list").fetchone()[2]
+    return Path(name) if name else None
+
+
 def write_fencing(db: sqlite3.Connection, reserve_until: int) -> None:
+    main = _main_file(db)
+    if main is not None:  # an on-disk database: the mark beside it first
+        try:
+            write_highwater(main, reserve_until)
+        except OSError as exc:  # full disk: the block, and the grant, are refused
+            with contextlib.suppress(OSError):
+                highwater_path(main).with_suffix(".fencing.tmp").unlink()
+            raise sqlite3.OperationalError(f"cannot record the fencing block: {exc}") from exc
     db.execute(
         "INSERT INTO meta(key, value) VALUES (?, ?) "
         "ON CONFLICT(key) DO UPDATE SET value=max(value, excluded.value)",
@@ -94,7 +148,9 @@ class StoredClaim:
 def load_fencing(db: sqlite3.Connection) -> int:
     """The stored fencing block: tokens up to it may have been issued (0 on a new file)."""
     row = db.execute("SELECT value FROM meta WHERE key = ?", (FENCING_KEY,)).fetchone()
-    return int(row[0] or 0) if row else 0
+    stored = int(row[0] or 0) if row else 0
+    main = _main_file(db)  # never resume below the high-water mark beside the file
+    return max(stored, read_highwater(main)) if main is not None else stored
 
 
 def load_claims(db: sqlite3.Connection) -> list[StoredClaim]:

@@ -57,6 +57,22 @@ class StoreError(Exception):
     """The database cannot be used at all (corrupt, newer schema); refuse to start."""
 
 
+class DatabaseLost(sqlite3.OperationalError):
+    """The database file or its WAL was removed or replaced under the running daemon.
+
+    SQLite would go on writing to the unlinked files and every write acknowledged
+    from then on would be gone at the next start: refuse them all (UNAVAILABLE).
+    """
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class _Pending:
     """Writes handed to the writer thread, and how to tell the caller."""
 
@@ -91,6 +107,9 @@ class Store:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._carry: list[_Pending] = []  # refused background writes, retried first
+        self._wal = path.with_name(path.name + "-wal")
+        self._ids: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
+        self.lost: str | None = None  # why writes are refused for good (see DatabaseLost)
         self.commits = 0
         self.writes = 0
 
@@ -130,6 +149,25 @@ class Store:
         uri = self.path.resolve().as_uri() + "?mode=ro"
         self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
         self._reader.execute("PRAGMA busy_timeout=5000")
+        self._ids = (_file_id(self.path), _file_id(self._wal))
+
+    def check_files(self) -> None:
+        """Raise :class:`DatabaseLost` if the database or its WAL is not the file we
+        opened (two ``stat`` calls, each commit batch). Once lost, always lost: a
+        restart opens a new database, and tokens resume above the high-water mark."""
+        if self.lost is None:
+            db, wal = _file_id(self.path), _file_id(self._wal)
+            if db != self._ids[0] or (self._ids[1] is not None and wal != self._ids[1]):
+                which = self.path if db != self._ids[0] else self._wal
+                self.lost = (
+                    f"{which} was removed or replaced while meshd was running; "
+                    "refusing every write from now on (restart meshd to start a new database)"
+                )
+                log.critical("DATABASE LOST: %s", self.lost)
+            elif self._ids[1] is None:
+                self._ids = (db, wal)
+        if self.lost is not None:
+            raise DatabaseLost(self.lost)
 
     def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a blocking read on the read connection now (start-up restore; tests)."""
@@ -282,6 +320,7 @@ class Store:
         db = self._db
         if db is None:
             raise StoreError("database is closed")
+        self.check_files()
         n = 0
         sync = any(w[0] in SYNC_KINDS for p in batch for w in p.writes)
         if sync:
