@@ -150,6 +150,14 @@ class TestRecords:
         ]
         assert board.drain() == []
 
+    def test_prune_ignores_a_wall_clock_step(self, board: BoardState, clock: ManualClock) -> None:
+        """A +40-day wall-clock step does not age the stored changes."""
+        start = clock.now()
+        clock.step(40 * 86400)
+        board.prune(30)
+
+        assert board.drain() == [("board.prune", start - 30 * 86400)]
+
     def test_prune_write(self, board: BoardState, clock: ManualClock) -> None:
         board.prune(30)
 

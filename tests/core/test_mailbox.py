@@ -660,6 +660,24 @@ class TestRestoreAndHousekeeping:
         assert len(mb.unread("c")) == 1
         assert [("message.prune", cutoff)] == mb.drain()[0]
 
+    def test_prune_ignores_a_wall_clock_step(self, mb: Mailbox, clock: ManualClock) -> None:
+        """A +40-day wall-clock step ages nothing: pruning goes by monotonic time in a run."""
+        mb.send("a", "b", "for b")
+        mb.registry.end("b")
+        start = clock.now()
+        clock.step(40 * 86400)
+        cutoff = mb.prune()
+
+        assert cutoff == start - 30 * 86400
+        assert len(mb.unread("b")) == 1
+
+    def test_prune_after_a_clock_step_back(self, mb: Mailbox, clock: ManualClock) -> None:
+        """A step back makes the cutoff earlier (keeps more), never later."""
+        start = clock.now()
+        clock.step(-86400)
+
+        assert mb.prune() == start - 86400 - 30 * 86400
+
     def test_statistics(self, mb: Mailbox) -> None:
         """Counts of unread items, pending queries, responders and subscribers."""
         mb.send("a", "b", "x")

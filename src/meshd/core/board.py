@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshd.core.clock import Clock
+from meshd.core.clock import Clock, SteadyWall
 from meshd.protocol.events import FileChangedEvent
 
 COALESCE_WINDOW = 30.0
@@ -130,6 +130,7 @@ class BoardState:
 
     def __init__(self, clock: Clock, *, window: float = COALESCE_WINDOW) -> None:
         self.clock = clock
+        self.steady = SteadyWall(clock)  # ages for pruning: wall-clock steps do not count
         self.window = window
         self.windows: dict[tuple[str, str], _Window] = {}
         self.writes: list[Write] = []
@@ -182,7 +183,7 @@ class BoardState:
 
     def prune(self, history_days: float) -> None:
         """Drop stored changes older than ``history_days`` (one ``board.prune`` write)."""
-        self.writes.append(("board.prune", self.clock.now() - history_days * 86400))
+        self.writes.append(("board.prune", self.steady.now() - history_days * 86400))
 
     def drain(self) -> list[Write]:
         writes, self.writes = self.writes, []

@@ -60,3 +60,26 @@ class ManualClock:
     def suspend(self, seconds: float) -> None:
         """Move wall time only, as a laptop suspend does to CLOCK_MONOTONIC."""
         self._wall += seconds
+
+    def step(self, seconds: float) -> None:
+        """Step wall time by ``seconds``, either way (an NTP or manual clock step)."""
+        self._wall += seconds
+
+
+class SteadyWall:
+    """Wall time that, within one run, moves only as the monotonic clock does.
+
+    For *ages* that decide what is deleted (history_days): a wall-clock step of +40
+    days must not make every read message 40 days old. ``now()`` is the wall time
+    at creation plus monotonic time since, never later than the real wall clock
+    (a step back ages things more slowly, which only keeps them longer). Across a
+    restart it starts again from the wall clock, which is all it can know.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._wall0 = clock.now()
+        self._mono0 = clock.monotonic()
+
+    def now(self) -> float:
+        return min(self.clock.now(), self._wall0 + self.clock.monotonic() - self._mono0)

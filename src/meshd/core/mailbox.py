@@ -35,7 +35,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-from meshd.core.clock import Clock
+from meshd.core.clock import Clock, SteadyWall
 from meshd.core.registry import Registry, Session
 from meshd.core.settings import Settings
 from meshd.protocol.errors import (
@@ -225,6 +225,7 @@ class Mailbox:
 
     def __init__(self, clock: Clock, settings: Settings, registry: Registry) -> None:
         self.clock = clock
+        self.steady = SteadyWall(clock)  # ages for pruning: wall-clock steps do not count
         self.settings = settings
         self.registry = registry
         self.writes: list[Write] = []
@@ -879,7 +880,7 @@ class Mailbox:
     def prune(self) -> float:
         """Drop what history_days allows: ended sessions' old unread items here, and
         (one ``message.prune`` write) read items and ended inboxes in the store."""
-        cutoff = self.clock.now() - self.settings.history_days * 86400
+        cutoff = self.steady.now() - self.settings.history_days * 86400
         for sid in [s for s in self._inbox if s not in self.registry.sessions]:
             box = self._inbox[sid]
             for i in [i for i, m in box.items() if m.created_at < cutoff]:

@@ -95,7 +95,7 @@ class ClaimHandlers(Domain):
         for c in load_claims(db):
             if c.session_id not in state.registry.sessions:
                 continue
-            ttl_left = None if c.expires_at is None else c.expires_at - now_w
+            ttl_left = c.ttl_left(now_w)  # never more than the whole ttl (clock steps)
             state.claims.restore(
                 c.session_id, from_canonical(c.resource), mode="shared" if c.mode == "shared"
                 else "exclusive", token=c.token, reason=c.reason, since=c.since,

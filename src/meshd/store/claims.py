@@ -50,6 +50,8 @@ CREATE TABLE audit (
 CREATE INDEX audit_at ON audit(at);
 """
 
+DDL_TTL = "ALTER TABLE claims ADD COLUMN ttl REAL;"
+
 FENCING_KEY = "fencing_reserve_until"
 _AUDIT_COLUMNS = ("at", "action", "session_id", "resource", "mode", "token", "reason", "how", "by")
 
@@ -64,13 +66,13 @@ def write_audit(db: sqlite3.Connection, r: AuditRecord) -> None:
     if r.action == "grant":
         db.execute(
             "INSERT OR REPLACE INTO claims(session_id, resource, mode, token, reason, since, "
-            "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (r.session_id, r.resource, r.mode, r.token, r.reason, r.at, expires),
+            "expires_at, ttl) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (r.session_id, r.resource, r.mode, r.token, r.reason, r.at, expires, r.ttl),
         )
     elif r.action == "refresh":
         db.execute(
-            "UPDATE claims SET reason=?, expires_at=? WHERE session_id=? AND resource=?",
-            (r.reason, expires, r.session_id, r.resource),
+            "UPDATE claims SET reason=?, expires_at=?, ttl=? WHERE session_id=? AND resource=?",
+            (r.reason, expires, r.ttl, r.session_id, r.resource),
         )
     elif r.action in ENDING:
         db.execute(
@@ -143,6 +145,15 @@ class StoredClaim:
     reason: str
     since: float
     expires_at: float | None
+    ttl: float | None = None
+
+    def ttl_left(self, now_wall: float) -> float | None:
+        """What is left of the ttl at ``now_wall``, never more than the whole ttl:
+        the wall clock may have stepped back while the daemon was down."""
+        if self.expires_at is None:
+            return None
+        whole = self.ttl if self.ttl is not None else self.expires_at - self.since
+        return max(0.0, min(self.expires_at - now_wall, whole))
 
 
 def load_fencing(db: sqlite3.Connection) -> int:
@@ -156,7 +167,7 @@ def load_fencing(db: sqlite3.Connection) -> int:
 def load_claims(db: sqlite3.Connection) -> list[StoredClaim]:
     """Live claims of sessions that have not ended."""
     rows = db.execute(
-        "SELECT c.session_id, c.resource, c.mode, c.token, c.reason, c.since, c.expires_at "
+        "SELECT c.session_id, c.resource, c.mode, c.token, c.reason, c.since, c.expires_at, c.ttl "
         "FROM claims c JOIN sessions s ON s.session_id = c.session_id "
         "WHERE s.ended_at IS NULL ORDER BY c.token"
     ).fetchall()

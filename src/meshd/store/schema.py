@@ -26,6 +26,7 @@ MIGRATIONS: list[str] = [
     board.DDL,  # 4: the board's changed files
     shared.DDL,  # 5: shared work: notes, signals, the ledger, board posts and marks
     jobs.DDL,  # 6: declared jobs' runs and deferrals
+    claims.DDL_TTL,  # 7: each claim's ttl: a restart caps what is left of it (clock steps)
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
