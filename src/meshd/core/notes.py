@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from meshd.core.clock import Clock
+from meshd.core.clock import Clock, SteadyWall
 from meshd.protocol.errors import TooLarge
 
 Write = tuple[Any, ...]
@@ -51,6 +51,7 @@ class Notebook:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
+        self.steady = SteadyWall(clock)  # ages for pruning: wall-clock steps do not count
         self.notes: dict[int, Note] = {}
         self.writes: list[Write] = []
         self._next_id = 1
@@ -75,6 +76,10 @@ class Notebook:
         self.writes.append(("note.put", note))
         return note
 
+    def discard(self, note: Note) -> None:
+        """Forget a note the disk refused to store (never acknowledged, so never there)."""
+        self.notes.pop(note.id, None)
+
     def read(
         self,
         reader: str | None,
@@ -93,7 +98,7 @@ class Notebook:
 
     def prune(self, history_days: float) -> int:
         """Forget notes older than ``history_days``; how many went."""
-        cutoff = self.clock.now() - history_days * 86400
+        cutoff = self.steady.now() - history_days * 86400
         old = [i for i, n in self.notes.items() if n.at < cutoff]
         for i in old:
             del self.notes[i]

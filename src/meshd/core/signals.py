@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from meshd.core.clock import Clock
+from meshd.core.clock import Clock, SteadyWall
 
 Write = tuple[Any, ...]
 
@@ -51,6 +51,7 @@ class SignalBoard:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
+        self.steady = SteadyWall(clock)  # ages for pruning: wall-clock steps do not count
         self.newest: dict[str, Signal] = {}
         self.counters: dict[str, int] = {}
         self.writes: list[Write] = []
@@ -96,7 +97,7 @@ class SignalBoard:
 
     def prune(self, history_days: float) -> None:
         """Forget signals older than ``history_days`` (the counters stay)."""
-        cutoff = self.clock.now() - history_days * 86400
+        cutoff = self.steady.now() - history_days * 86400
         for name, sig in list(self.newest.items()):
             if sig.emitted_at < cutoff:
                 del self.newest[name]

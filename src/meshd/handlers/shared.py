@@ -92,5 +92,5 @@ class SharedWork(Domain):
         """Notes, signals (not their counters) and board posts older than ``history_days``."""
         self.notes.prune(history_days)
         self.signals.prune(history_days)
-        cutoff = self.svc.clock.now() - history_days * 86400
+        cutoff = self.notes.steady.now() - history_days * 86400  # steps do not age posts
         self.svc.state.writes.append(("board.post_prune", cutoff))
