@@ -18,9 +18,10 @@ Connection protocol (SPEC §3):
 * Events for sessions the connection subscribed to arrive as notifications
   (``{"jsonrpc":"2.0","method":"event","params":…}``). Replies and events share
   one write path: straight to the socket, with what the kernel does not take
-  kept in a bounded backlog. A reader that falls behind by more than
-  :data:`BACKLOG_LIMIT` bytes, or takes nothing for :data:`SEND_TIMEOUT`, is
-  dropped, never waited on.
+  kept in a bounded backlog. A reader that leaves more than
+  :data:`BACKLOG_LIMIT` bytes of earlier replies (or :data:`EVENT_BACKLOG_LIMIT`
+  of events) unread, or takes nothing for :data:`SEND_TIMEOUT`, is dropped,
+  never waited on; the reply being written never counts against either.
 
 Resource handling: each connection runs in its own task and is closed in
 ``finally``. Error handling: any exception inside a connection is logged and ends
@@ -42,6 +43,7 @@ import os
 import select
 import socket
 import time
+from collections import deque
 
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketListener, TaskGroup, UNIXSocketStream
@@ -49,19 +51,30 @@ from anyio.abc import ByteStream, SocketAttribute, SocketListener, TaskGroup, UN
 from meshd.frames import FrameReader, FrameTooLong, OverBudget, PartialBudget
 from meshd.protocol.errors import INVALID_REQUEST, Forbidden, MeshError, MeshUnavailable
 from meshd.protocol.framing import DELIMITER, MAX_FRAME
-from meshd.protocol.jsonrpc import Call, Dispatcher, encoder, error_object, error_response, run
+from meshd.protocol.jsonrpc import (
+    Call,
+    Dispatcher,
+    Spawn,
+    encoder,
+    error_object,
+    error_response,
+    run,
+)
 from meshd.protocol.trust import peer_credentials
 from meshd.service import Conn, Service
 
 log = logging.getLogger("meshd.server")
 
 BACKLOG_LIMIT = 16 * 1024 * 1024
-"""Bytes of replies and events one connection may have unwritten before it is dropped
-(a listing of 10,000 sessions is about 5 MB, so a single big reply fits)."""
+"""Bytes of earlier replies one connection may leave unread before it is dropped. The
+reply being written never counts against it: a client gets its answer however big
+(a reader that stops reading is dropped after :data:`SEND_TIMEOUT`)."""
 EVENT_BACKLOG_LIMIT = 256 * 1024
 """A subscriber this far behind on events (about 700 message events) is dropped:
-events wait in the inbox anyway, and a stalled reader must not cost memory."""
+events wait in the inbox anyway, and a stalled reader must not cost memory. Only
+event bytes count: a big reply in the backlog does not make a subscriber "behind"."""
 MAX_INFLIGHT = 128
+HANGUP_POLL = 0.1  # how often a connection that is not being read is checked for a hang-up
 """Concurrent requests (waits, asks) one connection may have running at once. At the
 bound the connection's frames are not read until one finishes: the client's writes
 back up in its own socket buffer instead of the daemon queueing without limit."""
@@ -129,19 +142,33 @@ class Connection:
         self.inflight = anyio.Semaphore(MAX_INFLIGHT)
         self.sock: socket.socket | None = None
         self.backlog = bytearray()
+        self._parts: deque[list[int]] = deque()  # [is_event, bytes left] per frame queued
+        self._queued = [0, 0]  # bytes of [replies, events] in the backlog
         self._flushing = False
         self.last_frame = time.monotonic()
         """When the last whole frame arrived (the idle timeout counts from here)."""
 
     async def send(self, frame: bytes) -> None:
         """Write one reply frame (never blocks; see :meth:`write`)."""
-        self.write(frame + DELIMITER, BACKLOG_LIMIT)
+        self.write(frame + DELIMITER, 0)
 
     def push(self, frame: bytes) -> None:
         """Write one event frame without waiting; drop the connection if it fell behind."""
-        self.write(frame + DELIMITER, EVENT_BACKLOG_LIMIT)
+        self.write(frame + DELIMITER, 1)
 
-    def write(self, data: bytes, limit: int) -> None:
+    def _sent(self, n: int) -> None:
+        """``n`` bytes from the front of the backlog went out: count them off."""
+        del self.backlog[:n]
+        while n and self._parts:
+            part = self._parts[0]
+            took = min(n, part[1])
+            part[1] -= took
+            self._queued[part[0]] -= took
+            n -= took
+            if not part[1]:
+                self._parts.popleft()
+
+    def write(self, data: bytes, event: int) -> None:
         if self.closed:
             return
         if not self.backlog and self.sock is not None:
@@ -156,12 +183,16 @@ class Connection:
             if sent == len(data):
                 return
             data = data[sent:]
+        ahead = self._queued[event]  # this kind's bytes already waiting, before this frame
         self.backlog += data
-        if len(self.backlog) > limit:
-            what = "events behind" if limit == EVENT_BACKLOG_LIMIT else "replies unread"
+        self._parts.append([event, len(data)])
+        self._queued[event] += len(data)
+        over = self._queued[1] > EVENT_BACKLOG_LIMIT if event else ahead > BACKLOG_LIMIT
+        if over:
+            what = "events behind" if event else "replies unread"
             log.info(
                 "connection %d has %d bytes of %s (stopped reading); dropped",
-                self.conn.id, len(self.backlog), what,
+                self.conn.id, self._queued[event], what,
             )  # fmt: skip
             self.close()
             return
@@ -187,7 +218,7 @@ class Connection:
                     log.debug("connection %d went away: %r", self.conn.id, exc)
                     self.close()
                     return
-                del self.backlog[:sent]
+                self._sent(sent)
         finally:
             self._flushing = False
 
@@ -367,11 +398,40 @@ class Server:
                 except (anyio.IncompleteRead, anyio.EndOfStream):
                     return
                 c.last_frame = time.monotonic()
-                reply = await self.rpc.frame(line, c.conn, spawn)
+                if line.lstrip()[:1] == b"[":
+                    reply = await self._batch(line, c, spawn)
+                else:
+                    reply = await self.rpc.frame(line, c.conn, spawn)
                 if reply is not None:
                     await c.send(reply)
         finally:
             reader.release()
+
+    async def _batch(self, line: bytes, c: Connection, spawn: Spawn) -> bytes | None:
+        """Answer a batch, watching for a hang-up meanwhile.
+
+        A batch is answered as one array, so its handlers -- waits included (a queued
+        claim, an ask) -- run inline and nobody reads the socket until it is done: a
+        client that hangs up meanwhile would go unseen and its wait would be granted
+        to nobody. The socket is polled every :data:`HANGUP_POLL` while the batch
+        runs; a hang-up closes the connection, which cancels the waits and
+        withdraws them.
+        """
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            with scope:
+                while not c.closed:
+                    await anyio.sleep(HANGUP_POLL)
+                    if c.sock is not None and peer_gone(c.sock):
+                        log.debug("connection %d hung up during a batch", c.conn.id)
+                        c.close()
+
+        scope = anyio.CancelScope()
+        c.tg.start_soon(watch, scope)
+        try:
+            return await self.rpc.frame(line, c.conn, spawn)
+        finally:
+            scope.cancel()
 
     # --- concurrent requests ------------------------------------------------------
 
@@ -391,7 +451,7 @@ class Server:
         is polled for it every 100 ms meanwhile.
         """
         while True:
-            with anyio.move_on_after(0.1):
+            with anyio.move_on_after(HANGUP_POLL):
                 await c.inflight.acquire()
                 return True
             if c.sock is not None and peer_gone(c.sock):
