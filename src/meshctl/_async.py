@@ -284,10 +284,7 @@ class AsyncMesh:
                 self._stream = None
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
-            gone = MeshUnavailable(
-                "meshd closed the connection before replying (it may have stopped or "
-                "restarted; the call may or may not have taken effect); retry"
-            )
+            gone = MeshUnavailable(_conn.closed_before_reply(len(reader.buffer)))
             for slot in list(self._pending.values()):
                 if slot.reply is None:
                     slot.reply = _conn.Reply(None, error=gone)

@@ -91,6 +91,26 @@ class Event:
         return f"Event(params={self.params!r})"
 
 
+def closed_before_reply(partial: int) -> str:
+    """What to say when the daemon closed the connection before the reply was whole.
+
+    Part of a reply received means the daemon was there and dropped this connection
+    (it does so to a reader that leaves replies or events unread for too long), not
+    that it restarted: say that, and where to look.
+    """
+    if partial:
+        return (
+            f"meshd closed the connection in the middle of its reply ({partial} bytes "
+            "received): it dropped this connection, as it does when replies or events go "
+            "unread for too long (see the daemon's log); the call may have taken effect; "
+            "retry"
+        )
+    return (
+        "meshd closed the connection before replying (it may have stopped or restarted; "
+        "the call may or may not have taken effect); retry"
+    )
+
+
 class Protocol:
     """Request ids, frame building and reply parsing for one connection.
 
@@ -127,6 +147,11 @@ class Protocol:
             return parse_line(data)
         self.feed(data)
         return self.next_message()
+
+    @property
+    def partial(self) -> int:
+        """Bytes of a message received but not yet whole."""
+        return len(self._buf)
 
     def next_message(self) -> Reply | Event | None:
         """The next whole message in the buffer, or None when a line is still incomplete."""

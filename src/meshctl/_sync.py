@@ -285,10 +285,7 @@ class Mesh:
                     raise MeshUnavailable(f"lost the connection to meshd: {exc}; retry") from exc
                 if not data:
                     self._drop()
-                    raise MeshUnavailable(
-                        "meshd closed the connection before replying (it may have stopped or "
-                        "restarted; the call may or may not have taken effect); retry"
-                    )
+                    raise MeshUnavailable(_conn.closed_before_reply(proto.partial))
                 msg = proto.take(data)
                 continue
             if isinstance(msg, _conn.Event):

@@ -151,7 +151,9 @@ def render_one(session: Session, home: str | None = None) -> str:
     age = _output.format_age(float(session.get("age_s") or 0))
     lines.append(f"{'seen:':<16} {age} ago" + ("  [stale]" if session.get("stale") else ""))
     claims = session.get("claims") or []
-    lines.append(f"{'claims:':<16} {len(claims) or 'none'}")
+    total = max(int(session.get("claims_total") or 0), len(claims))
+    shown = f" (first {len(claims)} shown)" if total > len(claims) else ""
+    lines.append(f"{'claims:':<16} {total or 'none'}{shown}")
     for claim in claims:
         reason = f" — {claim['reason']}" if claim.get("reason") else ""
         lines.append(

@@ -161,8 +161,12 @@ class SessionHandlers(Domain):
             svc.pids.watch(s.session_id, p.pid, start)
         return m.AttachResult(session_id=s.session_id, pids=[pid for pid, _ in s.pids()])
 
-    def info(self, s: Session, now_mono: float, now_wall: float) -> m.SessionInfo:
+    def info(
+        self, s: Session, now_mono: float, now_wall: float, claims: int | None = None
+    ) -> m.SessionInfo:
+        """``s`` as listings show it, with at most ``claims`` of its claims (all: None)."""
         reg = self.svc.state.registry
+        held = self.svc.state.claims.list_claims(s.session_id)
         return m.SessionInfo(
             session_id=s.session_id, profile=s.profile, source=s.source, status=s.status,
             task=s.task, cwd=s.cwd, repo=s.repo, branch=s.branch, pid=s.pid, host=s.host,
@@ -174,8 +178,9 @@ class SessionHandlers(Domain):
                     resource=c.resource, mode=c.mode, token=c.token, since=rfc3339(c.since),
                     reason=c.reason,
                 )
-                for c in self.svc.state.claims.list_claims(s.session_id)
+                for c in held[:claims]
             ],
+            claims_total=len(held),
             model=s.model, provider=s.provider, worktree=s.worktree, tools=s.tools,
             parent=s.parent, slot=s.slot, kanban_task=s.kanban_task,
             started_at=rfc3339(s.started_at), last_activity=rfc3339(s.last_activity),
@@ -193,7 +198,7 @@ class SessionHandlers(Domain):
         now_m, now_w = clock.monotonic(), clock.now()
         reg = st.registry
         out = [
-            self.info(s, now_m, now_w)
+            self.info(s, now_m, now_w, m.LISTED_CLAIMS)
             for s in reg.sessions.values()
             if not (p.fresh and reg.is_stale(s, now_m))
         ]

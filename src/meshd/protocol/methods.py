@@ -211,6 +211,11 @@ class ClaimInfo(Result):
     reason: str = ""
 
 
+LISTED_CLAIMS = 100
+"""Claims per session in ``session.list`` (a session may hold 100,000s: the listing
+says how many, and ``session.get`` / ``claim.list --session`` show them all)."""
+
+
 class SessionInfo(Result):
     """A session as every listing shows it (``sessions active --json``)."""
 
@@ -229,6 +234,9 @@ class SessionInfo(Result):
     stale: bool
     liveness: Liveness
     claims: list[ClaimInfo] = []
+    claims_total: int = 0
+    """How many claims the session holds; ``session.list`` shows at most
+    ``LISTED_CLAIMS`` of them (oldest first), ``session.get`` all."""
     model: str = ""
     provider: str = ""
     worktree: str | None = None
