@@ -13,6 +13,7 @@ disk (SPEC §8). Handlers that may wait (queued claims, asks) are marked
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 import sqlite3
 import time
@@ -35,6 +36,9 @@ from meshd.store import Store
 D = TypeVar("D", bound=Domain)
 PRUNE_EVERY = 3600.0
 """Seconds between prunes of history older than ``history_days``."""
+STALL_AFTER = 2.0
+"""Seconds between two sweeper ticks (due every 0.25 s) that mean the daemon was stalled."""
+log = logging.getLogger("meshd.service")
 
 
 def rfc3339(ts: float) -> str:
@@ -89,6 +93,7 @@ class Service:
         self.subscribers: dict[str, set[Conn]] = {}
         self.handlers: dict[str, Handler] = {}
         self._next_prune = 0.0
+        self._last_sweep = self.clock.monotonic()
         self.specs: list[m.MethodSpec] = []
         self.domains: list[Domain] = []
         for cls in domains:  # one at a time: a domain may look up those before it
@@ -248,7 +253,19 @@ class Service:
             d.connection_closed(conn)
 
     def sweep(self) -> None:
-        """Expire what is due; called by the sweeper every tick."""
+        """Expire what is due; called by the sweeper every tick.
+
+        A tick that comes :data:`STALL_AFTER` late means the daemon did not run (it
+        was stopped): heartbeat sessions get grace before anything expires.
+        """
+        now = self.clock.monotonic()
+        gap, self._last_sweep = now - self._last_sweep, now
+        if gap > STALL_AFTER:
+            n = len(self.state.registry.stalled())
+            log.warning(
+                "meshd did not run for %.1f s (stopped?); %d heartbeat sessions get %s s of "
+                "grace to heartbeat again", gap, n, self.state.settings.stale_after,
+            )  # fmt: skip
         for s, _ in self.state.expire_due():
             self.pids.unwatch(s.session_id)
         for d in self.domains:

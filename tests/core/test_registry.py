@@ -228,6 +228,32 @@ class TestBind:
         assert registry.due() == []
 
 
+class TestStall:
+    def test_stall_grants_grace_before_expiry(self, registry: Registry, clock: ManualClock) -> None:
+        """After the daemon itself stalled past expire_after, heartbeat sessions get one
+        stale_after to heartbeat again instead of all expiring on resume."""
+        registry.register(reg(session_id="hb"))
+        registry.register(reg(session_id="proc", pid=10, pid_start=5, liveness="process"))
+        clock.advance(700)  # the daemon was stopped: nothing ran, expire_after (600) passed
+        registry.stalled()
+
+        assert registry.due() == []
+        registry.heartbeat("hb")  # the heartbeat that waited in its socket
+        clock.advance(19)
+        assert registry.due() == []
+
+    def test_grace_runs_out_without_a_heartbeat(
+        self, registry: Registry, clock: ManualClock
+    ) -> None:
+        """A session whose client really is gone expires once the grace is over."""
+        registry.register(reg(session_id="hb"))
+        clock.advance(700)
+        registry.stalled()
+        clock.advance(21)
+
+        assert [(s.session_id, why) for s, why in registry.due()] == [("hb", "expired")]
+
+
 class TestRestore:
     def test_heartbeat_session_gets_one_stale_after_of_grace(
         self, registry: Registry, clock: ManualClock

@@ -417,6 +417,22 @@ class Registry:
                 heapq.heappush(self._heap, (d, sid))
         return out
 
+    def stalled(self) -> list[Session]:
+        """The daemon itself did not run for a while (SIGSTOP, a long pause): give every
+        ``heartbeat`` session one ``stale_after`` of grace, as after a restart.
+
+        Its clients went on heartbeating into sockets nobody read; expiring them on
+        resume, before those heartbeats are read, would end sessions that are alive.
+        """
+        now = self.clock.monotonic()
+        out = []
+        for s in self.sessions.values():
+            if s.liveness == "heartbeat":
+                s.grace_until = max(s.grace_until, now + self.settings.stale_after)
+                self._schedule(s)
+                out.append(s)
+        return out
+
     def restore(self, s: Session) -> None:
         """Take back a session read from the store after a restart.
 
