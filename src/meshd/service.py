@@ -26,14 +26,17 @@ import msgspec
 from meshd.core.registry import EndReason, Session
 from meshd.core.state import Drained, Event, MeshState, Write
 from meshd.domain import Domain, overrides
+from meshd.keys import reads_filesystem
 from meshd.paths import ProfilePaths
 from meshd.pidwatch import PidWatcher
 from meshd.protocol import methods as m
 from meshd.protocol.errors import MethodNotFound
 from meshd.protocol.jsonrpc import Handler, encoder, notification
+from meshd.resolver import Resolver
 from meshd.store import Store
 
 D = TypeVar("D", bound=Domain)
+T = TypeVar("T")
 PRUNE_EVERY = 3600.0
 """Seconds between prunes of history older than ``history_days``."""
 STALL_AFTER = 2.0
@@ -88,6 +91,7 @@ class Service:
         self.started_mono = self.clock.monotonic()
         self.host = socket.gethostname()
         self.pids = PidWatcher(self.process_died)
+        self.resolver = Resolver()
         self.reload_config = reload
         self.connections: dict[int, Conn] = {}
         self.subscribers: dict[str, set[Conn]] = {}
@@ -160,6 +164,15 @@ class Service:
             d.writes.extend(writes)
             d.events.extend(events)
         return d
+
+    async def resolve(self, raws: Iterable[str], fn: Callable[[], T]) -> T:
+        """``fn()``, which makes ``raws`` canonical: in the resolver's thread, with its
+        deadline, when one of them is a path (a hung mount must not freeze the loop);
+        inline otherwise (``res:X``, ``port:N`` read nothing)."""
+        path = next((r for r in raws if reads_filesystem(r)), None)
+        if path is None:
+            return fn()
+        return await self.resolver.run(fn, what=repr(path[:200]))
 
     async def commit(self) -> None:
         """Store what the last core calls wrote, then publish and wake waiters; then reply.

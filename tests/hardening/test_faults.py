@@ -331,17 +331,23 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
     ]
 
 
+def result(c: Client, method: str, params: dict[str, Any] | None = None) -> Any:
+    reply = c.call(method, params)
+    assert "result" in reply, (method, params, reply)
+    return reply["result"]
+
+
 def mesh_view(c: Client) -> dict[str, Any]:
     """What the daemon says it holds: sessions and pids, claims and tokens, inboxes,
     handoffs (read from the database) and the board's rows."""
-    sessions = c.call("session.list")["result"]["sessions"]
+    sessions = result(c, "session.list")["sessions"]
     sids = sorted(s["session_id"] for s in sessions)
-    claims = c.call("claim.list")["result"]["claims"]
+    claims = result(c, "claim.list")["claims"]
     inboxes = {}
     for sid in ("a", "b", "c"):
-        items = c.call("message.inbox", {"session_id": sid, "peek": True})["result"]["items"]
+        items = result(c, "message.inbox", {"session_id": sid, "peek": True})["items"]
         inboxes[sid] = sorted((i["id"], i["state"]) for i in items)
-    handoffs = c.call("handoff.list", {"all": True})["result"]["handoffs"]
+    handoffs = result(c, "handoff.list", {"all": True})["handoffs"]
     return {
         "sessions": sids,
         "pids": {s["session_id"]: s["pid"] for s in sessions},

@@ -92,18 +92,14 @@ class MessageHandlers(Domain):
     async def _commit(self) -> None:
         """Hand the mailbox's writes and pushes to the service; stored before the reply.
 
-        If the disk refuses them, what they created is forgotten again (new items,
-        a new handoff): nothing refused takes effect. Marking items read is stored
-        *before* it is applied instead (:meth:`inbox`, :meth:`ack`).
+        If the disk refuses them, :meth:`Service.commit` forgets what they created
+        (new items, a new handoff): nothing refused takes effect. Marking items read
+        is stored *before* it is applied instead (:meth:`inbox`, :meth:`ack`).
         """
         writes, pushes = self.mb.drain()
         self.svc.state.writes.extend(writes)
         self.svc.state.events.extend(Event(*p) for p in pushes)
-        try:
-            await self.svc.commit()
-        except MeshError:
-            self.mb.forget(writes)
-            raise
+        await self.svc.commit()
 
     def _enabled(self) -> None:
         if not self.svc.state.settings.enabled:
@@ -231,7 +227,7 @@ class MessageHandlers(Domain):
 
     async def broadcast(self, p: mm.BroadcastParams, conn: Conn) -> mm.BroadcastResult:
         self._enabled()
-        select = self._overlapping(p.path) if p.path is not None else None
+        select = await self._overlapping(p.path) if p.path is not None else None
         out = self.mb.broadcast(
             p.session_id, p.text, select=select, collect=p.collect, timeout=p.timeout,
             claims_of=self._claims,
@@ -246,9 +242,11 @@ class MessageHandlers(Domain):
             skipped=out.skipped,
         )
 
-    def _overlapping(self, path: str) -> Callable[[Session], bool]:
-        """Sessions whose claims, cwd or repo overlap ``path`` (canonicalised as a claim)."""
-        key = canonical_key(path, home=os.path.expanduser("~"), broad=True)
+    async def _overlapping(self, path: str) -> Callable[[Session], bool]:
+        """Sessions whose claims, cwd or repo overlap ``path`` (canonicalised as a claim,
+        off the event loop)."""
+        home = os.path.expanduser("~")
+        key = await self.svc.resolve([path], lambda: canonical_key(path, home=home, broad=True))
         table = self.svc.state.claims
 
         def select(s: Session) -> bool:

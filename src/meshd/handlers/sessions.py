@@ -114,7 +114,7 @@ class SessionHandlers(Domain):
                 [*writes, ("session.end", p.session_id, svc.clock.now(), "ended")]
             )
         except MeshError:
-            mb.forget(writes)
+            svc.state.forget(writes)
             raise
         svc.state.events.extend(Event(*push) for push in pushes)
         released = [c.resource for c in svc.state.claims.list_claims(p.session_id)]
