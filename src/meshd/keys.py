@@ -125,6 +125,16 @@ def canonical_key(raw: str, *, cwd: str | None = None, home: str, broad: bool = 
     return _parse_kind(raw, kind, value, home, broad)
 
 
+def reads_filesystem(raw: str) -> bool:
+    """Whether making ``raw`` canonical resolves a path (so may block on a hung mount)."""
+    if not isinstance(raw, str) or not raw:
+        return False
+    if raw[0] in "/~":
+        return True
+    match = _KIND_RE.match(raw)
+    return match is not None and match.group(1).lower() in (PATH_KINDS | {"branch"})
+
+
 def _parse_kind(raw: str, kind: str, value: str, home: str, broad: bool) -> Key:
     if kind not in KINDS:
         raise _refuse(raw, f"unknown kind {kind!r}", "use one of " + ", ".join(sorted(KINDS)))

@@ -165,7 +165,7 @@ class Service:
             d.events.extend(events)
         return d
 
-    async def resolve(self, raws: Iterable[str], fn: Callable[[], T]) -> T:
+    async def resolve_paths(self, raws: Iterable[str], fn: Callable[[], T]) -> T:
         """``fn()``, which makes ``raws`` canonical: in the resolver's thread, with its
         deadline, when one of them is a path (a hung mount must not freeze the loop);
         inline otherwise (``res:X``, ``port:N`` read nothing)."""

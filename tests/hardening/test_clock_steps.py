@@ -12,7 +12,7 @@ import sqlite3
 from tests.conftest import DaemonHandle
 from tests.hardening.support import Client
 
-from meshd.storage_claims import StoredClaim
+from meshd.store.claims import StoredClaim
 
 DAY = 86400.0
 

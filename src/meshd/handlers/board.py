@@ -73,6 +73,21 @@ def project_of(path: str, cache: dict[str, str] | None = None) -> str:
     return found
 
 
+def _by_project(paths: list[str]) -> dict[str, dict[str, Key]]:
+    """The canonical keys of ``paths`` by project (reads the filesystem: run it in the
+    resolver, off the event loop)."""
+    by_project: dict[str, dict[str, Key]] = {}
+    cache: dict[str, str] = {}
+    for i, raw in enumerate(paths):
+        try:
+            key = _path_key(raw)
+        except BadKey as exc:
+            exc.data["path"] = f"$.paths[{i}]"
+            raise
+        by_project.setdefault(project_of(key.value, cache), {})[key.value] = key
+    return by_project
+
+
 def _path_key(raw: str) -> Key:
     key = canonical_key(raw, home=HOME, broad=True)
     if key.kind != "file":
@@ -147,15 +162,8 @@ class BoardHandlers(Domain):
         if not st.settings.enabled:
             return pb.BoardChangedResult(recorded=0, project="", disabled=True)
         st.registry.get(p.session_id)
-        by_project: dict[str, dict[str, Key]] = {}
-        cache: dict[str, str] = {}
-        for i, raw in enumerate(p.paths):
-            try:
-                key = _path_key(raw)
-            except BadKey as exc:
-                exc.data["path"] = f"$.paths[{i}]"
-                raise
-            by_project.setdefault(project_of(key.value, cache), {})[key.value] = key
+        by_project = await svc.resolve_paths(p.paths, lambda: _by_project(p.paths))
+        st.registry.get(p.session_id)  # it may have ended while the paths were resolved
         notified: dict[str, None] = {}
         held: dict[str, None] = {}
         recorded = 0
@@ -188,7 +196,8 @@ class BoardHandlers(Domain):
                 ) from exc
         project = p.project_or_path
         if project is not None and project[:1] in ("/", "~"):
-            project = project_of(_path_key(project).value)
+            raw = project
+            project = await self.svc.resolve_paths([raw], lambda: project_of(_path_key(raw).value))
         rows = await self.svc.store.read(
             lambda db: changes_page(
                 db, project=project, since=since, session_id=p.session_id, limit=p.limit

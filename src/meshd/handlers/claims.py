@@ -74,9 +74,9 @@ class ClaimHandlers(Domain):
         spec = {s.name: s for s in pc.CLAIM_METHODS}
         svc.add(spec["claim.acquire"], self.acquire, is_async=True, concurrent=True)
         svc.add(spec["claim.release"], self.release, is_async=True)
-        svc.add(spec["claim.check"], self.check)
+        svc.add(spec["claim.check"], self.check, is_async=True)
         svc.add(spec["claim.list"], self.list)
-        svc.add(spec["claim.validate"], self.validate)
+        svc.add(spec["claim.validate"], self.validate, is_async=True)
         svc.add(spec["claim.steal"], self.steal, is_async=True)
         svc.add(spec["audit.log"], self.audit, is_async=True)
 
@@ -110,8 +110,14 @@ class ClaimHandlers(Domain):
         if self.svc.state.claims.expire_ttls(clock.monotonic(), clock.now()):
             self.svc.flush_background()
 
-    def _keys(self, resources: list[str], broad: bool) -> list[Key]:
-        return [canonical_key(r, home=HOME, broad=broad) for r in resources]
+    async def _keys(self, resources: list[str], broad: bool) -> list[Key]:
+        """The canonical keys; paths are resolved off the event loop (see resolver)."""
+        return await self.svc.resolve_paths(
+            resources, lambda: [canonical_key(r, home=HOME, broad=broad) for r in resources]
+        )
+
+    async def _key(self, resource: str) -> Key:
+        return (await self._keys([resource], True))[0]
 
     def _holder(self, c: Claim) -> pc.ClaimHolder:
         s = self.svc.state.registry.sessions.get(c.session_id)
@@ -167,19 +173,22 @@ class ClaimHandlers(Domain):
 
     # --- acquire / steal --------------------------------------------------------------
 
-    def _prepare(self, session_id: str, resources: list[str], broad: bool) -> list[Key] | None:
+    async def _prepare(
+        self, session_id: str, resources: list[str], broad: bool
+    ) -> list[Key] | None:
         """The checks acquire and steal share: None when the mesh is switched off."""
         st = self.svc.state
         if not st.settings.enabled:
             return None
         st.registry.get(session_id)
-        keys = self._keys(resources, broad)
+        keys = await self._keys(resources, broad)
+        st.registry.get(session_id)  # it may have ended while the paths were resolved
         self._expire()
         return keys
 
     async def acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult:
         svc, st = self.svc, self.svc.state
-        keys = self._prepare(p.session_id, p.resources, p.broad)
+        keys = await self._prepare(p.session_id, p.resources, p.broad)
         if keys is None:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
         wait = min(p.wait, st.settings.max_query_timeout)
@@ -336,7 +345,7 @@ class ClaimHandlers(Domain):
 
     async def steal(self, p: pc.ClaimStealParams, conn: Conn) -> pc.ClaimAcquireResult:
         svc, st = self.svc, self.svc.state
-        keys = self._prepare(p.session_id, p.resources, p.broad)
+        keys = await self._prepare(p.session_id, p.resources, p.broad)
         if keys is None:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
         if not p.reason.strip():
@@ -356,7 +365,7 @@ class ClaimHandlers(Domain):
         if not st.settings.enabled:
             return pc.ClaimReleaseResult(disabled=True)
         st.registry.get(p.session_id)
-        keys = None if p.resources is None else self._keys(p.resources, True)
+        keys = None if p.resources is None else await self._keys(p.resources, True)
         if keys == []:
             return pc.ClaimReleaseResult()
         # Store first, then apply: a freed key is handed on at once (waiters, other
@@ -382,13 +391,13 @@ class ClaimHandlers(Domain):
         svc.flush_background()  # whom it let go: their grants answer them once stored
         return pc.ClaimReleaseResult(released=released)
 
-    def check(self, p: pc.ClaimCheckParams, conn: Conn) -> pc.ClaimCheckResult:
+    async def check(self, p: pc.ClaimCheckParams, conn: Conn) -> pc.ClaimCheckResult:
         st = self.svc.state
         if st.hidden_from(p.for_profile):
             return pc.ClaimCheckResult(status="free", profile=st.profile, visible=False)
         if not st.settings.enabled:
             return pc.ClaimCheckResult(status="free", disabled=True, profile=st.profile)
-        keys = self._keys(p.resources, p.broad)
+        keys = await self._keys(p.resources, p.broad)
         self._expire()
         found = st.claims.check(keys, p.session_id)
         present = self._present(keys, p.session_id)
@@ -448,9 +457,9 @@ class ClaimHandlers(Domain):
         ]  # fmt: skip
         return pc.ClaimListResult(claims=claims, waiting=waiting)
 
-    def validate(self, p: pc.ClaimValidateParams, conn: Conn) -> pc.ClaimValidateResult:
+    async def validate(self, p: pc.ClaimValidateParams, conn: Conn) -> pc.ClaimValidateResult:
         st = self.svc.state
-        key = canonical_key(p.resource, home=HOME, broad=True)
+        key = await self._key(p.resource)
         now = self.svc.clock.monotonic()
         valid = st.claims.validate(key, p.token, now)
         holder = None
@@ -471,7 +480,7 @@ class ClaimHandlers(Domain):
                 ) from exc
         resource = None
         if p.resource is not None:
-            resource = canonical_key(p.resource, home=HOME, broad=True).text
+            resource = (await self._key(p.resource)).text
         rows = await self.svc.store.read(
             lambda db: audit_page(
                 db, since=since, limit=p.limit, session_id=p.session_id, resource=resource

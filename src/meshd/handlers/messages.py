@@ -246,7 +246,9 @@ class MessageHandlers(Domain):
         """Sessions whose claims, cwd or repo overlap ``path`` (canonicalised as a claim,
         off the event loop)."""
         home = os.path.expanduser("~")
-        key = await self.svc.resolve([path], lambda: canonical_key(path, home=home, broad=True))
+        key = await self.svc.resolve_paths(
+            [path], lambda: canonical_key(path, home=home, broad=True)
+        )
         table = self.svc.state.claims
 
         def select(s: Session) -> bool:
