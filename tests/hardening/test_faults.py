@@ -300,6 +300,10 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
     k1, k2 = key_in(state, "k1"), key_in(state, "k2")
     return [
         ("session.register", {"session_id": "new", "cwd": BIG}),
+        (
+            "session.register",
+            {"session_id": "c", "task": "refreshed", "liveness": "process", "pid": os.getpid()},
+        ),
         ("session.end", {"session_id": "b"}),
         ("session.attach", {"session_id": "c", "pid": os.getpid()}),
         ("claim.acquire", {"session_id": "c", "resources": [k2]}),
@@ -353,6 +357,7 @@ def mesh_view(c: Client) -> dict[str, Any]:
         "pids": {s["session_id"]: s["pid"] for s in sessions},
         "ranks": {s["session_id"]: s.get("rank", 0) for s in sessions if s.get("rank")},
         "paused": sorted(s["session_id"] for s in sessions if s["status"] == "paused"),
+        "fields": {s["session_id"]: (s["task"], s["liveness"]) for s in sessions},
         "claims": sorted((x["session_id"], x["resource"], x["token"]) for x in claims),
         "inboxes": inboxes,
         "handoffs": sorted(h["id"] for h in handoffs),
@@ -409,7 +414,7 @@ class TestNothingRefusedTakesEffect:
                         break
                 padded = mesh_view(c)
                 calls = refused_calls(small_state, query_id)
-                answers = {method: c.call(method, params) for method, params in calls}
+                answers = [(method, c.call(method, params)) for method, params in calls]
                 during = mesh_view(c)
                 filler.unlink()
             d.kill()
@@ -420,13 +425,14 @@ class TestNothingRefusedTakesEffect:
             d.stop()
 
         assert served == READ_ONLY | NOT_STORED | {m for m, _ in calls}, "audit this method"
-        refused = {m: a.get("error", {}).get("data", {}).get("code") for m, a in answers.items()}
-        assert refused == dict.fromkeys(refused, "UNAVAILABLE"), answers
+        refused = [(m, a.get("error", {}).get("data", {}).get("code")) for m, a in answers]
+        assert refused == [(m, "UNAVAILABLE") for m, _ in answers], answers
         pads = [s for s in padded["sessions"] if s.startswith("pad")]
         assert before == {
             **padded,
             "sessions": sorted(set(padded["sessions"]) - set(pads)),
             "pids": {k: v for k, v in padded["pids"].items() if k not in pads},
+            "fields": {k: v for k, v in padded["fields"].items() if k not in pads},
         }
         assert during == padded  # memory: nothing refused took effect
         assert after == padded  # disk: the same

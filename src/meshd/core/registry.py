@@ -308,6 +308,21 @@ class Registry:
         self._schedule(s)
         return s, old is not None
 
+    def undo_register(self, new: Session, old: Session | None) -> None:
+        """Take back a registration the store refused: ``old`` is live again exactly as
+        it was (a refresh), or the id is free again (a new session)."""
+        if self.sessions.get(new.session_id) is not new:
+            return  # changed again meanwhile: leave the newer state alone
+        self._unplace(new)
+        if old is None:
+            del self.sessions[new.session_id]
+            return
+        self.sessions[old.session_id] = old
+        self._place(old)
+        if old.conn_id is not None:
+            self.bound.setdefault(old.conn_id, set()).add(old.session_id)
+        self._schedule(old)
+
     def get(self, sid: str) -> Session:
         """The live session ``sid``, or the error that says why there is none."""
         s = self.sessions.get(sid)

@@ -52,6 +52,7 @@ class SessionHandlers(Domain):
         fields = msgspec.structs.asdict(p)
         fields.update(pid_start=pid_start, host=p.host or svc.host, conn_id=conn.id)
         r = Registration(**fields)
+        before = svc.state.registry.sessions.get(p.session_id or "")
         try:
             s, refreshed = svc.state.register(r)
         except IdInUse:
@@ -59,15 +60,18 @@ class SessionHandlers(Domain):
             if old.pid is not None and alive(old.pid, old.pid_start):
                 raise
             svc.end_session(old.session_id, "died")
+            before = None
             s, refreshed = svc.state.register(r)
         for pid, start in s.pids():
             svc.pids.watch(s.session_id, pid, start)
         try:
             await svc.commit()
-        except MeshError:
-            if not refreshed:  # not stored: not acknowledged, so not kept either
-                svc.state.registry.sessions.pop(s.session_id, None)
-                svc.pids.unwatch(s.session_id)
+        except MeshError:  # not stored: not acknowledged, so not kept either
+            svc.state.registry.undo_register(s, before if refreshed else None)
+            svc.pids.unwatch(s.session_id)
+            if before is not None and refreshed:
+                for pid, start in before.pids():
+                    svc.pids.watch(before.session_id, pid, start)
             raise
         return m.RegisterResult(
             session_id=s.session_id,
