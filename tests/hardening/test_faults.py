@@ -281,6 +281,7 @@ READ_ONLY = {
     "claim.list", "claim.validate", "audit.log", "message.status", "handoff.list",
     "handoff.show", "board.changes", "notes.list", "signal.wait", "board.show",
     "once.list",  # stores only what it finds: a dead runner's key turned unknown
+    "job.get", "job.list",
 }  # fmt: skip
 NOT_STORED = {  # change only what a restart forgets anyway (SPEC §8: not durable)
     "session.heartbeat",  # reported fields are snapshots, liveness is re-granted
@@ -288,6 +289,7 @@ NOT_STORED = {  # change only what a restart forgets anyway (SPEC §8: not durab
     "query.ask",  # asks are waits; the status answer stores nothing
     "query.respond",  # a responder counts while its connection is open
     "events.subscribe",
+    "job.wait",  # a wait
 }
 
 
@@ -332,6 +334,9 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
         ),
         ("board.touch", {"session_id": "a", "paths": [f"{state}/read.py"]}),
         ("board.watch", {"session_id": "a", "paths": [f"{state}/src"]}),
+        ("job.start", {"name": "nightly", "session_id": "a"}),
+        ("job.end", {"name": "nightly", "session_id": "b", "exit": 0}),
+        ("job.defer", {"name": "nightly", "session_id": "c", "holders": []}),
     ]
 
 
@@ -368,6 +373,7 @@ def mesh_view(c: Client) -> dict[str, Any]:
         "signal": c.call("signal.wait", {"name": "s", "timeout": 0})["result"]["last_seq"],
         "ledger": [(e["key"], e["state"]) for e in c.call("once.list")["result"]["entries"]],
         "whole board": c.call("board.show", {"project_or_path": "f"})["result"],
+        "jobs": c.call("job.list", {})["result"]["jobs"],
     }
 
 
@@ -378,6 +384,7 @@ class TestNothingRefusedTakesEffect:
         """Each mutating method refused by a full disk: UNAVAILABLE, and what the daemon
         shows afterwards (memory) is what it restores after kill -9 (disk), unchanged
         from before the refusals."""
+        mesh_env.write_config('[jobs.nightly]\nresources = ["res:nightly"]\ncritical = true\n')
         d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=small_state)
         d.start()
         try:

@@ -84,25 +84,39 @@ class JobBook:
 
     def start(self, name: str, session_id: str) -> JobEvent:
         """A run of ``name`` began under ``session_id`` (after its claims were granted)."""
-        ev = JobEvent(name, "start", self.clock.now(), session_id)
-        self._apply(ev)
-        self.writes.append(("job.event", ev))
-        return ev
+        return self._record(self.start_event(name, session_id))
 
     def end(self, name: str, session_id: str, exit: int) -> JobEvent:
         """The run under ``session_id`` ended with ``exit``; 0 clears pending deferrals."""
-        ev = JobEvent(
-            name, "end", self.clock.now(), session_id, exit, "ok" if exit == 0 else "failed"
-        )
-        self._apply(ev)
-        self.writes.append(("job.event", ev))
-        return ev
+        return self._record(self.end_event(name, session_id, exit))
 
     def defer(
         self, name: str, session_id: str, policy: str, holders: Iterable[dict[str, Any]]
     ) -> JobEvent:
         """A run of ``name`` did not start: its resources were held by ``holders``."""
-        ev = JobEvent(name, "defer", self.clock.now(), session_id, None, policy, tuple(holders))
+        return self._record(self.defer_event(name, session_id, policy, holders))
+
+    # The events alone, changing nothing: the daemon stores one *first*, then applies
+    # it (:meth:`apply`), so a write the disk refused changes nothing (and wakes no one).
+
+    def start_event(self, name: str, session_id: str) -> JobEvent:
+        return JobEvent(name, "start", self.clock.now(), session_id)
+
+    def end_event(self, name: str, session_id: str, exit: int) -> JobEvent:
+        outcome = "ok" if exit == 0 else "failed"
+        return JobEvent(name, "end", self.clock.now(), session_id, exit, outcome)
+
+    def defer_event(
+        self, name: str, session_id: str, policy: str, holders: Iterable[dict[str, Any]]
+    ) -> JobEvent:
+        return JobEvent(name, "defer", self.clock.now(), session_id, None, policy, tuple(holders))
+
+    def apply(self, ev: JobEvent) -> JobEvent:
+        """Apply an event that is already stored (no write recorded)."""
+        self._apply(ev)
+        return ev
+
+    def _record(self, ev: JobEvent) -> JobEvent:
         self._apply(ev)
         self.writes.append(("job.event", ev))
         return ev

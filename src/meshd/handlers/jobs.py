@@ -106,26 +106,26 @@ class JobHandlers(Domain):
             critical=j.critical, once=j.once,
         )  # fmt: skip
 
+    async def _stored(self, ev: JobEvent) -> JobEvent:
+        """Store first, then apply: a run the disk refused to record neither starts,
+        ends (waking ``job.wait``) nor defers in memory."""
+        await self.svc.store.commit([("job.event", ev)])
+        return self.book.apply(ev)
+
     async def start(self, p: pj.JobStartParams, conn: Conn) -> pj.JobEventResult:
         self._spec(p.name)
         self.svc.state.registry.get(p.session_id)
-        ev = self.book.start(p.name, p.session_id)
-        await self.svc.commit()
-        return _event(ev)
+        return _event(await self._stored(self.book.start_event(p.name, p.session_id)))
 
     async def end(self, p: pj.JobEndParams, conn: Conn) -> pj.JobEventResult:
-        ev = self.book.end(p.name, p.session_id, p.exit)
-        try:
-            await self.svc.commit()
-        finally:
-            self._wake()
+        ev = await self._stored(self.book.end_event(p.name, p.session_id, p.exit))
+        self._wake()
         return _event(ev)
 
     async def defer(self, p: pj.JobDeferParams, conn: Conn) -> pj.JobEventResult:
         spec = self._spec(p.name)
-        ev = self.book.defer(p.name, p.session_id, spec.policy, p.holders)
-        await self.svc.commit()
-        return _event(ev)
+        ev = self.book.defer_event(p.name, p.session_id, spec.policy, p.holders)
+        return _event(await self._stored(ev))
 
     def radar(self, p: pj.JobListParams, conn: Conn) -> pj.JobListResult:
         specs = self._specs()
