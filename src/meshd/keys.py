@@ -125,14 +125,26 @@ def canonical_key(raw: str, *, cwd: str | None = None, home: str, broad: bool = 
     return _parse_kind(raw, kind, value, home, broad)
 
 
-def reads_filesystem(raw: str) -> bool:
-    """Whether making ``raw`` canonical resolves a path (so may block on a hung mount)."""
+def touched_paths(raw: str, home: str) -> list[str] | None:
+    """The filesystem paths :func:`canonical_key` resolves for ``raw`` (``[]`` for
+    ``res:X``, ``port:N`` and other kinds that read nothing; ``None`` when it cannot
+    say). Used to decide whether resolving may block on a hung mount."""
     if not isinstance(raw, str) or not raw:
-        return False
+        return []
     if raw[0] in "/~":
-        return True
-    match = _KIND_RE.match(raw)
-    return match is not None and match.group(1).lower() in (PATH_KINDS | {"branch"})
+        kind, value = "file", raw
+    else:
+        match = _KIND_RE.match(raw)
+        if match is None:
+            return []
+        kind, value = match.group(1).lower(), raw[match.end() :]
+        if kind == "branch":
+            value = value.rpartition(":")[0]
+        elif kind not in PATH_KINDS:
+            return []
+    if value == "~" or value.startswith("~/"):
+        return [home + value[1:], home]
+    return [value, home] if value.startswith("/") else None
 
 
 def _parse_kind(raw: str, kind: str, value: str, home: str, broad: bool) -> Key:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import socket
 import sqlite3
 import time
@@ -26,7 +27,8 @@ import msgspec
 from meshd.core.registry import EndReason, Session
 from meshd.core.state import Drained, Event, MeshState, Write
 from meshd.domain import Domain, overrides
-from meshd.keys import reads_filesystem
+from meshd.keys import touched_paths
+from meshd.mounts import process_table
 from meshd.paths import ProfilePaths
 from meshd.pidwatch import PidWatcher
 from meshd.protocol import methods as m
@@ -37,6 +39,7 @@ from meshd.store import Store
 
 D = TypeVar("D", bound=Domain)
 T = TypeVar("T")
+HOME = os.path.expanduser("~")
 PRUNE_EVERY = 3600.0
 """Seconds between prunes of history older than ``history_days``."""
 STALL_AFTER = 2.0
@@ -92,6 +95,7 @@ class Service:
         self.host = socket.gethostname()
         self.pids = PidWatcher(self.process_died)
         self.resolver = Resolver()
+        self.mounts = process_table()
         self.reload_config = reload
         self.connections: dict[int, Conn] = {}
         self.subscribers: dict[str, set[Conn]] = {}
@@ -167,12 +171,14 @@ class Service:
 
     async def resolve_paths(self, raws: Iterable[str], fn: Callable[[], T]) -> T:
         """``fn()``, which makes ``raws`` canonical: in the resolver's thread, with its
-        deadline, when one of them is a path (a hung mount must not freeze the loop);
-        inline otherwise (``res:X``, ``port:N`` read nothing)."""
-        path = next((r for r in raws if reads_filesystem(r)), None)
-        if path is None:
-            return fn()
-        return await self.resolver.run(fn, what=repr(path[:200]))
+        deadline, when resolving one of them may touch a network or FUSE mount (a hung
+        mount must not freeze the loop); inline otherwise -- local disks answer in
+        microseconds, and ``res:X``, ``port:N`` read nothing (see meshd.mounts)."""
+        for raw in raws:
+            paths = touched_paths(raw, HOME)
+            if paths is None or any(self.mounts.may_hang(p) for p in paths):
+                return await self.resolver.run(fn, what=repr(raw[:200]))
+        return fn()
 
     async def commit(self) -> None:
         """Store what the last core calls wrote, then publish and wake waiters; then reply.

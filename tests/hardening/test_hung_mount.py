@@ -65,3 +65,24 @@ def test_a_claim_under_a_hung_mount_does_not_freeze_the_daemon(
     assert stuck["error"]["data"]["code"] == "UNAVAILABLE", stuck
     assert "hung mount" in stuck["error"]["message"]
     assert free["result"]["status"] == "granted"
+
+
+@pytest.mark.slow
+def test_a_local_symlink_into_a_hung_mount_does_not_freeze_the_daemon(
+    daemon: DaemonHandle, hung: Path, short_tmp: Path
+) -> None:
+    """A path on a local disk that is a symlink into the hung mount: caught before it
+    is followed (each symlink target is looked up in the mount table first)."""
+    link = short_tmp / "link"
+    link.symlink_to(hung / "work")
+    with Client(daemon.socket) as c, Client(daemon.socket) as other:
+        assert "result" in c.call("session.register", {"session_id": "a"})
+        c.send(
+            b'{"jsonrpc":"2.0","id":1,"method":"claim.check","params":'
+            b'{"resources":["file:' + str(link).encode() + b'/x"]}}\n'
+        )
+        pong = other.call("mesh.ping")
+        stuck = c.reply()
+
+    assert pong["result"]["pong"] is True
+    assert stuck["error"]["data"]["code"] == "UNAVAILABLE", stuck
