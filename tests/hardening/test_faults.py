@@ -290,6 +290,7 @@ NOT_STORED = {  # change only what a restart forgets anyway (SPEC §8: not durab
     "query.respond",  # a responder counts while its connection is open
     "events.subscribe",
     "job.wait",  # a wait
+    "mesh.watch",  # a subscription to mesh.changed events
 }
 
 
