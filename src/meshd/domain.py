@@ -73,6 +73,10 @@ class Domain:
     def committed(self, writes: list[Write], events: list[Event]) -> None:
         """What was just committed (and published): only changes that are durable now."""
 
+    def forget(self, refused: list[Write]) -> None:
+        """A foreground commit of ``refused`` failed (its caller is told UNAVAILABLE):
+        forget what those writes created in this domain's memory."""
+
 
 def overrides(domain: Domain, hook: str) -> bool:
     """Whether ``domain`` implements ``hook`` itself (the service calls only those)."""

@@ -111,6 +111,7 @@ class Service:
         self._outboxes = [d for d in self.domains if overrides(d, "drain")]
         self._resolvers = [d for d in self.domains if overrides(d, "resolve")]
         self._observers = [d for d in self.domains if overrides(d, "committed")]
+        self._forgetters = [d for d in self.domains if overrides(d, "forget")]
 
     def add(
         self,
@@ -192,6 +193,8 @@ class Service:
                 await self.store.commit(d.writes)
             except BaseException as exc:
                 self.state.forget(d.writes)  # never acknowledged, so never there
+                for dom in self._forgetters:
+                    dom.forget(d.writes)
                 self._after_commit(d, exc)
                 raise
         self._after_commit(d, None)

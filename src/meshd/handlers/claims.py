@@ -207,9 +207,9 @@ class ClaimHandlers(Domain):
         conn.detach()  # queued: the connection goes on serving while this waits
         return await self._wait(outcome, wait)
 
-    def keys_of(self, resources: list[str], broad: bool) -> list[Key]:
+    async def keys_of(self, resources: list[str], broad: bool) -> list[Key]:
         """Canonical keys for what the user typed (after a ttl sweep)."""
-        keys = self._keys(resources, broad)
+        keys = await self._keys(resources, broad)
         self._expire()
         return keys
 

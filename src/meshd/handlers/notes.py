@@ -31,22 +31,18 @@ class NoteHandlers(Domain):
         self.svc.add(pn.NOTES_LIST, self.list, is_async=True)
 
     async def add(self, p: pn.NoteAddParams, conn: Conn) -> pn.NoteAddResult:
-        work = self.work
+        work = await self.work.ready()
         if not self.svc.state.settings.enabled:
             return pn.NoteAddResult(disabled=True)
         self.svc.state.registry.get(p.session_id)
         limit = self.svc.state.settings.max_body_bytes
         note = work.notes.add(p.session_id, p.text, private=p.private, limit=limit)
-        try:
-            await work.commit()
-        except BaseException:
-            work.notes.notes.pop(note.id, None)  # refused by the disk: never shown
-            raise
+        await work.commit()  # refused: SharedWork.forget drops the note again
         return pn.NoteAddResult(
             id=note.id, session_id=note.author, private=note.private, at=rfc3339(note.at)
         )
 
     async def list(self, p: pn.NoteListParams, conn: Conn) -> pn.NoteListResult:
-        work = self.work
+        work = await self.work.ready()
         notes = work.notes.read(p.session_id, author=p.author, limit=p.limit)
         return pn.NoteListResult(entries=[entry(n) for n in notes])

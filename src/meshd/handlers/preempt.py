@@ -62,8 +62,8 @@ class PreemptHandlers(Domain):
     async def preempt(self, p: pp.PreemptParams, conn: Conn) -> pp.PreemptResult:
         svc, st = self.svc, self.svc.state
         reg = st.registry
-        me = reg.get(p.session_id)
-        keys = self.claims.keys_of(p.resources, p.broad)
+        keys = await self.claims.keys_of(p.resources, p.broad)
+        me = reg.get(p.session_id)  # after: it may have ended while paths were resolved
         found = [
             c for c in st.claims.check(keys, p.session_id) if not c.session_id.startswith(RESERVED)
         ]

@@ -80,6 +80,13 @@ class SharedWork(Domain):
             writes.extend(core.drain())
         return writes, []
 
+    def forget(self, refused: list[Write]) -> None:
+        """Notes a refused commit would have stored are not kept (a refused pause's
+        checkpoint note, a refused notes.add)."""
+        for w in refused:
+            if w[0] == "note.put":
+                self.notes.discard(w[1])
+
     async def commit(self) -> None:
         """Store what the cores wrote; nothing is acknowledged before it is on disk."""
         await self.svc.commit()
