@@ -31,6 +31,8 @@ from . import _client, _text
 WRITE_TOOLS = {"write_file": "path", "patch": "path"}
 #: Interactive surfaces: after a turn they wait for their user.
 INTERACTIVE = {"cli", "tui"}
+#: Questions remembered for a late mesh_reply (query id -> asker), newest kept.
+MAX_ASKERS = 256
 _PATCH_FILE = ("*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:")
 
 
@@ -308,6 +310,8 @@ class Runtime:
                  "text": event.get("text", "")}  # fmt: skip
         if isinstance(query["id"], int):
             self.askers[query["id"]] = str(query["from"])
+            while len(self.askers) > MAX_ASKERS:  # oldest first (dicts keep order)
+                del self.askers[next(iter(self.askers))]
         t.questions.append(query)
         if t.status in ("thinking", "tool-running"):
             return  # the model may answer mid-turn; else the status responder does
