@@ -274,3 +274,36 @@ def test_a_session_the_daemon_forgot_registers_again_and_finalize_releases(
     assert (session["status"], session["task"]) == ("thinking", "go on")
     assert json.loads(claim)["status"] == "granted"
     assert claims["claims"] == []
+
+
+TTL = (
+    NEXT_TURN.split("S = ", maxsplit=1)[0]
+    + r"""
+import time
+S = "20261130_180000_aaaaab"
+turn = dict(session_id=S, task_id="t", turn_id="u", user_message="go", conversation_history=[],
+            is_first_turn=False, model="fake-model", platform="cli", sender_id="")
+invoke_hook("pre_llm_call", **turn)
+model_tools.handle_function_call("mesh_claim", {"resources": ["b.txt"], "ttl_s": 6},
+                                 session_id=S, task_id="t")
+before = rpc("claim.list", {"session_id": S})["result"]["claims"][0]["expires_in_s"]
+time.sleep(2.2)  # past a third of the ttl: the next turn is activity that refreshes it
+invoke_hook("pre_llm_call", **turn)
+after = rpc("claim.list", {"session_id": S})["result"]["claims"][0]["expires_in_s"]
+print(json.dumps([before, after]))
+"""
+)
+
+
+def test_a_tool_claim_has_a_ttl_that_activity_refreshes(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """So an idle gateway chat does not hold a file for days, and a busy one keeps it."""
+    hermes.install()
+
+    done = hermes.python(TTL)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 0 < before <= 6
+    assert after > before - 2.2 + 1, "the second turn re-armed the ttl"
