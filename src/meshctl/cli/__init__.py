@@ -55,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "call": "meshctl.cli.raw:call",
     "check": "meshctl.cli.claims:check",
     "claim": "meshctl.cli.claims:claim",
+    "completion": "meshctl.cli.completion:completion",
     "daemon": "meshctl.cli.daemon:daemon",
     "doctor": "meshctl.cli.doctor:doctor",
     "end": "meshctl.cli.lifecycle:end",

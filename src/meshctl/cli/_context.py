@@ -125,6 +125,27 @@ def get_state() -> State:
     return state
 
 
+def complete_sessions(ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
+    """Live session ids (shell completion; imported only when completing)."""
+    from meshctl.cli._complete import session_ids
+
+    return session_ids(ctx, param, incomplete)
+
+
+def complete_held(ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
+    """Keys the acting session holds, else paths (shell completion)."""
+    from meshctl.cli._complete import held_keys
+
+    return held_keys(ctx, param, incomplete)
+
+
+def complete_paths(ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
+    """Paths, completed by the shell."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
 def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
         state = ctx.ensure_object(State)
@@ -178,6 +199,7 @@ def common_options(func: F) -> F:
             show_envvar=True,
             expose_value=False,
             callback=_store("session"),
+            shell_complete=complete_sessions,
             metavar="ID",
             help="Session to act for (see `meshctl register`).",
         ),

@@ -24,7 +24,7 @@ import click
 
 from meshctl import _claims
 from meshctl.cli import _output
-from meshctl.cli._context import State, common_options, get_state
+from meshctl.cli._context import State, common_options, complete_held, complete_paths, get_state
 from meshctl.cli._params import Seconds
 
 RES_HELP = (
@@ -49,7 +49,7 @@ def _timeout(state: State, wait: float) -> float:
 
 @click.command(epilog=RES_HELP)
 @common_options
-@click.argument("resources", metavar="RES…", nargs=-1, required=True)
+@click.argument("resources", metavar="RES…", nargs=-1, required=True, shell_complete=complete_paths)
 @click.option("--shared", is_flag=True, help="Shared mode: many shared holders, no exclusive.")
 @click.option("--reason", default="", metavar="R", help="Why (shown to whoever is held).")
 @click.option("--ttl", type=Seconds(open_min=True), metavar="S", help="Free it after S s.")
@@ -130,7 +130,7 @@ def _ran_out(result: dict[str, Any], wait: float) -> None:
 
 @click.command(epilog=RES_HELP)
 @common_options
-@click.argument("resources", metavar="[RES…]", nargs=-1)
+@click.argument("resources", metavar="[RES…]", nargs=-1, shell_complete=complete_held)
 def release(resources: tuple[str, ...]) -> None:
     """Release RES… (every claim of the session when none is named).
 
@@ -154,7 +154,9 @@ def release(resources: tuple[str, ...]) -> None:
 
 @click.command(epilog=RES_HELP)
 @common_options
-@click.argument("resources", metavar="RES…|PATH", nargs=-1, required=True)
+@click.argument(
+    "resources", metavar="RES…|PATH", nargs=-1, required=True, shell_complete=complete_paths
+)
 @click.option(
     "--all-profiles",
     is_flag=True,
@@ -309,7 +311,7 @@ def _elsewhere(state: State, keys: list[str]) -> list[dict[str, Any]]:
 
 @click.command(epilog=RES_HELP)
 @common_options
-@click.argument("resources", metavar="RES…", nargs=-1, required=True)
+@click.argument("resources", metavar="RES…", nargs=-1, required=True, shell_complete=complete_paths)
 @click.option("--reason", required=True, metavar="R", help="Why (logged; told to the holders).")
 @click.option("--shared", is_flag=True, help="Take it in shared mode.")
 def steal(resources: tuple[str, ...], reason: str, shared: bool) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._context import Group, common_options, get_state
+from meshctl.cli._context import Group, common_options, complete_sessions, get_state
 from meshctl.cli._params import Seconds
 from meshctl.cli.messages import indent, label
 
@@ -159,7 +159,7 @@ def write(
 
 @handoff.command()
 @common_options
-@click.argument("to", metavar="ID")
+@click.argument("to", metavar="ID", shell_complete=complete_sessions)
 @click.option(
     "--timeout",
     type=Seconds(open_min=True),

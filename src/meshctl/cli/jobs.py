@@ -114,7 +114,9 @@ class JobRunCommand(click.Command):
     """COMMAND only after ``--``, as for ``run``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" not in args and not any(a in ("-h", "--help") for a in args):
+        # resilient_parsing: shell completion parses half-typed lines (`run --<TAB>`)
+        needs = not ctx.resilient_parsing and not any(a in ("-h", "--help") for a in args)
+        if needs and "--" not in args:
             raise click.UsageError("put -- before COMMAND: meshctl job run NAME -- COMMAND…", ctx)
         return super().parse_args(ctx, args)
 

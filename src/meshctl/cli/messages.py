@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._context import State, common_options, get_state
+from meshctl.cli._context import State, common_options, complete_sessions, get_state
 from meshctl.cli._params import Seconds
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def json_line(obj: Any) -> str:
 
 @click.command()
 @common_options
-@click.argument("to", metavar="ID")
+@click.argument("to", metavar="ID", shell_complete=complete_sessions)
 @click.argument("text", metavar="TEXT…", nargs=-1, required=True)
 def send(to: str, text: tuple[str, ...]) -> None:
     """Send a durable message to session ID; it waits in their inbox.
@@ -377,7 +377,7 @@ _TIMEOUT = Seconds(open_min=True)
 
 @click.command()
 @common_options
-@click.argument("to", metavar="ID")
+@click.argument("to", metavar="ID", shell_complete=complete_sessions)
 @click.argument("question", metavar="QUESTION…", nargs=-1, required=True)
 @click.option(
     "--timeout", type=_TIMEOUT, default=10.0, show_default=True, metavar="S", help="Wait at most S."

@@ -76,7 +76,7 @@ class OnceCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         head = args[: args.index("--")] if "--" in args else args
         wants_command = not ({"--list", "--resolve", "-h", "--help"} & set(head))
-        if wants_command and "--" not in args:
+        if wants_command and "--" not in args and not ctx.resilient_parsing:  # completion
             raise click.UsageError("put -- before COMMAND: meshctl once --key K -- COMMAND…", ctx)
         return super().parse_args(ctx, args)
 

@@ -86,7 +86,9 @@ class RunCommand(click.Command):
     """``run``'s parsing: variadic ``--res``, and COMMAND only after ``--``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" not in args and not any(a in ("-h", "--help") for a in args):
+        # resilient_parsing: shell completion parses half-typed lines (`run --<TAB>`)
+        needs = not ctx.resilient_parsing and not any(a in ("-h", "--help") for a in args)
+        if needs and "--" not in args:
             raise click.UsageError("put -- before COMMAND: meshctl run --res RES -- COMMAND…", ctx)
         return super().parse_args(ctx, expand_res(args))
 

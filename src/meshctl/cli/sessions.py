@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._context import Group, State, common_options, get_state
+from meshctl.cli._context import Group, State, common_options, complete_sessions, get_state
 from meshd.protocol.errors import MeshError, MeshUnavailable
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ def _own_socket(state: State) -> Path | None:
 
 @sessions.command()
 @common_options
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", shell_complete=complete_sessions)
 def show(session_id: str) -> None:
     """Everything one session reported, and the claims it holds."""
     state = get_state()
@@ -274,7 +274,7 @@ sessions.add_command(ask)
 
 @click.command()
 @common_options
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", shell_complete=complete_sessions)
 @click.option(
     "--rank",
     type=click.IntRange(-100, 100),
