@@ -409,6 +409,19 @@ class TestInboxMarksReadOnlyWhatWasRead:
         assert code == 1, err
         assert f"meshctl handoff show {saved[0]['id']}" in err
 
+    def test_unread_answer_is_not_exit_0(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """An answer is not kept once given: an ask whose output was not read exits 1."""
+        me = register(meshctl, daemon.env)
+        other = register(meshctl, daemon.env, task="writing docs")
+        proc = _meshctl_popen(
+            "sessions", "ask", other, "status?", env={**daemon.env, "MESH_SESSION": me}
+        )
+
+        code, err = _finish(proc)
+
+        assert code == 1, err
+        assert "ask again" in err
+
 
 # --- terminal escape injection -----------------------------------------------------------
 

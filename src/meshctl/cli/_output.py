@@ -338,6 +338,14 @@ def _unread(fd: int) -> int | None:
     return int.from_bytes(raw, "little", signed=True)
 
 
+def hand_over(as_json: bool, document: Any, human: Callable[[], str], lost: str) -> None:
+    """:func:`emit` for a result that is gone once printed: raise :class:`ReaderGone`
+    (saying ``lost``: what became of it) unless stdout's reader took it in full."""
+    text = dump_json(document, indent=2) if as_json else safe(human(), multiline=True)
+    if not deliver(text):
+        raise ReaderGone(lost)
+
+
 class ReaderGone(Failure):
     """stdout's reader went away before it took everything (exit 1, never 0)."""
 

@@ -177,13 +177,13 @@ def request(to: str, timeout: float) -> int:
     state = get_state()
     params = {"session_id": state.require_session(), "to": to, "timeout": timeout}
     result = state.call("handoff.request", params, timeout=timeout + state.mesh().timeout)
-    if state.json:
-        text = _output.dump_json(result, indent=2)
-    else:
-        text = _output.safe(render_request(_output.clean(result), to), multiline=True)
-    if not _output.deliver(text):
-        hid = (result.get("handoff") or {}).get("id")
-        raise _output.ReaderGone(f"handoff #{hid} is saved; read it: meshctl handoff show {hid}")
+    hid = (result.get("handoff") or {}).get("id")
+    _output.hand_over(
+        state.json,
+        result,
+        lambda: render_request(_output.clean(result), to),
+        f"handoff #{hid} is saved; read it: meshctl handoff show {hid}",
+    )
     return _output.EXIT_TEMPFAIL if result.get("timed_out") else _output.EXIT_OK
 
 

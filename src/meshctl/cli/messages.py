@@ -401,8 +401,11 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
 
     with waiting(f"asking {_output.safe(to)}", timeout):
         result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
-    _output.emit(
-        state.json, result, lambda: render_answer(_output.clean(result), _output.clean(to))
+    _output.hand_over(
+        state.json,
+        result,
+        lambda: render_answer(_output.clean(result), _output.clean(to)),
+        "the answer was not read, and answers given within an ask are not kept; ask again",
     )
     return _output.EXIT_TEMPFAIL if result.get("timed_out") else _output.EXIT_OK
 
@@ -437,7 +440,12 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
         params["path"] = _claims.resolve(path)
     waited = (timeout if collect else 0) + state.mesh().timeout
     result = state.call("broadcast.send", params, timeout=waited)
-    _output.emit(state.json, result, lambda: render_broadcast(_output.clean(result)))
+    human = lambda: render_broadcast(_output.clean(result))  # noqa: E731
+    if not collect:
+        _output.emit(state.json, result, human)
+        return
+    lost = "the collected answers were not read, and they are not kept; ask again"
+    _output.hand_over(state.json, result, human, lost)
 
 
 # --- registration -----------------------------------------------------------------------
