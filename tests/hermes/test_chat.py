@@ -53,7 +53,7 @@ def test_a_chat_run_is_on_the_mesh_while_it_runs_and_sees_other_sessions(
     assert mine[0]["task"] == "who else is working?"
     core = {"mesh_sessions", "mesh_ask", "mesh_reply", "mesh_send", "mesh_broadcast",
             "mesh_claim", "mesh_release", "mesh_handoff", "mesh_inbox"}  # fmt: skip
-    assert core | {"mesh_notes", "mesh_board"} <= set(llm.tool_names())
+    assert core | {"mesh_notes", "mesh_board", "mesh_signal", "mesh_once"} <= set(llm.tool_names())
     [result] = llm.tool_messages()
     listed = json.loads(result)["sessions"]
     assert [(s["session_id"], s["task"]) for s in listed] == [

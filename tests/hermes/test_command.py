@@ -113,3 +113,41 @@ def test_in_the_gateway_mesh_acts_for_the_chat_it_was_typed_in(
     assert first != second
     assert f"you are {first}" in doc["out"][0]
     assert f"you are {second}" in doc["out"][1]
+
+
+SHARED = r"""
+import json, model_tools
+from hermes_cli.plugins import invoke_hook
+S = "20261130_190000_abcdef"
+invoke_hook("on_session_start", session_id=S, model="fake-model", platform="cli")
+
+def tool(tool_name, **args):
+    return json.loads(model_tools.handle_function_call(tool_name, args, session_id=S, task_id="t"))
+
+print(json.dumps({
+    "emit": tool("mesh_signal", action="emit", name="data-ready", payload={"rows": 10}),
+    "wait": tool("mesh_signal", action="wait", name="data-ready", after=0, wait_s=1),
+    "reserve": tool("mesh_once", action="reserve", key="mail:report:2026-11-30"),
+    "again": tool("mesh_once", action="reserve", key="mail:report:2026-11-30"),
+    "done": tool("mesh_once", action="done", key="mail:report:2026-11-30"),
+    "post": tool("mesh_board", action="post", kind="pitfall", text="tests need TZ=UTC"),
+    "show": tool("mesh_board", action="show"),
+}))
+"""
+
+
+def test_signal_once_and_board_tools_round_trip(daemon: DaemonHandle, hermes: Hermes) -> None:
+    """mesh_signal / mesh_once / mesh_board show up with the daemon methods behind them."""
+    hermes.install()
+
+    done = hermes.python(SHARED)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["emit"]["seq"] == 1
+    assert (out["wait"]["received"], out["wait"]["payload"]) == (True, {"rows": 10})
+    assert out["reserve"]["status"] == "reserved"
+    assert out["again"]["status"] == "running", "a second reserve must not run it again"
+    assert out["done"]["state"] == "done"
+    assert "error" not in out["post"], out["post"]
+    assert "tests need TZ=UTC" in json.dumps(out["show"])
