@@ -262,3 +262,26 @@ def test_a_message_sent_mid_turn_reaches_the_model_in_the_next_tool_result(
     )
     states = daemon.call("message.status", {"session_id": "cli:ops-5d5d5d", "ids": sent})
     assert states["result"]["states"] == {str(sent[0]): "read"}
+
+
+def test_the_first_turn_in_a_folder_others_work_in_says_who_is_there(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    project = hermes.home.parent / "shop"
+    project.mkdir()
+    other_session(daemon, "cli:shop-0a0a0a", "upgrading the payment SDK", cwd=str(project),
+                  branch="feat/sdk")  # fmt: skip
+    with FakeLLM(lambda messages: Text("FAKE-FINAL")) as llm:
+        hermes.config(llm.url)
+        hermes.install()
+
+        done = chat(hermes, "add a discount field", cwd=project)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = content(last(llm.requests[0]["messages"], "user"))
+    assert said.startswith("add a discount field")
+    context = said.split("[Session Mesh]", 1)[1]
+    assert "not from the user" in context
+    assert "cli:shop-0a0a0a" in context
+    assert "upgrading the payment SDK" in context
+    assert "feat/sdk" in context
