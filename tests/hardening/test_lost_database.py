@@ -10,10 +10,11 @@ loudly in its log, and after a restart tokens resume above every token ever issu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle
-from tests.hardening.support import Client
+from tests.hardening.support import Client, wait_for
 
 
 def database(d: DaemonHandle) -> Path:
@@ -33,7 +34,14 @@ def test_removed_database_refuses_writes_and_tokens_keep_growing(
         gone = Path(f"{database(daemon)}{suffix}")
         assert gone.exists()
         gone.unlink()
-        refused = c.call("session.register", {"session_id": "b"})
+        tries = iter(range(1_000_000))
+
+        def register_refused() -> dict[str, Any] | None:
+            """Register until one is refused (the files are checked every 0.1 s)."""
+            r = c.call("session.register", {"session_id": f"b{next(tries)}"})
+            return r if "error" in r else None
+
+        refused = wait_for(register_refused, timeout=5)
         release = c.call("claim.release", {"session_id": "a"})
         listed = c.call("session.list")
     daemon.kill()
