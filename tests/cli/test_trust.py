@@ -6,6 +6,7 @@ and failed there.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -579,3 +580,21 @@ class TestSaysWhatItDoes:
         assert proc.returncode == 130, err
         assert b"Aborted" not in err
         assert b"Traceback" not in err
+
+
+class TestWaitingLine:
+    def test_undecodable_argument_is_drawn_escaped(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The countdown on a terminal shows argv bytes escaped; it never dies encoding them."""
+        from meshctl.cli._waiting import waiting
+
+        class Terminal(io.TextIOWrapper):
+            def isatty(self) -> bool:
+                return True
+
+        raw = io.BytesIO()
+        monkeypatch.setattr(sys, "stderr", Terminal(raw, encoding="utf-8", write_through=True))
+
+        with waiting("claim " + os.fsdecode(b"res:caf\xe9"), 60):
+            wait_for(lambda: b"s left" in raw.getvalue(), "the line drawn")
+
+        assert b"res:caf\\xe9" in raw.getvalue()

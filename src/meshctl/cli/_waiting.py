@@ -26,6 +26,9 @@ def waiting(what: str, seconds: float) -> Iterator[None]:
     if seconds <= 0 or not err.isatty():
         yield
         return
+    from meshctl.cli._output import safe
+
+    what = safe(what)  # argv may hold undecodable bytes or control characters
     stop = threading.Event()
     deadline = time.monotonic() + seconds
 
