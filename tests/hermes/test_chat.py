@@ -100,6 +100,7 @@ def test_daemon_down_the_chat_runs_as_without_the_plugin(hermes: Hermes) -> None
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert "FAKE-FINAL" in done.stdout
+    assert "Session Mesh" not in done.stdout + done.stderr
     offered = llm.tool_names()
     assert "write_file" in offered
     assert not [t for t in offered if t.startswith("mesh_")]
