@@ -12,6 +12,7 @@ import pytest
 
 from meshctl import _paths
 from meshd import paths as daemon_paths
+from meshd.protocol import contract
 
 ENV = ("MESH_SOCKET", "MESH_STATE_DIR", "XDG_RUNTIME_DIR", "XDG_STATE_HOME")
 
@@ -141,5 +142,5 @@ class TestRecordedSocket:
 def test_bad_profile_names_refused(name: str) -> None:
     """Profile names follow SPEC §2 on the client side too."""
     with pytest.raises(ValueError, match="invalid profile name"):
-        _paths.check_profile(name)
-    assert os.sep not in _paths.check_profile("a-b_c.1")
+        contract.check_profile(name)
+    assert os.sep not in contract.check_profile("a-b_c.1")

@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from meshctl import _claims, _conn, _paths, _session, _spawn
 from meshctl._async_shared import AsyncSharedMixin
+from meshd.protocol import contract
 from meshd.protocol.errors import (
     FrameTooLarge,
     MeshError,
@@ -92,7 +93,9 @@ class AsyncMesh:
         timeout: float = 5.0,
         max_events: int = 256,
     ) -> None:
-        self.profile = _paths.check_profile(profile or os.environ.get("MESH_PROFILE") or "default")
+        self.profile = contract.check_profile(
+            profile or os.environ.get("MESH_PROFILE") or "default"
+        )
         self.socket_path = _paths.socket_arg(socket)
         self.autostart = autostart
         self.timeout = timeout

@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from meshd.protocol.contract import tilde
+
 ACQUIRE = "claim.acquire"
 RELEASE = "claim.release"
 CHECK = "claim.check"
@@ -163,17 +165,6 @@ def cli_document(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # --- the human sentence ------------------------------------------------------------
-
-
-def tilde(path: str, home: str | None = None) -> str:
-    """``/home/u/p`` -> ``~/p``."""
-    home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
-    if home and home != "~":
-        if path == home:
-            return "~"
-        if path.startswith(home + "/"):
-            return "~" + path[len(home) :]
-    return path
 
 
 def show_resource(resource: str, home: str | None = None) -> str:

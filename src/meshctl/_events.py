@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from meshd.protocol.contract import DAEMON_SENDER
 from meshd.protocol.errors import MeshProtocolError
-
-DAEMON_SENDER = "meshd"
 
 
 class ItemEvent(NamedTuple):

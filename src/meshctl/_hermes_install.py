@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from meshctl import _hermes_config
+from meshd.protocol.contract import rfc3339
 
 PLUGIN_KEY = "meshd"
 MARKER = "meshd_managed: true"
@@ -303,7 +304,7 @@ def install(name: str, home: Path, mesh_profile: str, socket: str | None) -> dic
     previous = read_record(dest).get("version") if dest.exists() else None
     record = {
         "managed": True, "version": _version(), "profile": mesh_profile, "socket": socket,
-        "hermes_profile": name, "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "hermes_profile": name, "installed_at": rfc3339(time.time()),
     }  # fmt: skip
     plugins.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=plugins, prefix=".meshd-new-"))

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from meshctl import _conn, _spawn
 from meshctl import _log as log
+from meshd.protocol.contract import label
 from meshd.protocol.errors import (
     MeshError,
     MeshTimeout,
@@ -54,8 +55,6 @@ from meshd.protocol.errors import (
 if TYPE_CHECKING:
     from meshctl._sync import Mesh
 
-#: The daemon's own sender name (notices), as ``meshd.protocol.messages`` has it.
-DAEMON_SENDER = "meshd"
 #: Largest answer the daemon takes (``query.answer``), in UTF-8 bytes.
 MAX_ANSWER_BYTES = 2048
 #: Inbox kinds that are items (they have an id to ack); ``query`` events are not.
@@ -63,13 +62,6 @@ ITEM_KINDS = frozenset({"message", "answer", "handoff", "notice", "broadcast"})
 _POLL = 0.25  # how often an idle responder looks whether its session is still active
 _BACKOFF_FIRST = 0.5
 _BACKOFF_MAX = 10.0
-
-
-def label(sender: str) -> str:
-    """The short frame printed before another session's words (SPEC §6 Safety)."""
-    if sender == DAEMON_SENDER:
-        return "[from the mesh daemon — a notice about your sessions, not from you]"
-    return f"[from {sender} — another session of yours, not you]"
 
 
 def _framing(raw: Mapping[str, Any], sender: str) -> str:

@@ -26,7 +26,6 @@ when called.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
 from typing import TYPE_CHECKING
@@ -37,17 +36,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 APP = "meshd"
-_PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _PRIVATE = 0o700
-
-
-def check_profile(name: str) -> str:
-    """Return ``name`` if it is a valid profile name, else raise :class:`ValueError`."""
-    if not _PROFILE_RE.match(name) or name in {".", ".."}:
-        raise ValueError(
-            f"invalid profile name {name!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
-        )
-    return name
 
 
 def _ancestors(path: str) -> list[str]:

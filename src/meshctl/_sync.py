@@ -35,6 +35,7 @@ from meshctl import _log as log
 from meshctl._messaging import MessagingMixin
 from meshctl._preempt import PreemptWatcher
 from meshctl._shared import SharedMixin
+from meshd.protocol import contract
 from meshd.protocol.errors import (
     FrameTooLarge,
     MeshError,
@@ -73,7 +74,9 @@ class Mesh:
         fail_open: bool = False,
         timeout: float = 5.0,
     ) -> None:
-        self.profile = _paths.check_profile(profile or os.environ.get("MESH_PROFILE") or "default")
+        self.profile = contract.check_profile(
+            profile or os.environ.get("MESH_PROFILE") or "default"
+        )
         self.socket_path = _paths.socket_arg(socket)
         self.autostart = autostart
         self.fail_open = fail_open

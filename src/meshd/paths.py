@@ -9,16 +9,14 @@ client whose environment differs (cron without ``XDG_RUNTIME_DIR``) still finds 
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshd.protocol import trust
+from meshd.protocol import contract, trust
 
-PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 APP = "meshd"
 # sun_path is 108 bytes on Linux and 104 on macOS, NUL included.
 SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
@@ -30,11 +28,10 @@ class PathError(Exception):
 
 def check_profile(name: str) -> str:
     """Return ``name`` if it is a valid profile name, else raise :class:`PathError`."""
-    if not PROFILE_RE.match(name) or name in {".", ".."}:
-        raise PathError(
-            f"invalid profile name {name!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
-        )
-    return name
+    try:
+        return contract.check_profile(name)
+    except ValueError as exc:
+        raise PathError(str(exc)) from None
 
 
 def _runtime_dir() -> Path:

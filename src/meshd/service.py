@@ -12,12 +12,10 @@ disk (SPEC §8). Handlers that may wait (queued claims, asks) are marked
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
 import sqlite3
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,6 +29,7 @@ from meshd.keys import touched_paths
 from meshd.mounts import process_table
 from meshd.paths import ProfilePaths
 from meshd.pidwatch import PidWatcher
+from meshd.protocol import contract
 from meshd.protocol import methods as m
 from meshd.protocol.errors import MethodNotFound
 from meshd.protocol.jsonrpc import Handler, encoder, notification
@@ -46,16 +45,8 @@ STALL_AFTER = 2.0
 """Seconds between two sweeper ticks (due every 0.25 s) that mean the daemon was stalled."""
 log = logging.getLogger("meshd.service")
 
-
-def rfc3339(ts: float) -> str:
-    """Wall time as RFC 3339 in UTC, to the second (cached: listings format the same
-    few seconds over and over, and strftime is most of a small listing's cost)."""
-    return _rfc3339(int(ts))
-
-
-@functools.lru_cache(maxsize=8192)
-def _rfc3339(second: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+rfc3339 = contract.rfc3339
+"""The contract's time format, for the handlers that import it from here."""
 
 
 @dataclass(eq=False)

@@ -17,8 +17,9 @@ from typing import Any, cast
 import pytest
 
 from meshctl import Mesh, SessionExpired, UnknownSession, _session
-from meshctl._messaging import Item, MessagingMixin, Query, clip_answer, label
+from meshctl._messaging import Item, MessagingMixin, Query, clip_answer
 from meshctl._sync import Session
+from meshd.protocol.contract import label
 
 from .conftest import wait_for
 

@@ -16,7 +16,6 @@ The client library is imported only when a command asks for a connection, so
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,11 +23,11 @@ import click
 from click.core import ParameterSource
 
 from meshctl.cli import _output
+from meshd.protocol import contract
 
 if TYPE_CHECKING:
     from meshctl._sync import Mesh
 
-PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -154,7 +153,7 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
             state.explicit.add(name)
         elif name in state.explicit or (name == "json" and not value):
             return  # an outer explicit value (or an earlier --json) stands
-        if name == "profile" and not PROFILE_RE.match(value):
+        if name == "profile" and not contract.PROFILE_RE.match(value):
             raise click.BadParameter(
                 f"{value!r}: use 1-64 characters from A-Z a-z 0-9 _ . -", ctx, param
             )

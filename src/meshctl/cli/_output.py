@@ -47,6 +47,7 @@ from typing import Any
 
 import click
 
+from meshd.protocol import contract
 from meshd.protocol import errors as E
 
 EXIT_OK = 0
@@ -382,9 +383,8 @@ def format_duration(seconds: float) -> str:
 
 
 def tilde(path: str | None, home: str | None = None) -> str | None:
-    """``path`` with the home folder written ``~`` (``/home/u/p`` -> ``~/p``)."""
-    if not path:
-        return path
+    """``path`` with the home folder written ``~`` (``/home/u/p`` -> ``~/p``); None stays."""
+    return contract.tilde(path, home) if path else path
     home = home if home is not None else os.path.expanduser("~")
     home = home.rstrip("/")
     if not home or home == "~":

@@ -361,7 +361,9 @@ def parse_since(text: str, now: float | None = None) -> str:
                 param_hint="--since",
             )
         ts = ts_or_none
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    from meshd.protocol.contract import rfc3339
+
+    return rfc3339(ts)
 
 
 def _number(text: str) -> bool:

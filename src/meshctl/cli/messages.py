@@ -42,13 +42,14 @@ import click
 from meshctl.cli import _output
 from meshctl.cli._context import State, common_options, complete_sessions, get_state
 from meshctl.cli._params import Seconds
+from meshd.protocol import contract
+from meshd.protocol.contract import DAEMON_SENDER
 
 if TYPE_CHECKING:
     from meshctl._messaging import Listener
 
 Item = Mapping[str, Any]
 
-DAEMON_SENDER = "meshd"
 _IDLE = 5.0  # seconds without events after which a follower checks its session still lives
 
 
@@ -62,9 +63,7 @@ def label(sender: str, me: str | None = None) -> str:
     """
     if me is not None and sender == me:
         return "[written by this session]"
-    if sender == DAEMON_SENDER:
-        return "[from the mesh daemon — a notice about your sessions, not from you]"
-    return f"[from {sender} — another session of yours, not you]"
+    return contract.label(sender)
 
 
 def indent(text: str, prefix: str = "    ") -> str:

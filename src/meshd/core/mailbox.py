@@ -38,6 +38,7 @@ import msgspec
 from meshd.core.clock import Clock, SteadyWall
 from meshd.core.registry import Registry, Session
 from meshd.core.settings import Settings
+from meshd.protocol.contract import DAEMON_SENDER, rfc3339
 from meshd.protocol.errors import (
     BudgetExceeded,
     Cycle,
@@ -49,14 +50,12 @@ from meshd.protocol.errors import (
 )
 from meshd.protocol.events import ITEM_EVENTS, EventBody, ItemEvent, QueryEvent, kind_of
 from meshd.protocol.messages import (
-    DAEMON_SENDER,
     MAX_ANSWER_BYTES,
     MAX_CHAIN_DEPTH,
     InboxItem,
     ItemKind,
     ItemState,
     framing,
-    rfc3339,
 )
 
 Write = tuple[Any, ...]

@@ -18,8 +18,8 @@ from meshd.core.clock import Clock
 from meshd.core.mailbox import Mailbox
 from meshd.core.registry import EndReason, Registration, Registry, Report, Session
 from meshd.core.settings import Settings
+from meshd.protocol.contract import rfc3339
 from meshd.protocol.events import CLAIM_EVENTS, ClaimEvent, ClaimLoss, EventBody, kind_of
-from meshd.protocol.messages import rfc3339
 
 Write = tuple[Any, ...]
 Outcome = Notice | Cancelled

@@ -35,8 +35,9 @@ from meshd.domain import Domain
 from meshd.handlers.shared import shared_of
 from meshd.keys import Key, canonical_key
 from meshd.protocol import board as pb
+from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import BadKey, InvalidParams
-from meshd.service import Conn, Service, rfc3339
+from meshd.service import Conn, Service
 from meshd.store.board import changes_page
 
 HOME = os.path.expanduser("~")

@@ -38,8 +38,9 @@ from meshd.core.state import Outcome, Write
 from meshd.domain import Domain
 from meshd.keys import Key, canonical_key, describe, from_canonical
 from meshd.protocol import claims as pc
+from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import InvalidParams, MeshError
-from meshd.service import Conn, Service, rfc3339
+from meshd.service import Conn, Service
 from meshd.store.claims import audit_page, load_claims, load_fencing
 
 HOME = os.path.expanduser("~")

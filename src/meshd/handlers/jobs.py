@@ -19,8 +19,9 @@ from meshd.core.state import Event, Write
 from meshd.domain import Domain
 from meshd.keys import from_canonical
 from meshd.protocol import jobs as pj
+from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import NotFound
-from meshd.service import Conn, Service, rfc3339
+from meshd.service import Conn, Service
 from meshd.store.jobs import load_events
 
 

@@ -9,7 +9,8 @@ from meshd import PROTOCOL_VERSION, __version__
 from meshd.config import as_dict
 from meshd.domain import Domain
 from meshd.protocol import methods as m
-from meshd.service import Conn, Service, rfc3339
+from meshd.protocol.contract import rfc3339
+from meshd.service import Conn, Service
 
 CAPABILITIES = [
     "sessions", "liveness.pidfd", "bind", "schema", "reload", "claims", "fencing", "audit",

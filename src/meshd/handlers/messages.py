@@ -36,6 +36,7 @@ from meshd.core.state import Event
 from meshd.domain import Domain
 from meshd.keys import canonical_key, path_key
 from meshd.protocol import messages as mm
+from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import MeshDisabled, MeshError, NotFound
 from meshd.service import Conn, Service
 from meshd.store import messages as sm
@@ -144,7 +145,7 @@ class MessageHandlers(Domain):
             self.mb.discard(m.id)
             raise
         return mm.SendResult(
-            id=m.id, to=m.to, state=m.state, created_at=mm.rfc3339(m.created_at), depth=m.depth
+            id=m.id, to=m.to, state=m.state, created_at=rfc3339(m.created_at), depth=m.depth
         )
 
     async def _reply_target(self, sid: str, reply_to: int | None) -> str:

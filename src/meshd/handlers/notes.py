@@ -10,7 +10,8 @@ from meshd.core.notes import Note
 from meshd.domain import Domain
 from meshd.handlers.shared import shared_of
 from meshd.protocol import notes as pn
-from meshd.service import Conn, Service, rfc3339
+from meshd.protocol.contract import rfc3339
+from meshd.service import Conn, Service
 
 
 def entry(n: Note) -> pn.NoteEntry:

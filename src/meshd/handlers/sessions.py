@@ -11,8 +11,9 @@ from meshd.core.state import Event
 from meshd.domain import Domain
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
+from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
-from meshd.service import Conn, rfc3339
+from meshd.service import Conn
 from meshd.store.sessions import load_sessions
 
 _HB_OK = m.HeartbeatResult()

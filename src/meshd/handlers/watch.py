@@ -11,9 +11,10 @@ from __future__ import annotations
 from meshd.core.state import Event, Write
 from meshd.domain import Domain
 from meshd.protocol import watch as pw
+from meshd.protocol.contract import rfc3339
 from meshd.protocol.events import MeshChangedEvent
 from meshd.protocol.methods import Empty
-from meshd.service import Conn, Service, rfc3339
+from meshd.service import Conn, Service
 
 #: Write kinds whose area is not their prefix.
 _AREA = {"fencing": "claim", "meta": "session"}

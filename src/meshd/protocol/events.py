@@ -25,8 +25,9 @@ from typing import Literal
 
 from msgspec import Struct, field
 
+from meshd.protocol.contract import DAEMON_SENDER
+
 ItemState = Literal["queued", "delivered", "read"]
-DAEMON_SENDER = "meshd"
 CLAIM_FRAMING = "claim notice from the mesh daemon (not from the user)"
 
 

@@ -22,7 +22,8 @@ from typing import Any
 import msgspec
 
 from meshd.core.mailbox import REPLY_WINDOW, Handoff, Message
-from meshd.protocol.messages import HandoffInfo, InboxItem, ItemState, framing, rfc3339
+from meshd.protocol.contract import rfc3339
+from meshd.protocol.messages import HandoffInfo, InboxItem, ItemState, framing
 
 DDL = """
 CREATE TABLE messages (

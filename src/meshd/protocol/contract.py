@@ -1,0 +1,63 @@
+"""Small rules of the contract that the daemon and the clients share, standard library only.
+
+One definition each, imported by both sides instead of kept as copies (issue 11 item 4):
+the profile-name rule (SPEC §2), how times are written (RFC 3339, UTC, to the second),
+the frame in front of another session's words (SPEC §6 Safety) and the home folder
+written as ``~``. The frame limit lives in :mod:`meshd.protocol.framing`, the error
+tree in :mod:`meshd.protocol.errors`, the trust rules in :mod:`meshd.protocol.trust`.
+The blocking client and the Hermes plugin carry this module, so it imports nothing
+but the standard library.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+
+PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+"""Profile names: 1-64 characters from A-Z a-z 0-9 _ . - (SPEC §2)."""
+DAEMON_SENDER = "meshd"
+"""The sender of the daemon's own notices."""
+
+
+def check_profile(name: str) -> str:
+    """Return ``name`` if it is a valid profile name, else raise ``ValueError``."""
+    if not PROFILE_RE.match(name) or name in {".", ".."}:
+        raise ValueError(
+            f"invalid profile name {name!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
+        )
+    return name
+
+
+def rfc3339(ts: float) -> str:
+    """Wall time as RFC 3339 in UTC, to the second (``2026-11-29T14:02:00Z``).
+
+    Cached per second: listings format the same few seconds over and over, and
+    ``strftime`` is most of a small listing's cost.
+    """
+    return _rfc3339(int(ts))
+
+
+@functools.lru_cache(maxsize=8192)
+def _rfc3339(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+
+
+def label(sender: str) -> str:
+    """The frame printed in front of another session's words (SPEC §6 Safety)."""
+    if sender == DAEMON_SENDER:
+        return "[from the mesh daemon — a notice about your sessions, not from you]"
+    return f"[from {sender} — another session of yours, not you]"
+
+
+def tilde(path: str, home: str | None = None) -> str:
+    """``path`` with the home folder written ``~`` (``/home/u/p`` -> ``~/p``)."""
+    home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
+    if home and home != "~":
+        if path == home:
+            return "~"
+        if path.startswith(home + "/"):
+            return "~" + path[len(home) :]
+    return path
