@@ -30,10 +30,11 @@ from meshd.domain import Domain
 from meshd.handlers.claims import ClaimHandlers
 from meshd.handlers.shared import shared_of
 from meshd.protocol import preempt as pp
+from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import MeshError
 from meshd.protocol.events import PreemptEvent, PreemptExpiredEvent
 from meshd.protocol.methods import Status
-from meshd.service import Conn, Service, rfc3339
+from meshd.service import Conn, Service
 
 if TYPE_CHECKING:
     from meshd.core.claims import Claim
