@@ -211,6 +211,12 @@ class Once:
                 "this session ends",
                 outcome, self.key, failure,
             )  # fmt: skip
+            return
+        if self.finished is not None and not self.finished.get("ok"):
+            log.warning(
+                "Session Mesh: %r is %s now, not recorded as %s (resolve it by hand)",
+                self.key, self.finished.get("state"), outcome,
+            )  # fmt: skip
 
     def __bool__(self) -> bool:
         return self.first

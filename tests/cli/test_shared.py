@@ -88,6 +88,17 @@ class TestSignal:
         assert waiter.returncode == 0
         assert json.loads(out)["payload"] == "now"
 
+    def test_since_takes_a_recent_emit_and_after_with_since_is_a_usage_error(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        ok(meshctl("signal", "emit", "s", "--payload", "1"))
+
+        got = ok(meshctl("signal", "wait", "s", "--since", "1h", "--timeout", "5", "--json"))
+        both = meshctl("signal", "wait", "s", "--since", "1h", "--after", "0")
+
+        assert got.json()["seq"] == 1
+        assert both.code == 2, both
+
     def test_a_payload_that_is_not_json_is_a_usage_error(
         self, meshctl: Meshctl, daemon: Daemon
     ) -> None:
