@@ -33,6 +33,19 @@ ASKER=$(meshctl register --source shell --liveness heartbeat --task "nightly rep
 meshctl sessions ask --session "$ASKER" "$SID" "what are you doing?" || true
 meshctl end --session "$ASKER" >/dev/null
 echo
+echo "== shared work: a note, a signal a later step waits for, and a side effect done at most once"
+meshctl notes add --session "$SID" "API base moved to /v2; tests need REDIS_URL" >/dev/null
+meshctl notes list
+meshctl signal emit "tests-green:demo" --payload '{"passed": 617}' >/dev/null
+meshctl signal wait "tests-green:demo" --timeout 5
+KEY="daily-report:$(date -u +%F):$$"
+meshctl once --key "$KEY" -- echo "sending the daily report (first caller runs it)"
+meshctl once --key "$KEY" -- echo "never printed" || echo "(second once exited $?: already done)"
+echo
+echo "== the radar of everything, as \`meshctl top\` shows it live"
+meshctl heartbeat --session "$SID" --status tool-running --task "running tests" >/dev/null
+meshctl top --once
+echo
 echo "== the worker process ends: its session goes within 2 s (pidfd)"
 kill "$WORKER"; wait "$WORKER" 2>/dev/null || true
 sleep 1
