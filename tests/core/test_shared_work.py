@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshd.core.clock import ManualClock
@@ -41,6 +41,8 @@ class TestNotebook:
         st.sampled_from(["A", "B", "C", None]),
         st.sampled_from(["A", "B", "C", None]),
     )
+    # Generation speed depends on the machine's load (-n 4 on 2 cores failed it once).
+    @settings(suppress_health_check=[HealthCheck.too_slow])
     def test_no_reader_ever_gets_a_private_note_of_another(
         self,
         notes: list[tuple[str, bool, int]],
