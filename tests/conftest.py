@@ -23,6 +23,21 @@ from typing import Any
 
 import pytest
 
+TEST_TIMEOUT = 300.0
+"""Seconds one test may take before pytest-timeout fails it with every thread's
+traceback (a hang in CI is a failure that says where, not a job killed at 6 h)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test the default timeout, unless ``--timeout`` or its own mark says
+    otherwise. Set here, not in pyproject's ini, so a venv that predates the plugin
+    (``--strict-config`` refuses an unknown ``timeout`` key) still runs the suite."""
+    if not config.pluginmanager.hasplugin("timeout") or config.getoption("timeout", None):
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
+
 
 @pytest.fixture
 def anyio_backend() -> tuple[str, dict[str, Any]]:

@@ -1,17 +1,12 @@
 """``meshctl claim/release/check/steal/log`` and ``run`` (SPEC §5, §9).
 
 Offline parts (parsing, rendering, ``run`` without a daemon or with the mesh
-disabled) always run. The parts that need the daemon's claim methods are marked
-``needs_claims``: an expected failure (strict) until ``meshd.handlers.claims``
-serves them, so they turn into real tests, and a stale mark into a failure, the
-moment the daemon side lands. ``needs_pids`` likewise waits for
-``session.attach`` (run's second liveness anchor).
+disabled) and the parts through a real daemon.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
@@ -30,26 +25,6 @@ from .test_with_daemon import other_daemons as _other_daemons
 
 Daemon = Any
 MeshEnv = Any
-
-
-def _served() -> bool:
-    return importlib.util.find_spec("meshd.handlers.claims") is not None
-
-
-def _attach_known() -> bool:
-    from meshd.protocol import methods
-
-    return hasattr(methods, "AttachParams")
-
-
-needs_claims = pytest.mark.xfail(
-    not _served(), reason="the daemon does not serve claim.* yet", strict=True
-)
-needs_pids = pytest.mark.xfail(
-    not (_served() and _attach_known()),
-    reason="needs claim.* and session.attach (run's second liveness anchor)",
-    strict=True,
-)
 
 
 def ok(run: Run) -> Run:
@@ -297,7 +272,6 @@ class TestDisabled:
 # --- against the daemon ----------------------------------------------------------------
 
 
-@needs_claims
 class TestClaimCommands:
     def test_granted_then_held(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """Granted: exit 0 and the token; another session: exit 75 and who holds it."""
@@ -411,7 +385,6 @@ def _run(meshctl: Meshctl, env: dict[str, str], *args: str) -> Run:
     return meshctl("run", *args, env=env)
 
 
-@needs_claims
 class TestRun:
     @pytest.mark.parametrize(
         ("script", "code"), [("exit 0", 0), ("exit 3", 3), ("kill -TERM $$", 128 + 15)]
@@ -450,7 +423,6 @@ class TestRun:
         assert parent in still.out
 
 
-@needs_pids
 class TestRunSurvivesSigkill:
     def test_claim_held_until_command_exits(
         self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
@@ -499,7 +471,6 @@ class TestRunSurvivesSigkill:
 other_daemons = _other_daemons  # the fixture of test_with_daemon, shared
 
 
-@needs_claims
 class TestCheckAllProfiles:
     @pytest.mark.usefixtures("other_daemons")
     def test_visible_profiles_are_a_notice(self, meshctl: Meshctl, daemon: Daemon) -> None:

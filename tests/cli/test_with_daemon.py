@@ -7,27 +7,18 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import wait_for
 
 from .conftest import Meshctl, Run
 
 # The fixtures come from tests/conftest.py (the lead's); typed loosely here.
 Daemon = Any
 MeshEnv = Any
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Poll until ``predicate`` holds (a condition to reach, not a timing to assert)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def ok(run: Run) -> Run:
@@ -157,7 +148,7 @@ class TestStale:
             found = ok(meshctl("sessions", "active", "--json", env=daemon.env)).json()
             return any(s["session_id"] == sid and s["stale"] for s in found)
 
-        wait_for(stale, "the session to turn stale")
+        wait_for(stale, what="the session to turn stale")
         human = ok(meshctl("sessions", "active", env=daemon.env))
         fresh = ok(meshctl("sessions", "active", "--fresh", "--json", env=daemon.env))
         fresh_human = ok(meshctl("sessions", "active", "--fresh", env=daemon.env))
@@ -309,7 +300,8 @@ def other_daemons(mesh_env: MeshEnv, daemon: Daemon) -> Iterator[dict[str, Path]
     try:
         for profile, proc in zip(("other", "hidden"), procs, strict=True):
             wait_for(
-                lambda p=proc, s=socks[profile]: p.poll() is None and s.exists(), f"meshd {profile}"
+                lambda p=proc, s=socks[profile]: p.poll() is None and s.exists(),
+                what=f"meshd {profile}",
             )
         yield socks
     finally:

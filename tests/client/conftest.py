@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.support import wait_for
 
 HEARTBEAT = 0.1
 
@@ -26,16 +26,6 @@ def mesh_env(mesh_env: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("MESH_SPAWN", "direct")
     mesh_env.env["MESH_SPAWN"] = "direct"
     return mesh_env
-
-
-def wait_for(predicate: Any, timeout: float = 5.0, step: float = 0.01) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout} s: {predicate}")
 
 
 def pid_gone(pid: int) -> bool:

@@ -8,22 +8,14 @@ them, so they become real tests -- and a stale mark a failure -- when it does.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
 from typing import Any
 
 import pytest
+from tests.support import wait_for
 
 from meshctl import Mesh, _claims
-
-from .conftest import wait_for
-
-needs_claims = pytest.mark.xfail(
-    importlib.util.find_spec("meshd.handlers.claims") is None,
-    reason="the daemon does not serve claim.* yet",
-    strict=True,
-)
 
 
 class TestResolve:
@@ -123,7 +115,6 @@ class TestNoOp:
             s.claim()
 
 
-@needs_claims
 class TestWithDaemon:
     def test_granted_held_and_released_on_exit(self, daemon: Any) -> None:
         """with s.claim(): granted with a token; another session sees holders; the

@@ -17,13 +17,12 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from tests.support import wait_for
 
 from meshctl import AsyncMesh, Mesh, _events
 from meshctl._async import SessionEvents
 from meshctl._messaging import Listener
 from meshd.protocol import events as pe
-
-from .conftest import wait_for
 
 #: Pushed to no subscriber today: board notices become ``file.changed`` for a
 #: subscribed session and inbox items only for one that is not, and claim losses

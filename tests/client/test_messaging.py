@@ -15,13 +15,12 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
+from tests.support import wait_for
 
 from meshctl import Mesh, SessionExpired, UnknownSession, _session
 from meshctl._messaging import Item, MessagingMixin, Query, clip_answer
 from meshctl._sync import Session
 from meshd.protocol.contract import label
-
-from .conftest import wait_for
 
 Daemon = Any
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshctl import Mesh
+from tests.support import wait_for
 
-from .conftest import wait_for
+from meshctl import Mesh
 
 
 class TestDaemonRestart:

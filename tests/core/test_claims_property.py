@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -178,13 +179,21 @@ def passes(sid: str, keys: list[Key], mode: str, earlier: Waiting, cover: list[C
     return False
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ops, min_size=20, max_size=80))
 def test_random_interleavings_keep_every_promise(steps: list[tuple[Any, ...]]) -> None:
+    """40 random interleavings, in every run (the 300 of the next test are slow)."""
+    keep_every_promise(steps)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ops, min_size=20, max_size=80))
+def test_many_random_interleavings_keep_every_promise(steps: list[tuple[Any, ...]]) -> None:
+    keep_every_promise(steps)
+
+
+def keep_every_promise(steps: list[tuple[Any, ...]]) -> None:
     """No conflicting holders, FIFO kept, cancelled never granted, tokens only grow."""
     world = World()
     for op in steps:

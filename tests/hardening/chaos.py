@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.hardening.support import Client
+from tests.support import Client
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""Helpers for the hardening tests: raw clients with timeouts, bounded waits, a daemon
-started with resource limits.
+"""Helpers for the hardening tests: a daemon started with resource limits, pings,
+listings (the raw client and the bounded wait are :mod:`tests.support`'s).
 
 Everything here talks to the real ``meshd`` subprocess over its real Unix socket; a
 helper never pretends to be the server. Every socket has a timeout, so a daemon that
@@ -8,90 +8,15 @@ hangs fails the test instead of hanging it.
 
 from __future__ import annotations
 
-import json
 import resource
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import DaemonHandle
-
-TIMEOUT = 10.0
-"""Seconds any single socket operation may take before the test calls it a hang."""
-
-CLOSED = "closed"
-"""What :meth:`Client.reply` returns when the daemon closed the connection."""
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Poll ``cond`` until it returns something true, and return that; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
-
-
-class Client:
-    """One raw connection: bytes out, one JSON value per line back, never blocking forever."""
-
-    def __init__(self, path: Path, timeout: float = TIMEOUT) -> None:
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.settimeout(timeout)
-        try:
-            self.sock.connect(str(path))
-        except BaseException:
-            self.sock.close()
-            raise
-        self.buf = b""
-        self.ids = 0
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def line(self) -> bytes | None:
-        """The next reply line, or ``None`` when the daemon closed the connection."""
-        while b"\n" not in self.buf:
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except ConnectionResetError:
-                return None
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, _, self.buf = self.buf.partition(b"\n")
-        return line
-
-    def reply(self) -> Any:
-        """The next reply, parsed, or :data:`CLOSED`; raises ``TimeoutError`` on a hang."""
-        line = self.line()
-        return CLOSED if line is None else json.loads(line)
-
-    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        """One request and its reply (the ``result`` or ``error`` member as a dict)."""
-        self.ids += 1
-        req: dict[str, Any] = {"jsonrpc": "2.0", "id": self.ids, "method": method}
-        if params is not None:
-            req["params"] = params
-        self.send(json.dumps(req).encode() + b"\n")
-        return self.reply()
+from tests.support import TIMEOUT, Client
 
 
 def ping(path: Path, timeout: float = TIMEOUT) -> bool:

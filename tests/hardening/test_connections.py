@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv
-from tests.hardening.support import LimitedDaemon, is_reply, ping, raise_own_nofile, wait_for
+from tests.hardening.support import LimitedDaemon, is_reply, ping, raise_own_nofile
+from tests.support import wait_for
 
 from meshd.server import MAX_INFLIGHT
 
@@ -151,9 +152,6 @@ class TestPipelinedWaits:
     def test_waits_in_flight_per_connection_are_bounded(self, daemon: DaemonHandle) -> None:
         """5,000 pipelined waiting acquires on one connection: the daemon stops reading at a
         bound instead of queueing them all, keeps serving others, and lets go on close."""
-        schema = daemon.call("mesh.schema")["result"]["methods"]
-        if "claim.acquire" not in schema:
-            pytest.skip("claim.acquire is not served yet")
         daemon.call("session.register", {"session_id": "holder"})
         daemon.call("session.register", {"session_id": "greedy"})
         key = f"file:{daemon.state_dir}/contended"
@@ -188,9 +186,6 @@ class TestPipelinedWaits:
     def test_many_waits_of_one_session_go_quickly(self, daemon: DaemonHandle) -> None:
         """One session waiting 512 times on one key over 4 connections, then gone: the
         daemon answers others again within 5 s."""
-        schema = daemon.call("mesh.schema")["result"]["methods"]
-        if "claim.acquire" not in schema:
-            pytest.skip("claim.acquire is not served yet")
         daemon.call("session.register", {"session_id": "holder"})
         daemon.call("session.register", {"session_id": "greedy"})
         key = f"file:{daemon.state_dir}/contended"

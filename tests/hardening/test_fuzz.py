@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import DaemonHandle, MeshEnv
 from tests.hardening.schema_strategy import JSON, encode, from_schema, mutated
-from tests.hardening.support import Client, is_reply, ping
+from tests.hardening.support import is_reply, ping
+from tests.support import Client
 
 SENTINEL_ID = "sentinel-7f3a"
 SENTINEL = b'{"jsonrpc":"2.0","id":"' + SENTINEL_ID.encode() + b'","method":"mesh.ping"}\n'
@@ -200,22 +201,6 @@ def method_calls(schema: dict[str, Any]) -> st.SearchStrategy[tuple[str, Any]]:
     return st.one_of(per_method)
 
 
-KNOWN_ISSUES: dict[str, tuple[dict[str, Any], str]] = {
-    # method: (params that still get -32603, why). The fuzzer steps around these
-    # exact params; test_known_issue (strict xfail) fails as soon as one is fixed,
-    # so the entry gets deleted. Each has a proposal in the hardening report.
-}
-
-
-def known_issue(name: str, params: Any) -> bool:
-    entry = KNOWN_ISSUES.get(name)
-    return (
-        entry is not None
-        and isinstance(params, dict)
-        and all(params.get(k) == v for k, v in entry[0].items() if k != "session_id")
-    )
-
-
 def run_methods(d: DaemonHandle, n: int) -> None:
     schema = d.call("mesh.schema")["result"]
     calls = method_calls(schema)
@@ -223,7 +208,6 @@ def run_methods(d: DaemonHandle, n: int) -> None:
     @fuzz_settings(n)
     @given(st.lists(calls, min_size=1, max_size=5), st.booleans())
     def check(batch: list[tuple[str, Any]], as_batch: bool) -> None:
-        assume(not any(known_issue(name, params) for name, params in batch))
         reqs = [
             {"jsonrpc": "2.0", "id": i, "method": name}
             | ({} if params is None else {"params": params})

@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv, rpc
-from tests.hardening.support import wait_for
+from tests.support import wait_for
 
 from meshd import socketfile
 

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from tests.conftest import DaemonHandle
 from tests.hardening.chaos import Churner, History, Messenger, inbox_all, report
-from tests.hardening.support import Client, session_ids, wait_for
+from tests.hardening.support import session_ids
+from tests.support import Client, wait_for
 
 # --- claims -----------------------------------------------------------------------------
 
@@ -221,15 +222,9 @@ def run_claims(d: DaemonHandle, clients: int, rounds: int, seed: int) -> dict[st
     }
 
 
-def needs_claims(d: DaemonHandle) -> None:
-    if "claim.acquire" not in d.call("mesh.schema")["result"]["methods"]:
-        pytest.skip("claim.acquire is not served yet")
-
-
 class TestClaimContention:
     def test_no_two_exclusive_holders_and_nothing_lost(self, daemon: DaemonHandle) -> None:
         """50 clients, 6 rounds each, overlapping keys, kill -9 at a random point."""
-        needs_claims(daemon)
         figures = run_claims(daemon, clients=50, rounds=6, seed=7)
 
         assert figures["grants_acknowledged"] > 0
@@ -238,7 +233,6 @@ class TestClaimContention:
     @pytest.mark.slow
     def test_many_rounds(self, daemon: DaemonHandle) -> None:
         """The same, 50 clients for 30 rounds."""
-        needs_claims(daemon)
         figures = run_claims(daemon, clients=50, rounds=30, seed=11)
 
         assert figures["grants_acknowledged"] > 0
@@ -290,12 +284,8 @@ def run_load(d: DaemonHandle, churners: int, seed: int) -> dict[str, int]:
         for i in range(10)
     ]
     chs = [Churner(d.socket, f"ld{i}", history, rng.randrange(1 << 30)) for i in range(churners)]
-    messaging = "message.send" in d.call("mesh.schema")["result"]["methods"]
     inboxes = beating[:10]
-    mss = [
-        Messenger(d.socket, f"ms{i}", inboxes, rng.randrange(1 << 30))
-        for i in range(5 if messaging else 0)
-    ]
+    mss = [Messenger(d.socket, f"ms{i}", inboxes, rng.randrange(1 << 30)) for i in range(5)]
     for t in [*hbs, *chs, *mss]:
         t.start()
     target = rng.randrange(200, 3000)
@@ -348,8 +338,10 @@ class TestLoad:
     def test_with_claims_too(self, daemon: DaemonHandle) -> None:
         """Load, then claim contention on the same daemon after its restart."""
         load = run_load(daemon, churners=50, seed=5)
-        if "claim.acquire" in daemon.call("mesh.schema")["result"]["methods"]:
-            claims = run_claims(daemon, clients=50, rounds=20, seed=13)
-        else:
-            claims = {}
+        claims = run_claims(daemon, clients=50, rounds=20, seed=13)
+
+        assert load["lost"] == 0
+        assert load["messages_lost"] == 0
+        assert claims["grants_acknowledged"] > 0
+        assert claims["lost"] == 0
         report("load+claims", {**load, **{f"claims_{k}": v for k, v in claims.items()}})

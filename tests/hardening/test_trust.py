@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tests.cli.conftest import run_meshctl
 from tests.conftest import DaemonHandle, MeshEnv, OtherUser
-from tests.hardening.support import wait_for
+from tests.support import wait_for
 
 from meshctl import Mesh, ProfileMismatch, UntrustedSocket
 

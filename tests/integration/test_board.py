@@ -4,42 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import RpcClient
 
 DaemonHandle = Any  # the conftest fixture
 
 
-class Client:
-    """One kept JSON-RPC connection (stdlib); events kept apart from replies."""
-
-    def __init__(self, d: DaemonHandle) -> None:
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.settimeout(15)
-        self.sock.connect(str(d.socket))
-        self.file = self.sock.makefile("rb")
-        self.ids = 0
-        self.events: list[dict[str, Any]] = []
-
-    def raw(self, method: str, **params: Any) -> dict[str, Any]:
-        self.ids += 1
-        rid = self.ids
-        req = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-        self.sock.sendall(json.dumps(req).encode() + b"\n")
-        while True:
-            msg = json.loads(self.file.readline())
-            if msg.get("method") == "event":
-                self.events.append(msg["params"])
-            elif msg.get("id") == rid:
-                return msg  # type: ignore[no-any-return]
-
-    def call(self, method: str, **params: Any) -> Any:
-        reply = self.raw(method, **params)
-        assert "result" in reply, reply
-        return reply["result"]
+class Client(RpcClient):
+    """A kept JSON-RPC connection that also collects the file.changed events."""
 
     def settle(self, seconds: float = 0.5) -> list[dict[str, Any]]:
         """Every event pushed so far (waiting ``seconds`` for late ones), file.changed only."""
@@ -57,10 +32,6 @@ class Client:
         finally:
             self.sock.settimeout(15)
         return [e for e in self.events if e["kind"] == "file.changed"]
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
 
 
 def register(c: Client, sid: str, **kw: Any) -> None:

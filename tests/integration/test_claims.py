@@ -3,51 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv
-
-
-class Client:
-    """A kept raw connection speaking JSON-RPC."""
-
-    def __init__(self, d: DaemonHandle) -> None:
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.settimeout(15)
-        self.sock.connect(str(d.socket))
-        self.f = self.sock.makefile("rwb")
-        self.n = 0
-
-    def raw(self, method: str, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        frame = {"jsonrpc": "2.0", "id": self.n, "method": method, "params": params}
-        self.f.write(json.dumps(frame).encode() + b"\n")
-        self.f.flush()
-        return json.loads(self.f.readline())  # type: ignore[no-any-return]
-
-    def call(self, method: str, **params: Any) -> Any:
-        reply = self.raw(method, **params)
-        assert "result" in reply, reply
-        return reply["result"]
-
-    def close(self) -> None:
-        self.f.close()
-        self.sock.close()
-
-
-def wait_for(cond: Any, timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met")
+from tests.support import RpcClient as Client
+from tests.support import wait_for
 
 
 @pytest.fixture

@@ -8,21 +8,10 @@ import socket
 import stat
 import subprocess
 import sys
-import time
-from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv, rpc
-
-
-def wait_for(cond: Any, timeout: float = 5.0, interval: float = 0.02) -> float:
-    """Poll ``cond`` until true; return the seconds it took; fail after ``timeout``."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if cond():
-            return time.monotonic() - start
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+from tests.support import wait_for
 
 
 def session_ids(d: DaemonHandle) -> set[str]:

@@ -12,13 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv
+from tests.support import wait_for
 
 CONFIG = """
 [jobs.backup]
@@ -45,15 +45,6 @@ def meshctl(
         [sys.executable, "-m", "meshctl.cli", *args],
         env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
-
-
-def wait_for(pred: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return bool(pred())
 
 
 @pytest.fixture

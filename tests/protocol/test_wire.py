@@ -8,39 +8,21 @@ of the live daemon. Every other dispatch rule is a unit test (``test_dispatch.py
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.support import Client
 
 from meshd.protocol.framing import MAX_FRAME
 
 
-class Wire:
-    """A raw connection: send lines, read lines."""
+class Wire(Client):
+    """A raw connection: JSON values out, parsed lines back."""
 
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.settimeout(5)
-        self.sock.connect(path)
-        self.buf = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def line(self) -> Any:
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise EOFError
-            self.buf += chunk
-        line, _, self.buf = self.buf.partition(b"\n")
-        return json.loads(line)
-
-    def call(self, obj: Any) -> Any:
+    def rpc(self, obj: Any) -> Any:
         self.send(json.dumps(obj).encode() + b"\n")
-        return self.line()
+        return self.reply()
 
     def closed(self) -> bool:
         try:
@@ -51,7 +33,7 @@ class Wire:
 
 @pytest.fixture
 def wire(daemon: Any) -> Iterator[Wire]:
-    w = Wire(str(daemon.socket))
+    w = Wire(daemon.socket, timeout=5)
     yield w
     w.sock.close()
 
@@ -67,11 +49,11 @@ class TestFraming:
     def test_parse_error_keeps_the_connection(self, wire: Wire) -> None:
         """A line that is not JSON gets -32700 with id null; the next line still works."""
         wire.send(b"{not json\n")
-        err = wire.line()
+        err = wire.reply()
 
         assert err["error"]["code"] == -32700
         assert err["id"] is None
-        assert wire.call(req("mesh.ping", 2))["result"]["pong"] is True
+        assert wire.rpc(req("mesh.ping", 2))["result"]["pong"] is True
 
     def test_oversized_frame_is_refused_and_closed(self, wire: Wire, daemon: Any) -> None:
         """Over 1 MiB without a newline: -32600, then the connection closes; others go on."""
@@ -79,7 +61,7 @@ class TestFraming:
             wire.send(b"[" + b"1," * (MAX_FRAME // 2 + 10))
         except BrokenPipeError:
             pass
-        err = wire.line()
+        err = wire.reply()
 
         assert err["error"]["code"] == -32600
         assert err["error"]["data"]["code"] == "FRAME_TOO_LARGE"
@@ -89,7 +71,7 @@ class TestFraming:
     def test_frame_just_under_the_limit_is_read(self, wire: Wire) -> None:
         """A frame of nearly 1 MiB is a frame like any other."""
         pad = "x" * (MAX_FRAME - 200)
-        reply = wire.call({"jsonrpc": "2.0", "id": 3, "method": "mesh.ping", "pad": pad})
+        reply = wire.rpc({"jsonrpc": "2.0", "id": 3, "method": "mesh.ping", "pad": pad})
 
         assert reply["result"]["pong"] is True
 
@@ -100,7 +82,7 @@ class TestEnvelope:
         wire.send(b'{"jsonrpc":"2.0","method":"no.such"}\n')
         wire.send(b'{"jsonrpc":"2.0","method":"mesh.ping"}\n')
 
-        assert wire.call(req("mesh.ping", 12))["id"] == 12
+        assert wire.rpc(req("mesh.ping", 12))["id"] == 12
 
 
 class TestBatches:
@@ -112,7 +94,7 @@ class TestBatches:
             req("no.such", 2),
             1,
         ]
-        replies = wire.call(batch)
+        replies = wire.rpc(batch)
 
         assert isinstance(replies, list)
         by_id = {r["id"]: r for r in replies if r["id"] is not None}
@@ -124,7 +106,7 @@ class TestBatches:
 
 class TestIntrospection:
     def test_info(self, wire: Wire) -> None:
-        info = wire.call(req("mesh.info"))["result"]
+        info = wire.rpc(req("mesh.info"))["result"]
 
         assert info["protocol_version"].startswith("1.")
         assert info["profile"] == "test"
@@ -134,8 +116,8 @@ class TestIntrospection:
 
 def test_every_schema_method_is_served(wire: Wire) -> None:
     """The schema lists what the daemon serves: no listed method is unknown to it."""
-    names = wire.call(req("mesh.schema"))["result"]["methods"]
+    names = wire.rpc(req("mesh.schema"))["result"]["methods"]
 
     for i, name in enumerate(names):
-        reply = wire.call({"jsonrpc": "2.0", "id": i, "method": name, "params": {}})
+        reply = wire.rpc({"jsonrpc": "2.0", "id": i, "method": name, "params": {}})
         assert reply.get("error", {}).get("code") != -32601, name
