@@ -292,8 +292,9 @@ class TestLossNotices:
         c.call("claim.acquire", session_id="a", resources=["res:p"])
         c.call("claim.steal", session_id="b", resources=["res:p"], reason="now")
         c.call("mesh.ping")
-        event = json.loads(listener.f.readline())["params"]
-        listener.call("mesh.ping")  # nothing else was pushed before this reply
+        event = json.loads(listener.file.readline())["params"]
+        listener.call("mesh.ping")
+        assert listener.events == []  # nothing else was pushed before this reply
         listener.close()
 
         (item,) = self.notices(c, "a")
@@ -378,7 +379,7 @@ def test_pipelined_acquire_then_release_run_in_order(daemon: DaemonHandle) -> No
             }  # fmt: skip
             frames += json.dumps(req).encode() + b"\n"
     c.sock.sendall(frames)
-    replies = [json.loads(c.f.readline()) for _ in range(100)]
+    replies = [json.loads(c.file.readline()) for _ in range(100)]
     held = c.call("claim.list", session_id="p")["claims"]
     c.close()
 
