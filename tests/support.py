@@ -26,17 +26,25 @@ CLOSED = "closed"
 
 
 def wait_for(
-    cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, *, what: str = ""
+    cond: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    *,
+    what: str | Callable[[], object] = "",
 ) -> Any:
-    """Poll ``cond`` until it returns something true, and return that; fail after ``timeout``
-    (``what`` names the condition in the failure)."""
+    """Poll ``cond`` until it returns something true, and return that; fail after ``timeout``.
+
+    ``what`` names the condition in the failure, or is called then to describe what
+    was seen instead (a terminal's screen).
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what or 'condition'} not met within {timeout}s")
+            seen = what() if callable(what) else what
+            raise AssertionError(f"condition not met within {timeout}s: {seen or cond}")
         time.sleep(interval)
 
 

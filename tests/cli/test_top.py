@@ -12,15 +12,7 @@ import time
 from typing import Any
 
 from tests.cli.conftest import Meshctl
-
-
-def wait_for(pred: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return bool(pred())
+from tests.support import wait_for
 
 
 def register(meshctl: Meshctl, env: dict[str, str], task: str) -> str:
@@ -101,16 +93,16 @@ class TestFullScreen:
         def screen() -> str:
             return tmux("capture-pane", "-p")
 
-        assert wait_for(lambda: first in screen()), screen()
+        wait_for(lambda: first in screen(), what=screen)
         second = register(meshctl, env, "nightly import")
-        assert wait_for(lambda: second in screen()), screen()  # pushed, not polled
+        wait_for(lambda: second in screen(), what=screen)  # pushed, not polled
 
         tmux("send-keys", "/", "nightly", "Enter")
-        assert wait_for(lambda: "filter: nightly" in screen()), screen()
+        wait_for(lambda: "filter: nightly" in screen(), what=screen)
         assert first not in screen()
         tmux("send-keys", "Enter")  # open the selected session
-        assert wait_for(lambda: "nightly import" in screen() and "Esc: back" in screen())
+        wait_for(lambda: "nightly import" in screen() and "Esc: back" in screen())
         tmux("send-keys", "Escape")
-        assert wait_for(lambda: "Esc: back" not in screen()), screen()
+        wait_for(lambda: "Esc: back" not in screen(), what=screen)
         tmux("send-keys", "q")
-        assert wait_for(lambda: tmux("list-sessions") == "", timeout=10)
+        wait_for(lambda: tmux("list-sessions") == "", timeout=10)

@@ -4,25 +4,16 @@ and says plainly when the wait ran out (issue 15.6)."""
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 from tests.cli.conftest import Meshctl
+from tests.support import wait_for
 
 
 def register(meshctl: Meshctl, env: dict[str, str], task: str) -> str:
     r = meshctl("register", "--task", task, "--liveness", "heartbeat", env=env)
     assert r.code == 0, r
     return r.out.strip()
-
-
-def wait_for(pred: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return bool(pred())
 
 
 def test_not_a_terminal_says_the_wait_ran_out(meshctl: Meshctl, daemon: Any, mesh_env: Any) -> None:
@@ -53,10 +44,10 @@ def test_terminal_shows_holder_and_time_left(
     def screen() -> str:
         return str(tmux("capture-pane", "-p"))
 
-    assert wait_for(lambda: "s left" in screen()), screen()
+    wait_for(lambda: "s left" in screen(), what=screen)
     assert f"waiting for res:db; {a} holds res:db" in screen()
     assert "migrating the db" in screen()
     assert meshctl("release", "--session", a, "res:db", env=env).code == 0
 
-    assert wait_for(lambda: "granted res:db" in screen()), screen()
+    wait_for(lambda: "granted res:db" in screen(), what=screen)
     assert "s left" not in screen()
