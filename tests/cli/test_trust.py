@@ -571,7 +571,8 @@ class TestSaysWhatItDoes:
             stderr=subprocess.PIPE,
         )
         wait_for(
-            lambda: bool(daemon.call("claim.list")["result"].get("waiting")), "the waiter queued"
+            lambda: bool(daemon.call("claim.list")["result"].get("waiting")),
+            what="the waiter queued",
         )
 
         proc.send_signal(signal.SIGINT)

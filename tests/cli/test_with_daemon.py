@@ -175,7 +175,9 @@ class TestStale:
         def listed() -> list[dict[str, Any]]:
             return ok(meshctl("sessions", "active", "--json", env=daemon.env)).json()  # type: ignore[no-any-return]
 
-        wait_for(lambda: any(s["session_id"] == other and s["stale"] for s in listed()), "stale")
+        wait_for(
+            lambda: any(s["session_id"] == other and s["stale"] for s in listed()), what="stale"
+        )
         mine = next(s for s in listed() if s["session_id"] == sid)
         fresh = ok(meshctl("sessions", "active", "--fresh", "--json", env=daemon.env)).json()
         human = ok(meshctl("sessions", "active", env=daemon.env)).out

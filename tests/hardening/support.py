@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import DaemonHandle
-from tests.support import TIMEOUT, Client
+from tests.support import CLOSED, TIMEOUT, Client, wait_for
+
+__all__ = [  # the shared client and wait are tests.support's; these names stay importable here
+    "CLOSED", "Client", "LimitedDaemon", "is_reply", "ping", "raise_own_nofile", "session_ids",
+    "wait_for",
+]  # fmt: skip
 
 
 def ping(path: Path, timeout: float = TIMEOUT) -> bool:
