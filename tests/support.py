@@ -115,6 +115,11 @@ class RpcClient:
         self.ids = 0
         self.events: list[dict[str, Any]] = []
 
+    @property
+    def f(self) -> Any:
+        """The old name of :attr:`file` (integration tests wrote ``c.f.readline()``)."""
+        return self.file
+
     def __enter__(self) -> RpcClient:
         return self
 

@@ -153,7 +153,7 @@ def wait_in(w: Client, sid: str, got: dict[str, Any]) -> None:
 def json_line(c: Client) -> dict[str, Any]:
     import json
 
-    return json.loads(c.f.readline())  # type: ignore[no-any-return]
+    return json.loads(c.file.readline())  # type: ignore[no-any-return]
 
 
 def test_meshctl_preempt_pause_resume(daemon: DaemonHandle) -> None:
