@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import wait_for
 
 from .conftest import Meshctl, OfflineEnv, Run
 
@@ -25,15 +25,6 @@ def ok(run: Run) -> Run:
 
 def states(meshctl: Meshctl, env: dict[str, str]) -> dict[str, str]:
     return {e["key"]: e["state"] for e in ok(meshctl("once", "--list", "--json", env=env)).json()}
-
-
-def wait_for(predicate: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not met within {timeout} s")
 
 
 def start_once(env: dict[str, str], key: str, script: str) -> subprocess.Popen[str]:
@@ -85,12 +76,12 @@ class TestOnce:
     ) -> None:
         pidfile = short_tmp / "pid"
         runner = start_once(daemon.env, "pay", f"echo $$ > {pidfile}; exec sleep 60")
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=15)
         os.kill(runner.pid, signal.SIGKILL)
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
         runner.communicate(timeout=15)
 
-        wait_for(lambda: states(meshctl, daemon.env).get("pay") == "unknown")
+        wait_for(lambda: states(meshctl, daemon.env).get("pay") == "unknown", timeout=15)
         blocked = meshctl("once", "--key", "pay", "--", "true", env=daemon.env)
         ok(meshctl("once", "--resolve", "pay", "free", env=daemon.env))
         again = meshctl("once", "--key", "pay", "--", "true", env=daemon.env)
@@ -107,7 +98,7 @@ class TestOnce:
         started, go = short_tmp / "started", short_tmp / "go"
         script = f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
         runner = start_once(daemon.env, "deploy", script)
-        wait_for(started.exists)
+        wait_for(started.exists, timeout=15)
         daemon.kill()
         daemon.start()
 
@@ -133,7 +124,7 @@ class TestOnce:
         runner = start_once(
             daemon.env, "k", f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
         )
-        wait_for(started.exists)
+        wait_for(started.exists, timeout=15)
 
         refused = meshctl("once", "--resolve", "k", "free", env=daemon.env)
         go.touch()
