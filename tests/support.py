@@ -27,7 +27,7 @@ CLOSED = "closed"
 
 def wait_for(
     cond: Callable[[], Any],
-    timeout: float = 10.0,
+    timeout: float | str = 10.0,
     interval: float = 0.02,
     *,
     what: str | Callable[[], object] = "",
@@ -37,6 +37,8 @@ def wait_for(
     ``what`` names the condition in the failure, or is called then to describe what
     was seen instead (a terminal's screen).
     """
+    if isinstance(timeout, str):  # the CLI tests' old wait_for(cond, "what") still reads right
+        what, timeout = timeout, 10.0
     deadline = time.monotonic() + timeout
     while True:
         value = cond()

@@ -24,11 +24,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import DaemonHandle
+from tests.support import wait_for
 
 from meshctl.cli import _output, cli
 
 from .conftest import Meshctl, OfflineEnv, Run
-from .test_with_daemon import wait_for
 
 Daemon = Any
 
@@ -596,6 +596,6 @@ class TestWaitingLine:
         monkeypatch.setattr(sys, "stderr", Terminal(raw, encoding="utf-8", write_through=True))
 
         with waiting("claim " + os.fsdecode(b"res:caf\xe9"), 60):
-            wait_for(lambda: b"s left" in raw.getvalue(), "the line drawn")
+            wait_for(lambda: b"s left" in raw.getvalue(), what="the line drawn")
 
         assert b"res:caf\\xe9" in raw.getvalue()
