@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
@@ -56,11 +57,24 @@ _BROKEN = (
 class _Slot:
     """Where the reader task leaves one call's reply."""
 
-    __slots__ = ("done", "reply")
+    __slots__ = ("done", "reply", "stream")
 
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.reply: _conn.Reply | None = None
+        #: The connection the request went out on: only its closing fails this call.
+        self.stream: anyio.abc.SocketStream | None = None
+
+
+_HANGUP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+
+
+def _hung_up(stream: anyio.abc.SocketStream) -> bool:
+    """Whether the daemon closed this connection (say, after ``idle_timeout``), seen
+    without reading: a request sent on it now could never be answered."""
+    poller = select.poll()
+    poller.register(stream.extra(anyio.abc.SocketAttribute.raw_socket).fileno(), _HANGUP)
+    return bool(poller.poll(0))
 
 
 async def _open(profile: str, path: Any, autostart: bool, timeout: float) -> anyio.abc.SocketStream:
@@ -162,7 +176,7 @@ class AsyncMesh:
         slot = _Slot()
         self._pending[rid] = slot
         try:
-            await self._send(frame)
+            await self._send(frame, slot)
             with anyio.fail_after(timeout or self.timeout):
                 await slot.done.wait()
         except TimeoutError:
@@ -223,7 +237,9 @@ class AsyncMesh:
             if self._closed:
                 raise MeshError("this AsyncMesh is closed; create a new one")
             if self._stream is not None:
-                return self._stream
+                if not _hung_up(self._stream):
+                    return self._stream
+                self._stream = None  # its reader closes it; this call gets a new one
             if self._tg is None:
                 raise MeshError("use AsyncMesh inside `async with`")
             stream = await _open(self.profile, self.socket_path, self.autostart, self.timeout)
@@ -231,6 +247,7 @@ class AsyncMesh:
             self._tg.start_soon(self._read_loop, stream)
             rid, frame = self._ids.request("mesh.info")
             slot = _Slot()
+            slot.stream = stream
             self._pending[rid] = slot
             try:
                 await self._send_on(stream, frame)
@@ -248,9 +265,10 @@ class AsyncMesh:
             self.daemon = _conn.daemon_key(info)
             return stream
 
-    async def _send(self, frame: bytes) -> None:
+    async def _send(self, frame: bytes, slot: _Slot) -> None:
         for attempt in (1, 2):
             stream = await self._ensure()
+            slot.stream = stream
             try:
                 await self._send_on(stream, frame)
                 return
@@ -289,7 +307,7 @@ class AsyncMesh:
                 await stream.aclose()
             gone = MeshUnavailable(_conn.closed_before_reply(len(reader.buffer)))
             for slot in list(self._pending.values()):
-                if slot.reply is None:
+                if slot.reply is None and slot.stream is stream:
                     slot.reply = _conn.Reply(None, error=gone)
                     slot.done.set()
 

@@ -123,6 +123,15 @@ def peer_gone(sock: socket.socket) -> bool:
     return bool(poller.poll(0))
 
 
+def _readable(sock: socket.socket | None) -> bool:
+    """Whether bytes (or a hang-up) wait to be read on ``sock``, without reading them."""
+    if sock is None:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class Connection:
     """One client: its stream, and one write path for replies and events alike.
 
@@ -374,7 +383,12 @@ class Server:
         self._next_idle_check = now + IDLE_CHECK_INTERVAL
         cutoff = now - self.service.state.settings.idle_timeout
         for c in list(self.connections.values()):
-            if c.last_frame < cutoff and not c.busy() and not self.service.holds(c.conn):
+            if (
+                c.last_frame < cutoff
+                and not c.busy()
+                and not self.service.holds(c.conn)
+                and not _readable(c.sock)  # a request just arrived: not idle
+            ):
                 log.debug("connection %d idle; closed", c.conn.id)
                 c.close()
 

@@ -217,3 +217,21 @@ class TestIdleConnections:
 
         assert first["pong"] is True
         assert second["pong"] is True
+
+    async def test_async_client_reconnects_after_an_idle_close(self, mesh_env: MeshEnv) -> None:
+        """AsyncMesh sees the hang-up before sending on the dead connection, reconnects,
+        and its next call is answered (it failed with "closed before replying")."""
+        from meshctl import AsyncMesh
+
+        d = start(mesh_env, "[defaults]\nidle_timeout = 0.5\n")
+        try:
+            async with AsyncMesh(autostart=False) as mesh:
+                first = await mesh.ping()
+                # Waiting without yielding: the client's reader has not seen the close yet.
+                wait_for(lambda: d.call("mesh.info")["result"]["counts"]["connections"] == 1)
+                second = await mesh.ping()
+        finally:
+            d.stop()
+
+        assert first["pong"] is True
+        assert second["pong"] is True
