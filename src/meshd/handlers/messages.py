@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
-from meshd.core.mailbox import (
+from meshd.core.mail_records import (
     HANDOFF_QUESTION,
     Answer,
     Message,

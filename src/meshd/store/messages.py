@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from meshd.core.mailbox import REPLY_WINDOW, Handoff, Message
+from meshd.core.mail_records import REPLY_WINDOW, Handoff, Message
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.messages import HandoffInfo, InboxItem, ItemState, framing
 
