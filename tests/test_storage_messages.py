@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.mailbox import Handoff, Mailbox, Message
+from meshd.core.mailbox import Handoff, Mailbox, Message, item_of
 from meshd.core.registry import Registration, Registry
 from meshd.core.settings import Settings
 from meshd.store import Store
@@ -99,9 +99,9 @@ class TestMessages:
 
         assert [p.id for p in page] == [2, 1]
         assert [p.id for p in older] == [1]
-        assert page[0].from_ == "a"
-        assert "not from the user" in page[0].framing
-        assert page[0].created_at == "1970-01-01T00:16:42Z"
+        assert page[0].sender == "a"
+        assert page[0].created_at == 1002.0
+        assert "not from the user" in item_of(page[0]).framing  # the wire shape frames it
 
     async def test_states_move_forward_only(self, db_path: Path) -> None:
         """delivered then read sets both times; a later 'delivered' cannot undo 'read'."""
@@ -179,7 +179,7 @@ class TestHandoffs:
         assert [h.id for h in mine] == [4, 2, 1]
         assert [h.id for h in every] == [4, 3, 2, 1]
         assert shown is not None
-        assert (shown.files, shown.next_steps, shown.from_) == (["x.py"], ["test"], "a")
+        assert (shown.files, shown.next_steps, shown.sender) == (("x.py",), ("test",), "a")
         assert missing is None
 
 

@@ -13,7 +13,7 @@ import msgspec
 
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.events import ITEM_EVENTS, EventBody, ItemEvent, kind_of
-from meshd.protocol.messages import InboxItem, ItemKind, ItemState, framing
+from meshd.protocol.messages import HandoffInfo, InboxItem, ItemKind, ItemState, framing
 
 Write = tuple[Any, ...]
 Request = Literal["question", "handoff", "broadcast"]
@@ -142,6 +142,15 @@ def item_of(m: Message) -> InboxItem:
     return InboxItem(
         id=m.id, kind=m.kind, from_=m.sender, text=m.text, created_at=rfc3339(m.created_at),
         state=m.state, reply_to=m.reply_to, to=m.to, framing=framing(m.sender),
+    )  # fmt: skip
+
+
+def handoff_info(h: Handoff) -> HandoffInfo:
+    """The wire shape of a handoff, framing included."""
+    return HandoffInfo(
+        id=h.id, from_=h.sender, to=h.to, summary=h.summary, files=list(h.files),
+        branch=h.branch, next_steps=list(h.next_steps), created_at=rfc3339(h.created_at),
+        framing=framing(h.sender),
     )  # fmt: skip
 
 

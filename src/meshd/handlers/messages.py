@@ -28,6 +28,7 @@ from meshd.core.mail_records import (
     Answer,
     Message,
     Query,
+    handoff_info,
     item_of,
     responder_channel,
 )
@@ -172,7 +173,7 @@ class MessageHandlers(Domain):
         )
         got = await self._hand_over(p.session_id, p.peek, p.limit, [i.id for i in page])
         handed = {m.id: m for m in got}
-        items = [item_of(handed[i.id]) if i.id in handed else i for i in page]
+        items = [item_of(handed.get(m.id, m)) for m in page]
         return mm.InboxResult(items=items, unread=mb.unread_count(p.session_id))
 
     async def _hand_over(
@@ -269,7 +270,7 @@ class MessageHandlers(Domain):
             next_steps=p.next_steps,
         )  # fmt: skip
         await self._commit()
-        return sm.handoff_info(h)
+        return handoff_info(h)
 
     async def handoff_request(
         self, p: mm.HandoffRequestParams, conn: Conn
@@ -287,7 +288,7 @@ class MessageHandlers(Domain):
         )
         await self._commit()
         return mm.HandoffRequestResult(
-            handoff=sm.handoff_info(h),
+            handoff=handoff_info(h),
             answered_by=ans.answered_by,
             timed_out=ans.timed_out,
             elapsed_s=ans.elapsed_s,
@@ -297,13 +298,13 @@ class MessageHandlers(Domain):
         found = await self._read(
             lambda db: sm.handoff_list(db, p.session_id, every=p.all, limit=p.limit)
         )
-        return mm.HandoffListResult(handoffs=found)
+        return mm.HandoffListResult(handoffs=[handoff_info(h) for h in found])
 
     async def handoff_show(self, p: mm.HandoffShowParams, conn: Conn) -> mm.HandoffInfo:
         h = await self._read(lambda db: sm.handoff_show(db, p.id))
         if h is None:
             raise NotFound(f"no handoff {p.id}", {"id": p.id})
-        return h
+        return handoff_info(h)
 
 
 def ask_result(a: Answer) -> mm.AskResult:

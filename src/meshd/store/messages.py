@@ -6,7 +6,8 @@ so they go through the group commit with everything else. The read helpers are
 blocking and take a :class:`sqlite3.Connection`: the store runs them on its read
 connection (:meth:`meshd.store.Store.read`).
 
-History lives here, not in memory: once an item is read the daemon forgets its
+Reads return domain records (:class:`Message`, :class:`Handoff`); the handlers
+make the wire shapes. History lives here, not in memory: once an item is read the daemon forgets its
 text, and ``inbox --all``, ``handoff list`` and ``handoff show`` read it back.
 Message and handoff text is stored as given; files and next steps of a handoff
 as JSON arrays.
@@ -22,8 +23,7 @@ from typing import Any
 import msgspec
 
 from meshd.core.mail_records import REPLY_WINDOW, Handoff, Message
-from meshd.protocol.contract import rfc3339
-from meshd.protocol.messages import HandoffInfo, InboxItem, ItemState, framing
+from meshd.protocol.messages import ItemState
 
 DDL = """
 CREATE TABLE messages (
@@ -122,13 +122,6 @@ def _message(row: Sequence[Any]) -> Message:
     )  # fmt: skip
 
 
-def _item(row: Sequence[Any]) -> InboxItem:
-    return InboxItem(
-        id=row[0], to=row[1], from_=row[2], kind=row[3], text=row[4],
-        created_at=rfc3339(row[5]), state=row[6], reply_to=row[7], framing=framing(row[2]),
-    )  # fmt: skip
-
-
 def _handoff(row: Sequence[Any]) -> Handoff:
     return Handoff(
         id=row[0], sender=row[1], to=row[2], summary=row[3],
@@ -137,25 +130,16 @@ def _handoff(row: Sequence[Any]) -> Handoff:
     )  # fmt: skip
 
 
-def handoff_info(h: Handoff) -> HandoffInfo:
-    """The wire shape of a handoff, framing included."""
-    return HandoffInfo(
-        id=h.id, from_=h.sender, to=h.to, summary=h.summary, files=list(h.files),
-        branch=h.branch, next_steps=list(h.next_steps), created_at=rfc3339(h.created_at),
-        framing=framing(h.sender),
-    )  # fmt: skip
-
-
 def inbox_page(
     db: sqlite3.Connection, sid: str, *, limit: int = 100, before: int | None = None
-) -> list[InboxItem]:
+) -> list[Message]:
     """Every item of ``sid``'s inbox (read or not), newest first, ``limit`` at a time."""
     rows = db.execute(
         f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE to_session = ? AND id < ? "
         "ORDER BY id DESC LIMIT ?",
         (sid, before if before is not None else 2**63 - 1, limit),
     ).fetchall()
-    return [_item(r) for r in rows]
+    return [_message(r) for r in rows]
 
 
 def message_states(db: sqlite3.Connection, sender: str, ids: Sequence[int]) -> dict[int, str]:
@@ -178,7 +162,7 @@ def message_parties(db: sqlite3.Connection, msg_id: int) -> tuple[str, str] | No
 
 def handoff_list(
     db: sqlite3.Connection, sid: str | None, *, every: bool = False, limit: int = 50
-) -> list[HandoffInfo]:
+) -> list[Handoff]:
     """Handoffs to ``sid``, by ``sid`` and unaddressed ones (``every``: all), newest first."""
     args: tuple[str, ...] = ()
     if every or sid is None:
@@ -190,15 +174,15 @@ def handoff_list(
         f"SELECT {_HANDOFF_COLUMNS} FROM handoffs WHERE {where} ORDER BY id DESC LIMIT ?",
         (*args, limit),
     ).fetchall()
-    return [handoff_info(_handoff(r)) for r in rows]
+    return [_handoff(r) for r in rows]
 
 
-def handoff_show(db: sqlite3.Connection, handoff_id: int) -> HandoffInfo | None:
+def handoff_show(db: sqlite3.Connection, handoff_id: int) -> Handoff | None:
     """One handoff by id, or None."""
     row = db.execute(
         f"SELECT {_HANDOFF_COLUMNS} FROM handoffs WHERE id = ?", (handoff_id,)
     ).fetchone()
-    return handoff_info(_handoff(row)) if row else None
+    return _handoff(row) if row else None
 
 
 @dataclass
