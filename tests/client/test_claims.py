@@ -181,7 +181,7 @@ class TestLost:
         with Mesh() as mesh, mesh.session(task="a", on_lost=seen.append) as a:
             c = a.claim("res:ttl", ttl=0.2)
             other = a.claim("res:kept")
-            wait_for(lambda: c.lost)
+            wait_for(lambda: c.lost and seen)  # on_lost runs just after lost is set
 
             assert seen == a.lost
             assert f"res:ttl (token {c.token}) expired" in seen[0]
@@ -196,7 +196,7 @@ class TestLost:
                     "claim.steal",
                     {"session_id": b.session_id, "resources": ["res:st"], "reason": "hotfix"},
                 )
-                wait_for(lambda: c.lost)
+                wait_for(lambda: c.lost and seen)  # on_lost runs just after lost is set
 
             assert seen == [
                 f"your claim on res:st (token {c.token}) was stolen by {b.session_id} — hotfix"
