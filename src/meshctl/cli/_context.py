@@ -98,7 +98,18 @@ class State:
 
 
 class Group(click.Group):
-    """A command group that suggests the closest commands for a mistyped one."""
+    """A command group that suggests the closest commands for a mistyped one, and lists
+    its commands with their whole summary (wrapped, never cut off with "...")."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
