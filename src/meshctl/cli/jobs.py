@@ -29,6 +29,7 @@ import click
 from meshctl import _claims
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
+from meshctl.cli._own import own_params
 from meshctl.cli._params import Seconds
 from meshd.protocol.errors import MeshError, MeshUnavailable
 
@@ -147,8 +148,7 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
     argv = list(command)  # everything after `--` (options before it may follow NAME)
     mesh = state.mesh()
     decl = _known(state, name)
-    params = _run._register_params(state, f"job {name}: {' '.join(argv)}", argv)
-    params["source"] = "cron"
+    params = own_params(state, "cron", f"job {name}: {_run._shown(argv)}")
     reg = mesh.call("session.register", params)
     if reg.get("disabled"):
         _output.note("the mesh is disabled (enabled = false in config): running COMMAND unguarded")

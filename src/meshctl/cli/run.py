@@ -44,7 +44,8 @@ import click
 
 from meshctl import _claims
 from meshctl.cli import _output
-from meshctl.cli._context import State, common_options, get_state
+from meshctl.cli._context import common_options, get_state
+from meshctl.cli._own import own_params
 from meshctl.cli._params import Seconds
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
@@ -141,7 +142,7 @@ def run(
     keys = _claims.resolve_all(resources)
     try:
         mesh = state.mesh()
-        params = _register_params(state, task, argv)
+        params = own_params(state, "run", task or _shown(argv))
         reg = state.call("session.register", params)
     except MeshUnavailable as exc:
         if not fail_open:
@@ -176,24 +177,6 @@ def run(
         return guard.run(argv)
     finally:
         guard.end()
-
-
-def _register_params(state: State, task: str | None, argv: list[str]) -> dict[str, Any]:
-    import socket
-
-    params: dict[str, Any] = {
-        "source": "run",
-        "task": (task or _shown(argv))[:200],
-        "status": "tool-running",
-        "liveness": "process",
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-    }
-    with contextlib.suppress(OSError):
-        params["cwd"] = os.getcwd()
-    if state.session:
-        params["parent"] = state.session
-    return params
 
 
 def _shown(argv: list[str]) -> str:
