@@ -23,9 +23,10 @@ if ! .venv-hermes/bin/python -c "import importlib.metadata as m, sys; sys.exit(m
         echo "== $PY is not 3.11-3.13: tests/hermes will be skipped (hermes-agent needs it)"
     fi
 fi
-# tmux drives `meshctl top` in its test, systemd-analyze checks the rendered units:
-# both come with Debian's packages; install them when missing and we may (CI runs as root).
-for tool in tmux:tmux systemd-analyze:systemd; do
+# tmux drives `meshctl top` in its test, systemd-analyze checks the rendered units, ip
+# puts the fleet tests' hosts in network namespaces (tests/fleet): all come with Debian's
+# packages; install them when missing and we may (CI runs as root).
+for tool in tmux:tmux systemd-analyze:systemd ip:iproute2; do
     if ! command -v "${tool%%:*}" >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "== installing ${tool#*:} (for ${tool%%:*})"
         apt-get install -y -q "${tool#*:}" >/dev/null 2>&1 \

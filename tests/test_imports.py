@@ -61,3 +61,32 @@ def test_cli_never_loads_the_store() -> None:
 
     daemon_side = ("meshd.store", "meshd.server", "meshd.service", "meshd.handlers", "meshd.app")
     assert {m for m in loaded if m.startswith(daemon_side)} == set()
+
+
+def test_nats_stays_out_without_fleet() -> None:
+    """The whole daemon and the CLI import without nats-py: only meshd.fleet needs it
+    (SPEC §12, ``session-mesh[fleet]``), and only once a ``[fleet]`` table exists."""
+    block = "import sys; sys.modules['nats'] = None  # as if nats-py were not installed\n"
+    loaded = loaded_after(
+        block
+        + "import meshd.app, meshd.fleet, meshd.handlers.fleet\n"
+        + IMPORT_ALL.format(package="meshctl.cli")
+    )
+
+    # (``import nats`` would have raised ImportError above)
+    assert {m for m in loaded if m.startswith("meshd.fleet.")} == set()
+
+
+def test_only_meshd_fleet_imports_nats() -> None:
+    """No module outside ``src/meshd/fleet/`` names nats-py (it is an optional extra)."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    pattern = re.compile(r"^\s*(import nats|from nats[ .])", re.M)
+    offenders = [
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if pattern.search(p.read_text()) and "meshd/fleet" not in p.as_posix()
+    ]
+    assert offenders == []

@@ -33,6 +33,7 @@ from meshd.domain import Domain
 from meshd.handlers.board import BoardHandlers
 from meshd.handlers.board_work import BoardWorkHandlers
 from meshd.handlers.claims import ClaimHandlers
+from meshd.handlers.fleet import FleetDomain
 from meshd.handlers.jobs import JobHandlers
 from meshd.handlers.ledger import LedgerHandlers
 from meshd.handlers.mesh import MeshHandlers
@@ -73,6 +74,7 @@ DOMAINS: tuple[type[Domain], ...] = (
     SignalHandlers,
     LedgerHandlers,
     BoardWorkHandlers,
+    FleetDomain,  # the [fleet] link (SPEC §12); others find it with svc.domain(FleetDomain)
 )
 """Every domain the daemon serves, in schema and restore order (one line to add one)."""
 
@@ -306,6 +308,8 @@ class Daemon:
                 tg.start_soon(self._sweeper)
                 tg.start_soon(self._guard_socket)
                 tg.start_soon(self._signals, tg.cancel_scope)
+                for domain in self.service.runners:
+                    tg.start_soon(domain.run)
                 if (interval := sdnotify.watchdog_interval()) is not None:
                     tg.start_soon(self._watchdog, interval)
                 n = len(self.state.registry.sessions)

@@ -19,7 +19,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from meshd.core.jobs import JobSpec
-from meshd.core.settings import Settings
+from meshd.core.settings import DEFAULT_SHARED_KINDS, FleetSettings, Settings
 
 Pos = Annotated[float, Meta(gt=0)]
 PosInt = Annotated[int, Meta(gt=0)]
@@ -63,10 +63,24 @@ class _Job(Struct, forbid_unknown_fields=True, kw_only=True):
 JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
+class _Fleet(Struct, forbid_unknown_fields=True, kw_only=True):
+    """The ``[fleet]`` table (SPEC §12), as written; :func:`_fleet` checks the values."""
+
+    url: str | list[str]
+    creds: str | None = None
+    nkey: str | None = None
+    tls_ca: str | None = None
+    name: str | None = None
+    shared_kinds: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_SHARED_KINDS))
+    shared_paths: list[str] = []
+    on_partition: Literal["fail", "local"] = "fail"
+
+
 class _File(Struct, forbid_unknown_fields=True):
     defaults: Overrides = msgspec.field(default_factory=Overrides)
     profiles: dict[str, Any] = {}
     jobs: dict[str, Any] = {}
+    fleet: Any = None
 
 
 def _explain(path: Path, err: msgspec.ValidationError, prefix: str) -> ConfigError:
@@ -114,7 +128,11 @@ def load(path: Path, profile: str) -> Settings:
             settings = _apply(settings, over)
     _check(path, settings)
     jobs = tuple(_job(path, name, table) for name, table in doc.jobs.items())
-    return replace(settings, jobs=jobs) if jobs else settings
+    if jobs:
+        settings = replace(settings, jobs=jobs)
+    if doc.fleet is not None:
+        settings = replace(settings, fleet=_fleet(path, doc.fleet))
+    return settings
 
 
 def _job(path: Path, name: str, table: Any) -> JobSpec:
@@ -143,6 +161,98 @@ def _job(path: Path, name: str, table: Any) -> JobSpec:
         except BadKey as exc:
             raise ConfigError(f"{path}: key `jobs.{name}.resources`: {exc.message}") from exc
     return JobSpec(name, tuple(keys), job.policy, job.timeout, job.critical, job.once)
+
+
+FLEET_SCHEMES = ("nats://", "tls://")
+HOST_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def default_host_name() -> str:
+    """This machine's name as a fleet host name: the hostname, cut to the allowed set."""
+    import socket
+
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())[:64]
+    return name or "host"
+
+
+def _fleet(path: Path, table: Any) -> FleetSettings:
+    """Validate the ``[fleet]`` table: its keys, its URLs, its files, kinds and folders."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: `fleet` must be a table ([fleet])")
+    try:
+        f = msgspec.convert(table, _Fleet)
+    except msgspec.ValidationError as exc:
+        err = _explain(path, exc, "fleet")
+        if "Invalid enum value" in str(err):
+            err = ConfigError(f"{err}: expected 'fail' or 'local'")
+        raise err from exc
+    urls = (f.url,) if isinstance(f.url, str) else tuple(f.url)
+    if not urls:
+        raise ConfigError(f"{path}: key `fleet.url`: name at least one nats:// or tls:// URL")
+    for url in urls:
+        if not url.startswith(FLEET_SCHEMES) or len(url) <= len("tls://"):
+            raise ConfigError(
+                f"{path}: key `fleet.url`: {url!r} is not a NATS URL; expected "
+                "nats://HOST:PORT or tls://HOST:PORT"
+            )
+    if f.creds is not None and f.nkey is not None:
+        raise ConfigError(f"{path}: keys `fleet.creds` and `fleet.nkey`: give one, not both")
+    files = {k: _fleet_file(path, k, getattr(f, k)) for k in ("creds", "nkey", "tls_ca")}
+    name = f.name if f.name is not None else default_host_name()
+    if not HOST_NAME.match(name):
+        raise ConfigError(
+            f"{path}: key `fleet.name`: {name!r}: a host name is 1-64 characters "
+            "from A-Z a-z 0-9 _ . -"
+        )
+    kinds = _fleet_kinds(path, f.shared_kinds)
+    folders = _fleet_paths(path, f.shared_paths)
+    return FleetSettings(
+        urls=urls, name=name, creds=files["creds"], nkey=files["nkey"],
+        tls_ca=files["tls_ca"], shared_kinds=kinds, shared_paths=folders,
+        on_partition=f.on_partition,
+    )  # fmt: skip
+
+
+def _fleet_kinds(path: Path, raw: list[str]) -> tuple[str, ...]:
+    """``shared_kinds``: exact-match claim kinds (path keys are shared by folder)."""
+    from meshd.keys import KINDS, PATH_KINDS
+
+    allowed = sorted(KINDS - PATH_KINDS)
+    for kind in raw:
+        if kind not in allowed:
+            hint = f" (list the folder in `fleet.shared_paths` to share {kind}: keys)"
+            raise ConfigError(
+                f"{path}: key `fleet.shared_kinds`: {kind!r} is not a claim kind that can be "
+                f"fleet-wide; expected some of {', '.join(allowed)}"
+                + (hint if kind in PATH_KINDS else "")
+            )
+    return tuple(dict.fromkeys(raw))
+
+
+def _fleet_paths(path: Path, raw: list[str]) -> tuple[str, ...]:
+    """``shared_paths``: absolute folders, made canonical as claim keys are."""
+    folders = []
+    for item in raw:
+        p = os.path.expanduser(item)
+        if not os.path.isabs(p):
+            raise ConfigError(f"{path}: key `fleet.shared_paths`: {item!r} is not an absolute path")
+        real = os.path.realpath(p)
+        if real == "/":
+            raise ConfigError(f"{path}: key `fleet.shared_paths`: `/` would share every file")
+        folders.append(real)
+    return tuple(dict.fromkeys(folders))
+
+
+def _fleet_file(path: Path, key: str, raw: str | None) -> str | None:
+    """A file the fleet link reads (creds, nkey seed, CA): absolute, and there now."""
+    if raw is None:
+        return None
+    p = os.path.expanduser(raw)
+    if not os.path.isabs(p):
+        raise ConfigError(f"{path}: key `fleet.{key}`: {raw!r} is not an absolute path")
+    if not os.path.isfile(p):
+        raise ConfigError(f"{path}: key `fleet.{key}`: {raw!r}: no such file")
+    return p
 
 
 def _check(path: Path, s: Settings) -> None:

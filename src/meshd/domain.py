@@ -17,6 +17,8 @@ optional (the defaults do nothing):
 * :meth:`connection_closed` -- a client connection went away.
 * :meth:`resolve` -- queued requests the last commit granted or withdrew (claims).
 * :meth:`committed` -- what was just stored and published (the ``mesh.watch`` feed).
+* :meth:`run` -- long-running work of the domain's own (the fleet link), from serving
+  to shutdown.
 
 Modelled on redis's one-file-per-type behind a static command table: the
 service knows the hooks, never the domains.
@@ -72,6 +74,11 @@ class Domain:
 
     def committed(self, writes: list[Write], events: list[Event]) -> None:
         """What was just committed (and published): only changes that are durable now."""
+
+    async def run(self) -> None:
+        """Work of the domain's own that lasts as long as the daemon serves (the fleet
+        link): started in the daemon's task group once the socket is served, cancelled
+        at shutdown. A domain without such work does not override it (nothing is started)."""
 
     def forget(self, refused: list[Write]) -> None:
         """A foreground commit of ``refused`` failed (its caller is told UNAVAILABLE):

@@ -103,6 +103,8 @@ class Service:
         self._resolvers = [d for d in self.domains if overrides(d, "resolve")]
         self._observers = [d for d in self.domains if overrides(d, "committed")]
         self._forgetters = [d for d in self.domains if overrides(d, "forget")]
+        self.runners = [d for d in self.domains if overrides(d, "run")]
+        """Domains with long-running work of their own (:meth:`Domain.run`)."""
 
     def add(
         self,

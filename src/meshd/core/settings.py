@@ -10,6 +10,29 @@ from dataclasses import dataclass, field
 
 from meshd.core.jobs import JobSpec
 
+DEFAULT_SHARED_KINDS = ("box", "account", "cron", "gateway", "res")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSettings:
+    """The ``[fleet]`` table (SPEC §12): how this host joins the others through NATS.
+
+    Plain data: :mod:`meshd.config` validates it, :mod:`meshd.fleet` connects with it.
+    """
+
+    urls: tuple[str, ...]
+    name: str
+    """This host's name in the fleet (default: the hostname)."""
+    creds: str | None = None
+    nkey: str | None = None
+    tls_ca: str | None = None
+    shared_kinds: tuple[str, ...] = DEFAULT_SHARED_KINDS
+    shared_paths: tuple[str, ...] = ()
+    """Absolute, canonical folders every host sees: ``file:`` keys under them are fleet-wide."""
+    on_partition: str = "fail"
+    """``"fail"``: a fleet-wide claim is refused (UNAVAILABLE) while the fleet is out of
+    reach; ``"local"``: it is granted on this host alone, marked ``local-only``."""
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -30,6 +53,8 @@ class Settings:
     snapshot_interval: float = 2.0
     history_days: float = 30.0
     jobs: tuple[JobSpec, ...] = field(default_factory=tuple)  # the [jobs.NAME] tables (SPEC §7)
+    fleet: FleetSettings | None = None
+    """The ``[fleet]`` table (SPEC §12); None: this host is alone, nothing changes."""
     # Connection limits (docs/SECURITY.md), beyond SPEC §2's table:
     max_connections: int = 4096
     """Open connections per uid; more are refused with UNAVAILABLE."""

@@ -19,6 +19,7 @@ CAPABILITIES = [
     "ranks",
     "watch", "preempt",
     "signals", "once", "board",
+    "fleet",
 ]  # fmt: skip
 
 

