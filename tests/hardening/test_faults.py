@@ -279,6 +279,7 @@ READ_ONLY = {
     "handoff.show", "board.changes", "notes.list", "signal.wait", "board.show",
     "once.list",  # stores only what it finds: a dead runner's key turned unknown
     "job.get", "job.list",
+    "fleet.status",
 }  # fmt: skip
 NOT_STORED = {  # change only what a restart forgets anyway (SPEC §8: not durable)
     "session.heartbeat",  # reported fields are snapshots, liveness is re-granted

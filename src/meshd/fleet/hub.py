@@ -43,12 +43,15 @@ class Fleet:
     """This host's membership of the fleet: the link and the parts that use it."""
 
     def __init__(self, svc: Service, cfg: FleetSettings) -> None:
+        from meshd.fleet.registry import FleetRegistry
+
         self.svc = svc
         self.cfg = cfg
         self.link = FleetLink(cfg, svc.paths.profile)
         self.changed_mono = svc.clock.monotonic()
         self.link.on_change(self._changed)
-        self.parts: list[FleetPart] = []
+        self.registry = FleetRegistry(self)
+        self.parts: list[FleetPart] = [self.registry]
         """Parts run by :meth:`run`; items 3 and 4 append theirs here (one line each)."""
 
     @property
@@ -64,11 +67,15 @@ class Fleet:
         self.changed_mono = self.svc.clock.monotonic()
 
     async def run(self) -> None:
-        """The link and every part, until cancelled (a reload, a leave, shutdown)."""
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self.link.run)
-            for part in self.parts:
-                tg.start_soon(self._guarded, part)
+        """The link and every part, until cancelled (a reload, a leave, shutdown); the
+        link is closed after the parts finished (their ``finally`` may still write)."""
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.link.run)
+                for part in self.parts:
+                    tg.start_soon(self._guarded, part)
+        finally:
+            await self.link.close()
 
     async def _guarded(self, part: FleetPart) -> None:
         """Run ``part``; a part that fails is logged and started again, never the daemon's end."""
@@ -92,6 +99,7 @@ class Fleet:
                     log.debug("fleet: rtt: %s", describe(exc))
         parts = {p.name: p.status() for p in self.parts}
         local_only = [x for p in parts.values() for x in p.pop("local_only", [])]
+        reg = parts["registry"]
         return {
             "configured": True,
             "connected": link.connected,
@@ -103,6 +111,8 @@ class Fleet:
             "last_error": link.last_error,
             "since_s": round(self.svc.clock.monotonic() - self.changed_mono, 3),
             "connects": link.connects,
+            "hosts": reg.pop("hosts"),
+            "published_s": reg.pop("published_s"),
             "shared_kinds": list(self.cfg.shared_kinds),
             "shared_paths": list(self.cfg.shared_paths),
             "on_partition": self.cfg.on_partition,

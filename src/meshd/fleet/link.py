@@ -201,17 +201,17 @@ class FleetLink:
         nats-py retries every URL for ever (``max_reconnect_attempts=-1``), the first
         connection included, every ``RECONNECT_WAIT`` seconds; each failure lands in
         ``last_error`` (via ``error_cb``) for ``fleet status`` and ``doctor`` to show.
+        The connection stays open when this is cancelled: :meth:`close` it once the
+        parts that use it are done (``Fleet.run`` does), so their last words (a host
+        withdrawing its sessions) still go out.
         """
         nc = Client()
         self.nc = nc
-        try:
-            await nc.connect(**self._options())
-            self.js = nc.jetstream(timeout=REQUEST_TIMEOUT)
-            self.last_error = None
-            self._set(True)
-            await anyio.sleep_forever()
-        finally:
-            await self.close()
+        await nc.connect(**self._options())
+        self.js = nc.jetstream(timeout=REQUEST_TIMEOUT)
+        self.last_error = None
+        self._set(True)
+        await anyio.sleep_forever()
 
     async def close(self) -> None:
         nc, self.nc, self.js = self.nc, None, None

@@ -9,11 +9,12 @@ import msgspec
 from meshd.core.registry import Registration, Report, Session
 from meshd.core.state import Event
 from meshd.domain import Domain
+from meshd.handlers.fleet import FleetDomain
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
-from meshd.service import Conn
+from meshd.service import Conn, Service
 from meshd.store.sessions import load_sessions
 
 _HB_OK = m.HeartbeatResult()
@@ -23,8 +24,16 @@ _HB_DISABLED = m.HeartbeatResult(disabled=True)
 class SessionHandlers(Domain):
     name = "sessions"
 
+    def __init__(self, svc: Service) -> None:
+        super().__init__(svc)
+        self._fleet: FleetDomain | None = None
+
     def install(self) -> None:
         svc = self.svc
+        try:
+            self._fleet = svc.domain(FleetDomain)
+        except LookupError:  # a service built without the fleet domain (tests)
+            self._fleet = None
         svc.add(m.REGISTER, self.register, is_async=True)
         svc.add(m.HEARTBEAT, self.heartbeat)
         svc.add(m.END, self.end, is_async=True)
@@ -207,9 +216,19 @@ class SessionHandlers(Domain):
             for s in reg.sessions.values()
             if not (p.fresh and reg.is_stale(s, now_m))
         ]
+        fleet = None if self._fleet is None else self._fleet.fleet
+        if fleet is not None:  # SPEC §12: every host's sessions, each with its host
+            out = [msgspec.structs.replace(i, host=fleet.host) for i in out]
+            if not p.local:
+                out.extend(fleet.registry.remote_sessions(fresh=p.fresh))
         return m.ListResult(profile=st.profile, sessions=out)
 
     def get(self, p: m.GetParams, conn: Conn) -> m.SessionInfo:
         clock = self.svc.clock
+        fleet = None if self._fleet is None else self._fleet.fleet
+        if fleet is not None and p.session_id not in self.svc.state.registry.sessions:
+            for info in fleet.registry.remote_sessions():
+                if info.session_id == p.session_id:
+                    return info  # another host's (its claims as that host listed them)
         s = self.svc.state.registry.get(p.session_id)
         return self.info(s, clock.monotonic(), clock.now())

@@ -256,10 +256,12 @@ class SessionInfo(Result):
 
 
 class ListParams(Params):
-    """List live sessions. ``for_profile``: the asking profile, for cross-profile visibility."""
+    """List live sessions. ``for_profile``: the asking profile, for cross-profile visibility.
+    With a fleet (SPEC §12) every host's sessions are listed; ``local``: this host's only."""
 
     fresh: bool = False
     for_profile: str | None = None
+    local: bool = False
 
 
 class ListResult(Result):
