@@ -513,8 +513,6 @@ def process(ctx: Ctx) -> None:
     meshctl = os.path.join(os.path.dirname(PYTHON), "meshctl")
     cmds = {
         "S": floors.s_argv(),
-        "sessions": [meshctl, "--json", "sessions", "active"],
-        "heartbeat": [meshctl, "heartbeat"],
         # register, claim, run, release, end: what a cron wrapper pays every minute
         "run": [meshctl, "run", "--res", "res:bench-run", "--", "true"],
         "pass": [PYTHON, "-c", "pass"],
@@ -530,24 +528,6 @@ def process(ctx: Ctx) -> None:
                 times[k] += floors.run_times(argv, env, 1)
     s = median(times["S"])
     ctx.add(g, name="S: stdlib one-request script, whole process", value=s, unit="s", note="floor")
-    ctx.add(
-        g,
-        name="meshctl --json sessions active",
-        value=median(times["sessions"]),
-        unit="s",
-        floor="S",
-        floor_value=s,
-        limit=2.5,
-    )
-    ctx.add(
-        g,
-        name="meshctl heartbeat",
-        value=median(times["heartbeat"]),
-        unit="s",
-        floor="S",
-        floor_value=s,
-        limit=2.5,
-    )
     ctx.add(
         g,
         name="meshctl run --res R -- true",

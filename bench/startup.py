@@ -1,0 +1,186 @@
+"""CLI start-up: one ``meshctl`` command, whole process, against S and against the peer.
+
+BENCH.md: any one-round-trip ``meshctl`` command costs at most 1.8x S (a stdlib
+script that connects, sends one request and prints the reply) and at most 0.8x
+the same call of the peer session-coord, a daemon-less stdlib CLI over SQLite.
+
+The hot commands -- ``check``, ``heartbeat``, ``sessions active``, ``claim``,
+``release`` -- each get a row against S. When ``PEER_SESSION_COORD`` names a
+checkout of session-coord, its CLI (``scripts/session_coord.py``, run by this
+interpreter like ours, bytecode caching on for both) is measured in the same
+rounds on its own database with the same ten live sessions: its ``check``, its
+``status`` (the board: what ``sessions active`` shows), its ``claim`` and
+``release``, and a whole register -> claim -> release -> end cycle (four
+processes each side). Each peer row's floor is the peer's figure, so its ratio
+is ours / theirs. Without the variable the peer rows are skipped with the reason.
+
+Rounds are interleaved (one run of every command per round), all pinned to one
+CPU with the daemon, after two warm-up runs each (page cache, ``.pyc``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench import floors
+from bench.common import LAT_CPUS, PYTHON, median, pinned
+
+if TYPE_CHECKING:
+    from bench.targets import Ctx
+
+#: BENCH.md's targets for one ``meshctl`` command.
+LIMIT_S = 1.8
+LIMIT_PEER = 0.8
+#: What each hot command runs (``{me}``: the bench's registered session).
+HOT: dict[str, list[str]] = {
+    "check": ["check", "res:bench-startup"],
+    "heartbeat": ["heartbeat"],
+    "sessions active": ["sessions", "active"],
+    "claim": ["claim", "res:bench-startup"],
+    "release": ["release", "res:bench-startup"],
+}
+RES = "res:bench-startup"
+
+
+def peer_script() -> tuple[Path | None, str]:
+    """session-coord's CLI from ``PEER_SESSION_COORD``, or None and why not."""
+    root = os.environ.get("PEER_SESSION_COORD")
+    if not root:
+        return None, "set PEER_SESSION_COORD to a checkout of session-coord"
+    script = Path(root) / "scripts" / "session_coord.py"
+    if not script.is_file():
+        return None, f"no scripts/session_coord.py under PEER_SESSION_COORD={root}"
+    return script, ""
+
+
+class Peer:
+    """session-coord on its own database in the bench folder, ten live sessions on it."""
+
+    def __init__(self, script: Path, folder: Path, env: dict[str, str]) -> None:
+        folder.mkdir(exist_ok=True)
+        self.argv = [PYTHON, str(script)]
+        # Its board, cron manifest and profile folder all inside ours (never ~/.hermes).
+        self.env = dict(
+            env,
+            HERMES_COORD_DB=str(folder / "session_coordination.db"),
+            HERMES_COORD_CRON_MANIFEST=str(folder / "cron_resources.json"),
+            HERMES_COORD_CRON_JOBS=str(folder / "jobs.json"),
+            HERMES_COORD_PROFILES_DIR=str(folder / "profiles"),
+        )
+        for i in range(10):
+            self.me = self.register(f"live {i}")
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(
+            [*self.argv, *args], env=self.env, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"session-coord {args} exited {done.returncode}: {done.stderr}")
+        return done.stdout
+
+    def register(self, task: str) -> str:
+        """A new session's id (its first output line)."""
+        return self.run("register", "--task", task, "--surface", "cli").split()[0]
+
+    def cmd(self, *args: str) -> list[str]:
+        return [*self.argv, *args]
+
+
+def _chain(steps: list[list[str]], env: dict[str, str], session_var: str | None) -> float:
+    """Whole-process time of register, then the rest acting for the registered id.
+
+    ``session_var``: the environment variable that names the session (ours), or None
+    when each later command takes the id as ``--id ID`` (the peer).
+    """
+    t = time.perf_counter()
+    done = subprocess.run(steps[0], env=env, capture_output=True, text=True, check=True)
+    sid = done.stdout.split()[0]
+    child = dict(env, **{session_var: sid}) if session_var else env
+    for step in steps[1:]:
+        argv = step if session_var else [*step, "--id", sid]
+        subprocess.run(argv, env=child, stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t
+
+
+def run(ctx: Ctx) -> None:
+    g = "startup"
+    env = ctx.place.env("bench")
+    env["MESH_SESSION"] = ctx.me
+    meshctl = os.path.join(os.path.dirname(PYTHON), "meshctl")
+    cmds = {"S": floors.s_argv(), **{k: [meshctl, *a] for k, a in HOT.items()}}
+    script, why = peer_script()
+    peer = Peer(script, ctx.place.root / "peer", env) if script else None
+    if peer is not None:
+        cmds |= {
+            "peer check": peer.cmd("check", "--res", RES),
+            "peer status": peer.cmd("status"),
+            "peer claim": peer.cmd("claim", "--id", peer.me, "--res", RES),
+            "peer release": peer.cmd("release", "--id", peer.me, "--res", RES),
+        }
+    ours_chain = [
+        [meshctl, "register", "--task", "startup cycle"],
+        [meshctl, "claim", "res:bench-cycle"],
+        [meshctl, "release", "res:bench-cycle"],
+        [meshctl, "end"],
+    ]
+    times: dict[str, list[float]] = {k: [] for k in [*cmds, "cycle", "peer cycle"]}
+    chain_env = {k: v for k, v in env.items() if k != "MESH_SESSION"}
+    with pinned(LAT_CPUS, ctx.meshd.pid):
+        for argv in cmds.values():
+            floors.run_times(argv, env, 2)  # warm-up: page cache, .pyc
+        for _ in range(ctx.n.proc_n):
+            for k, argv in cmds.items():
+                times[k] += floors.run_times(argv, peer.env if k.startswith("peer") else env, 1)
+            times["cycle"].append(_chain(ours_chain, chain_env, "MESH_SESSION"))
+            if peer is not None:
+                steps = [
+                    peer.cmd("register", "--task", "startup cycle", "--surface", "cli"),
+                    peer.cmd("claim", "--res", "res:bench-cycle"),
+                    peer.cmd("release", "--res", "res:bench-cycle"),
+                    peer.cmd("done"),
+                ]
+                times["peer cycle"].append(_chain(steps, peer.env, None))
+    s = median(times["S"])
+    ctx.add(g, name="S: stdlib one-request script, whole process", value=s, unit="s", note="floor")
+    for key, args in HOT.items():
+        ctx.add(
+            g,
+            name=f"meshctl {' '.join(args)}",
+            value=median(times[key]),
+            unit="s",
+            floor="S",
+            floor_value=s,
+            limit=LIMIT_S,
+        )
+    ctx.add(
+        g,
+        name="meshctl register, claim, release, end (4 processes)",
+        value=median(times["cycle"]),
+        unit="s",
+        floor="S",
+        floor_value=s,
+        note="4 processes, for context",
+    )
+    pairs = (
+        ("check", "peer check", "meshctl check vs session-coord check"),
+        ("sessions active", "peer status", "meshctl sessions active vs session-coord status"),
+        ("claim", "peer claim", "meshctl claim vs session-coord claim"),
+        ("release", "peer release", "meshctl release vs session-coord release"),
+        ("cycle", "peer cycle", "register, claim, release, end vs session-coord's (with done)"),
+    )
+    for ours, theirs, name in pairs:
+        peer_value = median(times[theirs]) if peer is not None else None
+        ctx.add(
+            g,
+            name=name,
+            value=median(times[ours]),
+            unit="s",
+            floor="peer",
+            floor_value=peer_value,
+            limit=LIMIT_PEER,
+            skip="" if peer is not None else why,
+        )
