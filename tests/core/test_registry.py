@@ -299,14 +299,14 @@ class TestPresence:
         assert registry.present_at("/srv/one/x") == []
         registry.end("a")
         assert registry.present_at("/srv/two/x") == []
-        assert registry.places == {}
+        assert registry.presence.places == {}
 
     def test_recently_changed_files_make_a_session_present(
         self, registry: Registry, clock: ManualClock
     ) -> None:
         """SPEC §5: a session that changed the file (or files under the folder) is
         present there for RECENT_CHANGE seconds, wherever its cwd is."""
-        from meshd.core.registry import RECENT_CHANGE
+        from meshd.core.presence import RECENT_CHANGE
 
         registry.register(reg(session_id="w", cwd="/elsewhere"))
         registry.changed("w", ["/p/src/a.py", "/p/src/b.py"])

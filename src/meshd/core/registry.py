@@ -3,6 +3,8 @@
 Pure and synchronous. Time comes from the injected clock; process liveness is
 the shell's business (:mod:`meshd.pidwatch` tells us when a pid dies), so the
 registry only records what it is told and decides expiry from its own clock.
+The records it holds are in :mod:`meshd.core.session_records`; where sessions
+work (cwd, repo, recently changed files) is indexed by :mod:`meshd.core.presence`.
 
 Expiry uses a heap of deadlines with lazy deletion: a heartbeat only moves a
 number on its session, and the sweeper re-pushes an entry that it finds early.
@@ -11,35 +13,31 @@ So a heartbeat is O(1) and a sweep is O(expired · log n).
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import os
-import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Literal
-
-import msgspec
 
 from meshd.core.clock import Clock
+from meshd.core.presence import Presence, Present
+from meshd.core.session_records import (
+    EndReason,
+    Registration,
+    Report,
+    Session,
+    validate_registration,
+    validate_report,
+)
 from meshd.core.settings import Settings
-from meshd.protocol.errors import IdInUse, InvalidParams, SessionExpired, TooLarge, UnknownSession
-from meshd.protocol.methods import Liveness, Status
+from meshd.protocol.errors import IdInUse, SessionExpired, UnknownSession
 
-EndReason = Literal["ended", "expired", "died", "unbound", "replaced"]
+__all__ = [
+    "EndReason", "Registration", "Registry", "Report", "Session", "validate_report",
+]  # fmt: skip
 
-MAX_TASK = 200
-MAX_TOOLS = 10
-MAX_TOOL_NAME = 64
-MAX_SHORT = 128
-MAX_PATH = 4096
 ENDED_MEMORY = 10_000
-#: Seconds a changed file keeps its writer "present" at it for ``claim.check`` (SPEC §5).
-RECENT_CHANGE = 1800.0
-#: Changed files remembered before the old ones are swept out.
-CHANGED_CAP = 4096
 _END_TEXT: dict[str, str] = {
     "ended": "ended",
     "expired": "expired: no heartbeat in time",
@@ -47,145 +45,6 @@ _END_TEXT: dict[str, str] = {
     "unbound": "ended: its connection closed",
     "replaced": "was replaced",
 }
-_SOURCE_RE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,64}$")
-
-
-class Session(msgspec.Struct, kw_only=True, gc=False):
-    """One registered session. ``*_mono`` fields are on the daemon's monotonic clock."""
-
-    session_id: str
-    profile: str
-    source: str
-    task: str = ""
-    status: Status = "idle"
-    model: str = ""
-    provider: str = ""
-    pid: int | None = None
-    pid_start: int | None = None
-    host: str = ""
-    cwd: str | None = None
-    repo: str | None = None
-    branch: str | None = None
-    worktree: str | None = None
-    tools: list[str] = []
-    parent: str | None = None
-    slot: str | None = None
-    kanban_task: str | None = None
-    accept_queries: bool = True
-    accept_messages: bool = True
-    liveness: Liveness = "heartbeat"
-    expire_after: float | None = None
-    bind: bool = False
-    started_at: float = 0.0
-    last_heartbeat: float = 0.0
-    last_activity: float = 0.0
-    last_hb_mono: float = 0.0
-    grace_until: float = 0.0
-    unbound_at: float | None = None
-    conn_id: int | None = None
-    anchors: list[tuple[int, int | None]] = []
-    rank: int = 0  # set by a person only (SPEC §5b): waiters are served highest first
-    rank_by: str | None = None
-    rank_at: float | None = None
-    activity: str = ""
-
-    def pids(self) -> list[tuple[int, int | None]]:
-        """Every (pid, start time) this session lives with."""
-        main = [] if self.pid is None else [(self.pid, self.pid_start)]
-        return main + self.anchors
-
-
-class Registration(msgspec.Struct, kw_only=True):
-    """What a caller asks to register: ``session.register``'s params (same field names,
-    so the handler passes them through), plus ``pid_start`` and ``conn_id`` that only
-    the daemon knows; ``host`` defaults to the daemon's."""
-
-    session_id: str | None
-    source: str
-    task: str
-    status: Status
-    model: str
-    provider: str
-    pid: int | None
-    pid_start: int | None
-    host: str
-    cwd: str | None
-    repo: str | None
-    branch: str | None
-    worktree: str | None
-    tools: list[str]
-    parent: str | None
-    slot: str | None
-    kanban_task: str | None
-    accept_queries: bool | None
-    accept_messages: bool | None
-    liveness: Liveness
-    expire_after: float | None
-    bind: bool
-    conn_id: int | None
-
-
-class Report(msgspec.Struct, kw_only=True):
-    """Fields a heartbeat may change; ``None`` means unchanged."""
-
-    status: Status | None = None
-    task: str | None = None
-    cwd: str | None = None
-    repo: str | None = None
-    branch: str | None = None
-    worktree: str | None = None
-    tools: list[str] | None = None
-    activity: str | None = None
-
-
-def _check_len(name: str, value: str | None, limit: int) -> None:
-    if value is not None and len(value) > limit:
-        raise TooLarge(
-            f"{name} is {len(value)} characters; the limit is {limit}",
-            {"path": f"$.{name}", "limit": limit},
-        )
-
-
-def _check_path(name: str, value: str | None) -> None:
-    _check_len(name, value, MAX_PATH)
-    if value is not None and not os.path.isabs(value):
-        raise InvalidParams(
-            f"{name} must be an absolute path, got {value!r}", {"path": f"$.{name}"}
-        )
-
-
-def validate_report(r: Registration | Report) -> None:
-    """Refuse over-long or malformed reported fields (SPEC §4)."""
-    _check_len("task", r.task, MAX_TASK)
-    _check_len("branch", r.branch, MAX_PATH)
-    for name in ("cwd", "repo", "worktree"):
-        _check_path(name, getattr(r, name))
-    if r.tools is not None:
-        if len(r.tools) > MAX_TOOLS:
-            raise TooLarge(
-                f"tools lists {len(r.tools)} names; the limit is {MAX_TOOLS}",
-                {"path": "$.tools", "limit": MAX_TOOLS},
-            )
-        for i, tool in enumerate(r.tools):
-            _check_len(f"tools[{i}]", tool, MAX_TOOL_NAME)
-    if isinstance(r, Report):
-        _check_len("activity", r.activity, MAX_TASK)
-
-
-def _validate_registration(r: Registration) -> None:
-    validate_report(r)
-    for name in ("model", "provider", "slot", "kanban_task", "host"):
-        _check_len(name, getattr(r, name), MAX_SHORT)
-    _check_len("parent", r.parent, MAX_SHORT)
-    if not _SOURCE_RE.match(r.source):
-        raise InvalidParams(
-            f"source {r.source!r} must be 1-64 characters of letters, digits and _.:@/-",
-            {"path": "$.source"},
-        )
-    if r.liveness == "process" and r.pid is None:
-        raise InvalidParams("liveness 'process' needs a pid", {"path": "$.pid"})
-    if r.pid is not None and r.pid <= 0:
-        raise InvalidParams(f"pid must be positive, got {r.pid}", {"path": "$.pid"})
 
 
 class Registry:
@@ -199,11 +58,7 @@ class Registry:
         self.ended: OrderedDict[str, str] = OrderedDict()
         self.dirty: set[str] = set()
         self.bound: dict[int, set[str]] = {}  # conn_id -> sessions bound to it
-        self.places: dict[str, set[str]] = {}  # cwd or repo -> sessions working there
-        self._place_list: list[str] = []  # the keys of places, sorted
-        self._changed: dict[str, dict[str, float]] = {}  # changed file -> {session: mono}
-        self._changed_list: list[str] = []  # its keys, sorted
-        self._changed_cap = CHANGED_CAP
+        self.presence = Presence(clock, self.sessions)
         self._heap: list[tuple[float, str]] = []
         self._ids = 0
 
@@ -248,7 +103,7 @@ class Registry:
         Raises :class:`IdInUse` when the id is live under another process: the
         service checks that process and, if it is gone, expires it and retries.
         """
-        _validate_registration(r)
+        validate_registration(r)
         sid = r.session_id or self.new_id(r.source)
         now_m, now_w = self.clock.monotonic(), self.clock.now()
         old = self.sessions.get(sid)
@@ -299,9 +154,9 @@ class Registry:
         if old is not None:  # a person's rank outlives a re-registration
             s.rank, s.rank_by, s.rank_at = old.rank, old.rank_by, old.rank_at
         if old is not None:
-            self._unplace(old)
+            self.presence.unplace(old)
         self.sessions[sid] = s
-        self._place(s)
+        self.presence.place(s)
         self.ended.pop(sid, None)
         if s.conn_id is not None:
             self.bound.setdefault(s.conn_id, set()).add(sid)
@@ -313,12 +168,12 @@ class Registry:
         it was (a refresh), or the id is free again (a new session)."""
         if self.sessions.get(new.session_id) is not new:
             return  # changed again meanwhile: leave the newer state alone
-        self._unplace(new)
+        self.presence.unplace(new)
         if old is None:
             del self.sessions[new.session_id]
             return
         self.sessions[old.session_id] = old
-        self._place(old)
+        self.presence.place(old)
         if old.conn_id is not None:
             self.bound.setdefault(old.conn_id, set()).add(old.session_id)
         self._schedule(old)
@@ -344,10 +199,10 @@ class Registry:
             validate_report(report)
             moved = report.cwd is not None or report.repo is not None
             if moved:
-                self._unplace(s)
+                self.presence.unplace(s)
             changed = self._apply(s, report)
             if moved:
-                self._place(s)
+                self.presence.place(s)
             if changed:
                 s.last_activity = s.last_heartbeat
                 self.dirty.add(sid)
@@ -371,7 +226,7 @@ class Registry:
         """Remove a live session and remember why (so its next call says so)."""
         s = self.get(sid)
         del self.sessions[sid]
-        self._unplace(s)
+        self.presence.unplace(s)
         self.dirty.discard(sid)
         self.ended[sid] = _END_TEXT[reason]
         while len(self.ended) > ENDED_MEMORY:
@@ -464,104 +319,18 @@ class Registry:
             # Its connection died with the old daemon: same grace as a closed one.
             s.unbound_at = now_m + self.settings.stale_after - self.settings.heartbeat_interval
         self.sessions[s.session_id] = s
-        self._place(s)
+        self.presence.place(s)
         self._schedule(s)
 
     # --- where sessions work -------------------------------------------------------
 
-    def _place(self, s: Session) -> None:
-        for where in {s.cwd, s.repo} - {None}:
-            assert where is not None
-            ids = self.places.get(where)
-            if ids is None:
-                ids = self.places[where] = set()
-                bisect.insort(self._place_list, where)
-            ids.add(s.session_id)
-
-    def _unplace(self, s: Session) -> None:
-        for where in {s.cwd, s.repo} - {None}:
-            assert where is not None
-            ids = self.places.get(where)
-            if ids is not None:
-                ids.discard(s.session_id)
-                if not ids:
-                    del self.places[where]
-                    i = bisect.bisect_left(self._place_list, where)
-                    del self._place_list[i]
-
-    def present_at(self, path: str) -> list[tuple[Session, str, str]]:
-        """Sessions working at ``path``: their cwd or repo contains it, or lies under it,
-        or they recently changed it or files under it (:meth:`changed`).
-
-        (session, "cwd"|"repo"|"changed", where). The ancestors are looked up in an index of
-        places and the places under ``path`` found by bisection in their sorted
-        list, so the cost follows the path's depth and the hits, not the number of
-        sessions.
-        """
-        out: list[tuple[Session, str, str]] = []
-        path = path.rstrip("/") or "/"
-        prefix = path
-        while True:
-            out.extend(self._at(prefix))
-            if prefix == "/":
-                break
-            prefix = prefix.rsplit("/", 1)[0] or "/"
-        below = path + "/" if path != "/" else "/"
-        i = bisect.bisect_left(self._place_list, below)
-        while i < len(self._place_list) and self._place_list[i].startswith(below):
-            out.extend(self._at(self._place_list[i]))
-            i += 1
-        out.extend(self._changed_under(path))
-        return out
+    def present_at(self, path: str) -> list[Present]:
+        """Sessions working at ``path`` (:meth:`Presence.present_at`)."""
+        return self.presence.present_at(path)
 
     def changed(self, sid: str, paths: Iterable[str]) -> None:
-        """``sid`` changed these files (canonical): it counts as present at each of them
-        for :data:`RECENT_CHANGE` seconds (SPEC §5 ``claim.check``)."""
-        now = self.clock.monotonic()
-        for path in paths:
-            who = self._changed.get(path)
-            if who is None:
-                who = self._changed[path] = {}
-                bisect.insort(self._changed_list, path)
-            who[sid] = now
-        if len(self._changed_list) > self._changed_cap:
-            self._forget_changes(now)
-
-    def _forget_changes(self, now: float) -> None:
-        """Drop changes older than the window (and of gone sessions); raise the cap
-        if what is left is still over it, so this runs rarely."""
-        for path in list(self._changed):
-            who = self._changed[path]
-            for sid in [s for s, t in who.items() if now - t > RECENT_CHANGE]:
-                del who[sid]
-            if not who:
-                del self._changed[path]
-        self._changed_list = sorted(self._changed)
-        self._changed_cap = max(CHANGED_CAP, 2 * len(self._changed_list))
-
-    def _changed_under(self, path: str) -> list[tuple[Session, str, str]]:
-        """Live sessions that recently changed ``path`` or a file under it."""
-        now = self.clock.monotonic()
-        out = []
-        i = bisect.bisect_left(self._changed_list, path)
-        below = path + "/" if path != "/" else "/"
-        while i < len(self._changed_list):
-            where = self._changed_list[i]
-            if where != path and not where.startswith(below):
-                break
-            for sid, at in self._changed.get(where, {}).items():
-                s = self.sessions.get(sid)
-                if s is not None and now - at <= RECENT_CHANGE:
-                    out.append((s, "changed", where))
-            i += 1
-        return out
-
-    def _at(self, where: str) -> list[tuple[Session, str, str]]:
-        out = []
-        for sid in self.places.get(where, ()):
-            s = self.sessions[sid]
-            out.append((s, "cwd" if s.cwd == where else "repo", where))
-        return out
+        """``sid`` changed these files (:meth:`Presence.changed`)."""
+        self.presence.changed(sid, paths)
 
     def rank(self, sid: str) -> int:
         """``sid``'s rank (0 for a session that is gone): the claim table's ``rank_of``."""

@@ -1,0 +1,165 @@
+"""A session's records: what the registry holds and what callers may set (SPEC §4).
+
+Split from :mod:`meshd.core.registry` (the table of live sessions) by object:
+:class:`Session` (one registered session, also the stored row), :class:`Registration`
+(``session.register``'s params plus what only the daemon knows), :class:`Report` (what a
+heartbeat may change) and the limits every reported field is checked against.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Literal
+
+import msgspec
+
+from meshd.protocol.errors import InvalidParams, TooLarge
+from meshd.protocol.methods import Liveness, Status
+
+EndReason = Literal["ended", "expired", "died", "unbound", "replaced"]
+
+MAX_TASK = 200
+MAX_TOOLS = 10
+MAX_TOOL_NAME = 64
+MAX_SHORT = 128
+MAX_PATH = 4096
+_SOURCE_RE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,64}$")
+
+
+class Session(msgspec.Struct, kw_only=True, gc=False):
+    """One registered session. ``*_mono`` fields are on the daemon's monotonic clock."""
+
+    session_id: str
+    profile: str
+    source: str
+    task: str = ""
+    status: Status = "idle"
+    model: str = ""
+    provider: str = ""
+    pid: int | None = None
+    pid_start: int | None = None
+    host: str = ""
+    cwd: str | None = None
+    repo: str | None = None
+    branch: str | None = None
+    worktree: str | None = None
+    tools: list[str] = []
+    parent: str | None = None
+    slot: str | None = None
+    kanban_task: str | None = None
+    accept_queries: bool = True
+    accept_messages: bool = True
+    liveness: Liveness = "heartbeat"
+    expire_after: float | None = None
+    bind: bool = False
+    started_at: float = 0.0
+    last_heartbeat: float = 0.0
+    last_activity: float = 0.0
+    last_hb_mono: float = 0.0
+    grace_until: float = 0.0
+    unbound_at: float | None = None
+    conn_id: int | None = None
+    anchors: list[tuple[int, int | None]] = []
+    rank: int = 0  # set by a person only (SPEC §5b): waiters are served highest first
+    rank_by: str | None = None
+    rank_at: float | None = None
+    activity: str = ""
+
+    def pids(self) -> list[tuple[int, int | None]]:
+        """Every (pid, start time) this session lives with."""
+        main = [] if self.pid is None else [(self.pid, self.pid_start)]
+        return main + self.anchors
+
+
+class Registration(msgspec.Struct, kw_only=True):
+    """What a caller asks to register: ``session.register``'s params (same field names,
+    so the handler passes them through), plus ``pid_start`` and ``conn_id`` that only
+    the daemon knows; ``host`` defaults to the daemon's."""
+
+    session_id: str | None
+    source: str
+    task: str
+    status: Status
+    model: str
+    provider: str
+    pid: int | None
+    pid_start: int | None
+    host: str
+    cwd: str | None
+    repo: str | None
+    branch: str | None
+    worktree: str | None
+    tools: list[str]
+    parent: str | None
+    slot: str | None
+    kanban_task: str | None
+    accept_queries: bool | None
+    accept_messages: bool | None
+    liveness: Liveness
+    expire_after: float | None
+    bind: bool
+    conn_id: int | None
+
+
+class Report(msgspec.Struct, kw_only=True):
+    """Fields a heartbeat may change; ``None`` means unchanged."""
+
+    status: Status | None = None
+    task: str | None = None
+    cwd: str | None = None
+    repo: str | None = None
+    branch: str | None = None
+    worktree: str | None = None
+    tools: list[str] | None = None
+    activity: str | None = None
+
+
+def _check_len(name: str, value: str | None, limit: int) -> None:
+    if value is not None and len(value) > limit:
+        raise TooLarge(
+            f"{name} is {len(value)} characters; the limit is {limit}",
+            {"path": f"$.{name}", "limit": limit},
+        )
+
+
+def _check_path(name: str, value: str | None) -> None:
+    _check_len(name, value, MAX_PATH)
+    if value is not None and not os.path.isabs(value):
+        raise InvalidParams(
+            f"{name} must be an absolute path, got {value!r}", {"path": f"$.{name}"}
+        )
+
+
+def validate_report(r: Registration | Report) -> None:
+    """Refuse over-long or malformed reported fields (SPEC §4)."""
+    _check_len("task", r.task, MAX_TASK)
+    _check_len("branch", r.branch, MAX_PATH)
+    for name in ("cwd", "repo", "worktree"):
+        _check_path(name, getattr(r, name))
+    if r.tools is not None:
+        if len(r.tools) > MAX_TOOLS:
+            raise TooLarge(
+                f"tools lists {len(r.tools)} names; the limit is {MAX_TOOLS}",
+                {"path": "$.tools", "limit": MAX_TOOLS},
+            )
+        for i, tool in enumerate(r.tools):
+            _check_len(f"tools[{i}]", tool, MAX_TOOL_NAME)
+    if isinstance(r, Report):
+        _check_len("activity", r.activity, MAX_TASK)
+
+
+def validate_registration(r: Registration) -> None:
+    validate_report(r)
+    for name in ("model", "provider", "slot", "kanban_task", "host"):
+        _check_len(name, getattr(r, name), MAX_SHORT)
+    _check_len("parent", r.parent, MAX_SHORT)
+    if not _SOURCE_RE.match(r.source):
+        raise InvalidParams(
+            f"source {r.source!r} must be 1-64 characters of letters, digits and _.:@/-",
+            {"path": "$.source"},
+        )
+    if r.liveness == "process" and r.pid is None:
+        raise InvalidParams("liveness 'process' needs a pid", {"path": "$.pid"})
+    if r.pid is not None and r.pid <= 0:
+        raise InvalidParams(f"pid must be positive, got {r.pid}", {"path": "$.pid"})
