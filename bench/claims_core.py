@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 
 from meshd.core.claims import ClaimTable
+from meshd.core.clock import ManualClock
 from meshd.keys import Key, path_key
 
 SIZES = (100, 10_000, 100_000)
@@ -56,13 +57,13 @@ def probe_folder(k: int) -> str:
 def build(n: int, seed: int = 7) -> ClaimTable:
     """PROBES claims at known places, plus ``n - PROBES`` filler claims around them."""
     rng = random.Random(seed)
-    table = ClaimTable()
+    table = ClaimTable(ManualClock(0.0, 0.0))
     for k in range(PROBES):
         key = path_key("file", probe_folder(k) + "/held.py")
-        table.acquire(f"p{k}", [key], now_mono=0.0, now_wall=0.0)
+        table.acquire(f"p{k}", [key])
     for i in range(n - PROBES):
         key = path_key("file", deep_path(rng, i))
-        table.acquire(f"s{i % 500}", [key], now_mono=0.0, now_wall=0.0)
+        table.acquire(f"s{i % 500}", [key])
     table.drain()
     return table
 
@@ -125,8 +126,8 @@ def _checks(table: ClaimTable, keys: list[Key]) -> None:
 
 def _cycles(table: ClaimTable, keys: list[Key]) -> None:
     for key in keys:
-        table.acquire("bench", (key,), now_mono=0.0, now_wall=0.0)
-        table.release("bench", (key,), now_mono=0.0, now_wall=0.0)
+        table.acquire("bench", (key,))
+        table.release("bench", (key,))
     table.drain()
 
 

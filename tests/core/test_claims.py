@@ -6,15 +6,8 @@ from typing import Any
 
 import pytest
 
-from meshd.core.claims import (
-    MAX_AHEAD,
-    ClaimTable,
-    Fencing,
-    Granted,
-    Held,
-    Outcome,
-    Queued,
-)
+from meshd.core.claim_records import MAX_AHEAD, Fencing, Granted, Held, Outcome, Queued
+from meshd.core.claims import ClaimTable
 from meshd.core.clock import ManualClock
 from meshd.keys import Key, from_canonical
 
@@ -40,21 +33,21 @@ class Table:
         self.clock = ManualClock()
         self.ranks: dict[str, int] = {}
         self.t = ClaimTable(
-            ancestors=ancestors, fencing=fencing, rank_of=lambda sid: self.ranks.get(sid, 0)
+            self.clock,
+            ancestors=ancestors,
+            fencing=fencing,
+            rank_of=lambda sid: self.ranks.get(sid, 0),
         )
 
     def rank(self, sid: str, rank: int) -> None:
         self.ranks[sid] = rank
-        self.t.rerank(sid, **self.now())
+        self.t.rerank(sid)
 
     def granted(self) -> list[str]:
         return [n.session_id for n in self.t.drain().notices if n.kind == "granted"]
 
-    def now(self) -> dict[str, float]:
-        return {"now_mono": self.clock.monotonic(), "now_wall": self.clock.now()}
-
     def acquire(self, sid: str, *keys: str, **kw: Any) -> Outcome:
-        return self.t.acquire(sid, [k(x) for x in keys], **kw, **self.now())
+        return self.t.acquire(sid, [k(x) for x in keys], **kw)
 
     def grant(self, sid: str, *keys: str, **kw: Any) -> Granted:
         out = self.acquire(sid, *keys, **kw)
@@ -62,7 +55,7 @@ class Table:
         return out
 
     def release(self, sid: str, *keys: str) -> list[str]:
-        return self.t.release(sid, [k(x) for x in keys] if keys else None, **self.now())
+        return self.t.release(sid, [k(x) for x in keys] if keys else None)
 
     def holders(self) -> set[tuple[str, str]]:
         return {(c.session_id, c.resource) for c in self.t.list_claims()}
@@ -434,7 +427,7 @@ class TestLongQueues:
         for i in range(6):
             tb.acquire(f"s{i}", "port:1", wait=True, waiter_id=f"w{i}")
         for wid in ("w2", "w0", "w4"):
-            tb.t.cancel_waiter(wid, **tb.now())
+            tb.t.cancel_waiter(wid)
         order = []
 
         for _ in range(3):
@@ -563,7 +556,7 @@ class TestReservedSet:
         tb.acquire("boss", "res:x", wait=True, waiter_id="b")
         tb.t.drain()
 
-        reserved = tb.t.pause("low", ["boss"], **tb.now())
+        reserved = tb.t.pause("low", ["boss"])
 
         assert reserved == ["res:x"]
         assert tb.granted() == ["boss"]
@@ -571,13 +564,13 @@ class TestReservedSet:
         tb.release("boss")
         assert tb.granted() == []  # kept for low now, not for the earlier stranger
         assert isinstance(tb.acquire("low", "res:x", wait=True), Granted)
-        tb.t.unreserve("low", **tb.now())
+        tb.t.unreserve("low")
         assert tb.holders() == {("low", "res:x")}
         assert [w.waiter_id for w in tb.t.waiting()] == ["s"]
 
     def test_the_paused_session_does_not_pass_its_preemptor(self, tb: Table) -> None:
         tb.grant("low", "res:x")
-        tb.t.pause("low", ["boss"], **tb.now())
+        tb.t.pause("low", ["boss"])
 
         early = tb.acquire("low", "res:x")
         assert isinstance(early, Held)
@@ -591,7 +584,7 @@ class TestReservedSet:
         self, tb: Table
     ) -> None:
         tb.grant("low", "res:x")
-        tb.t.pause("low", ["boss"], **tb.now())
+        tb.t.pause("low", ["boss"])
         tb.acquire("low", "res:x", wait=True, waiter_id="resume")
         tb.grant("boss", "res:x")
         tb.t.drain()
@@ -603,25 +596,25 @@ class TestReservedSet:
     def test_a_paused_session_that_ends_drops_its_reservation(self, tb: Table) -> None:
         tb.grant("low", "res:x")
         tb.acquire("stranger", "res:x", wait=True)
-        tb.t.pause("low", [], **tb.now())
+        tb.t.pause("low", [])
         tb.t.drain()
 
-        tb.t.release_session("low", "ended", **tb.now())
+        tb.t.release_session("low", "ended")
 
         assert tb.granted() == ["stranger"]
         assert tb.t.reservation("low") is None
 
     def test_a_preemptor_that_ends_unserved_hands_the_set_to_the_owner(self, tb: Table) -> None:
         tb.grant("low", "res:x")
-        tb.t.pause("low", ["boss"], **tb.now())
+        tb.t.pause("low", ["boss"])
         assert isinstance(tb.acquire("low", "res:x"), Held)
 
-        tb.t.release_session("boss", "ended", **tb.now())
+        tb.t.release_session("boss", "ended")
 
         assert isinstance(tb.acquire("low", "res:x"), Granted)
 
     def test_pausing_with_nothing_held_reserves_nothing(self, tb: Table) -> None:
-        assert tb.t.pause("idle", ["boss"], **tb.now()) == []
+        assert tb.t.pause("idle", ["boss"]) == []
         assert tb.t.reservation("idle") is None
 
 
@@ -631,7 +624,7 @@ class TestCancel:
         tb.grant("a", "port:1")
         tb.acquire("b", "port:1", wait=True, waiter_id="wb")
 
-        held = tb.t.cancel_waiter("wb", **tb.now())
+        held = tb.t.cancel_waiter("wb")
         tb.release("a")
 
         assert held is not None
@@ -645,7 +638,7 @@ class TestCancel:
         tb.acquire("b", "port:1", "port:2", wait=True, waiter_id="wb")
         tb.acquire("c", "port:2", wait=True, waiter_id="wc")
 
-        tb.t.cancel_waiter("wb", **tb.now())
+        tb.t.cancel_waiter("wb")
 
         assert ("c", "port:2") in tb.holders()
 
@@ -656,10 +649,10 @@ class TestCancel:
         tb.acquire("b", "port:1", "port:2", wait=True, waiter_id="wb2")
         tb.acquire("c", "port:2", wait=True, waiter_id="wc")
 
-        tb.t.cancel_waiter("wb1", wake=False, **tb.now())
-        tb.t.cancel_waiter("wb2", wake=False, **tb.now())
+        tb.t.cancel_waiter("wb1", wake=False)
+        tb.t.cancel_waiter("wb2", wake=False)
         before = tb.holders()
-        tb.t.wake_deferred(**tb.now())
+        tb.t.wake_deferred()
 
         assert ("c", "port:2") not in before
         assert ("c", "port:2") in tb.holders()
@@ -668,16 +661,16 @@ class TestCancel:
         """A second cancel (or one after the grant) returns None."""
         tb.grant("a", "port:1")
         tb.acquire("b", "port:1", wait=True, waiter_id="wb")
-        tb.t.cancel_waiter("wb", **tb.now())
+        tb.t.cancel_waiter("wb")
 
-        assert tb.t.cancel_waiter("wb", **tb.now()) is None
+        assert tb.t.cancel_waiter("wb") is None
 
     def test_session_end_cancels_its_waits(self, tb: Table) -> None:
         """release_session withdraws the session's waiters and reports them."""
         tb.grant("a", "port:1")
         tb.acquire("b", "port:1", wait=True, waiter_id="wb")
 
-        tb.t.release_session("b", "ended", **tb.now())
+        tb.t.release_session("b", "ended")
         tb.release("a")
 
         out = tb.t.drain()
@@ -724,7 +717,7 @@ class TestSteal:
         """Conflicting claims go, the stealer holds the set, the holder gets 'stolen'."""
         old = tb.grant("a", "file:/repo", reason="refactor")
 
-        out = tb.t.steal("b", [k("file:/repo/x")], reason="hotfix", **tb.now())
+        out = tb.t.steal("b", [k("file:/repo/x")], reason="hotfix")
 
         out_box = tb.t.drain()
         assert [c.resource for c in out.stolen] == ["file:/repo"]
@@ -739,7 +732,7 @@ class TestSteal:
         tb.grant("a", "port:1")
         tb.acquire("w", "port:1", wait=True)
 
-        tb.t.steal("s", [k("port:1")], reason="urgent", **tb.now())
+        tb.t.steal("s", [k("port:1")], reason="urgent")
 
         assert tb.holders() == {("s", "port:1")}
         assert len(tb.t.waiting()) == 1
@@ -748,14 +741,14 @@ class TestSteal:
         """The stealer's grant says whose claim it took, and how."""
         tb.grant("a", "port:1")
 
-        out = tb.t.steal("b", [k("port:1")], reason="x", **tb.now())
+        out = tb.t.steal("b", [k("port:1")], reason="x")
 
         assert [(p.session_id, p.how) for p in out.previous] == [("a", "stolen")]
 
     def test_steal_needs_a_reason(self, tb: Table) -> None:
         """An empty reason is refused."""
         with pytest.raises(ValueError, match="reason"):
-            tb.t.steal("b", [k("port:1")], reason=" ", **tb.now())
+            tb.t.steal("b", [k("port:1")], reason=" ")
 
 
 class TestTtl:
@@ -763,10 +756,10 @@ class TestTtl:
         """When the ttl runs out the claim is freed with an 'expired' notice."""
         out = tb.grant("a", "port:1", ttl=10)
         tb.clock.advance(9)
-        assert tb.t.expire_ttls(**tb.now()) == []
+        assert tb.t.expire_ttls() == []
 
         tb.clock.advance(1)
-        notices = tb.t.expire_ttls(**tb.now())
+        notices = tb.t.expire_ttls()
 
         assert [(n.kind, n.session_id, n.token) for n in notices] == [("expired", "a", out.token)]
         assert tb.holders() == set()
@@ -776,8 +769,8 @@ class TestTtl:
         out = tb.grant("a", "port:1", ttl=10)
         tb.clock.advance(10)
 
-        assert not tb.t.validate(k("port:1"), out.token, now_mono=tb.clock.monotonic())
-        tb.t.expire_ttls(**tb.now())
+        assert not tb.t.validate(k("port:1"), out.token)
+        tb.t.expire_ttls()
         assert not tb.t.validate(k("port:1"), out.token)
 
     def test_refresh_moves_the_deadline(self, tb: Table) -> None:
@@ -787,7 +780,7 @@ class TestTtl:
         tb.grant("a", "port:1", ttl=10)
         tb.clock.advance(8)
 
-        assert tb.t.expire_ttls(**tb.now()) == []
+        assert tb.t.expire_ttls() == []
         assert tb.t.next_deadline() == tb.clock.monotonic() + 2
 
     def test_expiry_wakes_waiters_and_reports_previous(self, tb: Table) -> None:
@@ -796,7 +789,7 @@ class TestTtl:
         tb.acquire("b", "port:1", wait=True)
         tb.clock.advance(5)
 
-        tb.t.expire_ttls(**tb.now())
+        tb.t.expire_ttls()
 
         (granted,) = [n.granted for n in tb.t.drain().notices if n.kind == "granted"]
         assert granted is not None
@@ -807,7 +800,7 @@ class TestTtl:
         tb.grant("a", "port:1", ttl=5)
         tb.clock.suspend(3600)
 
-        assert tb.t.expire_ttls(**tb.now()) == []
+        assert tb.t.expire_ttls() == []
 
 
 class TestRelease:
@@ -839,7 +832,7 @@ class TestRelease:
         tb.grant("a", "port:1", "file:/x")
         tb.t.drain()
 
-        released = tb.t.release_session("a", "died", **tb.now())
+        released = tb.t.release_session("a", "died")
 
         out = tb.t.drain()
         assert sorted(released) == ["file:/x", "port:1"]
@@ -852,7 +845,7 @@ class TestRelease:
         tb.grant("a", "port:1")
         tb.t.drain()
 
-        tb.t.release_session("a", "ended", **tb.now())
+        tb.t.release_session("a", "ended")
 
         out = tb.t.drain()
         assert out.notices == []
@@ -862,7 +855,7 @@ class TestRelease:
         """Releasing every claim leaves only the root node behind."""
         tb.grant("a", "file:/a/b/c/d", "port:1")
         tb.acquire("b", "file:/a/b", wait=True, waiter_id="w")
-        tb.t.cancel_waiter("w", **tb.now())
+        tb.t.cancel_waiter("w")
 
         tb.release("a")
 
@@ -898,7 +891,7 @@ class TestFencing:
         tb = Table(Fencing(reserved=100))
         tb.t.restore(
             "a", k("file:/x"), mode="exclusive", token=7, reason="r", since=1.0,
-            ttl_left=None, now_mono=0.0,
+            ttl_left=None,
         )  # fmt: skip
 
         assert tb.t.validate(k("file:/x"), 7)
@@ -913,7 +906,7 @@ class TestAudit:
         tb.release("a")
         tb.grant("b", "port:2", ttl=1)
         tb.clock.advance(1)
-        tb.t.expire_ttls(**tb.now())
+        tb.t.expire_ttls()
 
         actions = [(r.action, r.session_id, r.resource) for r in tb.t.drain().audit]
 

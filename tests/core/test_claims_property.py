@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meshd.core.claims import Claim, ClaimTable, Granted, Queued, Waiting
+from meshd.core.claim_records import Claim, Granted, Queued, Waiting
+from meshd.core.claims import ClaimTable
 from meshd.core.clock import ManualClock
 from meshd.keys import Key, from_canonical
 
@@ -92,13 +93,10 @@ class World:
     next_waiter: int = 0
 
     def __post_init__(self) -> None:
-        self.table = ClaimTable(ancestors=ancestors, rank_of=self.rank)
+        self.table = ClaimTable(self.clock, ancestors=ancestors, rank_of=self.rank)
 
     def rank(self, session_id: str) -> int:
         return self.ranks.get(session_id, 0)
-
-    def now(self) -> dict[str, float]:
-        return {"now_mono": self.clock.monotonic(), "now_wall": self.clock.now()}
 
     def step(self, op: tuple[Any, ...]) -> list[Granted]:
         """Run one operation; return every grant it made (direct or woken)."""
@@ -108,31 +106,31 @@ class World:
             self.next_waiter += 1
             wid = f"w{self.next_waiter}"
             keys = [from_canonical(x) for x in raw]
-            out = t.acquire(sid, keys, mode=mode, ttl=ttl, wait=wait, waiter_id=wid, **self.now())
+            out = t.acquire(sid, keys, mode=mode, ttl=ttl, wait=wait, waiter_id=wid)
             if isinstance(out, Granted):
                 grants.append(out)
             if isinstance(out, Queued):
                 assert out.waiter_id == wid
         elif op[0] == "release":
             keys = None if op[2] is None else [from_canonical(x) for x in op[2]]
-            t.release(op[1], keys, **self.now())
+            t.release(op[1], keys)
         elif op[0] == "advance":
             self.clock.advance(op[1])
-            t.expire_ttls(**self.now())
+            t.expire_ttls()
         elif op[0] == "steal":
             keys = [from_canonical(x) for x in op[2]]
-            grants.append(t.steal(op[1], keys, reason="test", mode=op[3], **self.now()))
+            grants.append(t.steal(op[1], keys, reason="test", mode=op[3]))
         elif op[0] == "cancel":
             queued = t.waiting()
             if queued:
                 wid = queued[op[1] % len(queued)].waiter_id
                 self.cancelled.add(wid)
-                t.cancel_waiter(wid, **self.now())
+                t.cancel_waiter(wid)
         elif op[0] == "rank":
             self.ranks[op[1]] = op[2]
-            t.rerank(op[1], **self.now())
+            t.rerank(op[1])
         else:
-            t.release_session(op[1], op[2], **self.now())
+            t.release_session(op[1], op[2])
         return self.collect(grants)
 
     def collect(self, grants: list[Granted]) -> list[Granted]:

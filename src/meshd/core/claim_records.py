@@ -1,12 +1,14 @@
 """The lock table's records: what it holds, answers and leaves in its outbox (SPEC §5).
 
-Plain immutable values, apart from the :class:`Outbox` being filled and the
-:class:`Fencing` counter. Split from :mod:`meshd.core.claims` (the table) so the
-records can be read, imported and tested without the table's machinery.
+Plain immutable values, apart from the :class:`Outbox` being filled, the
+:class:`Fencing` counter and a paused session's :class:`Reservation`. Split from
+:mod:`meshd.core.claims` (the table) so the records can be read, imported and
+tested without the table's machinery.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -159,6 +161,67 @@ class Outbox:
     notices: list[Notice] = field(default_factory=list)
     cancelled: list[Cancelled] = field(default_factory=list)
     reserve_until: int | None = None
+
+    def audit_claim(
+        self,
+        claim: Claim,
+        action: AuditAction,
+        at: float,
+        *,
+        how: str = "",
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Log one change to ``claim`` (``reason`` None: the claim's own)."""
+        why = claim.reason if reason is None else reason
+        self.audit.append(
+            AuditRecord(
+                at, action, claim.session_id, claim.resource, claim.mode, claim.token,
+                why, how, by, claim.ttl,
+            )
+        )  # fmt: skip
+
+    def losses(
+        self,
+        claims: Iterable[Claim],
+        kind: NoticeKind,
+        at: float,
+        *,
+        how: str,
+        by: str | None = None,
+        reason: str = "",
+    ) -> list[Notice]:
+        """One notice per holder and grant (token) that lost claims; returns them."""
+        groups: dict[tuple[str, int], list[str]] = {}
+        for claim in claims:
+            groups.setdefault((claim.session_id, claim.token), []).append(claim.resource)
+        notices = [
+            Notice(kind, sid, tuple(res), token, at, how=how, by=by, reason=reason)
+            for (sid, token), res in groups.items()
+        ]
+        self.notices.extend(notices)
+        return notices
+
+
+RESERVED = "reserved:"  # a reserved set is held by the pseudo-session "reserved:<owner>"
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What a paused session released (SPEC §5b), held for whom may pass it:
+    the preemptors in ``first`` until each is served, then only the owner."""
+
+    owner: str
+    keys: tuple[Key, ...]
+    mode: Mode
+    first: set[str]
+
+    @property
+    def holder(self) -> str:
+        return RESERVED + self.owner
+
+    def admits(self, session_id: str) -> bool:
+        return session_id in self.first if self.first else session_id == self.owner
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshd.core.claims import Cancelled, ClaimTable, EndHow, Fencing, Notice
+from meshd.core.claim_records import Cancelled, EndHow, Fencing, Notice
+from meshd.core.claims import ClaimTable
 from meshd.core.clock import Clock
 from meshd.core.mailbox import Mailbox
 from meshd.core.registry import EndReason, Registration, Registry, Report, Session
@@ -83,7 +84,10 @@ class MeshState:
         self.registry = Registry(self.clock, self.settings, self.profile)
         self.mailbox = Mailbox(self.clock, self.settings, self.registry)
         self.claims = ClaimTable(
-            ancestors=self.registry.ancestors, fencing=Fencing(), rank_of=self.registry.rank
+            self.clock,
+            ancestors=self.registry.ancestors,
+            fencing=Fencing(),
+            rank_of=self.registry.rank,
         )
 
     def drain(self) -> Drained:
@@ -168,7 +172,7 @@ class MeshState:
         if s is None:
             return None
         s.rank, s.rank_by, s.rank_at = ranked.rank, ranked.rank_by, ranked.rank_at
-        self.claims.rerank(s.session_id, now_mono=self.clock.monotonic(), now_wall=self.clock.now())
+        self.claims.rerank(s.session_id)
         return s
 
     def heartbeat(self, sid: str, report: Report | None) -> Session:
@@ -179,9 +183,7 @@ class MeshState:
         s = self.registry.end(sid, reason)
         self.mailbox.session_ended(sid)
         self.writes.append(("session.end", sid, self.clock.now(), reason))
-        self.claims.release_session(
-            sid, _END_HOW[reason], now_mono=self.clock.monotonic(), now_wall=self.clock.now()
-        )
+        self.claims.release_session(sid, _END_HOW[reason])
         return s
 
     def expire_due(self) -> list[tuple[Session, EndReason]]:
@@ -189,7 +191,7 @@ class MeshState:
         due = self.registry.due()
         for s, reason in due:
             self.end(s.session_id, reason)
-        self.claims.expire_ttls(self.clock.monotonic(), self.clock.now())
+        self.claims.expire_ttls()
         return due
 
     def snapshot_writes(self) -> list[Write]:

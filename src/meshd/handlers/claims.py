@@ -21,7 +21,7 @@ from datetime import datetime
 
 import anyio
 
-from meshd.core.claims import (
+from meshd.core.claim_records import (
     AuditAction,
     AuditRecord,
     Cancelled,
@@ -92,7 +92,7 @@ class ClaimHandlers(Domain):
         """Claims of restored sessions come back; tokens resume above every stored block."""
         state = self.svc.state
         state.claims.fencing = Fencing(reserved=load_fencing(db))
-        now_m, now_w = state.clock.monotonic(), state.clock.now()
+        now_w = state.clock.now()
         for c in load_claims(db):
             if c.session_id not in state.registry.sessions:
                 continue
@@ -100,15 +100,14 @@ class ClaimHandlers(Domain):
             state.claims.restore(
                 c.session_id, from_canonical(c.resource), mode="shared" if c.mode == "shared"
                 else "exclusive", token=c.token, reason=c.reason, since=c.since,
-                ttl_left=ttl_left, now_mono=now_m,
+                ttl_left=ttl_left,
             )  # fmt: skip
 
     # --- helpers --------------------------------------------------------------------
 
     def _expire(self) -> None:
         """Free claims whose ttl ran out before answering (the sweeper may not have yet)."""
-        clock = self.svc.clock
-        if self.svc.state.claims.expire_ttls(clock.monotonic(), clock.now()):
+        if self.svc.state.claims.expire_ttls():
             self.svc.flush_background()
 
     async def _keys(self, resources: list[str], broad: bool) -> list[Key]:
@@ -188,17 +187,15 @@ class ClaimHandlers(Domain):
         return keys
 
     async def acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult:
-        svc, st = self.svc, self.svc.state
+        st = self.svc.state
         keys = await self._prepare(p.session_id, p.resources, p.broad)
         if keys is None:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
         wait = min(p.wait, st.settings.max_query_timeout)
         waiter_id = f"c{conn.id}.{next(self._ids)}" if wait > 0 else None
-        clock = svc.clock
         outcome = st.claims.acquire(
             p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl,
-            now_mono=clock.monotonic(), now_wall=clock.now(), wait=waiter_id is not None,
-            waiter_id=waiter_id,
+            wait=waiter_id is not None, waiter_id=waiter_id,
         )  # fmt: skip
         if isinstance(outcome, Granted):
             await self._commit_grant(outcome)
@@ -218,12 +215,11 @@ class ClaimHandlers(Domain):
         self, sid: str, keys: Sequence[Key], *, mode: Mode, reason: str, wait: float, conn: Conn
     ) -> pc.ClaimAcquireResult:
         """``claim.acquire`` for canonical keys (``session.resume`` queues with it)."""
-        st, clock = self.svc.state, self.svc.clock
+        st = self.svc.state
         waiter_id = f"c{conn.id}.{next(self._ids)}" if wait > 0 else None
         outcome = st.claims.acquire(
-            sid, keys, mode=mode, reason=reason, now_mono=clock.monotonic(),
-            now_wall=clock.now(), wait=waiter_id is not None, waiter_id=waiter_id,
-        )  # fmt: skip
+            sid, keys, mode=mode, reason=reason, wait=waiter_id is not None, waiter_id=waiter_id
+        )
         if isinstance(outcome, Granted):
             await self._commit_grant(outcome)
             return self._granted(outcome)
@@ -268,16 +264,12 @@ class ClaimHandlers(Domain):
             st.claims.restore(
                 c.session_id, c.key, mode=c.mode, token=c.token, reason=c.reason,
                 since=c.since, ttl_left=None if c.deadline is None else c.deadline - now_m,
-                now_mono=now_m,
             )  # fmt: skip
 
     def _take_back(self, g: Granted) -> None:
         """Release what grant ``g`` newly gave (its commit failed: not acknowledged)."""
         new = [c.key for c in g.claims if c.resource not in g.held_before]
-        clock = self.svc.clock
-        self.svc.state.claims.release(
-            g.session_id, new, now_mono=clock.monotonic(), now_wall=clock.now()
-        )
+        self.svc.state.claims.release(g.session_id, new)
         self.svc.flush_background()
 
     async def _wait(self, q: Queued, wait: float) -> pc.ClaimAcquireResult:
@@ -288,10 +280,7 @@ class ClaimHandlers(Domain):
             with anyio.move_on_after(wait):
                 await w.done.wait()
             if not w.done.is_set():
-                clock = svc.clock
-                held = st.claims.cancel_waiter(
-                    q.waiter_id, now_mono=clock.monotonic(), now_wall=clock.now(), why="timeout"
-                )
+                held = st.claims.cancel_waiter(q.waiter_id, why="timeout")
                 if held is not None:
                     w.outcome = held
                     w.done.set()
@@ -300,11 +289,7 @@ class ClaimHandlers(Domain):
         finally:
             self.waits.pop(q.waiter_id, None)
             if not w.done.is_set():  # cancelled (connection closed): withdraw the wait
-                clock = svc.clock
-                st.claims.cancel_waiter(
-                    q.waiter_id, now_mono=clock.monotonic(), now_wall=clock.now(),
-                    why="closed", wake=False,
-                )  # fmt: skip
+                st.claims.cancel_waiter(q.waiter_id, why="closed", wake=False)
                 self._wake_soon()
         waited = time.monotonic() - t0
         if w.error is not None:
@@ -323,8 +308,7 @@ class ClaimHandlers(Domain):
 
     def _wake_now(self) -> None:
         self._wake_pending = False
-        clock = self.svc.clock
-        self.svc.state.claims.wake_deferred(clock.monotonic(), clock.now())
+        self.svc.state.claims.wake_deferred()
         self.svc.flush_background()
 
     def resolve(self, outcomes: list[Outcome], error: BaseException | None) -> None:
@@ -345,17 +329,13 @@ class ClaimHandlers(Domain):
             w.done.set()
 
     async def steal(self, p: pc.ClaimStealParams, conn: Conn) -> pc.ClaimAcquireResult:
-        svc, st = self.svc, self.svc.state
+        st = self.svc.state
         keys = await self._prepare(p.session_id, p.resources, p.broad)
         if keys is None:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
         if not p.reason.strip():
             raise InvalidParams("a steal needs a reason", {"path": "$.reason"})
-        clock = svc.clock
-        granted = st.claims.steal(
-            p.session_id, keys, reason=p.reason, mode=p.mode, ttl=p.ttl,
-            now_mono=clock.monotonic(), now_wall=clock.now(),
-        )  # fmt: skip
+        granted = st.claims.steal(p.session_id, keys, reason=p.reason, mode=p.mode, ttl=p.ttl)
         await self._commit_grant(granted, victims=granted.stolen)
         return self._granted(granted)
 
@@ -380,9 +360,7 @@ class ClaimHandlers(Domain):
         now_w = svc.clock.now()
         stored = {(c.resource, c.token) for c in mine}
         await svc.store.commit([("claim.audit", _release_record(c, now_w)) for c in mine])
-        released = st.claims.release(
-            p.session_id, [c.key for c in mine], now_mono=svc.clock.monotonic(), now_wall=now_w
-        )
+        released = st.claims.release(p.session_id, [c.key for c in mine])
         out = st.claims.outbox  # the release records are stored already: not twice
         out.audit = [
             r for r in out.audit
@@ -461,8 +439,7 @@ class ClaimHandlers(Domain):
     async def validate(self, p: pc.ClaimValidateParams, conn: Conn) -> pc.ClaimValidateResult:
         st = self.svc.state
         key = await self._key(p.resource)
-        now = self.svc.clock.monotonic()
-        valid = st.claims.validate(key, p.token, now)
+        valid = st.claims.validate(key, p.token)
         holder = None
         if valid:
             holder = next(

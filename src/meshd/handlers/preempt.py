@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 import msgspec
 
-from meshd.core.claims import RESERVED
+from meshd.core.claim_records import RESERVED
 from meshd.core.preempt import Preemption, Preemptions
 from meshd.core.registry import Report
 from meshd.core.state import Event, Write
@@ -37,7 +37,7 @@ from meshd.protocol.methods import Status
 from meshd.service import Conn, Service
 
 if TYPE_CHECKING:
-    from meshd.core.claims import Claim
+    from meshd.core.claim_records import Claim
 
 STATUSES = frozenset(get_args(Status))
 
@@ -159,10 +159,7 @@ class PreemptHandlers(Domain):
         paused = msgspec.structs.replace(s, status="paused")
         await self._store_first([("session.snapshot", paused)])
         first = [pre.by for pre in self.pre.paused(p.session_id)]
-        clock = svc.clock
-        reserved = st.claims.pause(
-            p.session_id, first, now_mono=clock.monotonic(), now_wall=clock.now()
-        )
+        reserved = st.claims.pause(p.session_id, first)
         if s.status != "paused":
             self.before[p.session_id] = s.status
         self.notes[p.session_id] = p.note
@@ -175,7 +172,7 @@ class PreemptHandlers(Domain):
         )  # fmt: skip
 
     async def resume(self, p: pp.ResumeParams, conn: Conn) -> pp.ResumeResult:
-        svc, st = self.svc, self.svc.state
+        st = self.svc.state
         sid = p.session_id
         s = st.registry.get(sid)
         note = self.notes.get(sid)
@@ -201,8 +198,7 @@ class PreemptHandlers(Domain):
                 session_id=sid, status="held", note=note or "", reservation="kept",
                 holders=reply.holders, waited_s=round(time.monotonic() - t0, 3),
             )  # fmt: skip
-        clock = svc.clock
-        st.claims.unreserve(sid, now_mono=clock.monotonic(), now_wall=clock.now())
+        st.claims.unreserve(sid)
         await self._resumed(sid)
         return pp.ResumeResult(
             session_id=sid, status="resumed", note=note or "", reservation="kept",
