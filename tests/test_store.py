@@ -36,6 +36,24 @@ class TestGroupCommit:
         assert st.writes == 200
         assert st.commits < 200
 
+    async def test_writes_of_one_loop_turn_share_one_commit(self, short_tmp: Path) -> None:
+        """Writes made in the same turn of the event loop reach the writer together: one
+        commit, not one per caller (handed over one by one, the writer -- woken at
+        once -- committed the first alone and the rest in dribs)."""
+        st = await open_store(short_tmp / "s.sqlite3")
+        done: list[BaseException | None] = []
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(100):  # all start in the same turn
+                    tg.start_soon(st.commit, [("meta.set", f"k{i}", i)])
+                st.submit([("meta.set", "background", 1)], on_done=done.append)
+        finally:
+            st.stop()
+            st.close()
+
+        assert (st.commits, st.writes) == (1, 101)
+        assert done == [None]
+
     async def test_a_bad_write_fails_only_its_caller(self, short_tmp: Path) -> None:
         """A write that raises (not a storage failure) fails alone; its batch-mates commit."""
         st = await open_store(short_tmp / "s.sqlite3")
