@@ -43,6 +43,8 @@ class Context:
     config: Path
     info: dict[str, Any] | None = None
     info_error: str | None = None
+    fleet: dict[str, Any] | None = None
+    """The daemon's ``fleet.status`` (None: no daemon, or one older than the fleet)."""
 
 
 def _mode(path: Path) -> str:
@@ -231,6 +233,61 @@ def check_service(ctx: Context) -> Check:
     return Check("service", "ok", f"{manager} service installed{active}")
 
 
+MIN_NATS = (2, 11)
+"""Per-key TTL (the fleet registry) needs nats-server 2.11 or later."""
+
+
+def check_fleet(ctx: Context) -> Check:
+    """The fleet link (SPEC §12): not configured, connected, or what it cannot reach."""
+    st = ctx.fleet
+    if st is None:
+        if ctx.info is None:
+            return Check("fleet", "skip", "no daemon to ask about the fleet link")
+        return Check("fleet", "skip", "this daemon does not know fleets (older version)")
+    if not st.get("configured"):
+        return Check(
+            "fleet", "ok", "not configured: this host is alone (meshctl fleet join URL to join)"
+        )
+    urls = ", ".join(st.get("urls") or [])
+    if not st.get("connected"):
+        why = st.get("last_error") or "no answer yet"
+        return Check(
+            "fleet",
+            "fail",
+            f"cannot reach the fleet at {urls}: {why}; this host's mesh works alone meanwhile",
+            f"start nats-server there with JetStream (docs/FLEET.md), or correct url/creds in "
+            f"[fleet] of {ctx.config} and run `meshctl daemon reload`, or `meshctl fleet leave`",
+        )
+    version = str(st.get("server_version") or "0.0.0")
+    try:
+        have = tuple(int(x) for x in version.split(".")[:2])
+    except ValueError:
+        have = (0, 0)
+    if have < MIN_NATS:
+        return Check(
+            "fleet",
+            "fail",
+            f"nats-server {version} at {st.get('server')} has no per-key TTL (needs 2.11+)",
+            "upgrade nats-server (docs/FLEET.md)",
+        )
+    hosts = st.get("hosts") or []
+    stale = [h["host"] for h in hosts if h.get("stale")]
+    message = (
+        f"connected to {st.get('server')} (nats-server {version}) as host {st.get('host')}; "
+        f"{len(hosts)} other host{'s' if len(hosts) != 1 else ''} seen"
+        + (f" ({', '.join(stale)} stale)" if stale else "")
+    )
+    clash = (st.get("parts") or {}).get("registry", {}).get("name_clash")
+    if clash:
+        return Check(
+            "fleet",
+            "warn",
+            f"{message}; another meshd writes under this host's name {st.get('host')}",
+            f"give each host its own name: name = ... in [fleet] of {ctx.config}",
+        )
+    return Check("fleet", "ok", message)
+
+
 CHECKS: list[Callable[[Context], Check]] = [
     check_daemon,
     check_version,
@@ -239,6 +296,7 @@ CHECKS: list[Callable[[Context], Check]] = [
     check_config,
     check_database,
     check_service,
+    check_fleet,
 ]
 
 

@@ -59,6 +59,7 @@ COMMANDS: dict[str, str] = {
     "daemon": "meshctl.cli.daemon:daemon",
     "doctor": "meshctl.cli.doctor:doctor",
     "end": "meshctl.cli.lifecycle:end",
+    "fleet": "meshctl.cli.fleet:fleet",
     "handoff": "meshctl.cli.handoff:handoff",
     "heartbeat": "meshctl.cli.lifecycle:heartbeat",
     "hermes": "meshctl.cli.hermes:hermes",

@@ -32,7 +32,8 @@ def _render(doc: dict[str, Any]) -> str:
 @click.command()
 @common_options
 def doctor() -> None:
-    """Check the daemon, socket, config, database and service; say how to fix each fault.
+    """Check the daemon, socket, config, database, service and fleet link; say how to
+    fix each fault.
 
     \b
     Examples:
@@ -54,6 +55,12 @@ def doctor() -> None:
         ctx.info = state.call("mesh.info", autostart=False)
     except MeshError as exc:
         ctx.info_error = exc.message
+    else:
+        if "fleet" in (ctx.info or {}).get("capabilities", ()):
+            try:
+                ctx.fleet = state.call("fleet.status", autostart=False)
+            except MeshError as exc:
+                ctx.fleet = {"configured": True, "connected": False, "last_error": exc.message}
     finally:
         state.close()
     checks = _doctor.run(ctx)

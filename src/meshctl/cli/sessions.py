@@ -25,6 +25,9 @@ Decisions:
   line ends in how long it has been idle (``idle_s``, from its last activity),
   ``idle 5m``, instead of the heartbeat age;
 - other profiles (``--all-profiles``) get a header of their own each;
+- in a fleet (SPEC §12) the listing holds every host's sessions, and when they
+  are on more than one host each line says ``on <host>`` after the task;
+  ``--local`` lists this host's only;
 - nothing live: the single line ``No active sessions (profile X).``
 
 ``--json`` prints the sessions as ``session.list`` returns them, each with its
@@ -48,8 +51,9 @@ if TYPE_CHECKING:
 Session = Mapping[str, Any]
 
 
-def describe(session: Session, home: str | None = None) -> str:
-    """One session as one line of ``sessions active`` (see the module docstring)."""
+def describe(session: Session, home: str | None = None, *, host: bool = False) -> str:
+    """One session as one line of ``sessions active`` (see the module docstring);
+    ``host``: say which host it runs on (a listing that spans a fleet's hosts)."""
     task = session.get("task") or ""
     status = session.get("status") or "idle"
     parts: list[str] = []
@@ -57,6 +61,8 @@ def describe(session: Session, home: str | None = None) -> str:
         parts.append(f"waiting for user, last task: {task}" if task else "waiting for user")
     else:
         parts.append(task or "no task")
+    if host and session.get("host"):
+        parts.append(f"on {session['host']}")
     if cwd := _output.tilde(session.get("cwd"), home):
         parts.append(f"in {cwd}")
     if branch := session.get("branch"):
@@ -102,7 +108,8 @@ def render_list(profile: str, sessions: Iterable[Session], home: str | None = No
     if not items:
         return f"No active sessions (profile {profile})."
     lines = [f"Active sessions (profile {profile}):"]
-    lines.extend(describe(s, home) for s in items)
+    hosts = len({s.get("host") for s in items}) > 1  # a fleet: every line says where
+    lines.extend(describe(s, home, host=hosts) for s in items)
     return "\n".join(lines)
 
 
@@ -234,10 +241,13 @@ def sessions() -> None:
     help="Also list the profiles whose daemons let this one see them.",
 )
 @click.option("--fresh", is_flag=True, help="Leave out stale sessions.")
-def active(all_profiles: bool, fresh: bool) -> None:
-    """List live sessions: id, task, folder, branch, status, last heard from."""
+@click.option("--local", is_flag=True, help="In a fleet: this host's sessions only.")
+def active(all_profiles: bool, fresh: bool, local: bool) -> None:
+    """List live sessions: id, task, folder, branch, status, last heard from (in a
+    fleet, every host's, each on its host)."""
     state = get_state()
-    result = state.call("session.list", {"fresh": True} if fresh else None)
+    params = {k: True for k, on in (("fresh", fresh), ("local", local)) if on}
+    result = state.call("session.list", params or None)
     groups = [(str(result.get("profile") or state.profile), _with_profile(result, fresh))]
     if all_profiles:
         groups.extend(_other_profiles(state, _own_socket(state), fresh))

@@ -1,0 +1,156 @@
+"""``meshctl fleet status|join|leave``, ``sessions active`` across hosts and ``--local``,
+and doctor's fleet check -- the real command line against real daemons and NATS."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.cli.conftest import run_meshctl
+from tests.conftest import DaemonHandle, MeshEnv
+from tests.fleet.conftest import HostFactory, NatsServer, free_port
+from tests.support import wait_for
+
+
+def by_name(doc: dict) -> dict:
+    return {c["name"]: c for c in doc["checks"]}
+
+
+def test_status_without_fleet(daemon: DaemonHandle, mesh_env: MeshEnv) -> None:
+    r = run_meshctl("fleet", "status", env=mesh_env.env)
+
+    assert r.code == 0, r
+    assert "not in a fleet" in r.out
+    assert str(mesh_env.config) in r.out
+    assert "meshctl fleet join" in r.out
+    j = run_meshctl("fleet", "status", "--json", env=mesh_env.env)
+    assert j.json()["configured"] is False
+
+
+def test_status_shows_link_and_hosts(fleet_hosts: HostFactory) -> None:
+    h1, h2 = fleet_hosts(2)
+    h2.call("session.register", {"task": "gateway", "pid": os.getpid()})
+    wait_for(lambda: h1.status()["hosts"], what="h2 seen from h1")
+    wait_for(lambda: h1.status()["published_s"] is not None, what="h1 published")
+
+    r = run_meshctl("fleet", "status", env=h1.env)
+    assert r.code == 0, r
+    assert f"connected to nats://127.0.0.1:{h1.relay.port}" in r.out
+    assert "as host h1" in r.out
+    assert "- h2 — 1 session, heard from" in r.out
+    assert "Fleet-wide claims: box, account, cron, gateway, res; when cut off: fail" in r.out
+    assert "Local-only now: nothing" in r.out
+    doc = run_meshctl("fleet", "status", "--json", env=h1.env).json()
+    assert doc["connected"] is True
+    assert [(h["host"], h["sessions"]) for h in doc["hosts"]] == [("h2", 1)]
+
+
+def test_sessions_active_names_hosts_and_local_lists_own(fleet_hosts: HostFactory) -> None:
+    h1, h2 = fleet_hosts(2)
+    mine = h1.call("session.register", {"task": "laptop work", "pid": os.getpid()})["session_id"]
+    theirs = h2.call("session.register", {"task": "vps work", "pid": os.getpid()})["session_id"]
+    wait_for(lambda: len(h1.call("session.list")["sessions"]) == 2, what="both sessions on h1")
+
+    r = run_meshctl("sessions", "active", env=h1.env)
+    assert r.code == 0, r
+    assert f"- {mine} — laptop work, on h1," in r.out
+    assert f"- {theirs} — vps work, on h2," in r.out
+    rows = run_meshctl("sessions", "active", "--json", env=h1.env).json()
+    assert {s["session_id"]: s["host"] for s in rows} == {mine: "h1", theirs: "h2"}
+    local = run_meshctl("sessions", "active", "--local", "--json", env=h1.env).json()
+    assert [s["session_id"] for s in local] == [mine]
+    human_local = run_meshctl("sessions", "active", "--local", env=h1.env)
+    assert " on h1" not in human_local.out  # one host: no host on each line
+
+
+def test_join_then_leave_reloads_the_daemon(
+    nats_server: NatsServer, mesh_env: MeshEnv, daemon: DaemonHandle
+) -> None:
+    mesh_env.write_config("# my settings\n[defaults]\nstale_after = 9\n")
+
+    r = run_meshctl("fleet", "join", nats_server.url, "--name", "solo", env=mesh_env.env)
+    assert r.code == 0, r
+    assert "The daemon reloaded it." in r.out
+    assert "as host solo" in r.out
+    text = mesh_env.config.read_text()
+    assert text.startswith("# my settings\n[defaults]\nstale_after = 9\n")
+    assert f'[fleet]\nurl = "{nats_server.url}"\nname = "solo"\n' in text
+    st = daemon.call("fleet.status")["result"]
+    assert (st["connected"], st["host"]) == (True, "solo")
+    assert daemon.call("mesh.info")["result"]["config"]["stale_after"] == 9
+
+    r = run_meshctl("fleet", "leave", "--json", env=mesh_env.env)
+    assert r.code == 0, r
+    assert r.json()["changed"] is True
+    assert mesh_env.config.read_text() == "# my settings\n[defaults]\nstale_after = 9\n"
+    wait_for(
+        lambda: daemon.call("fleet.status")["result"]["configured"] is False,
+        what="the daemon to leave",
+    )
+    again = run_meshctl("fleet", "leave", env=mesh_env.env)
+    assert again.code == 0, again
+    assert "was not in a fleet" in again.out
+
+
+def test_join_keeps_other_fleet_keys_and_refuses_bad_input(
+    mesh_env: MeshEnv, daemon: DaemonHandle, short_tmp: Path
+) -> None:
+    before = '[fleet]\nurl = "nats://old:4222"\non_partition = "local"\n'
+    mesh_env.write_config(before)
+    daemon.call("mesh.reload")
+
+    bad = run_meshctl(
+        "fleet", "join", "nats://new:4222", "--creds", str(short_tmp / "none.creds"),
+        "--json", env=mesh_env.env,
+    )  # fmt: skip
+    assert bad.code == 1, bad
+    assert bad.json()["error"]["data"]["code"] == "CONFIG_INVALID"
+    assert "fleet.creds" in bad.err
+    assert mesh_env.config.read_text() == before  # nothing changed
+
+    creds = short_tmp / "u.creds"
+    creds.write_text("not really")
+    ok = run_meshctl("fleet", "join", "nats://new:4222", "--creds", str(creds), env=mesh_env.env)
+    assert ok.code == 0, ok
+    assert mesh_env.config.read_text() == (
+        f'[fleet]\nurl = "nats://new:4222"\ncreds = "{creds}"\non_partition = "local"\n'
+    )
+
+
+def test_join_without_a_daemon_only_writes(nats_server: NatsServer, mesh_env: MeshEnv) -> None:
+    r = run_meshctl("fleet", "join", nats_server.url, env=mesh_env.env)
+
+    assert r.code == 0, r
+    assert "No daemon runs now: it joins when it starts." in r.out
+    assert not mesh_env.socket.exists()
+
+
+def test_doctor_fleet_check(
+    nats_server: NatsServer, mesh_env: MeshEnv, daemon: DaemonHandle
+) -> None:
+    env = {**mesh_env.env, "MESH_SERVICE_MANAGER": "none"}
+    alone = by_name(run_meshctl("doctor", "--json", env=env).json())["fleet"]
+    assert alone["status"] == "ok"
+    assert "not configured" in alone["message"]
+
+    mesh_env.write_config(f'[fleet]\nurl = "{nats_server.url}"\nname = "d1"\n')
+    daemon.call("mesh.reload")
+    wait_for(lambda: daemon.call("fleet.status")["result"]["connected"], what="connected")
+    ok = by_name(run_meshctl("doctor", "--json", env=env).json())["fleet"]
+    assert ok["status"] == "ok"
+    assert f"connected to {nats_server.url}" in ok["message"]
+    assert "as host d1" in ok["message"]
+
+    port = free_port()
+    mesh_env.write_config(f'[fleet]\nurl = "nats://127.0.0.1:{port}"\n')
+    daemon.call("mesh.reload")
+    wait_for(
+        lambda: (s := daemon.call("fleet.status")["result"])["last_error"] and not s["connected"],
+        what="the unreachable link",
+    )
+    r = run_meshctl("doctor", "--json", env=env)
+    assert r.code == 1, r
+    bad = by_name(r.json())["fleet"]
+    assert bad["status"] == "fail"
+    assert f"cannot reach the fleet at nats://127.0.0.1:{port}" in bad["message"]
+    assert "meshctl fleet leave" in bad["fix"]
