@@ -123,12 +123,15 @@ class DaemonHandle:
     profile: str = "test"
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    wrap: list[str] = field(default_factory=list)
+    """A command prefix (``ip netns exec NS``: the fleet tests' hosts); it must exec."""
 
     def start(self, *, wait: bool = True) -> None:
         self.log = self.state_dir.parent / f"meshd-{self.profile}.log"
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [
+                *self.wrap,
                 sys.executable,
                 "-m",
                 "meshd",

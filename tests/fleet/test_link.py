@@ -68,7 +68,8 @@ def test_link_comes_back_after_nats_is_killed(
 
 
 def test_cut_and_heal_one_host(fleet_hosts: HostFactory) -> None:
-    h1, h2 = fleet_hosts(2)
+    """A cut link is noticed by its pings (every heartbeat_interval), then comes back."""
+    h1, h2 = fleet_hosts(2, extra="[defaults]\nheartbeat_interval = 1\n")
 
     h1.cut()
     wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")

@@ -61,6 +61,29 @@ def test_a_vanished_host_is_stale_first_then_dropped(fleet_hosts: HostFactory) -
     assert sid not in listing(h1, fresh=True)
     wait_for(lambda: sid not in listing(h1), what="h3's session dropped by TTL")
     assert [x["host"] for x in h1.status()["hosts"]] == ["h2"]
+    # the server itself removes h3's key (per-key TTL), not only h1's view of it
+    wait_for(lambda: bucket_keys(h1.server.url) == {"h1", "h2"}, what="h3's key gone by TTL")
+
+
+def bucket_keys(url: str) -> set[str]:
+    """The keys of profile test's sessions bucket, read straight from the server."""
+    import asyncio
+
+    import nats
+    import nats.js.errors
+
+    async def keys() -> set[str]:
+        nc = await nats.connect(url)
+        try:
+            kv = await nc.jetstream().key_value("mesh_test_sessions")
+            try:
+                return set(await kv.keys())
+            except nats.js.errors.NoKeysError:
+                return set()
+        finally:
+            await nc.close()
+
+    return asyncio.run(keys())
 
 
 def test_a_clean_stop_leaves_at_once(fleet_hosts: HostFactory) -> None:

@@ -47,7 +47,9 @@ class Fleet:
 
         self.svc = svc
         self.cfg = cfg
-        self.link = FleetLink(cfg, svc.paths.profile)
+        self.link = FleetLink(
+            cfg, svc.paths.profile, ping_interval=svc.state.settings.heartbeat_interval
+        )
         self.changed_mono = svc.clock.monotonic()
         self.link.on_change(self._changed)
         self.registry = FleetRegistry(self)

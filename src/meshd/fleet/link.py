@@ -14,6 +14,7 @@ only when ``[fleet]`` is configured.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import ssl
 from collections.abc import Callable
@@ -38,8 +39,9 @@ RECONNECT_WAIT = 1
 """Seconds nats-py waits between reconnection attempts to the same server."""
 PING_INTERVAL = 5
 MAX_OUTSTANDING_PINGS = 2
-"""A link that answers no PING for about 10 s is dropped and reconnected: a cut cable
-is noticed even when no write is pending."""
+"""A link that answers two PINGs in a row (sent every ``ping_interval``: the profile's
+``heartbeat_interval``, 5 s by default) is dropped and reconnected: a cut cable is
+noticed within about three intervals even when no write is pending."""
 REQUEST_TIMEOUT = 2.0
 """Seconds a JetStream API call (a KV write) may take before it counts as failed."""
 
@@ -78,8 +80,11 @@ class FleetLink:
     drops. :meth:`run` keeps the link for as long as it runs.
     """
 
-    def __init__(self, cfg: FleetSettings, profile: str) -> None:
+    def __init__(
+        self, cfg: FleetSettings, profile: str, ping_interval: float = PING_INTERVAL
+    ) -> None:
         self.cfg = cfg
+        self.ping_interval = max(1, math.ceil(ping_interval))
         self.profile = profile
         self.host = cfg.name
         self.prefix = f"mesh.{token(profile)}"
@@ -169,7 +174,7 @@ class FleetLink:
             "allow_reconnect": True,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": RECONNECT_WAIT,
-            "ping_interval": PING_INTERVAL,
+            "ping_interval": self.ping_interval,
             "max_outstanding_pings": MAX_OUTSTANDING_PINGS,
             "error_cb": self._on_error,
             "disconnected_cb": self._on_disconnected,
@@ -185,14 +190,23 @@ class FleetLink:
         return opts
 
     async def _on_error(self, exc: Exception) -> None:
-        self.last_error = describe(exc)
-        log.debug("fleet link error: %s", self.last_error)
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError)) and self.last_error:
+            return  # the server hung up after saying why (an authorization refusal): keep that
+        text = describe(exc)
+        if text != self.last_error:
+            log.warning(
+                "fleet link: %s (%s); local calls are served meanwhile",
+                text,
+                ", ".join(self.cfg.urls),
+            )
+        self.last_error = text
 
     async def _on_disconnected(self) -> None:
         self._set(False)
 
     async def _on_reconnected(self) -> None:
         self._kv.clear()  # bind the buckets again: the server may have lost them
+        self.last_error = None
         self._set(True)
 
     async def run(self) -> None:
