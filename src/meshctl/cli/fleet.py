@@ -70,6 +70,9 @@ def render_status(st: dict[str, Any], config: Path | None = None) -> str:
             else f"published {_output.format_age(float(published))} ago"
         )
     )
+    reg = (st.get("parts") or {}).get("registry") or {}
+    if st.get("connected") and reg.get("last_error"):
+        lines.append(f"  but the last write or read failed: {reg['last_error']}")
     paths = st.get("shared_paths") or []
     lines.append(
         f"Fleet-wide claims: {', '.join(st.get('shared_kinds') or []) or 'none'}"
