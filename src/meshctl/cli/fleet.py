@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import Group, State, common_options, get_state
 from meshd.protocol.errors import MeshUnavailable
+
+if TYPE_CHECKING:
+    from pathlib import Path  # imported when a command needs it (start-up cost: --help)
 
 JOIN_WAIT = 5.0
 """Seconds ``join`` waits for the new link to come up before it reports."""
@@ -157,7 +159,7 @@ def _read(path: Path) -> str:
 
 
 def _file_option(value: str | None) -> str | None:
-    return None if value is None else str(Path(value).expanduser().resolve())
+    return None if value is None else os.path.realpath(os.path.expanduser(value))
 
 
 @fleet.command()
