@@ -147,10 +147,13 @@ def run(ctx: Ctx) -> None:
         register_many(plain_sock, ["fme"])
         register_many(fleet_sock, ["fme"])
         a, b = LineClient(plain_sock), LineClient(fleet_sock)
-        n = max(10, ctx.n.lat_n // 8)
+        # many short interleaved rounds, both pinned alike: a shared machine's load
+        # swings between rounds, and each swing must hit both sides
+        rounds = ctx.n.rounds * 8
+        n = max(5, ctx.n.lat_n // 64)
         without: list[float] = []
         with_fleet: list[float] = []
-        for r in range(ctx.n.rounds):  # interleaved rounds, both pinned alike
+        for r in range(rounds):
             with pinned(LAT_CPUS, plain.pid):
                 without += _pairs(a, "fme", f"p{r}", n)
             with pinned(LAT_CPUS, fleet.pid):
