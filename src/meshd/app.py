@@ -25,7 +25,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import SocketListener, TaskGroup
 
-from meshd import __version__, config, sdnotify, singleton, socketfile
+from meshd import __version__, config, eventloop, sdnotify, singleton, socketfile
 from meshd.core.clock import SystemClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState, Write
@@ -134,6 +134,8 @@ class Daemon:
         self._served: Path = paths.socket
         self._adopted = False
         self._tg: TaskGroup | None = None
+        self.loop_name = "asyncio"
+        """The event loop it runs on (``run`` sets it; see :mod:`meshd.eventloop`)."""
 
     # --- configuration ------------------------------------------------------------
 
@@ -325,8 +327,8 @@ class Daemon:
                 # (131 -> 127 µs). Young objects are collected as often as before.
                 gc.set_threshold(700, 10, 100)
                 log.info(
-                    "meshd %s serving profile %s on %s (%d sessions restored)",
-                    __version__, self.paths.profile, self._served, n,
+                    "meshd %s serving profile %s on %s (%d sessions restored; %s loop)",
+                    __version__, self.paths.profile, self._served, n, self.loop_name,
                 )  # fmt: skip
                 sdnotify.notify(f"READY=1\nSTATUS=serving {n} sessions")
         finally:
@@ -373,11 +375,16 @@ def prepare(profile: str) -> tuple[ProfilePaths, Settings, int]:
 
 def run(profile: str) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT; the exit status."""
+    try:
+        loop = eventloop.choose()
+    except eventloop.LoopChoiceError as exc:
+        raise StartupError(str(exc)) from exc
     paths, settings, _lock_fd = prepare(profile)
     raise_fd_limit()
     daemon = Daemon(paths, settings)
+    daemon.loop_name = loop
     try:
-        anyio.run(daemon.run)
+        anyio.run(daemon.run, backend_options=eventloop.backend_options(loop))
     except StartupError:
         raise
     except KeyboardInterrupt:
