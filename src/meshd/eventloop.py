@@ -1,12 +1,12 @@
-"""Which asyncio event loop the daemon runs on: uvloop where it is installed, else asyncio.
+"""Which asyncio event loop the daemon runs on: plain asyncio, or uvloop when asked.
 
 The daemon runs anyio on its asyncio backend either way; uvloop only replaces the loop
-underneath (``backend_options={"use_uvloop": True}``), so nothing above it changes. Its
-loop does in C what asyncio's does in Python -- the selector, callbacks, futures' wake-ups
--- which is most of what a small request costs once the handler is cheap (measured in
-docs/PERFORMANCE.md, "Request path"). ``MESH_EVENT_LOOP`` chooses:
-``uvloop``, ``asyncio``, or unset / ``auto`` (uvloop when importable). Plain asyncio is
-the fallback wherever uvloop has no wheel; the test suite runs the daemon on both.
+underneath (``backend_options={"use_uvloop": True}``), so nothing above it changes.
+``MESH_EVENT_LOOP`` chooses: ``asyncio`` (unset: the default), ``uvloop``, or ``auto``
+(uvloop when importable). uvloop is an optional extra (``session-mesh[uvloop]``), not
+the default: measured on the daemon's request path it saved 4-13% of the CPU a request
+costs (docs/PERFORMANCE.md, "Request path"), not the clear win that would justify a
+compiled dependency everywhere. The test suite runs the daemon on both loops.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class LoopChoiceError(ValueError):
 
 def choose(value: str | None = None) -> str:
     """The loop to run: ``"uvloop"`` or ``"asyncio"``, from ``value`` or the environment."""
-    want = (os.environ.get(ENV, "") if value is None else value).strip().lower() or "auto"
+    want = (os.environ.get(ENV, "") if value is None else value).strip().lower() or "asyncio"
     if want not in CHOICES:
         raise LoopChoiceError(
             f"{ENV}={want!r} is not a known event loop: use one of {', '.join(CHOICES)}"
