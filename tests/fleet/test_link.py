@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from tests.conftest import DaemonHandle, MeshEnv
 from tests.fleet.conftest import HostFactory, NatsServer, free_port
 from tests.support import wait_for
@@ -76,3 +77,29 @@ def test_cut_and_heal_one_host(fleet_hosts: HostFactory) -> None:
     assert h2.connected()
     h1.heal()
     h1.wait_connected()
+
+
+@pytest.mark.parametrize("key", ["nkey", "tls_ca"])
+def test_an_unusable_file_is_reported_never_fatal(
+    mesh_env: MeshEnv, nats_server: NatsServer, key: str
+) -> None:
+    """A seed or CA file that cannot be used: the daemon keeps serving, and fleet
+    status says what is wrong with the file (it was only checked to exist at load)."""
+    bad = mesh_env.root / "bad.file"
+    bad.write_text("this is not a key, a certificate or a creds file\n")
+    mesh_env.write_config(f'[fleet]\nurl = "{nats_server.url}"\n{key} = "{bad}"\n')
+    d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+    d.start()
+    try:
+        st = wait_for(
+            lambda: (s := d.call("fleet.status")["result"])["last_error"] and s,
+            what="the file's error",
+        )
+        assert not st["connected"]
+        assert d.call("mesh.ping")["result"]["pong"]
+        sid = d.call("session.register", {"task": "t", "pid": os.getpid()})["result"]["session_id"]
+        assert [s["session_id"] for s in d.call("session.list")["result"]["sessions"]] == [sid]
+        assert d.proc is not None
+        assert d.proc.poll() is None
+    finally:
+        d.stop()

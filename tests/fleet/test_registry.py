@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 import pytest
-from tests.fleet.conftest import FleetHost, HostFactory
+from tests.fleet.conftest import FleetHost, HostFactory, NatsServer
 from tests.support import wait_for
 
 FAST = "[defaults]\nheartbeat_interval = 1\n"
@@ -63,6 +63,27 @@ def test_a_vanished_host_is_stale_first_then_dropped(fleet_hosts: HostFactory) -
     assert [x["host"] for x in h1.status()["hosts"]] == ["h2"]
     # the server itself removes h3's key (per-key TTL), not only h1's view of it
     wait_for(lambda: bucket_keys(h1.server.url) == {"h1", "h2"}, what="h3's key gone by TTL")
+
+
+@pytest.mark.slow
+def test_the_registry_comes_back_after_nats_is_killed(
+    fleet_hosts: HostFactory, nats_server: NatsServer
+) -> None:
+    h1, h2 = fleet_hosts(2, extra=FAST)
+    before = register(h2, "before the crash")
+    wait_for(lambda: before in listing(h1), what="h2's session on h1")
+
+    nats_server.kill()  # kill -9; its store stays
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice")
+    after = register(h2, "while NATS is down")  # h2's own mesh goes on
+    nats_server.start()
+
+    seen = wait_for(
+        lambda: (got := listing(h1)) and {before, after} <= set(got) and got,
+        20,
+        what=lambda: f"h1 sees {listing(h1)}",
+    )
+    assert not seen[after]["stale"]
 
 
 def bucket_keys(url: str) -> set[str]:

@@ -42,6 +42,8 @@ MAX_OUTSTANDING_PINGS = 2
 """A link that answers two PINGs in a row (sent every ``ping_interval``: the profile's
 ``heartbeat_interval``, 5 s by default) is dropped and reconnected: a cut cable is
 noticed within about three intervals even when no write is pending."""
+RETRY = 10.0
+"""Seconds between attempts when nats-py refuses to even try (a file it cannot use)."""
 REQUEST_TIMEOUT = 2.0
 """Seconds a JetStream API call (a KV write) may take before it counts as failed."""
 
@@ -219,9 +221,23 @@ class FleetLink:
         parts that use it are done (``Fleet.run`` does), so their last words (a host
         withdrawing its sessions) still go out.
         """
-        nc = Client()
-        self.nc = nc
-        await nc.connect(**self._options())
+        while True:
+            nc = Client()
+            self.nc = nc
+            try:
+                await nc.connect(**self._options())
+                break
+            except Exception as exc:  # an unusable seed, CA or creds file: say so, retry
+                text = describe(exc)
+                if text != self.last_error:
+                    log.error("fleet link: cannot connect: %s; retrying every %.0f s", text, RETRY)
+                self.last_error = text
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    try:
+                        await nc.close()
+                    except Exception as close_exc:
+                        log.debug("fleet: closing a failed client: %s", describe(close_exc))
+                await anyio.sleep(RETRY)
         self.js = nc.jetstream(timeout=REQUEST_TIMEOUT)
         self.last_error = None
         self._set(True)

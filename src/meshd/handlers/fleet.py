@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from meshd.fleet.hub import Fleet
 
 log = logging.getLogger("meshd.fleet")
+RETRY = 10.0
+"""Seconds before a fleet that failed is started again (sooner if the table changes)."""
 
 
 class FleetDomain(Domain):
@@ -39,6 +41,8 @@ class FleetDomain(Domain):
         """The fleet while ``[fleet]`` is configured; None: this host is alone."""
         self._cfg: FleetSettings | None = None
         self._changed: anyio.Event | None = None
+        self.failure: str | None = None
+        """Why the fleet stopped (a bug in it), until it runs again."""
 
     def install(self) -> None:
         self.svc.add(f.FLEET_STATUS, self.status, is_async=True)
@@ -56,19 +60,30 @@ class FleetDomain(Domain):
             if cfg is None:
                 await self._changed.wait()
                 continue
-            from meshd.fleet.hub import Fleet
-
-            fleet = Fleet(self.svc, cfg)
-            self.fleet = fleet
-            log.info("joining the fleet at %s as host %s", ", ".join(cfg.urls), cfg.name)
             try:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(fleet.run)
+                await self._run(cfg)
+            except Exception as exc:  # a bug in the fleet must never stop the daemon
+                self.failure = f"{type(exc).__name__}: {exc}"
+                log.exception("the fleet failed; this host works alone, trying again in 10 s")
+                with anyio.move_on_after(RETRY):
                     await self._changed.wait()
-                    tg.cancel_scope.cancel()
-            finally:
-                self.fleet = None
-            log.info("left the fleet (the [fleet] table changed)")
+
+    async def _run(self, cfg: FleetSettings) -> None:
+        from meshd.fleet.hub import Fleet
+
+        assert self._changed is not None
+        fleet = Fleet(self.svc, cfg)
+        self.fleet = fleet
+        self.failure = None
+        log.info("joining the fleet at %s as host %s", ", ".join(cfg.urls), cfg.name)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(fleet.run)
+                await self._changed.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            self.fleet = None
+        log.info("left the fleet (the [fleet] table changed)")
 
     async def status(self, p: Empty, conn: Conn) -> f.FleetStatusResult:
         fleet = self.fleet
@@ -76,5 +91,7 @@ class FleetDomain(Domain):
             cfg = self.svc.state.settings.fleet
             if cfg is None:
                 return f.FleetStatusResult(configured=False)
-            return f.FleetStatusResult(configured=True, host=cfg.name, urls=list(cfg.urls))
+            return f.FleetStatusResult(
+                configured=True, host=cfg.name, urls=list(cfg.urls), last_error=self.failure
+            )
         return msgspec.convert(await fleet.status(), f.FleetStatusResult)
