@@ -55,7 +55,7 @@ def render_status(st: dict[str, Any], config: Path | None = None) -> str:
         )
     lines = [head]
     hosts = st.get("hosts") or []
-    lines.append(f"Other hosts seen: {len(hosts)}" + (":" if hosts else ""))
+    lines.append(f"Other hosts seen ({len(hosts)}):" if hosts else "Other hosts seen: none")
     for h in hosts:
         n = int(h.get("sessions") or 0)
         mark = "  [stale]" if h.get("stale") else ""
