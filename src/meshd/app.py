@@ -34,6 +34,7 @@ from meshd.handlers.board import BoardHandlers
 from meshd.handlers.board_work import BoardWorkHandlers
 from meshd.handlers.claims import ClaimHandlers
 from meshd.handlers.fleet import FleetDomain
+from meshd.handlers.fleet_mail import FleetMail
 from meshd.handlers.jobs import JobHandlers
 from meshd.handlers.ledger import LedgerHandlers
 from meshd.handlers.mesh import MeshHandlers
@@ -64,6 +65,7 @@ DOMAINS: tuple[type[Domain], ...] = (
     MeshHandlers,
     SessionHandlers,
     ClaimHandlers,  # after sessions: restores only the claims of restored sessions
+    FleetMail,  # the fleet's outbox and seen keys, before the messages and signals it routes
     MessageHandlers,
     BoardHandlers,
     SharedWork,  # the notebook's, signals' and ledger's state, before their handlers

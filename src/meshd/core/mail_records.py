@@ -115,6 +115,8 @@ class Broadcast:
     pending: list[Query] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    chain: tuple[str, ...] = ()
+    """The chain collected asks extend (the sender's; it travels to other hosts)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,10 @@ what is stored and shown). The shell drives it:
   index of recent messages (ids, parties, reply depth -- no text) for the reply
   cap, and each session's latest handoffs for the status responder. Read items
   and history live in SQLite only.
+* Items for a session on another host (a fleet, docs/FLEET.md) are not kept here:
+  :attr:`Mailbox.host_of` (set by the fleet) names the host of a session this
+  daemon does not have, and :meth:`Mailbox.put_item` hands such items to
+  :attr:`Mailbox.outbound` for the fleet's outbox instead of an inbox.
 * Queries and broadcasts are :class:`~meshd.core.queries.QueryDesk`'s (the
   mailbox's ``desk``; ``ask``, ``answer``, ``finish``, ``broadcast`` and ``wake``
   are reachable from the mailbox too); the records are
@@ -102,6 +106,11 @@ class Mailbox:
         self._handoffs: dict[str, dict[str | None, Handoff]] = {}
         self._next_id = 1
         self._next_handoff = 1
+        self.host_of: Callable[[str], str | None] = lambda sid: None
+        """The host of ``sid`` when it lives on another host of the fleet (set by it)."""
+        self.outbound: list[tuple[str, Message]] = []
+        """Items for sessions on other hosts, (host, item): taken by the fleet's outbox
+        in the same commit as the rest."""
 
     @property
     def wake(self) -> Callable[[int], None]:
@@ -207,9 +216,11 @@ class Mailbox:
         :class:`TooLarge`, and the registry's errors for unknown or ended sessions.
         """
         self.registry.get(sender)
-        target = self.registry.get(to)
+        target = self.registry.sessions.get(to)
+        if target is None and self.host_of(to) is None:
+            self.registry.get(to)  # the registry's own error for an unknown or ended id
         self.check_body(text)
-        if not target.accept_messages:
+        if target is not None and not target.accept_messages:
             raise MessageRefused(f"{to} does not accept messages", {"session_id": to})
         depth = self._reply_depth(sender, to, reply_to)
         self.check_budget(sender)
@@ -285,13 +296,23 @@ class Mailbox:
         reply_to: int | None = None,
         depth: int = 1,
         push: bool = True,
+        here: bool = False,
     ) -> Message:
-        """Store, index and push one new item; delivered at once if someone is subscribed."""
+        """Store, index and push one new item; delivered at once if someone is subscribed.
+
+        An item for a session on another host goes to :attr:`outbound` instead (unless
+        ``here``: an item that came from the fleet is kept here whoever it names)."""
         now = self.clock.now()
         m = Message(
             id=self.new_id(), to=to, sender=sender, kind=kind, text=text, created_at=now,
             reply_to=reply_to, depth=depth,
         )  # fmt: skip
+        if not here and to not in self.registry.sessions:
+            host = self.host_of(to)
+            if host is not None:
+                self._remember(m, self.clock.monotonic())  # the reply cap, across hosts
+                self.outbound.append((host, m))
+                return m
         if self._subscribers.get(to):
             m.state, m.delivered_at = "delivered", now
         self._inbox.setdefault(to, {})[m.id] = m
@@ -464,7 +485,7 @@ class Mailbox:
         self._next_handoff += 1
         self._keep_handoff(h)
         self.writes.append(("handoff.put", h))
-        if deliver and to is not None and to in self.registry.sessions:
+        if deliver and to is not None and (to in self.registry.sessions or self.host_of(to)):
             text = clip(handoff_text(h), self.settings.max_body_bytes)
             self.put_item(sender, to, "handoff", text)
         return h

@@ -98,6 +98,55 @@ class QueryDesk:
             asker, to, question, chain=chain, timeout=timeout, claims=claims, request=request
         )
 
+    # --- asks across hosts (docs/FLEET.md) ------------------------------------------------
+
+    def ask_out(self, asker: str, to: str, question: str) -> tuple[str, ...]:
+        """Check and charge an ask from local ``asker`` to ``to`` on another host.
+
+        The rules the asker's host can apply: the asker is live, the size, the chain
+        (returned, target last: it travels with the ask), the budget (charged here,
+        once). ``to``'s host applies the rest (:meth:`ask_in`).
+        """
+        self.mb.registry.get(asker)
+        self.mb.check_body(question, "$.question")
+        chain = self._chain(asker, to)
+        self.mb.check_budget(asker)
+        self.mb.charge(asker)
+        return chain
+
+    def ask_in(
+        self,
+        asker: str,
+        to: str,
+        question: str,
+        *,
+        chain: Sequence[str],
+        timeout: float,
+        claims: Sequence[str] = (),
+        request: Request = "question",
+    ) -> Answer | Query:
+        """An ask from ``asker`` on another host to local ``to``, with the chain its host
+        derived: as :meth:`ask`, but the chain is the asker's (so an ask ``to`` makes
+        while answering extends it) and the budget was charged there."""
+        target = self.mb.registry.get(to)
+        self.mb.check_body(question, "$.question")
+        if not target.accept_queries:
+            raise QueryRefused(f"{to} does not accept queries", {"session_id": to})
+        full = (*chain, to) if not chain or chain[-1] != to else tuple(chain)
+        if to in full[:-1] or len(full) - 1 > MAX_CHAIN_DEPTH:
+            raise Cycle(
+                f"asking {to} would come back to it or go deeper than {MAX_CHAIN_DEPTH}: "
+                + " -> ".join(full),
+                {"chain": list(full), "limit": MAX_CHAIN_DEPTH},
+            )
+        if not self.mb.has_responder(to):
+            return self._status_answer(
+                0, target, asker, claims=claims, timed_out=False, elapsed=0.0
+            )
+        return self._open_query(
+            asker, to, question, chain=full, timeout=timeout, claims=claims, request=request
+        )
+
     def _chain(self, asker: str, to: str) -> tuple[str, ...]:
         """The chain a new ask from ``asker`` extends (SPEC §6 Cycles), target appended."""
         bases = [q.chain for q in self._open_queries() if q.target == asker] or [(asker,)]
@@ -263,6 +312,45 @@ class QueryDesk:
                 {"chain": list(base), "limit": MAX_CHAIN_DEPTH},
             )
         self.mb.charge(sender)
+        out.chain = base
+        return self._deliver(
+            out, sender, text, select=select, collect=collect, timeout=timeout,
+            claims_of=claims_of, bases=bases,
+        )  # fmt: skip
+
+    def broadcast_in(
+        self,
+        sender: str,
+        text: str,
+        *,
+        chain: Sequence[str] = (),
+        select: Callable[[Session], bool] | None = None,
+        collect: bool = False,
+        timeout: float = 10.0,
+        claims_of: Callable[[str], Sequence[str]] = lambda sid: (),
+    ) -> Broadcast:
+        """A broadcast from ``sender`` on another host, to this host's sessions: as
+        :meth:`broadcast`, with the chain the sender's host derived; the budget and the
+        depth were checked there."""
+        out = Broadcast(chain=tuple(chain) or (sender,))
+        return self._deliver(
+            out, sender, text, select=select, collect=collect, timeout=timeout,
+            claims_of=claims_of, bases=[out.chain],
+        )  # fmt: skip
+
+    def _deliver(
+        self,
+        out: Broadcast,
+        sender: str,
+        text: str,
+        *,
+        select: Callable[[Session], bool] | None,
+        collect: bool,
+        timeout: float,
+        claims_of: Callable[[str], Sequence[str]],
+        bases: list[tuple[str, ...]],
+    ) -> Broadcast:
+        base = out.chain
         for s in list(self.mb.registry.sessions.values()):
             sid = s.session_id
             if sid == sender or (select is not None and not select(s)):

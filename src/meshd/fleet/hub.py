@@ -16,6 +16,7 @@ import anyio
 
 from meshd.core.settings import FleetSettings
 from meshd.fleet.link import FleetLink, describe
+from meshd.fleet.mail import MailLink
 
 if TYPE_CHECKING:
     from meshd.service import Service
@@ -55,6 +56,8 @@ class Fleet:
         self.registry = FleetRegistry(self)
         self.parts: list[FleetPart] = [self.registry]
         """Parts run by :meth:`run`; items 3 and 4 append theirs here (one line each)."""
+        self.mail = MailLink(self)  # messages, asks, broadcasts, signals (docs/FLEET.md)
+        self.parts.append(self.mail)
 
     @property
     def host(self) -> str:

@@ -35,7 +35,9 @@ from meshd.core.mail_records import (
 from meshd.core.registry import Session
 from meshd.core.state import Event
 from meshd.domain import Domain
+from meshd.handlers.fleet_mail import FleetMail, answer_of
 from meshd.keys import canonical_key, path_key
+from meshd.protocol import fleet_mail as wire
 from meshd.protocol import messages as mm
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import MeshDisabled, MeshError, NotFound
@@ -53,6 +55,7 @@ class MessageHandlers(Domain):
         self.mb = svc.state.mailbox
         self.mb.wake = self._wake
         self._waits: dict[int, anyio.Event] = {}
+        self.fleet = svc.domain(FleetMail)
 
     def install(self) -> None:
         svc = self.svc
@@ -91,7 +94,7 @@ class MessageHandlers(Domain):
 
     # --- plumbing -----------------------------------------------------------------------
 
-    async def _commit(self) -> None:
+    async def commit(self) -> None:
         """Hand the mailbox's writes and pushes to the service; stored before the reply.
 
         If the disk refuses them, :meth:`Service.commit` forgets what they created
@@ -111,7 +114,7 @@ class MessageHandlers(Domain):
         """Run a blocking read helper on the store's read connection, in a worker thread."""
         return await self.svc.store.read(fn)
 
-    def _claims(self, sid: str) -> list[str]:
+    def claims_of(self, sid: str) -> list[str]:
         return [c.resource for c in self.svc.state.claims.list_claims(sid)]
 
     def _wake(self, query_id: int) -> None:
@@ -119,7 +122,7 @@ class MessageHandlers(Domain):
         if ev is not None:
             ev.set()
 
-    async def _wait(self, queries: list[Query]) -> list[Answer]:
+    async def wait_answers(self, queries: list[Query]) -> list[Answer]:
         """Wait until every query is answered (or its party ended) or the first deadline."""
         events = {q.id: self._waits.setdefault(q.id, anyio.Event()) for q in queries}
         try:
@@ -141,13 +144,14 @@ class MessageHandlers(Domain):
         to = p.to or await self._reply_target(p.session_id, p.reply_to)
         m = self.mb.send(p.session_id, to, p.text, reply_to=p.reply_to)
         try:
-            await self._commit()
+            await self.commit()
         except MeshError:
             self.mb.discard(m.id)
             raise
         return mm.SendResult(
-            id=m.id, to=m.to, state=m.state, created_at=rfc3339(m.created_at), depth=m.depth
-        )
+            id=m.id, to=m.to, state=m.state, created_at=rfc3339(m.created_at), depth=m.depth,
+            host=self.fleet.remote_host(m.to),
+        )  # fmt: skip
 
     async def _reply_target(self, sid: str, reply_to: int | None) -> str:
         if reply_to is None:
@@ -200,19 +204,24 @@ class MessageHandlers(Domain):
 
     async def ask(self, p: mm.AskParams, conn: Conn) -> mm.AskResult:
         self._enabled()
+        host = self.fleet.remote_host(p.to)
+        if host is not None:  # a session of another host: request/reply (docs/FLEET.md)
+            conn.detach()
+            ans = await self.fleet.ask(p.session_id, p.to, host, p.question, timeout=p.timeout)
+            return ask_result(ans)
         r = self.mb.ask(
-            p.session_id, p.to, p.question, timeout=p.timeout, claims=self._claims(p.to)
+            p.session_id, p.to, p.question, timeout=p.timeout, claims=self.claims_of(p.to)
         )
-        await self._commit()
+        await self.commit()
         conn.detach()  # the connection goes on serving while this waits
-        ans = r if isinstance(r, Answer) else (await self._wait([r]))[0]
+        ans = r if isinstance(r, Answer) else (await self.wait_answers([r]))[0]
         return ask_result(ans)
 
     async def answer(self, p: mm.AnswerParams, conn: Conn) -> mm.AnswerResult:
         late = self.mb.answer(p.session_id, p.query_id, p.text)
         if late is None:
             return mm.AnswerResult(query_id=p.query_id)
-        await self._commit()
+        await self.commit()
         return mm.AnswerResult(query_id=p.query_id, late=True, message_id=late.id)
 
     def respond(self, p: mm.RespondParams, conn: Conn) -> mm.RespondResult:
@@ -229,22 +238,52 @@ class MessageHandlers(Domain):
 
     async def broadcast(self, p: mm.BroadcastParams, conn: Conn) -> mm.BroadcastResult:
         self._enabled()
-        select = await self._overlapping(p.path) if p.path is not None else None
+        select = await self.overlapping(p.path) if p.path is not None else None
         out = self.mb.broadcast(
             p.session_id, p.text, select=select, collect=p.collect, timeout=p.timeout,
-            claims_of=self._claims,
+            claims_of=self.claims_of,
         )  # fmt: skip
-        await self._commit()
+        fleet = self.fleet.transport is not None
+        if fleet and not p.collect:  # every other host's sessions, through the stream
+            self.fleet.to_all(
+                wire.MailItem(
+                    kind="broadcast", sender=p.session_id, from_host=self.fleet.host,
+                    created_at=self.svc.clock.now(), text=p.text, path=p.path,
+                )
+            )  # fmt: skip
+        await self.commit()
         conn.detach()
-        answers = out.answers + await self._wait(out.pending)
-        return mm.BroadcastResult(
-            recipients=out.recipients,
-            message_ids=[m.id for m in out.messages],
-            answers=[ask_result(a) for a in answers],
+        result = mm.BroadcastResult(
+            recipients=out.recipients, message_ids=[m.id for m in out.messages],
             skipped=out.skipped,
-        )
+        )  # fmt: skip
+        answers: list[Answer] = list(out.answers)
+        async with anyio.create_task_group() as tg:  # this host's and the others' at once
+            if fleet and p.collect:
+                tg.start_soon(self._collect_remote, p, out.chain, result, answers)
+            answers += await self.wait_answers(out.pending)
+        result.answers = [ask_result(a) for a in answers]
+        return result
 
-    async def _overlapping(self, path: str) -> Callable[[Session], bool]:
+    async def _collect_remote(
+        self,
+        p: mm.BroadcastParams,
+        chain: tuple[str, ...],
+        result: mm.BroadcastResult,
+        answers: list[Answer],
+    ) -> None:
+        """The other hosts' part of a collected broadcast, merged into ``result``."""
+        for part in await self.fleet.collect(
+            p.session_id, p.text, chain=chain, timeout=p.timeout, path=p.path
+        ):
+            if part.error is not None:
+                result.skipped[f"host:{part.host}"] = part.error.message
+                continue
+            result.recipients += part.recipients
+            result.skipped.update(part.skipped)
+            answers.extend(answer_of(r) for r in part.answers)
+
+    async def overlapping(self, path: str) -> Callable[[Session], bool]:
         """Sessions whose claims, cwd or repo overlap ``path`` (canonicalised as a claim,
         off the event loop)."""
         home = os.path.expanduser("~")
@@ -269,24 +308,31 @@ class MessageHandlers(Domain):
             p.session_id, p.summary, to=p.to, files=p.files, branch=p.branch,
             next_steps=p.next_steps,
         )  # fmt: skip
-        await self._commit()
+        await self.commit()
         return handoff_info(h)
 
     async def handoff_request(
         self, p: mm.HandoffRequestParams, conn: Conn
     ) -> mm.HandoffRequestResult:
         self._enabled()
-        r = self.mb.ask(
-            p.session_id, p.to, HANDOFF_QUESTION, timeout=p.timeout,
-            claims=self._claims(p.to), request="handoff",
-        )  # fmt: skip
-        await self._commit()
-        conn.detach()  # the connection goes on serving while this waits
-        ans = r if isinstance(r, Answer) else (await self._wait([r]))[0]
+        host = self.fleet.remote_host(p.to)
+        if host is not None:
+            conn.detach()
+            ans = await self.fleet.ask(
+                p.session_id, p.to, host, HANDOFF_QUESTION, timeout=p.timeout, request="handoff"
+            )
+        else:
+            r = self.mb.ask(
+                p.session_id, p.to, HANDOFF_QUESTION, timeout=p.timeout,
+                claims=self.claims_of(p.to), request="handoff",
+            )  # fmt: skip
+            await self.commit()
+            conn.detach()  # the connection goes on serving while this waits
+            ans = r if isinstance(r, Answer) else (await self.wait_answers([r]))[0]
         h = self.mb.write_handoff(
             ans.sender, ans.answer, to=p.session_id, require_live=False, deliver=False
         )
-        await self._commit()
+        await self.commit()
         return mm.HandoffRequestResult(
             handoff=handoff_info(h),
             answered_by=ans.answered_by,

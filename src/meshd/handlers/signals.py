@@ -13,6 +13,9 @@
   wait`` registers one of its own).
 * A refused commit (disk full) takes the emit back: nobody is woken, the name's
   counter is as before.
+* In a fleet (docs/FLEET.md) an emit is also posted for every other host, in the same
+  commit; a signal from another host is taken in as this host's next signal of that
+  name (:meth:`SignalHandlers.take`): sequence numbers are per host.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from anyio import Event, move_on_after
 from meshd.core.notes import utf8_len
 from meshd.core.signals import Signal, matches
 from meshd.domain import Domain
+from meshd.handlers.fleet_mail import FleetMail
 from meshd.handlers.shared import shared_of
+from meshd.protocol import fleet_mail as wire
 from meshd.protocol import signals as ps
 from meshd.protocol.errors import TooLarge
 from meshd.service import Conn, Service, rfc3339
@@ -42,6 +47,7 @@ class SignalHandlers(Domain):
         super().__init__(svc)
         self.work = shared_of(svc)
         self._by_name: dict[str, set[Event]] = {}
+        self.fleet = svc.domain(FleetMail)
         self._by_session: dict[str, set[Event]] = {}
 
     def install(self) -> None:
@@ -70,17 +76,34 @@ class SignalHandlers(Domain):
         board = work.signals
         before = board.newest.get(p.name), board.counters.get(p.name)
         sig = board.emit(p.name, payload, p.session_id)
-        try:
-            await work.commit()
-        except BaseException:
-            board.put_back(p.name, *before)
-            raise
-        for ev in self._by_name.pop(p.name, ()):
-            ev.set()
+        self.fleet.to_all(
+            wire.MailItem(
+                kind="signal", sender=p.session_id or "", from_host=self.fleet.host,
+                created_at=sig.emitted_at, name=sig.name, payload=payload,
+            )
+        )  # fmt: skip
+        await self._store(sig, before)
         return ps.SignalRecord(
             name=sig.name, seq=sig.seq, payload=_payload(sig), emitted_by=sig.emitted_by,
             emitted_at=rfc3339(sig.emitted_at),
         )  # fmt: skip
+
+    async def _store(self, sig: Signal, before: tuple[Signal | None, int | None]) -> None:
+        """Commit an emit, then wake its waiters; a refused commit takes it back."""
+        try:
+            await self.work.commit()
+        except BaseException:
+            self.work.signals.put_back(sig.name, *before)
+            raise
+        for ev in self._by_name.pop(sig.name, ()):
+            ev.set()
+
+    async def take(self, name: str, payload: str, by: str | None) -> None:
+        """A signal emitted on another host: this host's next signal of ``name``
+        (committed with whatever the caller left to store, e.g. its seen key)."""
+        board = self.work.signals
+        before = board.newest.get(name), board.counters.get(name)
+        await self._store(board.emit(name, payload, by or None), before)
 
     async def wait(self, p: ps.SignalWaitParams, conn: Conn) -> ps.SignalWaitResult:
         work = self.work

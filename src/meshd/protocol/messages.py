@@ -75,11 +75,15 @@ class SendParams(Params):
 
 
 class SendResult(Result):
+    """``host``: the host of a session on another host of the fleet (SPEC §12); such a
+    message stays ``queued`` here -- its later states live on that host."""
+
     id: int
     to: str
     state: ItemState
     created_at: str
     depth: int = 1
+    host: str | None = None
 
 
 class InboxParams(Params):

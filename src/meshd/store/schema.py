@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from meshd.store import board, claims, jobs, messages, sessions, shared
+from meshd.store import board, claims, fleet_post, jobs, messages, sessions, shared
 
 Writer = Callable[..., None]
 """Applies one write tuple's arguments to the open transaction: ``fn(db, *args)``."""
@@ -27,6 +27,7 @@ MIGRATIONS: list[str] = [
     shared.DDL,  # 5: shared work: notes, signals, the ledger, board posts and marks
     jobs.DDL,  # 6: declared jobs' runs and deferrals
     claims.DDL_TTL,  # 7: each claim's ttl: a restart caps what is left of it (clock steps)
+    fleet_post.DDL,  # 8: the fleet's outbox and the keys of fleet items taken in
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -46,6 +47,7 @@ WRITERS: dict[str, Writer] = {
     "board.prune": board.write_prune,
     **shared.WRITERS,
     **jobs.WRITERS,
+    **fleet_post.WRITERS,
 }
 """Every write kind the core may produce, and the SQL it becomes."""
 
