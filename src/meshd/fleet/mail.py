@@ -187,6 +187,9 @@ class MailLink:
                 self._subs = []
 
     async def _on_ask(self, msg: Msg) -> None:
+        if self.fleet.answers_at_once(msg.data):  # the status responder: no waiting
+            await self._respond(msg, self.fleet.serve_ask)
+            return
         assert self._tg is not None
         self._tg.start_soon(self._respond, msg, self.fleet.serve_ask)
 

@@ -265,9 +265,19 @@ class FleetMail(Domain):
             req.asker, req.to, req.question, chain=req.chain, timeout=req.timeout,
             claims=claims, request=req.request,
         )  # fmt: skip
-        await msgs.commit()
-        ans = r if isinstance(r, Answer) else (await msgs.wait_answers([r]))[0]
-        return _reply(ans)
+        if isinstance(r, Answer):
+            return _reply(r)
+        await msgs.commit()  # the query event for the responders
+        return _reply((await msgs.wait_answers([r]))[0])
+
+    def answers_at_once(self, raw: bytes) -> bool:
+        """Whether an ask is answered without waiting (no live responder for its target,
+        or it is refused): the link serves such an ask inline, without a task."""
+        try:
+            to = wire.decode_ask(raw).to
+        except msgspec.DecodeError:
+            return True
+        return not self.svc.state.mailbox.has_responder(to)
 
     async def take(self, key: str, item: wire.MailItem) -> bool:
         """Take in one fleet item unless its key was seen; stored with its key in one
