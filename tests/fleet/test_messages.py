@@ -390,3 +390,34 @@ class TestFailures:
         assert [i["text"] for i in items] == ["while cut"]
         wait_for(lambda: h1.status()["parts"]["mail"]["outbox"] == 0, 15, what="outbox empty")
         assert [i["text"] for i in inbox(h2, "h2:b")] == ["while cut"]
+
+    @pytest.mark.slow
+    def test_a_long_cut_still_queues_to_the_last_known_host(self, fleet_hosts: HostFactory) -> None:
+        """Cut long enough for h1's registry to drop h2: a send to h2:b still goes to
+        h2's outbox (the last picture before the cut), a broadcast and a signal made
+        while cut too; after the heal h2 has each exactly once."""
+        h1, h2 = fleet_hosts(2, extra="[defaults]\nheartbeat_interval = 1\n")
+        register(h1, "h1:a")
+        register(h2, "h2:b")
+        everywhere([h1, h2], "h1:a", "h2:b")
+        h1.cut()
+        wait_for(lambda: "h2:b" not in listed(h1), 30, what="h1's registry to drop h2:b")
+
+        sent = h1.call("message.send", {"session_id": "h1:a", "to": "h2:b", "text": "late"})
+        h1.call("broadcast.send", {"session_id": "h1:a", "text": "all hands"})
+        h1.call("signal.emit", {"name": "cut-done", "session_id": "h1:a"})
+        assert (sent["state"], sent["host"]) == ("queued", "h2")
+        assert h1.status()["parts"]["mail"]["outbox"] == 3
+
+        h1.heal()
+        h1.wait_connected()
+
+        def texts() -> list[tuple[str, str]]:
+            return sorted((i["kind"], i["text"]) for i in inbox(h2, "h2:b"))
+
+        want = [("broadcast", "all hands"), ("message", "late")]
+        wait_for(lambda: texts() == want, 30, what=lambda: f"h2:b has {texts()}")
+        got = h2.call("signal.wait", {"name": "cut-done", "timeout": 15})
+        assert (got["received"], got["emitted_by"]) == (True, "h1:a")
+        wait_for(lambda: h1.status()["parts"]["mail"]["outbox"] == 0, 15, what="outbox empty")
+        assert texts() == want
