@@ -383,6 +383,7 @@ class TestFailures:
         assert local["host"] is None
         assert inbox(h1, "h1:local")
         assert h1.status()["parts"]["mail"]["outbox"] == 1
+        assert "mail for other hosts not sent yet: 1 items" in h1.status()["local_only"]
 
         h1.heal()
         h1.wait_connected()

@@ -75,6 +75,15 @@ def render_status(st: dict[str, Any], config: Path | None = None) -> str:
     reg = (st.get("parts") or {}).get("registry") or {}
     if st.get("connected") and reg.get("last_error"):
         lines.append(f"  but the last write or read failed: {reg['last_error']}")
+    mail = (st.get("parts") or {}).get("mail")
+    if mail:
+        waiting = int(mail.get("outbox") or 0)
+        lines.append(
+            f"Mail across hosts: {waiting} waiting to be sent"
+            + (" (sent when the link is back)" if waiting and not st.get("connected") else "")
+            + f"; {mail.get('published', 0)} sent, {mail.get('taken', 0)} taken in, "
+            f"{mail.get('duplicates_dropped', 0)} copies dropped"
+        )
     paths = st.get("shared_paths") or []
     lines.append(
         f"Fleet-wide claims: {', '.join(st.get('shared_kinds') or []) or 'none'}"

@@ -170,8 +170,11 @@ def send(to: str, text: tuple[str, ...]) -> None:
     state = get_state()
     params = {"session_id": state.require_session(), "to": to, "text": " ".join(text)}
     result = state.call("message.send", params)
+    where = f" on host {result['host']}" if result.get("host") else ""
     _output.emit(
-        state.json, result, f"Sent #{result.get('id')} to {result.get('to')} ({result['state']})."
+        state.json,
+        result,
+        f"Sent #{result.get('id')} to {result.get('to')}{where} ({result['state']}).",
     )
 
 

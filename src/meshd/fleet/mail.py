@@ -66,9 +66,12 @@ class MailLink:
 
     def status(self) -> dict[str, Any]:
         """For ``fleet status``: the outbox waiting, items published, taken, dropped."""
+        waiting = len(self.fleet.post.pending)
         return {
-            "outbox": len(self.fleet.post.pending), "published": self.published,
-            "taken": self.taken, "duplicates_dropped": self.dropped,
+            "outbox": waiting, "published": self.published, "taken": self.taken,
+            "duplicates_dropped": self.dropped,
+            "local_only": [f"mail for other hosts not sent yet: {waiting} items"]
+            if waiting and not self.link.connected else [],
         }  # fmt: skip
 
     def host_of(self, sid: str) -> str | None:
