@@ -68,13 +68,13 @@ def run(ctx: Ctx) -> None:
     missing = {m for m in (ACQUIRE, RELEASE, CHECK) if m not in ctx.served}
     skip = f"not served yet ({', '.join(sorted(missing))})" if missing else ""
     names = [
-        "claim.check, 10,000 live claims in deep trees",
-        "claim.check, 10,000 vs 100 claims",
-        "claim + release round trip p50 (durable)",
-        "claim + release with a long history",
-        "100 clients, 95 % heartbeats, 5 % claim + release: throughput",
-        "100 clients, 95/5 mix: p99",
-        "a waiter granted after a release",
+        "claim.check of a free path beside 10,000 live claims",
+        "claim.check of a free path: 10,000 live claims vs 100",
+        "claim or release round trip p50 (each durable)",
+        "claim or release round trip p50, 100,000 finished claims in history",
+        "100 clients (95 heartbeating, 5 claiming + releasing): requests/s",
+        "100 clients (95 heartbeating, 5 claiming + releasing): p99",
+        "queued waiter granted, from sending the release",
     ]
     if skip:
         for name in names:
@@ -83,7 +83,7 @@ def run(ctx: Ctx) -> None:
         _claims(ctx, pipeline, register_many)
     ask_missing = [m for m in (ASK, ANSWER, RESPOND, SUBSCRIBE) if m not in ctx.served]
     if ask_missing:
-        ctx.add(g, name="ask answered by a live responder", value=None, unit="s",
+        ctx.add(g, name="query.ask answered by a live responder p50", value=None, unit="s",
                 skip=f"not served yet ({', '.join(ask_missing)})")  # fmt: skip
     else:
         _ask(ctx)
@@ -147,16 +147,17 @@ def _claims(ctx: Ctx, pipeline: Any, register_many: Any) -> None:
     total = 100 * per
     ctx.add(
         g,
-        name=f"claim.check, {total:,} live claims in deep trees",
+        name=f"claim.check of a free path beside {total:,} live claims",
         value=c10k,
         unit="s",
         floor="E p50",
         floor_value=e50,
         limit=2.0,
+        note="100 sessions x 100 claims, 8 levels deep; the path overlaps none of them",
     )
     ctx.add(
         g,
-        name=f"claim.check, {total:,} vs 100 claims",
+        name=f"claim.check of a free path: {total:,} live claims vs 100",
         value=c10k,
         unit="s",
         floor="check@100",
@@ -165,16 +166,16 @@ def _claims(ctx: Ctx, pipeline: Any, register_many: Any) -> None:
     )
     ctx.add(
         g,
-        name="claim + release round trip p50 (durable)",
+        name="claim or release round trip p50 (each durable)",
         value=fresh,
         unit="s",
         floor="E+W1",
         floor_value=(e50 + w1) if e50 and w1 else None,
         limit=1.5,
     )
-    hist = 1000 if ctx.quick else 100_000
+    hist = 1000 if ctx.quick else 100_000  # finished claims: one acquire + release each
     frames = []
-    for k in range(hist // 2):
+    for k in range(hist):
         res = [f"file:/bench/hist/f{k}"]
         frames += [acquire(ctx.me, res), release(ctx.me, res)]
     _ok(pipeline(c, frames, group=200))
@@ -186,12 +187,13 @@ def _claims(ctx: Ctx, pipeline: Any, register_many: Any) -> None:
             pair += time_roundtrips(c, release(ctx.me, res), 1)
     ctx.add(
         g,
-        name=f"claim + release with {hist:,} finished claims in history",
+        name=f"claim or release round trip p50, {hist:,} finished claims in history",
         value=pct(pair, 0.5),
         unit="s",
         floor="empty history",
         floor_value=fresh,
         limit=1.1,
+        note="claims only, no messages",
     )
     _mix(ctx, register_many, e99)
     _waiter(ctx, e50, w1)
@@ -239,9 +241,9 @@ def _ranked(ctx: Ctx, c: LineClient) -> None:
         queue.close()
         c.roundtrip(release(ids[0], contended))
         c.roundtrip(rank(ctx.me, 0))
-    ctx.add("claims", name="claim + release, every rank 0 (this run)", value=pct(free, 0.5),
+    ctx.add("claims", name="claim or release round trip p50, every rank 0", value=pct(free, 0.5),
             unit="s", note="floor")  # fmt: skip
-    ctx.add("claims", name="claim + release with ranks in play", value=pct(ranked, 0.5),
+    ctx.add("claims", name="claim or release round trip p50, ranks in play", value=pct(ranked, 0.5),
             unit="s", floor="rank-free", floor_value=pct(free, 0.5), limit=1.1)  # fmt: skip
 
 
@@ -270,7 +272,7 @@ def _mix(ctx: Ctx, register_many: Any, e99: float | None) -> None:
             pin(p, all_cpus())
     ctx.add(
         g,
-        name="100 clients, 95 % heartbeats, 5 % claim + release: throughput",
+        name="100 clients (95 heartbeating, 5 claiming + releasing): requests/s",
         value=median([r.rate for r in m]),
         unit="req/s",
         floor="E@100",
@@ -280,7 +282,7 @@ def _mix(ctx: Ctx, register_many: Any, e99: float | None) -> None:
     )
     ctx.add(
         g,
-        name="100 clients, 95/5 mix: p99",
+        name="100 clients (95 heartbeating, 5 claiming + releasing): p99",
         value=median([r.p99 for r in m]),
         unit="s",
         floor="E p99@100",
@@ -315,7 +317,7 @@ def _waiter(ctx: Ctx, e50: float | None, w1: float | None) -> None:
     floor = (e50 + w1 + 0.001) if e50 and w1 else None
     ctx.add(
         g,
-        name="a waiter granted after a release",
+        name="queued waiter granted, from sending the release",
         value=median(times),
         unit="s",
         floor="E+W1+1ms",
@@ -357,8 +359,9 @@ def _ask(ctx: Ctx) -> None:
         c.close()
         resp.terminate()
         resp.wait()
-    ctx.add("claims", name="ask answered by a live responder", value=median(times), unit="s",
-            floor="E p50", floor_value=e50, limit=3.0)  # fmt: skip
+    ctx.add("claims", name="query.ask answered by a live responder p50", value=median(times),
+            unit="s", floor="E p50", floor_value=e50, limit=3.0,
+            note="responder: bench/responder.py, a stdlib script; all on one CPU")  # fmt: skip
 
 
 def _fanout(path: str, socks: list[Any], frame: bytes, rounds: int) -> list[float]:

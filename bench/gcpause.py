@@ -19,8 +19,9 @@ from bench.common import median
 
 
 def measure(n: int, repeats: int, freeze: bool = False) -> dict[str, Any]:
-    """With ``freeze``: ``gc.freeze()`` after the imports, before any session exists
-    (what the daemon could do at start-up: the proposed fix)."""
+    """With ``freeze``: ``gc.freeze()`` after the imports, before any session exists:
+    what meshd does once at start-up (``app.Daemon.run``, after the restore), so the
+    sessions registered afterwards are what a full collection still has to walk."""
     import meshd.app  # noqa: F401  (the daemon's whole module graph)
     from meshd.core.clock import ManualClock
     from meshd.core.registry import Registration, Registry

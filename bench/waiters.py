@@ -154,10 +154,12 @@ def run(ctx: Ctx) -> None:
             pin(p, all_cpus())
         proc.stop()
     m = {k: median(v) for k, v in got.items()}
+    label = {"enqueue": "enqueue, wall", "cancel": "cancel, wall",
+             "enqueue cpu": "enqueue, daemon CPU", "cancel cpu": "cancel, daemon CPU"}  # fmt: skip
     for what in ("enqueue", "cancel", "enqueue cpu", "cancel cpu"):
-        ctx.add(g, name=f"{small:,} waiters on one key: {what}", value=m[f"{what} small"],
+        ctx.add(g, name=f"{small:,} waiters on one key: {label[what]}", value=m[f"{what} small"],
                 unit="s", note="floor")  # fmt: skip
-        ctx.add(g, name=f"{big:,} waiters on one key: {what} (10x the waiters)",
+        ctx.add(g, name=f"{big:,} waiters on one key: {label[what]} (10x the waiters)",
                 value=m[f"{what} big"], unit="s", floor=f"{what}@{small:,}",
                 floor_value=m[f"{what} small"], limit=15.0)  # fmt: skip
     ctx.add(g, name="mesh.ping p99, idle daemon", value=m["idle p99"], unit="s", note="floor")
