@@ -322,3 +322,57 @@ class TestPresence:
         assert at_folder == {"/p/src/a.py", "/p/src/b.py"}
         assert beside == []
         assert registry.present_at("/p/src/a.py") == []
+
+
+class TestLayout:
+    """10,000 sessions must cost little memory and no GC work (bench: memory, GC pause)."""
+
+    def test_a_session_holds_no_object_the_collector_tracks(self, registry: Registry) -> None:
+        """Session is gc=False and its tools and anchors are tuples of atoms: a full
+        collection never visits anything a session owns (gc.freeze() covers only what
+        existed at start-up; sessions registered later must not need it)."""
+        import gc
+
+        s, _ = registry.register(reg(session_id="a", pid=10, pid_start=1, tools=["bash", "edit"]))
+        registry.attach("a", 11, 2)
+        registry.heartbeat("a", Report(tools=["bash"]))
+        gc.collect()  # a tuple of untracked items is untracked when a collection sees it:
+        gc.collect()  # the inner pairs of anchors first, the outer tuple the next time
+
+        assert not gc.is_tracked(s)
+        assert not gc.is_tracked(s.tools)
+        assert not gc.is_tracked(s.anchors)
+
+    def test_shared_strings_are_one_object(self, registry: Registry) -> None:
+        """Two sessions in one repo hold the same string objects, not copies."""
+        a, _ = registry.register(reg(session_id="a", cwd="".join(["/srv/", "p"]), model="m" * 3))
+        b, _ = registry.register(reg(session_id="b", cwd="".join(["/srv/", "p"]), model="m" * 3))
+        registry.heartbeat("b", Report(branch="".join(["ma", "in"])))
+        registry.heartbeat("a", Report(branch="".join(["ma", "in"])))
+
+        assert a.cwd is b.cwd
+        assert a.model is b.model
+        assert a.branch is b.branch
+
+    def test_reporting_the_same_tools_changes_nothing(self, registry: Registry) -> None:
+        """The report's list and the session's tuple compare by value."""
+        registry.register(reg(session_id="a", tools=["bash"]))
+
+        registry.heartbeat("a", Report(tools=["bash"]))
+        assert registry.dirty == set()
+        registry.heartbeat("a", Report(tools=["bash", "edit"]))
+        assert registry.dirty == {"a"}
+        assert registry.sessions["a"].tools == ("bash", "edit")
+
+    def test_anchors_keep_their_order_when_the_main_process_goes(self, registry: Registry) -> None:
+        """The first anchor becomes the main process; the others stay anchors."""
+        registry.register(reg(session_id="a", pid=10, pid_start=1, liveness="process"))
+        registry.attach("a", 11, 2)
+        registry.attach("a", 12, 3)
+
+        assert registry.process_gone("a", 10) is False
+        s = registry.sessions["a"]
+        assert (s.pid, s.pid_start, s.anchors) == (11, 2, ((12, 3),))
+        assert registry.process_gone("a", 12) is False
+        assert registry.process_gone("a", 11) is True
+        assert s.pids() == []

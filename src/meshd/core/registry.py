@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
+import sys
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
@@ -23,10 +24,13 @@ from datetime import datetime
 from meshd.core.clock import Clock
 from meshd.core.presence import Presence, Present
 from meshd.core.session_records import (
+    SHARED,
     EndReason,
     Registration,
     Report,
     Session,
+    compact,
+    interned,
     validate_registration,
     validate_report,
 )
@@ -131,7 +135,7 @@ class Registry:
             repo=r.repo,
             branch=r.branch,
             worktree=r.worktree,
-            tools=list(r.tools),
+            tools=tuple(r.tools),
             parent=r.parent,
             slot=r.slot,
             kanban_task=r.kanban_task,
@@ -149,8 +153,9 @@ class Registry:
             last_activity=now_w,
             last_hb_mono=now_m,
             conn_id=r.conn_id if r.bind else None,
-            anchors=[a for a in old.anchors if a[0] != r.pid] if old else [],
+            anchors=tuple(a for a in old.anchors if a[0] != r.pid) if old else (),
         )
+        compact(s)
         if old is not None:  # a person's rank outlives a re-registration
             s.rank, s.rank_by, s.rank_at = old.rank, old.rank_by, old.rank_at
         if old is not None:
@@ -217,6 +222,10 @@ class Registry:
             s.activity = ""
         for name in ("status", "task", "cwd", "repo", "branch", "worktree", "tools", "activity"):
             value = getattr(r, name)
+            if name == "tools" and value is not None:
+                value = tuple(sys.intern(t) for t in value)
+            elif name in SHARED or name == "status":
+                value = interned(value)
             if value is not None and value != getattr(s, name):
                 setattr(s, name, value)
                 changed = True
@@ -240,7 +249,7 @@ class Registry:
             if s.pid is None:
                 s.pid, s.pid_start = pid, start
             else:
-                s.anchors.append((pid, start))
+                s.anchors = (*s.anchors, (pid, start))
         return s
 
     def process_gone(self, sid: str, pid: int) -> bool:
@@ -248,9 +257,12 @@ class Registry:
         s = self.sessions.get(sid)
         if s is None:
             return False
-        s.anchors = [a for a in s.anchors if a[0] != pid]
+        s.anchors = tuple(a for a in s.anchors if a[0] != pid)
         if s.pid == pid:
-            s.pid, s.pid_start = s.anchors.pop(0) if s.anchors else (None, None)
+            if s.anchors:
+                (s.pid, s.pid_start), s.anchors = s.anchors[0], s.anchors[1:]
+            else:
+                s.pid, s.pid_start = None, None
         return s.pid is None
 
     def connection_closed(self, conn_id: int) -> list[Session]:
@@ -318,7 +330,7 @@ class Registry:
         if s.bind:
             # Its connection died with the old daemon: same grace as a closed one.
             s.unbound_at = now_m + self.settings.stale_after - self.settings.heartbeat_interval
-        self.sessions[s.session_id] = s
+        self.sessions[s.session_id] = compact(s)
         self.presence.place(s)
         self._schedule(s)
 

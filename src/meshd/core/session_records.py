@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Literal
 
 import msgspec
@@ -28,7 +29,13 @@ _SOURCE_RE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,64}$")
 
 
 class Session(msgspec.Struct, kw_only=True, gc=False):
-    """One registered session. ``*_mono`` fields are on the daemon's monotonic clock."""
+    """One registered session. ``*_mono`` fields are on the daemon's monotonic clock.
+
+    Laid out for 10,000 of them: ``gc=False`` and tuples, not lists, for ``tools`` and
+    ``anchors`` (a tuple of strings or ints leaves the collector's sight), so a live
+    session adds nothing to a full GC pause; the values many sessions share (source,
+    model, places, ...) are interned by :func:`compact` (bench: memory per session).
+    """
 
     session_id: str
     profile: str
@@ -44,7 +51,7 @@ class Session(msgspec.Struct, kw_only=True, gc=False):
     repo: str | None = None
     branch: str | None = None
     worktree: str | None = None
-    tools: list[str] = []
+    tools: tuple[str, ...] = ()
     parent: str | None = None
     slot: str | None = None
     kanban_task: str | None = None
@@ -60,7 +67,7 @@ class Session(msgspec.Struct, kw_only=True, gc=False):
     grace_until: float = 0.0
     unbound_at: float | None = None
     conn_id: int | None = None
-    anchors: list[tuple[int, int | None]] = []
+    anchors: tuple[tuple[int, int | None], ...] = ()
     rank: int = 0  # set by a person only (SPEC §5b): waiters are served highest first
     rank_by: str | None = None
     rank_at: float | None = None
@@ -69,7 +76,27 @@ class Session(msgspec.Struct, kw_only=True, gc=False):
     def pids(self) -> list[tuple[int, int | None]]:
         """Every (pid, start time) this session lives with."""
         main = [] if self.pid is None else [(self.pid, self.pid_start)]
-        return main + self.anchors
+        return [*main, *self.anchors]
+
+
+SHARED = ("source", "model", "provider", "host", "cwd", "repo", "branch", "worktree")
+"""Fields many sessions have in common: one string object each, not one per session."""
+
+
+def interned(v: str | None) -> str | None:
+    return v if v is None else sys.intern(v)
+
+
+def compact(s: Session) -> Session:
+    """Intern ``s``'s shared strings and make its lists tuples (see :class:`Session`);
+    the values are unchanged."""
+    for name in SHARED:
+        setattr(s, name, interned(getattr(s, name)))
+    s.status = sys.intern(s.status)  # type: ignore[assignment]
+    s.liveness = sys.intern(s.liveness)  # type: ignore[assignment]
+    s.tools = tuple(sys.intern(t) for t in s.tools)
+    s.anchors = tuple(s.anchors)
+    return s
 
 
 class Registration(msgspec.Struct, kw_only=True):

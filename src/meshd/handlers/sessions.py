@@ -162,7 +162,7 @@ class SessionHandlers(Domain):
         if start is None:
             raise InvalidParams(f"pid {p.pid} is not running", {"path": "$.pid"})
         s = svc.state.registry.get(p.session_id)
-        before = (s.pid, s.pid_start, list(s.anchors))
+        before = (s.pid, s.pid_start, s.anchors)
         fresh = (p.pid, start) not in s.pids()
         svc.state.registry.attach(p.session_id, p.pid, start)
         svc.state.writes.append(("session.put", s))
@@ -195,7 +195,7 @@ class SessionHandlers(Domain):
                 for c in held[:claims]
             ],
             claims_total=len(held),
-            model=s.model, provider=s.provider, worktree=s.worktree, tools=s.tools,
+            model=s.model, provider=s.provider, worktree=s.worktree, tools=list(s.tools),
             parent=s.parent, slot=s.slot, kanban_task=s.kanban_task,
             started_at=rfc3339(s.started_at), last_activity=rfc3339(s.last_activity),
             accept_queries=s.accept_queries, accept_messages=s.accept_messages,
