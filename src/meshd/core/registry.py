@@ -135,7 +135,7 @@ class Registry:
             repo=r.repo,
             branch=r.branch,
             worktree=r.worktree,
-            tools=tuple(r.tools),
+            tools=tuple(r.tools),  # interned by compact() below
             parent=r.parent,
             slot=r.slot,
             kanban_task=r.kanban_task,
@@ -223,8 +223,8 @@ class Registry:
         for name in ("status", "task", "cwd", "repo", "branch", "worktree", "tools", "activity"):
             value = getattr(r, name)
             if name == "tools" and value is not None:
-                value = tuple(sys.intern(t) for t in value)
-            elif name in SHARED or name == "status":
+                value = tuple(map(sys.intern, value))
+            elif name in SHARED:
                 value = interned(value)
             if value is not None and value != getattr(s, name):
                 setattr(s, name, value)

@@ -80,7 +80,8 @@ class Session(msgspec.Struct, kw_only=True, gc=False):
 
 
 SHARED = ("source", "model", "provider", "host", "cwd", "repo", "branch", "worktree")
-"""Fields many sessions have in common: one string object each, not one per session."""
+"""Fields many sessions have in common: one string object each, not one per session
+(:func:`compact`; a heartbeat's report is interned by the registry the same way)."""
 
 
 def interned(v: str | None) -> str | None:
@@ -89,13 +90,20 @@ def interned(v: str | None) -> str | None:
 
 def compact(s: Session) -> Session:
     """Intern ``s``'s shared strings and make its lists tuples (see :class:`Session`);
-    the values are unchanged."""
-    for name in SHARED:
-        setattr(s, name, interned(getattr(s, name)))
-    s.status = sys.intern(s.status)  # type: ignore[assignment]
-    s.liveness = sys.intern(s.liveness)  # type: ignore[assignment]
-    s.tools = tuple(sys.intern(t) for t in s.tools)
-    s.anchors = tuple(s.anchors)
+    the values are unchanged. (``status`` and ``liveness`` are msgspec's own literals.)"""
+    intern = sys.intern
+    s.profile, s.source, s.host = intern(s.profile), intern(s.source), intern(s.host)
+    s.model, s.provider = intern(s.model), intern(s.provider)
+    if s.cwd is not None:
+        s.cwd = intern(s.cwd)
+    if s.repo is not None:
+        s.repo = intern(s.repo)
+    if s.branch is not None:
+        s.branch = intern(s.branch)
+    if s.worktree is not None:
+        s.worktree = intern(s.worktree)
+    if s.tools:
+        s.tools = tuple(map(intern, s.tools))
     return s
 
 
