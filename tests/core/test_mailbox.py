@@ -401,6 +401,24 @@ class TestAsk:
 
         assert isinstance(mb.ask("a", "b", "?", timeout=1), Answer)
 
+    def test_a_close_forgets_only_that_connection(self, mb: Mailbox) -> None:
+        """Closing one connection leaves the others' subscriptions and responders; a
+        session that ended before its connection closed is forgotten without error."""
+        mb.subscribe("b", 3)
+        mb.subscribe("b", 4)
+        mb.respond("c", 3)
+        mb.respond("d", 3)
+        mb.session_ended("d")
+        mb.connection_closed(3)
+
+        assert mb.has_subscriber("b")
+        assert not mb.has_responder("c")
+        assert not mb.has_responder("d")
+        mb.connection_closed(4)
+        assert not mb.has_subscriber("b")
+        mb.respond("c", 3)  # a reused connection id starts afresh
+        assert mb.has_responder("c")
+
     def test_a_subscriber_is_not_a_responder(self, mb: Mailbox) -> None:
         """Following a session's events does not make a connection its responder."""
         mb.subscribe("b", 3)
@@ -514,6 +532,20 @@ class TestBroadcast:
         assert [a.sender for a in out.answers] == ["c", "d", "e"]
         assert {"status"} == {a.answered_by for a in out.answers}
         assert [m.to for m in out.messages] == ["c", "d", "e"]
+
+    def test_items_are_those_one_put_each_would_make(self, clock: ManualClock) -> None:
+        """A broadcast puts its items in one go: the same messages, writes and pushes,
+        in the same order, as one put_item per recipient (subscribed ones delivered)."""
+        one, each = make(clock, "a", "b", "c", "d"), make(clock, "a", "b", "c", "d")
+        for box in (one, each):
+            box.subscribe("c", 7)
+        out = one.broadcast("a", "rebasing main")
+        made = [each.put_item("a", to, "broadcast", "rebasing main") for to in ("b", "c", "d")]
+
+        assert out.messages == made
+        assert [m.state for m in made] == ["queued", "delivered", "queued"]
+        assert one.drain() == each.drain()
+        assert one.unread("c") == each.unread("c")
 
     def test_collect_skips_the_senders_chain(self, mb: Mailbox) -> None:
         """A collected broadcast made while answering never asks back up the chain."""

@@ -59,9 +59,10 @@ from meshd.core.mail_records import (
 from meshd.core.queries import QueryDesk
 from meshd.core.registry import Registry
 from meshd.core.settings import Settings
-from meshd.protocol.contract import DAEMON_SENDER
+from meshd.protocol.contract import DAEMON_SENDER, rfc3339
 from meshd.protocol.errors import BudgetExceeded, InvalidParams, MessageRefused, TooLarge
-from meshd.protocol.messages import ItemKind
+from meshd.protocol.events import BroadcastEvent
+from meshd.protocol.messages import ItemKind, framing
 
 __all__ = [  # the records too, so ``from meshd.core.mailbox import Message`` still works
     "BUDGET_WINDOW", "HANDOFF_QUESTION", "MAX_FILES", "REPLY_WINDOW", "Answer", "Broadcast",
@@ -103,6 +104,9 @@ class Mailbox:
         self._sent: dict[str, deque[float]] = {}
         self._responders: dict[str, set[int]] = {}
         self._subscribers: dict[str, set[int]] = {}
+        # The same, by connection: a close costs what it held, not a scan of every session.
+        self._responding: dict[int, set[str]] = {}
+        self._subscribed: dict[int, set[str]] = {}
         self._handoffs: dict[str, dict[str | None, Handoff]] = {}
         self._next_id = 1
         self._next_handoff = 1
@@ -178,23 +182,30 @@ class Mailbox:
         """Count connection ``conn_id`` as a reader of ``sid``'s pushes; its unread count."""
         self.registry.get(sid)
         self._subscribers.setdefault(sid, set()).add(conn_id)
+        self._subscribed.setdefault(conn_id, set()).add(sid)
         return self.unread_count(sid)
 
     def respond(self, sid: str, conn_id: int) -> None:
         """Make ``conn_id`` a live responder of ``sid`` (until the connection closes)."""
         self.registry.get(sid)
         self._responders.setdefault(sid, set()).add(conn_id)
+        self._responding.setdefault(conn_id, set()).add(sid)
 
     def has_responder(self, sid: str) -> bool:
         return bool(self._responders.get(sid))
 
     def connection_closed(self, conn_id: int) -> None:
         """Forget a closed connection as subscriber and responder."""
-        for table in (self._subscribers, self._responders):
-            for sid in [s for s, conns in table.items() if conn_id in conns]:
-                table[sid].discard(conn_id)
-                if not table[sid]:
-                    del table[sid]
+        for table, mine in (
+            (self._subscribers, self._subscribed),
+            (self._responders, self._responding),
+        ):
+            for sid in mine.pop(conn_id, ()):
+                conns = table.get(sid)
+                if conns is not None:
+                    conns.discard(conn_id)
+                    if not conns:
+                        del table[sid]
 
     def session_ended(self, sid: str) -> list[int]:
         """Close the queries to and from ``sid``; forget its responders.
@@ -202,8 +213,16 @@ class Mailbox:
         Returns the ids of queries whose waiters were woken. Its unread items stay
         (durable; shown again if the id registers again, pruned after history_days).
         """
-        self._responders.pop(sid, None)
-        self._subscribers.pop(sid, None)
+        for table, mine in (
+            (self._subscribers, self._subscribed),
+            (self._responders, self._responding),
+        ):
+            for conn_id in table.pop(sid, ()):
+                sids = mine.get(conn_id)
+                if sids is not None:
+                    sids.discard(sid)
+                    if not sids:
+                        del mine[conn_id]
         return self.desk.session_ended(sid)
 
     # --- messages -----------------------------------------------------------------------
@@ -321,6 +340,40 @@ class Mailbox:
         if push:
             self.events.append(Push(to, item_event(m)))
         return m
+
+    def put_broadcast(self, sender: str, recipients: Sequence[str], text: str) -> list[Message]:
+        """:meth:`put_item` of kind ``broadcast`` to each of ``recipients``, in order.
+
+        The same items, writes and pushes as one :meth:`put_item` each, with what they
+        share (the time, the sender's framing, the formatted time) worked out once: a
+        broadcast to 1,000 sessions is on the event loop while it runs.
+        """
+        now, mono = self.clock.now(), self.clock.monotonic()
+        created, frame = rfc3339(now), framing(sender)
+        subscribers, inbox, recent = self._subscribers, self._inbox, self._recent
+        order, writes, events = self._recent_order, self.writes, self.events
+        out = []
+        for to in recipients:
+            m = Message(
+                id=self.new_id(), to=to, sender=sender, kind="broadcast", text=text,
+                created_at=now,
+            )  # fmt: skip
+            if subscribers.get(to):
+                m.state, m.delivered_at = "delivered", now
+            box = inbox.get(to)
+            if box is None:
+                box = inbox[to] = {}
+            box[m.id] = m
+            recent[m.id] = _Sent(sender, to, 1, mono)
+            order.append(m.id)
+            writes.append(("message.put", m))
+            event = BroadcastEvent(
+                session_id=to, id=m.id, from_=sender, text=text, created_at=created,
+                state=m.state, reply_to=None, to=to, framing=frame,
+            )  # fmt: skip
+            events.append(Push(to, event))
+            out.append(m)
+        return out
 
     # --- reading ------------------------------------------------------------------------
 

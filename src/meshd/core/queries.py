@@ -360,7 +360,9 @@ class QueryDesk:
                 out.skipped[sid] = why
                 continue
             out.recipients.append(sid)
-            if collect and self.mb.has_responder(sid):
+            if not collect:
+                continue  # all put at once below: the same items, in the same order
+            if self.mb.has_responder(sid):
                 q = self._open_query(
                     sender, sid, text, chain=(*base, sid), timeout=timeout,
                     claims=claims_of(sid), request="broadcast",
@@ -368,12 +370,13 @@ class QueryDesk:
                 out.pending.append(q)
                 continue
             out.messages.append(self.mb.put_item(sender, sid, "broadcast", text))
-            if collect:
-                out.answers.append(
-                    self._status_answer(
-                        0, s, sender, claims=claims_of(sid), timed_out=False, elapsed=0.0
-                    )
+            out.answers.append(
+                self._status_answer(
+                    0, s, sender, claims=claims_of(sid), timed_out=False, elapsed=0.0
                 )
+            )
+        if not collect:
+            out.messages = self.mb.put_broadcast(sender, out.recipients, text)
         return out
 
     @staticmethod
