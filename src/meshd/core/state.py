@@ -13,6 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from meshd.core.claim_records import Cancelled, EndHow, Fencing, Notice
 from meshd.core.claims import ClaimTable
 from meshd.core.clock import Clock
@@ -46,9 +48,12 @@ _HOW = {
 }
 
 
-@dataclass(slots=True)
-class Event:
-    """An event for the subscribers of channel ``session_id`` (usually the session)."""
+class Event(msgspec.Struct, gc=False):
+    """An event for the subscribers of channel ``session_id`` (usually the session).
+
+    ``gc=False``: an event refers to its body and nothing refers back, and a broadcast
+    makes one per recipient; the collector need not walk them.
+    """
 
     session_id: str
     body: EventBody
