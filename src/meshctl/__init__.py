@@ -8,8 +8,9 @@
     with mesh.session(task="refactor auth", source="cli") as s:
         ...
 
-Importing this package stays cheap: ``Mesh`` and the error tree use the standard
-library only, and ``AsyncMesh`` (which needs anyio) loads on first use.
+Importing this package costs nothing: each name below loads its module on first
+use. ``Mesh`` and the error tree use the standard library only; ``AsyncMesh``
+(which needs anyio) loads only when asked for.
 
 Errors form one tree, rooted at :class:`MeshError` (drawn in
 ``meshd.protocol.errors``): ``MeshUnavailable`` when the daemon cannot be reached,
@@ -19,42 +20,42 @@ Errors form one tree, rooted at :class:`MeshError` (drawn in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Responder, Sent
-from meshctl._shared import Note, Once, SignalRecord
-from meshctl._sync import Claim, Mesh, Session
-from meshd.protocol.errors import (
-    BadKey,
-    BudgetExceeded,
-    Cycle,
-    Forbidden,
-    FrameTooLarge,
-    IdInUse,
-    InternalError,
-    InvalidParams,
-    InvalidRequest,
-    MeshDisabled,
-    MeshError,
-    MeshProtocolError,
-    MeshTimeout,
-    MeshUnavailable,
-    MessageRefused,
-    MethodNotFound,
-    NoSession,
-    NotFound,
-    ParseError,
-    ProfileMismatch,
-    QueryRefused,
-    SessionExpired,
-    StorageUnavailable,
-    TooLarge,
-    UnknownSession,
-    UntrustedSocket,
-)
-
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
+    from typing import Any
+
     from meshctl._async import AsyncMesh, AsyncSession
+    from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Responder, Sent
+    from meshctl._shared import Note, Once, SignalRecord
+    from meshctl._sync import Claim, Mesh, Session
+    from meshd.protocol.errors import (
+        BadKey,
+        BudgetExceeded,
+        Cycle,
+        Forbidden,
+        FrameTooLarge,
+        IdInUse,
+        InternalError,
+        InvalidParams,
+        InvalidRequest,
+        MeshDisabled,
+        MeshError,
+        MeshProtocolError,
+        MeshTimeout,
+        MeshUnavailable,
+        MessageRefused,
+        MethodNotFound,
+        NoSession,
+        NotFound,
+        ParseError,
+        ProfileMismatch,
+        QueryRefused,
+        SessionExpired,
+        StorageUnavailable,
+        TooLarge,
+        UnknownSession,
+        UntrustedSocket,
+    )
 
 __all__ = [
     "Answer",
@@ -100,19 +101,31 @@ __all__ = [
     "UntrustedSocket",
 ]
 
-_LAZY = {"AsyncMesh", "AsyncSession"}
+#: Where each public name lives. Nothing is imported until a name is first used, so
+#: ``meshctl`` (the CLI's entry point lives under this package) starts without the
+#: client library, and ``import meshctl`` stays cheap for the library's users too.
+_WHERE: dict[str, str] = {
+    **dict.fromkeys(("AsyncMesh", "AsyncSession"), "meshctl._async"),
+    **dict.fromkeys(
+        ("Answer", "Broadcast", "Handoff", "Item", "Query", "Responder", "Sent"),
+        "meshctl._messaging",
+    ),
+    **dict.fromkeys(("Note", "Once", "SignalRecord"), "meshctl._shared"),
+    **dict.fromkeys(("Claim", "Mesh", "Session"), "meshctl._sync"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    """Load the anyio client only when someone asks for it."""
-    if name in _LAZY:
-        from meshctl import _async
+    """Load a public name on first use (the anyio client only when someone asks for it)."""
+    module = _WHERE.get(name) or ("meshd.protocol.errors" if name in __all__ else None)
+    if module is None:
+        raise AttributeError(f"module 'meshctl' has no attribute {name!r}")
+    import importlib
 
-        value = getattr(_async, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'meshctl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY)
+    return sorted(set(globals()) | set(__all__))

@@ -14,7 +14,6 @@ Standard library only (the blocking client imports it).
 from __future__ import annotations
 
 import json
-from typing import Any, Final
 
 from meshd.protocol.errors import (
     FrameTooLarge,
@@ -24,6 +23,10 @@ from meshd.protocol.errors import (
     error_from_wire,
 )
 from meshd.protocol.framing import MAX_FRAME, frame_too_large
+
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 #: Largest reply line the client accepts; listings can outgrow a request.
 MAX_REPLY: Final = 64 << 20

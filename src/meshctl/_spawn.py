@@ -32,12 +32,12 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from meshctl import _conn, _log, _paths
 from meshd.protocol import trust
 from meshd.protocol.errors import MeshUnavailable, UntrustedSocket
 
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
     import subprocess
     from pathlib import Path

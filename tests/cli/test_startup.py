@@ -1,10 +1,16 @@
 """What a ``meshctl`` run imports: the start-up path stays lean (BENCH.md).
 
-BENCH.md holds a one-round-trip command within 2.5x of a stdlib one-request script,
-and click's import is the floor. These tests do not time anything (timings live
-in ``bench/``); they check the cause instead: which modules a real run loaded,
-read from ``sys.modules`` at exit in a subprocess. Each of the modules below costs
-milliseconds and is needed only off the common path:
+BENCH.md holds a one-round-trip command within 1.8x of a stdlib one-request script.
+These tests do not time anything (timings live in ``bench/``, section ``startup``);
+they check the cause instead: which modules a real run loaded, read from
+``sys.modules`` at exit in a subprocess.
+
+The hot commands (``check``, ``claim``, ``release``, ``heartbeat``, ``sessions
+active``) take the click-free fast path (:mod:`meshctl.cli._fast`): they load
+neither click (``import click`` alone costs about 1.7x that script) nor
+``typing``, nor the client library's sessions and messaging (``meshctl._sync``):
+:data:`HOT_NEVER`. Every command also stays off the modules below, each of which
+costs milliseconds and is needed only off the common path:
 
 - ``subprocess``, ``shutil``: starting a daemon (``meshctl._spawn``);
 - ``tempfile``: the fallback runtime folder when there is no usable one;
@@ -33,6 +39,18 @@ from .conftest import OfflineEnv
 LAZY = ("subprocess", "shutil", "tempfile", "logging", "pathlib", "dataclasses")
 #: Never on the CLI path at all (BENCH.md).
 HEAVY = ("anyio", "msgspec", "platformdirs")
+#: Never on the path of a hot command (the fast path): click, typing, the sessions and
+#: messaging half of the client library, the click command modules.
+HOT_NEVER = (
+    "click",
+    "typing",
+    "meshctl._sync",
+    "meshctl._messaging",
+    "meshctl.cli._root",
+    "meshctl.cli.claims",
+    "meshctl.cli.sessions",
+    "meshctl.cli.lifecycle",
+)
 
 # Runs ``meshctl`` as the console script does, and writes sys.modules at exit
 # (after click's SystemExit) to the file named by argv[1].
@@ -67,7 +85,6 @@ def loaded(args: list[str], env: dict[str, str], code: int) -> set[str]:
             names = set(f.read().split())
     finally:
         os.unlink(path)
-    assert "click" in names, sorted(names)
     assert "meshctl.cli" in names, sorted(names)
     return names
 
@@ -84,6 +101,12 @@ def imported_by(code: str) -> set[str]:
     return set(done.stdout.split())
 
 
+def _register(daemon: Any) -> str:
+    """A session that lives as long as this test process."""
+    reply = daemon.call("session.register", {"task": "t", "pid": os.getpid()})
+    return str(reply["result"]["session_id"])
+
+
 def _top(names: set[str], wanted: tuple[str, ...]) -> list[str]:
     return sorted(set(wanted) & names)
 
@@ -96,10 +119,19 @@ class TestImportOnly:
         assert "click" in names
         assert _top(names, LAZY) == []
 
-    @pytest.mark.parametrize("code", ["import meshctl.cli", "import meshctl; meshctl.Mesh"])
-    def test_import_is_lean(self, code: str) -> None:
-        """Importing the CLI, or the blocking client, loads none of LAZY or HEAVY."""
+    @pytest.mark.parametrize("code", ["import meshctl.cli", "from meshctl.cli import cli"])
+    def test_cli_import_is_lean(self, code: str) -> None:
+        """The CLI package imports nothing until asked (the click tree: click, no more)."""
         names = imported_by(code)
+
+        assert _top(names, LAZY + HEAVY) == []
+        assert ("click" in names) is code.startswith("from")
+        assert "meshctl._sync" not in names
+
+    def test_client_import_is_lean(self) -> None:
+        """``import meshctl`` loads nothing; its ``Mesh`` loads none of LAZY or HEAVY."""
+        assert {"meshctl._sync", "meshctl._client"} & imported_by("import meshctl") == set()
+        names = imported_by("import meshctl; meshctl.Mesh")
 
         assert "meshctl._sync" in names
         assert _top(names, LAZY + HEAVY) == []
@@ -111,13 +143,14 @@ class TestOfflineRuns:
         (for the terminal width) when it formats help: click's cost, not ours."""
         names = loaded(["--help"], offline_env.env, 0)
 
+        assert "click" in names
         assert _top(names, LAZY + HEAVY) == ["shutil"]
 
     def test_refusal(self, offline_env: OfflineEnv) -> None:
-        """A refusal (no session) loads none of LAZY or HEAVY."""
+        """A refusal (no session) of a hot command: the fast path, lean."""
         names = loaded(["heartbeat", "--json"], offline_env.env, 1)
 
-        assert _top(names, LAZY + HEAVY) == []
+        assert _top(names, LAZY + HEAVY + HOT_NEVER) == []
 
 
 class TestRoundTrips:
@@ -126,15 +159,28 @@ class TestRoundTrips:
         [
             ["sessions", "active"],
             ["sessions", "active", "--json"],
-            ["call", "mesh.ping"],
-            ["register", "--task", "t", "--liveness", "heartbeat"],
+            ["check", "res:x", "src/a.py"],
+            ["--json", "release"],
         ],
     )
+    def test_hot(self, args: list[str], daemon: Any) -> None:
+        """A hot command that finds its daemon running: no click, none of LAZY or HEAVY."""
+        env = {**daemon.env, "MESH_SESSION": _register(daemon)}
+        names = loaded(args, env, 0)
+
+        assert "meshctl._client" in names
+        assert _top(names, LAZY + HEAVY + HOT_NEVER) == []
+
+    @pytest.mark.parametrize(
+        "args",
+        [["call", "mesh.ping"], ["register", "--task", "t", "--liveness", "heartbeat"]],
+    )
     def test_lean(self, args: list[str], daemon: Any) -> None:
-        """A command that finds its daemon running loads none of LAZY or HEAVY."""
+        """Any other command that finds its daemon running loads none of LAZY or HEAVY."""
         names = loaded(args, daemon.env, 0)
 
-        assert "meshctl._sync" in names
+        assert "click" in names
+        assert "meshctl._client" in names
         assert _top(names, LAZY + HEAVY) == []
 
     def test_heartbeat_of_a_session(self, daemon: Any) -> None:
@@ -160,7 +206,15 @@ class TestRoundTrips:
 
         names = loaded(["heartbeat", "--status", "thinking"], env, 0)
 
-        assert _top(names, LAZY + HEAVY) == []
+        assert _top(names, LAZY + HEAVY + HOT_NEVER) == []
+
+    def test_claim_and_release(self, daemon: Any) -> None:
+        """claim, then release: both hot, both lean."""
+        env = {**daemon.env, "MESH_SESSION": _register(daemon)}
+        for args in (["claim", "res:lean", "--reason", "r"], ["release", "res:lean"]):
+            names = loaded(args, env, 0)
+
+            assert _top(names, LAZY + HEAVY + HOT_NEVER) == []
 
     def test_autostart_does_load_subprocess(self, offline_env: OfflineEnv) -> None:
         """The other side: starting a daemon is where subprocess is paid for (so the

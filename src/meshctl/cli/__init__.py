@@ -10,42 +10,24 @@ document are the same for every command.
 Shell completion is click's: ``eval "$(_MESHCTL_COMPLETE=bash_source meshctl)"``
 (``zsh_source``, ``fish_source`` likewise).
 
-Start-up cost matters (BENCH.md: a one-round-trip command within 2.5x of a
-stdlib script), so this package imports click and the standard library only;
-the client library is imported when a command first needs the daemon, and
-anyio, msgspec and platformdirs are never imported (a test checks it).
+Start-up cost matters (BENCH.md: a one-round-trip command within 1.8x of a
+stdlib script that sends one request), and ``import click`` alone costs more
+than that script. So this module imports nothing: :func:`main` hands the hot
+commands (``check``, ``claim``, ``release``, ``heartbeat``, ``sessions active``)
+to a click-free fast path (:mod:`meshctl.cli._fast`) that runs the same command
+bodies as the click commands, and imports the click tree (:mod:`meshctl.cli._root`)
+for every other command line. The client library is imported when a command
+first needs the daemon; anyio, msgspec and platformdirs are never imported (a
+test checks it). docs/PERFORMANCE.md has the figures and the decision.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-from collections.abc import Sequence
-from typing import Any, cast
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from typing import Any
 
-import click
-
-from meshctl.cli import _output
-from meshctl.cli._context import Group, State, common_options
-from meshd import __version__
-from meshd.protocol.errors import MeshError
-
-CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _wants_json(args: Sequence[str]) -> bool:
-    """Whether ``--json`` appears among the options (before any ``--``).
-
-    Used only when a usage error stops parsing before ``--json`` was read.
-    """
-    for arg in args:
-        if arg == "--":
-            return False
-        if arg == "--json":
-            return True
-    return False
-
+    from meshctl.cli._root import CONTEXT_SETTINGS, MeshGroup, cli
 
 #: Top-level commands, imported only when used: a command pays for its own module
 #: alone (``--help`` and completion load them all).
@@ -88,91 +70,29 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class MeshGroup(Group):
-    """The root group: one place that turns every failure into output and an exit code.
-
-    Its commands are listed in :data:`COMMANDS` and imported on first use.
-    """
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*COMMANDS, *super().list_commands(ctx)})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
-            return super().get_command(ctx, cmd_name)
-        module_name, _, attr = target.partition(":")
-        return cast(click.Command, getattr(importlib.import_module(module_name), attr))
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        """Run the command line; exit with SPEC §9's code (never returns in standalone mode)."""
-        argv = list(sys.argv[1:] if args is None else args)
-        prog_name = prog_name or "meshctl"
-        complete_var = complete_var or "_MESHCTL_COMPLETE"
-        if not standalone_mode:
-            return super().main(argv, prog_name, complete_var, False, **extra)
-        state = extra.setdefault("obj", State())
-        try:
-            rv = super().main(argv, prog_name, complete_var, False, **extra)
-        except _output.Failure as failure:
-            _output.report(failure, state.json)
-            sys.exit(failure.exit_code)
-        except click.UsageError as exc:
-            if state.json or _wants_json(argv):
-                _output.write_json(_output.usage_failure(exc).to_json())
-            exc.show()
-            sys.exit(exc.exit_code)
-        except click.ClickException as exc:
-            other = _output.Failure(exc.format_message(), "CLI", exit_code=exc.exit_code)
-            _output.report(other, state.json)
-            sys.exit(exc.exit_code)
-        except (click.Abort, KeyboardInterrupt):
-            sys.exit(130)  # the shell's status for SIGINT; the user knows they pressed it
-        except BrokenPipeError:
-            _output.reader_gone()
-            sys.exit(_output.EXIT_ERROR)  # never 0: what was printed may not have been read
-        except Exception as exc:  # the last guard: one sentence, never a traceback
-            if os.environ.get("MESHCTL_DEBUG"):
-                raise
-            _output.report(_output.internal_error(exc), state.json)
-            sys.exit(_output.EXIT_ERROR)
-        finally:
-            state.close()
-        sys.exit(rv if isinstance(rv, int) else 0)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        """Invoke the command, turning the client library's errors into :class:`Failure`."""
-        try:
-            return super().invoke(ctx)
-        except MeshError as exc:
-            from meshctl.cli._params import usage_from
-
-            state = ctx.find_object(State)
-            usage = usage_from(exc, state.command if state else None)
-            raise (usage or _output.from_mesh_error(exc)) from exc
-
-
-@click.group(cls=MeshGroup, context_settings=CONTEXT_SETTINGS)
-@common_options
-@click.version_option(__version__, "-V", "--version", prog_name="meshctl")
-def cli() -> None:
-    """Session Mesh: see, ask and stay out of the way of your other agent sessions.
-
-    Exit codes: 0 done; 75 held or timed out; 1 error; 2 usage error;
-    69 daemon unreachable.
-    """
-
-
 def main() -> None:
-    """Console-script entry point (``meshctl = "meshctl.cli:main"``)."""
+    """Console-script entry point (``meshctl = "meshctl.cli:main"``).
+
+    The fast path runs the hot commands and exits; any other command line (or one
+    it does not take: help, a usage error, completion …) goes to click.
+    """
+    import sys
+
+    from meshctl.cli import _fast
+
+    _fast.main(sys.argv[1:])
+    from meshctl.cli._root import cli
+
     cli.main(prog_name="meshctl")
 
 
-__all__ = ["MeshGroup", "cli", "main"]
+def __getattr__(name: str) -> Any:
+    """The click tree (``cli``, ``MeshGroup``, ``CONTEXT_SETTINGS``), imported on first use."""
+    if name in ("cli", "MeshGroup", "CONTEXT_SETTINGS"):
+        from meshctl.cli import _root
+
+        return getattr(_root, name)
+    raise AttributeError(f"module 'meshctl.cli' has no attribute {name!r}")
+
+
+__all__ = ["COMMANDS", "CONTEXT_SETTINGS", "MeshGroup", "cli", "main"]

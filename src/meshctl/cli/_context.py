@@ -9,92 +9,36 @@ line wins over the environment (``MESH_PROFILE``, ``MESH_SOCKET``,
 names from Python parameter names), and the innermost command-line value wins
 over an outer one.
 
-The client library is imported only when a command asks for a connection, so
-``meshctl --help`` and argument errors cost click's import and nothing more.
+:class:`State` lives in :mod:`meshctl.cli._state` (no click there: the fast path of
+the hot commands builds one too). The client library is imported only when a
+command asks for a connection, so ``meshctl --help`` and argument errors cost
+click's import and nothing more.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
 from meshctl.cli import _output
+from meshctl.cli._state import State
 from meshd.protocol import contract
 
-if TYPE_CHECKING:
-    from meshctl._sync import Mesh
+__all__ = [
+    "Group",
+    "State",
+    "common_options",
+    "complete_held",
+    "complete_paths",
+    "complete_sessions",
+    "get_state",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class State:
-    """What one ``meshctl`` invocation knows: the resolved root options and its client."""
-
-    def __init__(self) -> None:
-        self.profile = "default"
-        self.socket: str | None = None
-        self.session: str | None = None
-        self.json = False
-        #: options given on the command line (an outer one then beats the environment)
-        self.explicit: set[str] = set()
-        #: the context of the command that runs (names arguments in refusals)
-        self.command: click.Context | None = None
-        self._mesh: Mesh | None = None
-
-    def mesh(self, *, autostart: bool = True) -> Mesh:
-        """A connected client for this profile; starts the daemon unless ``autostart=False``.
-
-        One client per invocation; it is closed when the command finishes
-        (:func:`close`).
-        """
-        if self._mesh is None:
-            from meshctl import _spawn
-            from meshctl._sync import Mesh
-
-            if _output.note not in _spawn.ANNOUNCE:
-                _spawn.ANNOUNCE.append(_output.note)  # "started meshd for profile …" on stderr
-
-            if self.socket:
-                # --socket means what MESH_SOCKET means, also to a daemon we start.
-                os.environ["MESH_SOCKET"] = self.socket
-
-            self._mesh = Mesh(self.profile, self.socket, autostart=autostart)
-        return self._mesh
-
-    def call(
-        self,
-        method: str,
-        params: Any = None,
-        *,
-        autostart: bool = True,
-        timeout: float | None = None,
-    ) -> Any:
-        """One request to this profile's daemon (library errors propagate).
-
-        Text that cannot be sent (undecodable argv bytes) is refused first, naming
-        its argument (:func:`meshctl.cli._params.check_text`).
-        """
-        from meshctl.cli._params import check_text
-
-        check_text({"method": method}, self.command)
-        check_text(params, self.command)
-        return self.mesh(autostart=autostart).call(method, params, timeout=timeout)
-
-    def require_session(self) -> str:
-        """The session this command acts for, or the NO_SESSION refusal."""
-        if not self.session:
-            raise _output.no_session()
-        return self.session
-
-    def close(self) -> None:
-        """Close the client, if one was opened."""
-        if self._mesh is not None:
-            mesh, self._mesh = self._mesh, None
-            mesh.close()
 
 
 class Group(click.Group):

@@ -31,24 +31,30 @@ and every human rendering goes through it: renderers get documents cleaned by
 printed for people passes :func:`safe` once more on its way out (:func:`say`).
 ``--json`` stays faithful: JSON escapes control characters itself.
 
-Standard library and click only; the client library is imported by the
+Standard library only (click is imported only to print what plain writes would
+print differently, see :func:`echo`); the client library is imported by the
 commands that use it, never here.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import io
 import json
 import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
-
-import click
 
 from meshd.protocol import contract
 from meshd.protocol import errors as E
+
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from typing import Any
+
+    import click
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -241,12 +247,44 @@ def report(failure: Failure, as_json: bool) -> None:
         except BrokenPipeError:
             reader_gone()
     with contextlib.suppress(BrokenPipeError):
-        click.echo(failure.human(), err=True)
+        echo(failure.human(), err=True)
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """``click.echo(text, err=err)``, without importing click where it would do nothing more.
+
+    On a text stream whose encoding is not ASCII (click re-wraps those as UTF-8) and
+    for text without an escape character (click strips ANSI codes when the stream
+    is not a terminal, and colour follows its context), click.echo writes the text
+    and a newline, then flushes: exactly what this does. Every other case goes to
+    click.echo itself. All output passes here, so the fast path of the hot
+    commands (which never imports click) and the click commands print the same bytes.
+    """
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return  # as click.echo: no stream attached (pythonw)
+    if "\x1b" in text or not _plain_text_stream(stream):
+        import click
+
+        click.echo(text, err=err)
+        return
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def _plain_text_stream(stream: Any) -> bool:
+    """Whether click.echo would write to ``stream`` as it is (``click._compat``'s rules)."""
+    if not isinstance(stream, io.TextIOWrapper) or stream.errors is None:
+        return False
+    try:
+        return codecs.lookup(stream.encoding).name != "ascii"
+    except LookupError:
+        return True
 
 
 def write_json(document: Any) -> None:
     """Write one JSON document to stdout (stdlib ``json``; non-ASCII kept readable)."""
-    click.echo(dump_json(document, indent=2))
+    echo(dump_json(document, indent=2))
 
 
 def dump_json(document: Any, indent: int | None = None) -> str:
@@ -279,7 +317,7 @@ def emit(as_json: bool, document: Any, human: str | Callable[[], str | None] | N
 
 def say(text: str, *, err: bool = False) -> None:
     """Print text for people, made :func:`safe` (line breaks kept) on the way out."""
-    click.echo(safe(text, multiline=True), err=err)
+    echo(safe(text, multiline=True), err=err)
 
 
 def deliver(text: str) -> bool:

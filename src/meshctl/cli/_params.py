@@ -5,10 +5,11 @@ Three guards stand between argv and the wire (issue 9 items 4 and 5):
 - :class:`Seconds` takes a finite number of seconds in a range. ``nan``,
   ``inf`` and numbers too large for a socket timeout are usage errors (exit 2)
   here, where the option is named, instead of a crash or a wait that never ends.
-- :func:`check_text`: Python hands undecodable argv bytes over as lone
-  surrogates (PEP 383), which cannot be encoded as UTF-8 JSON. A key made of
-  them is refused as ``BAD_KEY`` (mesh keys are text; the bytes are shown as
-  ``\\xe9``), any other text as a usage error naming its argument.
+- :func:`meshctl.cli._text.check_text` (click-free: every request passes it):
+  Python hands undecodable argv bytes over as lone surrogates (PEP 383), which
+  cannot be encoded as UTF-8 JSON. A key made of them is refused as ``BAD_KEY``
+  (mesh keys are text; the bytes are shown as ``\\xe9``), any other text as a
+  usage error naming its argument.
 - :func:`argument_for` maps a wire path from the daemon's ``INVALID_PARAMS``
   (``$.text``, ``$.resources[0]``) back to the argument the user typed
   (``TEXT…``, ``RES…``), so the refusal names what to change. A param the CLI
@@ -21,13 +22,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import click
 
 from meshctl.cli import _output
-from meshd.protocol.errors import BadKey, InvalidParams, MeshError
+from meshctl.cli._text import PATH_RE as _PATH_RE
+from meshd.protocol.errors import InvalidParams, MeshError
 
 #: The daemon's upper bound for durations (``meshd.protocol.methods.Seconds``).
 ONE_YEAR = 31_536_000.0
@@ -41,9 +42,6 @@ _ALIASES = {
     "resource": "resources",
     "paths": "paths",
 }
-#: Wire fields that hold resource keys (refused as ``BAD_KEY``, not as usage).
-_KEY_FIELDS = frozenset({"resources", "resource", "path", "paths"})
-_PATH_RE = re.compile(r"^\$\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class Seconds(click.ParamType):  # type: ignore[type-arg]
@@ -98,58 +96,6 @@ def argument_for(path: str, ctx: click.Context | None) -> str | None:
                 return max(param.opts, key=len)
             return param.human_readable_name
     return None
-
-
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(str(key), path)
-            yield from _strings(item, f"{path}.{key}")
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            yield from _strings(item, f"{path}[{i}]")
-
-
-def _undecodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def check_text(params: Any, ctx: click.Context | None) -> None:
-    """Refuse params holding text that cannot go on the wire (undecodable argv bytes).
-
-    The first such string decides: in a key field it is ``BAD_KEY`` (exit 1, as
-    the daemon would say of a bad key), elsewhere a usage error (exit 2) naming
-    the argument it came from.
-    """
-    for path, text in _strings(params, "$"):
-        if not _undecodable(text):
-            continue
-        shown = _output.safe(text)
-        match = _PATH_RE.match(path)
-        if match and match.group(1) in _KEY_FIELDS:
-            raise _output.Failure(
-                f"bad resource key '{shown}': it is not valid UTF-8 (keys are text); "
-                "rename the file, or claim the folder that holds it",
-                "BAD_KEY",
-                code=BadKey.code,
-                data={"key": shown},
-                hint="",
-            )
-        where = argument_for(path, ctx) or path
-        raise _output.Failure(
-            f"{where}: '{shown}' is not valid UTF-8 text",
-            "USAGE",
-            code=_output.USAGE_CODE,
-            exit_code=_output.EXIT_USAGE,
-            data={"argument": where},
-            hint="",
-        )
 
 
 _PLAIN: tuple[tuple[re.Pattern[str], str], ...] = tuple(

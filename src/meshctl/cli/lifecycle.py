@@ -9,7 +9,9 @@ prints only the id on stdout, so ``export MESH_SESSION=$(meshctl register …)``
 works.
 
 ``heartbeat`` succeeds silently (like ``touch``); ``end`` says what it
-released. Both act for ``--session``/``MESH_SESSION`` and refuse without one.
+released. ``heartbeat``'s body is in :mod:`meshctl.cli._lifecycle_body` (no
+click there: the fast path of the hot commands runs it too). Both act for
+``--session``/``MESH_SESSION`` and refuse without one.
 
 When the mesh is switched off (``enabled = false``) these commands still
 succeed, as SPEC §2 says, and say ``disabled`` once on stderr.
@@ -23,14 +25,11 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _lifecycle_body, _output
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._git import git_place
+from meshctl.cli._lifecycle_body import STATUSES
 from meshctl.cli._params import Seconds
-
-STATUSES = (
-    "idle", "thinking", "tool-running", "blocked", "waiting-for-user", "paused", "done", "errored",
-)  # fmt: skip
 
 
 def register_params(
@@ -80,11 +79,6 @@ def _cwd() -> str | None:
         return os.getcwd()
     except OSError:
         return None
-
-
-def _disabled_note(result: Any) -> None:
-    if isinstance(result, dict) and result.get("disabled"):
-        _output.note("the mesh is disabled (enabled = false in config); nothing was recorded")
 
 
 @click.command()
@@ -165,7 +159,7 @@ def register(
         host=socket.gethostname(),
     )
     result = state.call("session.register", params)
-    _disabled_note(result)
+    _lifecycle_body.disabled_note(result)
     _output.emit(state.json, result, str(result.get("session_id", "")))
 
 
@@ -175,15 +169,7 @@ def register(
 @click.option("--task", metavar="T", help="A new task line.")
 def heartbeat(status: str | None, task: str | None) -> None:
     """Say the session is still here (and, optionally, its status or task)."""
-    state = get_state()
-    params: dict[str, Any] = {"session_id": state.require_session()}
-    if status is not None:
-        params["status"] = status
-    if task is not None:
-        params["task"] = task
-    result = state.call("session.heartbeat", params)
-    _disabled_note(result)
-    _output.emit(state.json, result, None)
+    _lifecycle_body.heartbeat(get_state(), status=status, task=task)
 
 
 @click.command()

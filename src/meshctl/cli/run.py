@@ -169,9 +169,9 @@ def run(
             if state.json:
                 _output.write_json(_claims.cli_document(result))
             else:
-                from meshctl.cli.claims import _with_branches
+                from meshctl.cli._claims_body import with_branches
 
-                _with_branches(state, result.get("holders") or [])
+                with_branches(state, result.get("holders") or [])
             _output.say(_claims.held_lines(_output.clean(result)), err=True)
             return held_exit
         return guard.run(argv)

@@ -30,7 +30,9 @@ The Python classes form one tree::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

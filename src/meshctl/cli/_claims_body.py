@@ -1,0 +1,261 @@
+"""The bodies of ``meshctl claim``, ``release`` and ``check``, without click.
+
+The click commands in :mod:`meshctl.cli.claims` parse their options and call these;
+the fast path (:mod:`meshctl.cli._fast`) parses the same command lines without
+click and calls the same functions, so both print the same bytes and exit with the
+same code. Help texts and options stay with the click commands.
+
+Standard library only (a test checks that the hot commands never load click).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from meshctl import _claims
+from meshctl.cli import _output
+
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from typing import Any
+
+    from meshctl.cli._state import State
+
+#: ``claim --ttl`` and ``--wait``: the ranges of their ``Seconds`` (the fast path checks
+#: the same ones before it takes a command line; anything else goes to click).
+TTL_RANGE: dict[str, Any] = {"open_min": True}
+WAIT_RANGE: dict[str, Any] = {"maximum": 3600}
+
+
+def disabled(result: Any) -> bool:
+    """Say so on stderr when the mesh is switched off (the command then succeeds)."""
+    if isinstance(result, dict) and result.get("disabled"):
+        _output.note("the mesh is disabled (enabled = false in config); nothing was claimed")
+        return True
+    return False
+
+
+def _timeout(state: State, wait: float) -> float:
+    return _claims.wait_timeout(wait, state.mesh().timeout)
+
+
+# --- claim ----------------------------------------------------------------------------
+
+
+def claim(
+    state: State,
+    resources: tuple[str, ...],
+    *,
+    shared: bool,
+    reason: str,
+    ttl: float | None,
+    wait: float,
+    broad: bool,
+) -> int:
+    """``meshctl claim``: exit 0 when granted, 75 when held (also after --wait ran out)."""
+    params = _claims.acquire_params(
+        state.require_session(),
+        _claims.resolve_all(resources),
+        shared=shared,
+        reason=reason,
+        ttl=ttl,
+        wait=wait,
+        broad=broad,
+    )
+    result = _acquire(state, params, wait)
+    if disabled(result):
+        _output.emit(state.json, _claims.cli_document(result), None)
+        return _output.EXIT_OK
+    doc = _claims.cli_document(result)
+    if doc["status"] == "granted":
+        _output.emit(state.json, doc, lambda: _claims.granted_line(_output.clean(result)))
+        return _output.EXIT_OK
+    if not state.json:
+        with_branches(state, result.get("holders") or [])
+    _output.emit(state.json, doc, lambda: _claims.held_lines(_output.clean(result)))
+    return _output.EXIT_TEMPFAIL
+
+
+def _acquire(state: State, params: dict[str, Any], wait: float) -> dict[str, Any]:
+    """``claim.acquire``; while a wait runs, a terminal shows who holds what and the time left."""
+    if wait <= 0 or not sys.stderr.isatty():
+        result: dict[str, Any] = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+        _ran_out(result, wait)
+        return result
+    from meshctl.cli._waiting import waiting
+
+    probe = state.call("claim.check", {"session_id": params["session_id"],
+                                       "resources": params["resources"]})  # fmt: skip
+    holders = probe.get("claims") or []
+    what = "waiting for " + ", ".join(_claims.show_resource(r) for r in params["resources"])
+    if holders:
+        first = _output.safe(_claims.holder_line(holders[0]))
+        what += f"; {first}" + (f" (+{len(holders) - 1} more)" if len(holders) > 1 else "")
+    with waiting(what, wait):
+        result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+    _ran_out(result, wait)
+    return result
+
+
+def _ran_out(result: dict[str, Any], wait: float) -> None:
+    """Say plainly that a wait ended without the grant (a deadlock refusal says itself)."""
+    if wait > 0 and result.get("status") == "held" and not result.get("deadlock"):
+        _output.note(f"the wait ran out after {wait:g} s; still held")
+
+
+# --- release --------------------------------------------------------------------------
+
+
+def release(state: State, resources: tuple[str, ...]) -> None:
+    """``meshctl release``: what the session does not hold is not an error."""
+    params: dict[str, Any] = {"session_id": state.require_session()}
+    if resources:
+        params["resources"] = _claims.resolve_all(resources)
+    result = state.call(_claims.RELEASE, params)
+    released = _output.clean([str(r) for r in (result or {}).get("released") or []])
+    _output.emit(
+        state.json,
+        result,
+        lambda: f"released {', '.join(released)}" if released else "nothing to release",
+    )
+
+
+# --- check ----------------------------------------------------------------------------
+
+
+def check(state: State, resources: tuple[str, ...], all_profiles: bool) -> int:
+    """``meshctl check``: exit 75 only when another session's claim overlaps."""
+    keys = _claims.resolve_all(resources)
+    params: dict[str, Any] = {"resources": keys}
+    if state.session:
+        params["session_id"] = state.session
+    result = dict(state.call(_claims.CHECK, params) or {})
+    if disabled(result):
+        _output.emit(state.json, result, None)
+        return _output.EXIT_OK
+    if all_profiles:
+        result["elsewhere"] = [*(result.get("elsewhere") or []), *_elsewhere(state, keys)]
+    if not state.json:
+        with_branches(state, result.get("claims") or [])
+    _output.emit(
+        state.json, result, lambda: render_check(_output.clean(keys), _output.clean(result))
+    )
+    return _output.EXIT_TEMPFAIL if result.get("status") == "held" else _output.EXIT_OK
+
+
+#: Sessions merely working in the place are listed up to this many, then counted.
+MAX_PRESENT = 5
+
+
+def render_check(keys: list[str], result: dict[str, Any], home: str | None = None) -> str:
+    """What ``check`` prints: one ``held`` line per conflicting session, then notices.
+
+    A holder of several overlapping claims gets one line naming them; a session
+    that holds claims is not listed again as merely present; present sessions are
+    listed up to :data:`MAX_PRESENT`, the rest counted. The daemon's ``warnings``
+    repeat the claims and present sessions as sentences, for clients without a
+    renderer of their own; they are not printed again.
+    """
+    holders = _by_session(result.get("claims") or [])
+    lines = [f"held: {_held_by(claims, home)}" for claims in holders.values()]
+    present = [p for p in result.get("present") or [] if p.get("session_id") not in holders]
+    lines += [f"notice: {_claims.present_line(p, home)}" for p in present[:MAX_PRESENT]]
+    if len(present) > MAX_PRESENT:
+        more = len(present) - MAX_PRESENT
+        lines.append(f"notice: … and {more} more session(s) working there (--json lists them)")
+    for c in result.get("elsewhere") or []:
+        lines.append(f"notice: in profile {c.get('profile')}, {_claims.holder_line(c, home)}")
+    if not lines:
+        shown = ", ".join(_claims.show_resource(k, home) for k in keys)
+        return f"free: no other session claims or works on {shown}"
+    return "\n".join(lines)
+
+
+def _by_session(claims: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Claims grouped by holding session, in the order the daemon gave them."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for claim in claims:
+        groups.setdefault(str(claim.get("session_id") or "?"), []).append(claim)
+    return groups
+
+
+def _held_by(claims: list[dict[str, Any]], home: str | None, shown: int = 3) -> str:
+    """One session's overlapping claims as one sentence (the first claim's, keys joined)."""
+    if len(claims) == 1:
+        return _claims.holder_line(claims[0], home)
+    keys = [_claims.show_resource(str(c.get("resource") or ""), home) for c in claims]
+    listed = ", ".join(keys[:shown]) + (
+        f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    )
+    reasons = {c.get("reason") for c in claims}
+    first = {**claims[0], "reason": reasons.pop() if len(reasons) == 1 else ""}
+    who = first.get("session_id") or "another session"
+    return f"{who} holds {len(claims)} claims here: {listed}{_claims.holder_tail(first)}"
+
+
+def with_branches(state: State, holders: list[dict[str, Any]]) -> None:
+    """Add each holder's branch (for "… (branch feat/auth) …"), from ``session.get``.
+
+    Human output only, and only when something is held: one round trip per holder.
+    """
+    from meshd.protocol.errors import MeshError
+
+    branches: dict[str, Any] = {}
+    for holder in holders:
+        sid = holder.get("session_id")
+        if not sid or holder.get("branch") is not None:
+            continue
+        if holder.get("profile") not in (None, "", state.profile):
+            continue
+        if sid not in branches:
+            try:
+                branches[sid] = (state.call("session.get", {"session_id": sid}) or {}).get("branch")
+            except MeshError:
+                branches[sid] = None
+        if branches[sid]:
+            holder["branch"] = branches[sid]
+
+
+def _elsewhere(state: State, keys: list[str]) -> list[dict[str, Any]]:
+    """Claims on ``keys`` in the other profiles whose daemons let ours see them.
+
+    As ``sessions active --all-profiles``: every other socket in the runtime folder
+    is asked ``claim.check`` with ``for_profile``; one that does not list ours in
+    ``visible_to_profiles`` answers ``visible: false`` and is left out; one that does
+    not answer is skipped with a note. Never starts a daemon.
+    """
+    import os
+
+    from meshctl import _paths, _spawn
+    from meshctl._client import Mesh
+    from meshd.protocol.errors import MeshError
+
+    seen = {os.path.realpath(_spawn.find_socket_str(state.profile, state.socket))}
+    folder = _paths.runtime_dir_str()
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".sock"))
+    except OSError:
+        return []
+    found: list[dict[str, Any]] = []
+    for name in names:
+        sock = os.path.join(folder, name)
+        if os.path.realpath(sock) in seen:
+            continue
+        seen.add(os.path.realpath(sock))
+        profile = name[: -len(".sock")]
+        try:
+            mesh = Mesh(profile, sock, autostart=False)
+        except ValueError:
+            continue  # not named like a profile: not one of our daemons
+        try:
+            other = mesh.call(_claims.CHECK, {"resources": keys, "for_profile": state.profile})
+        except MeshError as exc:
+            _output.note(f"skipped profile {profile} ({sock}): {exc.message}")
+            continue
+        finally:
+            mesh.close()
+        if not other or not other.get("visible", True) or other.get("profile") == state.profile:
+            continue
+        for holder in other.get("claims") or []:
+            found.append({**holder, "profile": holder.get("profile") or other.get("profile")})
+    return found

@@ -1,0 +1,87 @@
+"""What one ``meshctl`` invocation knows, and the daemon connection it leads to.
+
+Standard library only (no click): the hot commands' fast path (:mod:`meshctl.cli._fast`)
+builds a :class:`State` without click, and the click commands get theirs from the root
+group (:func:`meshctl.cli._context.get_state`); both run the same command bodies.
+"""
+
+from __future__ import annotations
+
+import os
+
+from meshctl.cli import _output
+
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from typing import Any
+
+    import click
+
+    from meshctl._client import Mesh
+
+
+class State:
+    """What one ``meshctl`` invocation knows: the resolved root options and its client."""
+
+    def __init__(self) -> None:
+        self.profile = "default"
+        self.socket: str | None = None
+        self.session: str | None = None
+        self.json = False
+        #: options given on the command line (an outer one then beats the environment)
+        self.explicit: set[str] = set()
+        #: the context of the command that runs (names arguments in refusals); None on
+        #: the fast path, which leaves every command line that needs it to click
+        self.command: click.Context | None = None
+        self._mesh: Mesh | None = None
+
+    def mesh(self, *, autostart: bool = True) -> Mesh:
+        """A connected client for this profile; starts the daemon unless ``autostart=False``.
+
+        One client per invocation; it is closed when the command finishes
+        (:func:`close`).
+        """
+        if self._mesh is None:
+            from meshctl import _spawn
+            from meshctl._client import Mesh
+
+            if _output.note not in _spawn.ANNOUNCE:
+                _spawn.ANNOUNCE.append(_output.note)  # "started meshd for profile …" on stderr
+
+            if self.socket:
+                # --socket means what MESH_SOCKET means, also to a daemon we start.
+                os.environ["MESH_SOCKET"] = self.socket
+
+            self._mesh = Mesh(self.profile, self.socket, autostart=autostart)
+        return self._mesh
+
+    def call(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        autostart: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
+        """One request to this profile's daemon (library errors propagate).
+
+        Text that cannot be sent (undecodable argv bytes) is refused first, naming
+        its argument (:func:`meshctl.cli._text.check_text`).
+        """
+        from meshctl.cli._text import check_text
+
+        check_text({"method": method}, self.command)
+        check_text(params, self.command)
+        return self.mesh(autostart=autostart).call(method, params, timeout=timeout)
+
+    def require_session(self) -> str:
+        """The session this command acts for, or the NO_SESSION refusal."""
+        if not self.session:
+            raise _output.no_session()
+        return self.session
+
+    def close(self) -> None:
+        """Close the client, if one was opened."""
+        if self._mesh is not None:
+            mesh, self._mesh = self._mesh, None
+            mesh.close()
