@@ -1,12 +1,13 @@
 """The hot commands' fast path prints what click prints: both ways, compared.
 
-``check``, ``claim``, ``release``, ``heartbeat`` and ``sessions active`` run without
-click (:mod:`meshctl.cli._fast`; click alone costs more than BENCH.md's start-up
+``check``, ``claim``, ``release``, ``heartbeat``, ``sessions active``, ``register``
+and ``end`` run without click (:mod:`meshctl.cli._fast`; click alone costs more than BENCH.md's start-up
 target). Each command line below runs twice against the same real daemon, as a
 user's ``meshctl`` runs it (``meshctl.cli.main``: the fast path first) and through
 the click tree alone (``meshctl.cli._root.cli``), and stdout, stderr and the exit
 code must match. Only what differs between two runs by nature is masked: claim
-tokens (each grant takes the next one), times and ages.
+tokens and handoff numbers (each run takes the next one), generated session ids,
+times and ages.
 
 Each run also reports whether click was loaded, so a case meant for the fast path
 proves it was taken (and a comparison of click with itself cannot pass for one),
@@ -50,11 +51,13 @@ cli.main(prog_name="meshctl")
 """
 
 _MASKS = (
+    (re.compile(r"\bgen-\w+:\d{8}-[0-9a-f]{6}\b"), "GENERATED-ID"),
     (re.compile(r"token \d+"), "token N"),
-    (re.compile(r'"token": \d+'), '"token": N'),
+    (re.compile(r'"(token|handoff_id)": \d+'), r'"\1": N'),
+    (re.compile(r"handoff #\d+"), "handoff #N"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "TIME"),
     (re.compile(r"\b\d\d:\d\d\b"), "HH:MM"),
-    (re.compile(r'"(age_s|idle_s|expires_in_s)": [0-9.e+-]+'), r'"\1": N'),
+    (re.compile(r'"(age_s|idle_s|expires_in_s|waited_s)": [0-9.e+-]+'), r'"\1": N'),
     (re.compile(r"\b\d+[smhd]( ago|\b)"), r"N\1"),
 )
 
@@ -303,3 +306,67 @@ def test_reader_gone(sessions: dict[str, Any]) -> None:
         results.append((proc.returncode, err))
     assert results[0] == results[1]
     assert results[0][0] == 1
+
+
+REGISTER_CYCLES = [
+    [
+        ["register", "--task", "nightly import", "--id", "cron:fp-1", "--liveness", "heartbeat"],
+        ["--session", "cron:fp-1", "end"],
+    ],
+    [
+        ["register", "--task=t ✓", "--id=cli:fp-2", "--source", "cron", "--status", "thinking"],
+        ["claim", "--session", "cli:fp-2", "res:fp"],
+        ["--session=cli:fp-2", "end", "--handoff", "half done; see notes", "--json"],
+    ],
+    [
+        ["register", "--task", "t", "--id", "w:fp-3", "--no-queries", "--no-messages", "--json"],
+        ["end", "--session", "w:fp-3"],
+        ["end", "--session", "w:fp-3"],
+    ],
+    [
+        ["--json", "register", "--task", "t", "--id", "w:fp-4", "--liveness=heartbeat"],
+        ["register", "--task", "t", "--id", "w:fp-4"],  # ID_IN_USE
+        ["end", "--session", "w:fp-4"],
+    ],
+    [
+        ["register", "--task", "t", "--id", "w:fp-5", "--expire-after", "30", "--pid", "1"],
+        ["register", "--task", "child", "--id", "w:fp-6", "--parent", "w:fp-5", "--slot", "a"],
+        ["end", "--session", "w:fp-6"],
+        ["end", "--session", "w:fp-5"],
+    ],
+]
+
+
+@pytest.mark.parametrize("cycle", REGISTER_CYCLES, ids=lambda c: " / ".join(" ".join(a) for a in c))
+def test_register_and_end(cycle: list[list[str]], sessions: dict[str, Any]) -> None:
+    """A script's whole session, each way in turn (the same ids both ways)."""
+    assert_same_cycle(cycle, sessions["bare"])
+
+
+def test_register_generated_id(sessions: dict[str, Any]) -> None:
+    """Without --id the daemon makes one up: only it differs between the two ways."""
+    env = sessions["bare"]
+    assert_same(["register", "--task", "t", "--source", "gen-a"], env, fast=True)
+    assert_same(["register", "--task", "t", "--source", "gen-b", "--json"], env, fast=True)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["register"],
+        ["register", "--task", "t", "--slot", "a"],
+        ["register", "--task", "t", "--pid", "0"],
+        ["register", "--task", "t", "--pid", "1.5"],
+        ["register", "--task", "t", "--liveness", "forever"],
+        ["register", "--task", "t", "--expire-after", "0"],
+        ["register", "--task", "t", "--status", "napping"],
+        ["register", "--task", "t", "extra"],
+        ["register", "--task", "t", "--no-queries=1"],
+        ["end", "extra"],
+        ["end", "--handoff"],
+        ["register", "--help"],
+    ],
+    ids=repr,
+)
+def test_register_and_end_left_to_click(args: list[str], sessions: dict[str, Any]) -> None:
+    assert_same(args, sessions["env"], fast=False)

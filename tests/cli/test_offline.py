@@ -145,7 +145,7 @@ def imported_modules(args: list[str], env: dict[str, str], code: int) -> set[str
     for line in done.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
             names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
-    assert "click" in names, done.stderr[-2000:]
+    assert "meshctl" in names, done.stderr[-2000:]
     assert done.returncode == code, done.stderr[-2000:]
     return names
 

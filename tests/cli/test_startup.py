@@ -6,7 +6,7 @@ they check the cause instead: which modules a real run loaded, read from
 ``sys.modules`` at exit in a subprocess.
 
 The hot commands (``check``, ``claim``, ``release``, ``heartbeat``, ``sessions
-active``) take the click-free fast path (:mod:`meshctl.cli._fast`): they load
+active``, and ``register`` and ``end``) take the click-free fast path (:mod:`meshctl.cli._fast`): they load
 neither click (``import click`` alone costs about 1.7x that script) nor
 ``typing``, nor the client library's sessions and messaging (``meshctl._sync``):
 :data:`HOT_NEVER`. Every command also stays off the modules below, each of which
@@ -161,6 +161,8 @@ class TestRoundTrips:
             ["sessions", "active", "--json"],
             ["check", "res:x", "src/a.py"],
             ["--json", "release"],
+            ["register", "--task", "t", "--liveness", "heartbeat"],
+            ["end"],
         ],
     )
     def test_hot(self, args: list[str], daemon: Any) -> None:
@@ -172,8 +174,7 @@ class TestRoundTrips:
         assert _top(names, LAZY + HEAVY + HOT_NEVER) == []
 
     @pytest.mark.parametrize(
-        "args",
-        [["call", "mesh.ping"], ["register", "--task", "t", "--liveness", "heartbeat"]],
+        "args", [["call", "mesh.ping"], ["board", "show", "--json"], ["daemon", "status", "--json"]]
     )
     def test_lean(self, args: list[str], daemon: Any) -> None:
         """Any other command that finds its daemon running loads none of LAZY or HEAVY."""

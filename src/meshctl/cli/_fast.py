@@ -1,9 +1,10 @@
 """The hot commands without click: ``check``, ``claim``, ``release``, ``heartbeat``,
-``sessions active``.
+``sessions active``, and ``register`` and ``end`` around them.
 
-Why: these are the calls agents and scripts make on every turn, and BENCH.md holds
-each within 1.8x of S (a stdlib script that sends one request) and within 0.8x of
-the peer session-coord's same call. ``import click`` alone costs about 1.7x S, so a
+Why: these are the calls agents and scripts make on every turn (and a script's
+``register`` ... ``end`` around them), and BENCH.md holds each within 1.8x of S (a
+stdlib script that sends one request) and within 0.8x of the peer session-coord's
+same call. ``import click`` alone costs about 1.7x S, so a
 command that imports click cannot get there; click stays the CLI's framework for
 everything else (docs/PERFORMANCE.md, "CLI start-up", has the figures and the choice).
 
@@ -73,6 +74,22 @@ _SPECS: dict[str, _Spec] = {
     "sessions active": _Spec(
         {"--all-profiles": "all_profiles", "--fresh": "fresh", "--local": "local"}, {}, "none"
     ),
+    "register": _Spec(
+        {"--no-queries": "no_queries", "--no-messages": "no_messages"},
+        {
+            "--task": "task",
+            "--source": "source",
+            "--pid": "pid",
+            "--id": "session_id",
+            "--liveness": "liveness",
+            "--expire-after": "expire_after",
+            "--parent": "parent",
+            "--slot": "slot",
+            "--status": "status",
+        },
+        "none",
+    ),
+    "end": _Spec({}, {"--handoff": "handoff"}, "none"),
 }
 
 
@@ -220,6 +237,10 @@ def _kwargs(line: _Line) -> dict[str, Any] | None:
         if "status" in opts and opts["status"] not in STATUSES:
             return None
         return {"status": opts.get("status"), "task": opts.get("task")}
+    if line.command == "register":
+        return _register_kwargs(opts)
+    if line.command == "end":
+        return {"handoff": opts.get("handoff")}
     if line.command == "check":
         return {"all_profiles": opts.get("all_profiles", False)}
     if line.command == "sessions active":
@@ -229,6 +250,44 @@ def _kwargs(line: _Line) -> dict[str, Any] | None:
             "local": opts.get("local", False),
         }
     return {}
+
+
+def _register_kwargs(opts: dict[str, Any]) -> dict[str, Any] | None:
+    """``register``'s keyword arguments as click converts them, or None (click refuses)."""
+    from meshctl.cli._lifecycle_body import STATUSES
+
+    if "task" not in opts or ("slot" in opts and "parent" not in opts):
+        return None  # --task is required; --slot needs --parent
+    if opts.get("liveness", "process") not in ("process", "heartbeat"):
+        return None
+    if "status" in opts and opts["status"] not in STATUSES:
+        return None
+    pid = None
+    if "pid" in opts:
+        try:
+            pid = int(opts["pid"])
+        except ValueError:
+            return None
+        if pid < 1:
+            return None
+    expire_after = None
+    if "expire_after" in opts:
+        expire_after = _seconds(opts["expire_after"], open_min=True)
+        if expire_after is None:
+            return None
+    return {
+        "task": opts["task"],
+        "source": opts.get("source"),
+        "pid": pid,
+        "session_id": opts.get("session_id"),
+        "liveness": opts.get("liveness", "process"),
+        "expire_after": expire_after,
+        "parent": opts.get("parent"),
+        "slot": opts.get("slot"),
+        "queries": not opts.get("no_queries", False),
+        "messages": not opts.get("no_messages", False),
+        "status": opts.get("status"),
+    }
 
 
 def _valid(name: str, value: str) -> bool:
@@ -296,10 +355,10 @@ def _body(state: State, line: _Line, kwargs: dict[str, Any]) -> Any:
         from meshctl.cli import _claims_body
 
         return _claims_body.release(state, resources)
-    if line.command == "heartbeat":
+    if line.command in ("heartbeat", "register", "end"):
         from meshctl.cli import _lifecycle_body
 
-        return _lifecycle_body.heartbeat(state, **kwargs)
+        return getattr(_lifecycle_body, line.command)(state, **kwargs)
     from meshctl.cli import _sessions_body
 
     return _sessions_body.active(state, **kwargs)

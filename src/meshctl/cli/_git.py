@@ -14,15 +14,24 @@ Plain ``os.path`` on strings, not :mod:`pathlib`, whose import (``urllib.parse``
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from typing import NamedTuple
 
-class GitPlace(NamedTuple):
-    """A folder's repository facts; every field ``None`` outside git."""
+    class GitPlace(NamedTuple):
+        """A folder's repository facts; every field ``None`` outside git."""
 
-    repo: str | None = None
-    branch: str | None = None
-    worktree: str | None = None
+        repo: str | None = None
+        branch: str | None = None
+        worktree: str | None = None
+
+else:
+    # The same tuple class, made without typing (``meshctl register`` runs this).
+    from collections import namedtuple
+
+    GitPlace = namedtuple("GitPlace", ("repo", "branch", "worktree"), defaults=(None, None, None))
+    GitPlace.__doc__ = "A folder's repository facts; every field ``None`` outside git."
 
 
 def _read(path: str) -> str | None:

@@ -1,13 +1,16 @@
-"""The body of ``meshctl heartbeat``, without click (the per-turn command).
+"""The bodies of ``meshctl register``, ``heartbeat`` and ``end``, without click.
 
-The click command in :mod:`meshctl.cli.lifecycle` parses its options and calls
-:func:`heartbeat`; the fast path (:mod:`meshctl.cli._fast`) parses the same command
-lines without click and calls it too, so both print the same bytes.
+The click commands in :mod:`meshctl.cli.lifecycle` parse their options and call
+these; the fast path (:mod:`meshctl.cli._fast`) parses the same command lines
+without click and calls them too, so both print the same bytes.
 
 Standard library only (a test checks that the hot commands never load click).
 """
 
 from __future__ import annotations
+
+import os
+import socket
 
 from meshctl.cli import _output
 
@@ -29,6 +32,94 @@ def disabled_note(result: Any) -> None:
         _output.note("the mesh is disabled (enabled = false in config); nothing was recorded")
 
 
+def register(
+    state: State,
+    *,
+    task: str,
+    source: str | None,
+    pid: int | None,
+    session_id: str | None,
+    liveness: str,
+    expire_after: float | None,
+    parent: str | None,
+    slot: str | None,
+    queries: bool,
+    messages: bool,
+    status: str | None,
+) -> None:
+    """``meshctl register``: print the new session's id (and only that) on stdout."""
+    params = register_params(
+        task=task,
+        source=source,
+        pid=pid,
+        session_id=session_id,
+        liveness=liveness,
+        expire_after=expire_after,
+        parent=parent,
+        slot=slot,
+        queries=queries,
+        messages=messages,
+        status=status,
+        cwd=_cwd(),
+        ppid=os.getppid(),
+        host=socket.gethostname(),
+    )
+    result = state.call("session.register", params)
+    disabled_note(result)
+    _output.emit(state.json, result, str(result.get("session_id", "")))
+
+
+def register_params(
+    *,
+    task: str,
+    source: str | None,
+    pid: int | None,
+    session_id: str | None,
+    liveness: str,
+    expire_after: float | None,
+    parent: str | None,
+    slot: str | None,
+    queries: bool,
+    messages: bool,
+    status: str | None,
+    cwd: str | None,
+    ppid: int,
+    host: str,
+) -> dict[str, Any]:
+    """The ``session.register`` params for ``meshctl register``'s options (pure)."""
+    if pid is None and liveness == "process":
+        pid = ppid  # the caller of meshctl, not meshctl itself (it exits at once)
+    params: dict[str, Any] = {"task": task, "liveness": liveness, "host": host}
+    from meshctl.cli._git import git_place
+
+    place = git_place(cwd) if cwd else None
+    optional = {
+        "session_id": session_id,
+        "source": source,
+        "pid": pid,
+        "expire_after": expire_after,
+        "parent": parent,
+        "slot": slot,
+        "status": status,
+        "cwd": cwd,
+        "repo": place and place.repo,
+        "branch": place and place.branch,
+        "worktree": place and place.worktree,
+        "accept_queries": None if queries else False,
+        "accept_messages": None if messages else False,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return params
+
+
+def _cwd() -> str | None:
+    """The working folder, or None when it was deleted under us."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def heartbeat(state: State, *, status: str | None, task: str | None) -> None:
     """``meshctl heartbeat``: "still here", optionally with a new status or task; silent."""
     params: dict[str, Any] = {"session_id": state.require_session()}
@@ -39,3 +130,23 @@ def heartbeat(state: State, *, status: str | None, task: str | None) -> None:
     result = state.call("session.heartbeat", params)
     disabled_note(result)
     _output.emit(state.json, result, None)
+
+
+def end(state: State, *, handoff: str | None) -> None:
+    """``meshctl end``: release the session's claims, optionally leave a handoff."""
+    params: dict[str, Any] = {"session_id": state.require_session()}
+    if handoff is not None:
+        params["handoff"] = handoff
+    result = state.call("session.end", params)
+    _output.emit(state.json, result, lambda: _ended(result))
+
+
+def _ended(result: dict[str, Any]) -> str:
+    released = result.get("released") or []
+    if not result.get("ended", True):
+        return f"{result.get('session_id')} had already ended; nothing to release."
+    text = f"Ended {result.get('session_id')}"
+    text += f"; released {len(released)} claim(s): {', '.join(released)}" if released else ""
+    if result.get("handoff_id") is not None:
+        text += f"; handoff #{result['handoff_id']} saved"
+    return text + "."

@@ -9,9 +9,11 @@ prints only the id on stdout, so ``export MESH_SESSION=$(meshctl register …)``
 works.
 
 ``heartbeat`` succeeds silently (like ``touch``); ``end`` says what it
-released. ``heartbeat``'s body is in :mod:`meshctl.cli._lifecycle_body` (no
-click there: the fast path of the hot commands runs it too). Both act for
-``--session``/``MESH_SESSION`` and refuse without one.
+released. Both act for ``--session``/``MESH_SESSION`` and refuse without one.
+
+The three bodies are in :mod:`meshctl.cli._lifecycle_body` (no click there: the
+fast path of the hot commands runs them too); this module holds their options and
+help.
 
 When the mesh is switched off (``enabled = false``) these commands still
 succeed, as SPEC §2 says, and say ``disabled`` once on stderr.
@@ -19,66 +21,14 @@ succeed, as SPEC §2 says, and say ``disabled`` once on stderr.
 
 from __future__ import annotations
 
-import os
-import socket
-from typing import Any
-
 import click
 
-from meshctl.cli import _lifecycle_body, _output
+from meshctl.cli import _lifecycle_body
 from meshctl.cli._context import common_options, get_state
-from meshctl.cli._git import git_place
-from meshctl.cli._lifecycle_body import STATUSES
+from meshctl.cli._lifecycle_body import STATUSES, register_params
 from meshctl.cli._params import Seconds
 
-
-def register_params(
-    *,
-    task: str,
-    source: str | None,
-    pid: int | None,
-    session_id: str | None,
-    liveness: str,
-    expire_after: float | None,
-    parent: str | None,
-    slot: str | None,
-    queries: bool,
-    messages: bool,
-    status: str | None,
-    cwd: str | None,
-    ppid: int,
-    host: str,
-) -> dict[str, Any]:
-    """The ``session.register`` params for ``meshctl register``'s options (pure)."""
-    if pid is None and liveness == "process":
-        pid = ppid  # the caller of meshctl, not meshctl itself (it exits at once)
-    params: dict[str, Any] = {"task": task, "liveness": liveness, "host": host}
-    place = git_place(cwd) if cwd else None
-    optional = {
-        "session_id": session_id,
-        "source": source,
-        "pid": pid,
-        "expire_after": expire_after,
-        "parent": parent,
-        "slot": slot,
-        "status": status,
-        "cwd": cwd,
-        "repo": place and place.repo,
-        "branch": place and place.branch,
-        "worktree": place and place.worktree,
-        "accept_queries": None if queries else False,
-        "accept_messages": None if messages else False,
-    }
-    params.update({k: v for k, v in optional.items() if v is not None})
-    return params
-
-
-def _cwd() -> str | None:
-    """The working folder, or None when it was deleted under us."""
-    try:
-        return os.getcwd()
-    except OSError:
-        return None
+__all__ = ["STATUSES", "end", "heartbeat", "register", "register_params"]
 
 
 @click.command()
@@ -141,8 +91,8 @@ def register(
     """
     if slot is not None and parent is None:
         raise click.UsageError("--slot needs --parent (a slot is a place under a parent)")
-    state = get_state()
-    params = register_params(
+    _lifecycle_body.register(
+        get_state(),
         task=task,
         source=source,
         pid=pid,
@@ -154,13 +104,7 @@ def register(
         queries=queries,
         messages=messages,
         status=status,
-        cwd=_cwd(),
-        ppid=os.getppid(),
-        host=socket.gethostname(),
     )
-    result = state.call("session.register", params)
-    _lifecycle_body.disabled_note(result)
-    _output.emit(state.json, result, str(result.get("session_id", "")))
 
 
 @click.command()
@@ -177,20 +121,4 @@ def heartbeat(status: str | None, task: str | None) -> None:
 @click.option("--handoff", metavar="TEXT", help="Leave a final handoff for whoever picks it up.")
 def end(handoff: str | None) -> None:
     """End the session: release its claims, optionally leave a handoff."""
-    state = get_state()
-    params: dict[str, Any] = {"session_id": state.require_session()}
-    if handoff is not None:
-        params["handoff"] = handoff
-    result = state.call("session.end", params)
-    _output.emit(state.json, result, lambda: _ended(result))
-
-
-def _ended(result: dict[str, Any]) -> str:
-    released = result.get("released") or []
-    if not result.get("ended", True):
-        return f"{result.get('session_id')} had already ended; nothing to release."
-    text = f"Ended {result.get('session_id')}"
-    text += f"; released {len(released)} claim(s): {', '.join(released)}" if released else ""
-    if result.get("handoff_id") is not None:
-        text += f"; handoff #{result['handoff_id']} saved"
-    return text + "."
+    _lifecycle_body.end(get_state(), handoff=handoff)
