@@ -25,9 +25,9 @@ loads it without the sessions, messaging and shared-work helpers of
 
 from __future__ import annotations
 
+import _thread
 import os
 import socket as _socket
-import threading
 import time
 from collections import deque
 
@@ -87,7 +87,8 @@ class Mesh:
         self.timeout = timeout
         #: (pid, started_at) of the daemon this connection reached; changes on restart.
         self.daemon: tuple[Any, Any] = (None, None)
-        self._lock = threading.Lock()
+        # threading.Lock itself, without importing threading (start-up cost)
+        self._lock = _thread.allocate_lock()
         self._sock: _socket.socket | None = None
         self._proto = _conn.Protocol()
         self._owner_pid = 0

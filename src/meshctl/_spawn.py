@@ -24,14 +24,13 @@ functions that start a daemon: a command that finds its daemon running (every
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from meshctl import _conn, _log, _paths
 from meshd.protocol import trust
@@ -164,7 +163,7 @@ def connect_or_start(
             f"`meshctl daemon start --profile {profile}`",
             {"socket": path, "profile": profile},
         )
-    with _spawn_lock(profile):
+    with _SpawnLock(profile):
         # Another client may have started it while we waited for the lock.
         path = find_socket_str(profile, socket_path)
         sock = _connect(path, timeout)
@@ -174,35 +173,50 @@ def connect_or_start(
         return _wait_ready(profile, socket_path, proc, timeout)
 
 
-@contextlib.contextmanager
-def _spawn_lock(profile: str) -> Iterator[None]:
-    state = _paths.state_dir()
-    try:
-        state.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(_paths.spawn_lock(profile), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise MeshUnavailable(
-            f"cannot start meshd: the state folder {state} is not usable ({exc.strerror}); "
-            "fix its permissions or set MESH_STATE_DIR"
-        ) from exc
-    try:
-        deadline = time.monotonic() + START_TIMEOUT + 5.0
-        delay = 0.005
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise MeshUnavailable(
-                        f"another client has been starting meshd for profile {profile!r} "
-                        f"for over {START_TIMEOUT + 5:.0f} s; see {_paths.log_file(profile)}"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
-        yield
-    finally:
-        os.close(fd)  # closing drops the flock
+class _SpawnLock:
+    """The exclusive ``flock`` on ``<state>/<profile>.spawn.lock`` while a daemon starts.
+
+    A class rather than ``contextlib.contextmanager``: ``contextlib`` costs start-up
+    time on every command, and this runs only when a daemon has to be started.
+    """
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.fd = -1
+
+    def __enter__(self) -> None:
+        profile = self.profile
+        state = _paths.state_dir()
+        try:
+            state.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(_paths.spawn_lock(profile), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise MeshUnavailable(
+                f"cannot start meshd: the state folder {state} is not usable ({exc.strerror}); "
+                "fix its permissions or set MESH_STATE_DIR"
+            ) from exc
+        try:
+            deadline = time.monotonic() + START_TIMEOUT + 5.0
+            delay = 0.005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise MeshUnavailable(
+                            f"another client has been starting meshd for profile {profile!r} "
+                            f"for over {START_TIMEOUT + 5:.0f} s; see {_paths.log_file(profile)}"
+                        ) from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.1)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # closing drops the flock
 
 
 def _which(name: str) -> str | None:

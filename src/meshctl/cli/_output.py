@@ -39,7 +39,6 @@ commands that use it, never here.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import io
 import json
 import os
@@ -246,8 +245,10 @@ def report(failure: Failure, as_json: bool) -> None:
             write_json(failure.to_json())
         except BrokenPipeError:
             reader_gone()
-    with contextlib.suppress(BrokenPipeError):
+    try:
         echo(failure.human(), err=True)
+    except BrokenPipeError:  # not contextlib.suppress: contextlib costs start-up time
+        return
 
 
 def echo(text: str, *, err: bool = False) -> None:
