@@ -15,6 +15,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ import pytest
 from meshctl import Mesh, _session
 from meshctl._messaging import MessagingMixin, Query
 from meshctl._sync import Session
+from meshctl.cli import _time
 from meshctl.cli.handoff import expand_variadic
 from meshctl.cli.messages import render_answer, render_event, render_item
 
@@ -145,13 +147,14 @@ class TestRendering:
                 "kind": "message",
                 "from": "a",
                 "text": "x\ny",
-                "created_at": "T",
+                "created_at": _time.rfc3339(time.time() - 150),
                 "reply_to": 3,
             }
         )
 
         assert text == (
-            "#7 [from a — another session of yours, not you] message, reply to #3, T:\n    x\n    y"
+            "#7 [from a — another session of yours, not you] message, reply to #3, 2m ago:"
+            "\n    x\n    y"
         )
 
     def test_answer_says_who_answered(self) -> None:
@@ -511,7 +514,7 @@ class TestHandoff:
             ["a.py", "b.py"],
             ["test", "ship"],
         )
-        assert [h["summary"] for h in listed] == ["c is done: see PR 12", "auth half done"]
+        assert [h["summary"] for h in listed] == ["auth half done", "c is done: see PR 12"]
         assert f"#{written['id']} [from a — another session of yours, not you] for b" in human.out
         assert "for whoever comes next" in human.out
         assert shown.out.splitlines()[0].startswith(

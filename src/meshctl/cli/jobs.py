@@ -27,7 +27,7 @@ from typing import Any
 import click
 
 from meshctl import _claims
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import own_params
 from meshctl.cli._params import Seconds
@@ -52,12 +52,7 @@ def jobs() -> None:
 def _when(ev: dict[str, Any] | None) -> str:
     if not ev:
         return "never"
-    return f"{_claims.clock(ev.get('at'))} ({_output.format_age(_age(ev.get('at')))} ago)"
-
-
-def _age(at: Any) -> float:
-    ts = _claims._epoch(at)
-    return 0.0 if ts is None else time.time() - ts
+    return _time.ago(ev.get("at"))
 
 
 def _holders(holders: list[dict[str, Any]]) -> str:
@@ -95,11 +90,11 @@ def render_radar(rows: list[dict[str, Any]]) -> str:
     for job in rows:
         lines.append(_head(job))
         if run := job.get("running"):
-            lines.append(f"    running since {_when(run)} (session {run.get('session_id')})")
+            lines.append(f"    running, started {_when(run)} (session {run.get('session_id')})")
         lines.append(f"    {_last(job)}; deferred {job.get('deferrals', 0)} times")
         for ev in job.get("pending") or []:
             held = _holders(ev.get("holders") or [])
-            lines.append(f"    NOT RUN (critical) at {_when(ev)}: held by {held}")
+            lines.append(f"    NOT RUN (critical) {_when(ev)}: held by {held}")
         wait = job.get("would_wait_for") or []
         lines.append(f"    now it would wait for: {_holders(wait)}")
     return "\n".join(lines)

@@ -26,7 +26,12 @@ from meshctl.cli._params import Seconds
 @click.option("--reason", default="", metavar="R", help="Why (the holders are told).")
 @click.option("--broad", is_flag=True, help="Allow file:/ or the home folder itself.")
 def preempt(resources: tuple[str, ...], reason: str, broad: bool) -> int:
-    """Ask the lower-ranked holders of RES… to checkpoint and pause."""
+    """Ask the lower-ranked holders of RES… to checkpoint and pause.
+
+    \b
+    Examples:
+      meshctl preempt res:gpu --reason 'urgent training run'
+    """
     state = get_state()
     params: dict[str, Any] = {
         "session_id": state.require_session(),
@@ -62,7 +67,12 @@ def _preempted(result: dict[str, Any]) -> str:
     "--note", required=True, metavar="TEXT", help="Where you stopped; given back on resume."
 )
 def pause(note: str) -> None:
-    """Checkpoint at a safe point: leave a note, release claims into a reserved set."""
+    """Checkpoint at a safe point: leave a note, release claims into a reserved set.
+
+    \b
+    Examples:
+      meshctl pause --note 'paused at step 3 of the migration'
+    """
     state = get_state()
     result = state.call("session.pause", {"session_id": state.require_session(), "note": note})
 
@@ -85,7 +95,12 @@ def pause(note: str) -> None:
     help="Wait up to S seconds for the reserved set (default: the daemon's max_query_timeout).",
 )
 def resume(wait: float | None) -> int:
-    """Queue for the reserved set; print the checkpoint note; status back."""
+    """Queue for the reserved set; print the checkpoint note; status back.
+
+    \b
+    Examples:
+      meshctl resume --wait 600
+    """
     state = get_state()
     params: dict[str, Any] = {"session_id": state.require_session()}
     if wait is not None:

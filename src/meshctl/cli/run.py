@@ -136,7 +136,13 @@ def run(
     fail_open: bool,
     command: tuple[str, ...],
 ) -> int:
-    """Run COMMAND while holding RES…; exit with COMMAND's status."""
+    """Run COMMAND while holding RES…; exit with COMMAND's status.
+
+    \b
+    Examples:
+      meshctl run --res res:db --wait 300 -- ./migrate.sh
+      meshctl run --res src/ --task 'format' -- ruff format src
+    """
     state = get_state()
     argv = list(command)
     keys = _claims.resolve_all(resources)

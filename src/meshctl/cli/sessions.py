@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import Group, State, common_options, complete_sessions, get_state
 from meshd.protocol.errors import MeshError, MeshUnavailable
 
@@ -73,33 +73,22 @@ def describe(session: Session, home: str | None = None, *, host: bool = False) -
     if rank := ranked(session):
         parts.append(rank)
     if session.get("liveness") == "process" and "idle_s" in session:
-        parts.append(f"idle {_output.format_age(float(session.get('idle_s') or 0))}")
+        parts.append(f"idle {_time.age(float(session.get('idle_s') or 0))}")
     else:
-        parts.append(f"{_output.format_age(float(session.get('age_s') or 0))} ago")
+        parts.append(f"{_time.age(float(session.get('age_s') or 0))} ago")
     line = f"- {session.get('session_id', '?')} — {', '.join(parts)}"
     return f"{line}  [stale]" if session.get("stale") else line
 
 
 def ranked(session: Session) -> str:
-    """``rank 5 (set by ana at 14:02)`` for a session a person ranked; "" at rank 0."""
+    """``rank 5 (set by ana 3m ago)`` for a session a person ranked; "" at rank 0."""
     rank = int(session.get("rank") or 0)
     if not rank and not session.get("rank_by"):
         return ""
-    by, at = session.get("rank_by"), _clock(session.get("rank_at"))
-    how = " ".join(x for x in (f"by {by}" if by else "", f"at {at}" if at else "") if x)
+    by, at = session.get("rank_by"), session.get("rank_at")
+    when = _time.ago(at) if _time.epoch(at) is not None else ""
+    how = " ".join(x for x in (f"by {by}" if by else "", when) if x)
     return f"rank {rank} (set {how})" if how else f"rank {rank}"
-
-
-def _clock(stamp: Any) -> str:
-    """An RFC 3339 time as local HH:MM ("" if there is none or it does not parse)."""
-    from datetime import datetime
-
-    try:
-        return (
-            datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).astimezone().strftime("%H:%M")
-        )
-    except ValueError:
-        return ""
 
 
 def render_list(profile: str, sessions: Iterable[Session], home: str | None = None) -> str:
@@ -111,6 +100,10 @@ def render_list(profile: str, sessions: Iterable[Session], home: str | None = No
     hosts = len({s.get("host") for s in items}) > 1  # a fleet: every line says where
     lines.extend(describe(s, home, host=hosts) for s in items)
     return "\n".join(lines)
+
+
+#: The fields of ``sessions show`` that are times: local time, then relative.
+TIMES = frozenset({"started_at", "last_heartbeat", "last_activity", "rank_at"})
 
 
 def render_one(session: Session, home: str | None = None) -> str:
@@ -154,8 +147,10 @@ def render_one(session: Session, home: str | None = None) -> str:
             value = ", ".join(value)
         elif isinstance(value, bool):
             value = "yes" if value else "no"
+        elif key in TIMES:
+            value = _time.detail(value)
         lines.append(f"{key.replace('_', ' ') + ':':<16} {value}")
-    age = _output.format_age(float(session.get("age_s") or 0))
+    age = _time.age(float(session.get("age_s") or 0))
     lines.append(f"{'seen:':<16} {age} ago" + ("  [stale]" if session.get("stale") else ""))
     claims = session.get("claims") or []
     total = max(int(session.get("claims_total") or 0), len(claims))
@@ -165,7 +160,7 @@ def render_one(session: Session, home: str | None = None) -> str:
         reason = f" — {claim['reason']}" if claim.get("reason") else ""
         lines.append(
             f"  {claim.get('resource')} ({claim.get('mode')}, token "
-            f"{claim.get('token')}, since {claim.get('since')}){reason}"
+            f"{claim.get('token')}, since {_time.ago(claim.get('since'))}){reason}"
         )
     return "\n".join(lines)
 
@@ -244,7 +239,14 @@ def sessions() -> None:
 @click.option("--local", is_flag=True, help="In a fleet: this host's sessions only.")
 def active(all_profiles: bool, fresh: bool, local: bool) -> None:
     """List live sessions: id, task, folder, branch, status, last heard from (in a
-    fleet, every host's, each on its host)."""
+    fleet, every host's, each on its host).
+
+    \b
+    Examples:
+      meshctl sessions active
+      meshctl sessions active --fresh --json
+      meshctl sessions active --local
+    """
     state = get_state()
     params = {k: True for k, on in (("fresh", fresh), ("local", local)) if on}
     result = state.call("session.list", params or None)
@@ -270,7 +272,12 @@ def _own_socket(state: State) -> Path | None:
 @common_options
 @click.argument("session_id", metavar="ID", shell_complete=complete_sessions)
 def show(session_id: str) -> None:
-    """Everything one session reported, and the claims it holds."""
+    """Everything one session reported, and the claims it holds.
+
+    \b
+    Examples:
+      meshctl sessions show cli:20261129-1f3a9c
+    """
     state = get_state()
     info = state.call("session.get", {"session_id": session_id})
     _output.emit(state.json, info, lambda: render_one(_output.clean(info)))
@@ -293,7 +300,12 @@ sessions.add_command(ask)
 )
 def prioritize(session_id: str, rank: int) -> None:
     """Rank a session (a person's command, SPEC §5b): its waits are served before
-    those of lower-ranked sessions, FIFO within a rank, re-ordered at once."""
+    those of lower-ranked sessions, FIFO within a rank, re-ordered at once.
+
+    \b
+    Examples:
+      meshctl prioritize cli:20261129-1f3a9c --rank 10
+    """
     import getpass
 
     state = get_state()
