@@ -154,13 +154,12 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
         if slot_key is False:
             return held_exit
         wait = float(decl["timeout"]) if decl["policy"] == "wait" else 0.0
-        result = mesh.call(
-            _claims.ACQUIRE,
-            _claims.acquire_params(
-                guard.sid, list(decl["resources"]), reason=f"job {name}", wait=wait
-            ),
-            timeout=_claims.wait_timeout(wait, mesh.timeout),
+        from meshctl.cli.claims import acquire
+
+        wanted = _claims.acquire_params(
+            guard.sid, list(decl["resources"]), reason=f"job {name}", wait=wait
         )
+        result = acquire(state, wanted, wait)
         if result.get("status") != "granted":
             holders = result.get("holders") or []
             _record(state, "job.defer", {"name": name, "session_id": guard.sid, "holders": holders})
@@ -270,15 +269,17 @@ def job_wait(name: str, timeout: float) -> int:
     state = get_state()
     _known(state, name)
     mesh = state.mesh()
-    from meshctl.cli._waiting import waiting
+    from meshctl.cli._waiting import job_detail, ran_out, waiting
 
     deadline = time.monotonic() + timeout
-    with waiting(f"waiting for job {name} to end", timeout):
+    with waiting(f"waiting for job {name} to end", timeout, job_detail(mesh, name)):
         result = _wait_loop(mesh, name, deadline)
+    if result.get("timed_out"):
+        ran_out(timeout, f"job {name} is still running")
 
     def human() -> str:
         if result.get("timed_out"):
-            return f"job {name} is still running after {timeout:g} s"
+            return ""  # said on stderr: the wait ran out
         if not result.get("was_running"):
             return f"job {name} is not running ({_last(result)})"
         return f"job {name} ended: {_last(result)}"

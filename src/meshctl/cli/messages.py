@@ -422,9 +422,9 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
         "question": " ".join(question),
         "timeout": timeout,
     }
-    from meshctl.cli._waiting import waiting
+    from meshctl.cli._waiting import session_detail, waiting
 
-    with waiting(f"asking {_output.safe(to)}", timeout):
+    with waiting(f"asking {_output.safe(to)}", timeout, session_detail(state.mesh(), to)):
         result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
     _output.hand_over(
         state.json,
@@ -469,11 +469,19 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
 
         params["path"] = _claims.resolve(path)
     waited = (timeout if collect else 0) + state.mesh().timeout
-    result = state.call("broadcast.send", params, timeout=waited)
-    human = lambda: render_broadcast(_output.clean(result))  # noqa: E731
     if not collect:
-        _output.emit(state.json, result, human)
+        result = state.call("broadcast.send", params, timeout=waited)
+        _output.emit(state.json, result, lambda: render_broadcast(_output.clean(result)))
         return
+    from meshctl.cli._waiting import others_detail, ran_out, waiting
+
+    detail = None if path is not None else others_detail(state.mesh(), params["session_id"])
+    with waiting("collecting answers to the broadcast", timeout, detail):
+        result = state.call("broadcast.send", params, timeout=waited)
+    silent = [str(a.get("from")) for a in result.get("answers") or [] if a.get("timed_out")]
+    if silent:
+        ran_out(timeout, f"no live answer from {', '.join(silent)} (their status answers it)")
+    human = lambda: render_broadcast(_output.clean(result))  # noqa: E731
     lost = "the collected answers were not read, and they are not kept; ask again"
     _output.hand_over(state.json, result, human, lost)
 

@@ -106,7 +106,13 @@ def resume(wait: float | None) -> int:
     if wait is not None:
         params["wait"] = wait
     timeout = _claims.wait_timeout(wait if wait is not None else 60.0, state.mesh().timeout)
-    result = state.call("session.resume", params, timeout=timeout)
+    from meshctl.cli._waiting import claim_detail, ran_out, waiting
+
+    detail = claim_detail(state.mesh(), params["session_id"], None)
+    with waiting("waiting for the reserved set", wait, detail):
+        result = state.call("session.resume", params, timeout=timeout)
+    if result.get("status") == "held":
+        ran_out(float(result.get("waited_s") or wait or 0), "still paused")
 
     def human() -> str:
         note = result.get("note") or "(no checkpoint note)"

@@ -161,11 +161,10 @@ def run(
     guard = _Guard(mesh, params, reg)
     try:
         try:
-            result = state.call(
-                _claims.ACQUIRE,
-                _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait),
-                timeout=_claims.wait_timeout(wait, mesh.timeout),
-            )
+            from meshctl.cli.claims import acquire
+
+            wanted = _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait)
+            result = acquire(state, wanted, wait)
         except MeshUnavailable as exc:
             if not fail_open:
                 raise

@@ -100,14 +100,18 @@ def wait(name: str, after: int | None, since: float | None, timeout: float | Non
         params["after"] = after
     if since is not None:
         params["since"] = min(max(time.time() - since, 0.001), _time.FOREVER)
+    from meshctl.cli._waiting import ran_out, waiting
+
+    newer = f" newer than #{after}" if after is not None else ""
     with OwnSession(state, "signal", f"signal wait {name}") as own:
         if not own.reg.get("disabled"):
             params["session_id"] = own.sid
-        result = own.mesh.call("signal.wait", params, timeout=own.mesh.timeout + limit)
+        with waiting(f"waiting for signal {name}{newer}", timeout):
+            result = own.mesh.call("signal.wait", params, timeout=own.mesh.timeout + limit)
     if not result.get("received"):
         doc = {"name": name, "received": False, "last_seq": result.get("last_seq", 0)}
         _output.emit(state.json, doc, None)
-        _output.note(f"no signal {name} within {timeout} s (last seq {doc['last_seq']})")
+        ran_out(limit, f"no signal {name} came (last seq {doc['last_seq']})")
         return _output.EXIT_TEMPFAIL
     doc = {k: result.get(k) for k in ("name", "seq", "payload", "emitted_by", "emitted_at")}
     _output.emit(state.json, doc, lambda: render_signal(_output.clean(doc)))
