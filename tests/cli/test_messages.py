@@ -469,6 +469,25 @@ class TestBroadcast:
         assert "[from b — another session of yours, not you] answered live by b" in human.out
         assert "[from c — another session of yours, not you] answered by the status" in human.out
 
+    def test_waits_that_run_out_say_so(self, daemon: Daemon) -> None:
+        """A responder that does not answer in time: broadcast --collect and handoff
+        request say on stderr that the wait ran out, and for whom (issue 15.6)."""
+        register(daemon, "a")
+        register(daemon, "b")
+        follower = Follower(daemon, "b", "--respond", "--json")
+        try:
+            follower.ready()
+            told = mc(daemon, "broadcast", "who?", "--collect", "--timeout", "0.5", session="a")
+            asked = mc(daemon, "handoff", "request", "b", "--timeout", "0.5", session="a")
+        finally:
+            follower.stop()
+
+        assert told.code == 0, told
+        assert "the wait ran out after 0.5 s; no live answer from b" in told.err
+        assert asked.code == 75, asked
+        assert "the wait ran out after 0.5 s; b did not answer" in asked.err
+        assert "s left" not in told.err + asked.err
+
     def test_plain_broadcast_to_a_path(self, daemon: Daemon, short_tmp: Any) -> None:
         """--path reaches only the sessions working there; it lands in their inbox."""
         register(daemon, "a")

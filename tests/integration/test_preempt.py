@@ -178,6 +178,7 @@ def test_meshctl_preempt_pause_resume(daemon: DaemonHandle) -> None:
     assert "paused; reserved res:gpu (first for cli:boss)" in paused.out
     assert early.code == 75, early
     assert "held: still paused" in early.out
+    assert "the wait ran out after 0.2 s; still paused" in early.err
     assert took.code == 0, took
     assert resumed.code == 0, resumed
     assert "note: checkpointed at epoch 4" in resumed.out

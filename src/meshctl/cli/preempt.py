@@ -112,7 +112,8 @@ def resume(wait: float | None) -> int:
     with waiting("waiting for the reserved set", wait, detail):
         result = state.call("session.resume", params, timeout=timeout)
     if result.get("status") == "held":
-        ran_out(float(result.get("waited_s") or wait or 0), "still paused")
+        waited = wait if wait is not None else round(float(result.get("waited_s") or 0), 1)
+        ran_out(waited, "still paused")
 
     def human() -> str:
         note = result.get("note") or "(no checkpoint note)"
