@@ -1,6 +1,7 @@
 """How ``meshctl`` writes and reads times: one style for people, one for scripts (issue 15.6).
 
-The daemon sends every time as RFC 3339 UTC (``2026-11-29T14:02:00Z``), and
+The daemon sends every time as RFC 3339 UTC (``2026-11-29T14:02:00Z``,
+:func:`meshd.protocol.contract.rfc3339`, re-exported here), and
 ``--json`` passes those through untouched, so scripts always get RFC 3339 UTC.
 People get one of two forms, both made here and nowhere else:
 
@@ -26,6 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import click
+
+from meshd.protocol.contract import rfc3339
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,11 +61,6 @@ def epoch(value: Any) -> float | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
-
-
-def rfc3339(ts: float) -> str:
-    """Epoch seconds as RFC 3339 UTC to the second, the way the daemon writes times."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(ts)))
 
 
 # --- writing, for people --------------------------------------------------------------
@@ -185,3 +183,19 @@ def oldest_first(items: Iterable[Mapping[str, Any]], field: str) -> list[Any]:
                 float(ident) if isinstance(ident, int | float) else 0.0)  # fmt: skip
 
     return sorted(items, key=key)
+
+
+__all__ = [
+    "FOREVER",
+    "age",
+    "ago",
+    "detail",
+    "duration",
+    "epoch",
+    "local",
+    "newer",
+    "oldest_first",
+    "parse_since",
+    "rfc3339",
+    "since_option",
+]
