@@ -310,6 +310,7 @@ class TestAsk:
 
         assert run.code == 75, run
         assert (run.json()["answered_by"], run.json()["timed_out"]) == ("status", True)
+        assert "the wait ran out after 0.5 s; b did not answer" in run.err
         assert [(i["kind"], i["from"], i["text"]) for i in late] == [("answer", "b", "sorry, busy")]
 
     def test_follow_respond_then_reply(self, daemon: Daemon) -> None:

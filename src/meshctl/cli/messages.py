@@ -422,10 +422,12 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
         "question": " ".join(question),
         "timeout": timeout,
     }
-    from meshctl.cli._waiting import session_detail, waiting
+    from meshctl.cli._waiting import ran_out, session_detail, waiting
 
     with waiting(f"asking {_output.safe(to)}", timeout, session_detail(state.mesh(), to)):
         result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
+    if result.get("timed_out"):
+        ran_out(timeout, f"{to} did not answer; the answer is from what {to} reported")
     _output.hand_over(
         state.json,
         result,

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from meshctl import _claims
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._params import Seconds
 
@@ -57,7 +57,7 @@ def _preempted(result: dict[str, Any]) -> str:
         return "\n".join(lines)
     grace = f"{float(result.get('grace_s') or 0):g} s"
     return "\n".join(
-        [f"asked: {w}" for w in who] + [f"grace {grace}, until {result.get('deadline')}"]
+        [f"asked: {w}" for w in who] + [f"grace {grace}, ends {_time.ago(result.get('deadline'))}"]
     )
 
 
