@@ -47,3 +47,51 @@ def test_every_command_shows_a_real_example() -> None:
 
     assert len(leaves) > 40
     assert missing == []
+
+
+def _example_args(line: str, command: str) -> list[str]:
+    """The arguments an example line gives ``command``, up to the first shell operator
+    (``)``, ``|``, ``&&``, ``;``) or comment: what follows belongs to the shell."""
+    import shlex
+
+    lexer = shlex.shlex(line[line.index(command) + len(command) :], posix=True,
+                        punctuation_chars=True)  # fmt: skip
+    lexer.whitespace_split = True
+    args = []
+    for token in lexer:
+        if token and set(token) <= set("();&|<>"):
+            break
+        args.append(token)
+    return args
+
+
+def test_every_example_parses() -> None:
+    """Each example runs a command with options and arguments it really takes: click
+    parses it without a usage error (nothing is run)."""
+    from meshctl.cli import cli
+
+    root = click.Context(cli, info_name="meshctl")
+    checked = 0
+    for words, text in _leaves(cli, root):
+        command = " ".join(["meshctl", *words])
+        examples = text.partition("Examples:")[2].split("Options:")[0]
+        for line in (x.strip() for x in examples.splitlines()):
+            if command not in line:
+                continue
+            ctx = root
+            for word in words[:-1]:
+                group = ctx.command
+                assert isinstance(group, click.Group)
+                sub = group.get_command(ctx, word)
+                assert sub is not None
+                ctx = click.Context(sub, info_name=word, parent=ctx)
+            group = ctx.command
+            assert isinstance(group, click.Group)
+            leaf = group.get_command(ctx, words[-1])
+            assert leaf is not None
+            try:
+                leaf.make_context(words[-1], _example_args(line, command), parent=ctx)
+            except click.ClickException as exc:
+                raise AssertionError(f"{line!r}: {exc.format_message()}") from exc
+            checked += 1
+    assert checked > 60
