@@ -192,6 +192,7 @@ class TestWithDaemon:
             (["inbox", "--peek", "--session", b], lambda d: d),
             (["notes", "list"], lambda d: d),
             (["board", "files", proj], lambda d: d["entries"]),
+            (["board", "show", proj], lambda d: d["progress"] + d["changes"]),
             (["handoff", "list", "--all"], lambda d: d),
             (["once", "--list"], lambda d: d),
             (["log"], lambda d: d),

@@ -193,7 +193,8 @@ def render_show(result: Mapping[str, Any]) -> str:
 @common_options
 @click.argument("project", metavar="[PROJECT|PATH]", required=False)
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True, metavar="N")
-def show(project: str | None, limit: int) -> None:
+@_time.since_option("posts and changes")
+def show(project: str | None, limit: int, since: float | None) -> None:
     """The whole board: progress, pitfalls, changed files, who is present and watching.
 
     PATH (default: the cwd) means its project: the git top level holding it, or
@@ -203,9 +204,13 @@ def show(project: str | None, limit: int) -> None:
     Examples:
       meshctl board show
       meshctl board show ~/project --json
+      meshctl board show --since 1d
     """
     state = get_state()
     result = state.call("board.show", {"project_or_path": project_arg(project), "limit": limit})
+    for key in ("progress", "pitfalls", "changes"):  # history; who is present is not
+        if key in result:
+            result[key] = _time.newer(result[key] or [], since, "at")
     _output.emit(state.json, result, lambda: render_show(_output.clean(result)))
 
 
