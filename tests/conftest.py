@@ -27,6 +27,11 @@ TEST_TIMEOUT = 300.0
 """Seconds one test may take before pytest-timeout fails it with every thread's
 traceback (a hang in CI is a failure that says where, not a job killed at 6 h)."""
 
+SLOW_TEST_TIMEOUT = 900.0
+"""For tests marked ``slow``: they are long by design (thousands of fuzzed frames, big
+queues), and on a loaded 2-core machine 300 s cut one off mid-run (a clean-clone CI
+at load 20). A hang still fails, with tracebacks, just later."""
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each test the default timeout, unless ``--timeout`` or its own mark says
@@ -36,7 +41,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
+            slow = item.get_closest_marker("slow") is not None
+            item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT if slow else TEST_TIMEOUT))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``meshctl board changed|changes`` against the real daemon (and the pure renderers)."""
+"""``meshctl board changed|files`` against the real daemon (and the pure renderers)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,21 @@ class TestPure:
         assert text == "Recorded 2 changed files in /p.\nTold now: b."
 
 
+class TestNames:
+    def test_listing_is_files_and_changes_is_a_hidden_alias(self, meshctl: Meshctl) -> None:
+        """``changed`` (report) and the listing no longer differ by one letter; the
+        listing's old name ``changes`` still parses, unlisted (issue 15.6)."""
+        top = ok(meshctl("board", "--help"))
+        old = ok(meshctl("board", "changes", "--help"))
+        new = ok(meshctl("board", "files", "--help"))
+
+        listed = [line.split()[0] for line in top.out.split("Commands:")[1].splitlines() if line]
+        assert "files" in listed
+        assert "changed" in listed
+        assert "changes" not in listed
+        assert old.out.splitlines()[1:] == new.out.splitlines()[1:]
+
+
 class TestWithDaemon:
     def test_needs_a_session(self, meshctl: Meshctl, offline_env: OfflineEnv) -> None:
         run = meshctl("board", "changed", "/x", "--json", env=offline_env.env)
@@ -66,9 +81,9 @@ class TestWithDaemon:
         assert run.code == 1, run
         assert run.json()["error"]["data"]["code"] == "NO_SESSION"
 
-    def test_changed_then_changes(self, daemon: Daemon, short_tmp: Path) -> None:
+    def test_changed_then_files(self, daemon: Daemon, short_tmp: Path) -> None:
         """Relative paths resolve against the cwd; the session in the project is told;
-        ``changes`` (no PATH) lists the cwd's project."""
+        ``files`` (no PATH) lists the cwd's project."""
         proj = Path(os.path.realpath(short_tmp)) / "proj"
         (proj / ".git").mkdir(parents=True)
         (proj / "src").mkdir()
@@ -90,8 +105,9 @@ class TestWithDaemon:
             )
         )
         human = ok(in_dir(proj, "board", "changed", "src/c.py", env=env))
-        listed = ok(in_dir(proj / "src", "board", "changes", "--json", env=env))
-        text = ok(in_dir(proj, "board", "changes", env=daemon.env))
+        listed = ok(in_dir(proj / "src", "board", "files", "--json", env=env))
+        text = ok(in_dir(proj, "board", "files", env=daemon.env))
+        old = ok(in_dir(proj / "src", "board", "changes", "--json", env=env))
 
         result = run.json()
         assert result["recorded"] == 2
@@ -106,3 +122,4 @@ class TestWithDaemon:
             f"{proj}/src/c.py",
         ]
         assert f"{writer}: src/a.py — auth" in text.out
+        assert old.json() == listed.json()  # the old name still works

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from meshctl.cli.claims import parse_since, render_check, render_log
+from meshctl.cli.claims import render_check, render_log
 from meshctl.cli.run import expand_res
 
 from .conftest import Meshctl, OfflineEnv, Run
@@ -49,21 +49,6 @@ class TestParsing:
             *("--res", "a", "--res", "b", "--wait", "1"),
             *("--", "cmd", "--res", "z"),
         ]
-
-    def test_since_duration_and_time(self) -> None:
-        """--since takes 10m / 2h / 1d or a UTC time; sent as RFC 3339 UTC."""
-        now = 1_764_460_800.0  # 2025-11-30T00:00:00Z
-
-        assert parse_since("10m", now) == "2025-11-29T23:50:00Z"
-        assert parse_since("1d", now) == "2025-11-29T00:00:00Z"
-        assert parse_since("2025-11-28T14:02:00Z", now) == "2025-11-28T14:02:00Z"
-        assert parse_since("2025-11-28T14:02:00", now) == "2025-11-28T14:02:00Z"
-
-    def test_since_refuses_nonsense(self) -> None:
-        import click
-
-        with pytest.raises(click.BadParameter, match="duration"):
-            parse_since("yesterday-ish")
 
 
 class TestRender:

@@ -15,6 +15,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ import pytest
 from meshctl import Mesh, _session
 from meshctl._messaging import MessagingMixin, Query
 from meshctl._sync import Session
+from meshctl.cli import _time
 from meshctl.cli.handoff import expand_variadic
 from meshctl.cli.messages import render_answer, render_event, render_item
 
@@ -145,13 +147,14 @@ class TestRendering:
                 "kind": "message",
                 "from": "a",
                 "text": "x\ny",
-                "created_at": "T",
+                "created_at": _time.rfc3339(time.time() - 150),
                 "reply_to": 3,
             }
         )
 
         assert text == (
-            "#7 [from a — another session of yours, not you] message, reply to #3, T:\n    x\n    y"
+            "#7 [from a — another session of yours, not you] message, reply to #3, 2m ago:"
+            "\n    x\n    y"
         )
 
     def test_answer_says_who_answered(self) -> None:
@@ -307,6 +310,7 @@ class TestAsk:
 
         assert run.code == 75, run
         assert (run.json()["answered_by"], run.json()["timed_out"]) == ("status", True)
+        assert "the wait ran out after 0.5 s; b did not answer" in run.err
         assert [(i["kind"], i["from"], i["text"]) for i in late] == [("answer", "b", "sorry, busy")]
 
     def test_follow_respond_then_reply(self, daemon: Daemon) -> None:
@@ -466,6 +470,25 @@ class TestBroadcast:
         assert "[from b — another session of yours, not you] answered live by b" in human.out
         assert "[from c — another session of yours, not you] answered by the status" in human.out
 
+    def test_waits_that_run_out_say_so(self, daemon: Daemon) -> None:
+        """A responder that does not answer in time: broadcast --collect and handoff
+        request say on stderr that the wait ran out, and for whom (issue 15.6)."""
+        register(daemon, "a")
+        register(daemon, "b")
+        follower = Follower(daemon, "b", "--respond", "--json")
+        try:
+            follower.ready()
+            told = mc(daemon, "broadcast", "who?", "--collect", "--timeout", "0.5", session="a")
+            asked = mc(daemon, "handoff", "request", "b", "--timeout", "0.5", session="a")
+        finally:
+            follower.stop()
+
+        assert told.code == 0, told
+        assert "the wait ran out after 0.5 s; no live answer from b" in told.err
+        assert asked.code == 75, asked
+        assert "the wait ran out after 0.5 s; b did not answer" in asked.err
+        assert "s left" not in told.err + asked.err
+
     def test_plain_broadcast_to_a_path(self, daemon: Daemon, short_tmp: Any) -> None:
         """--path reaches only the sessions working there; it lands in their inbox."""
         register(daemon, "a")
@@ -511,7 +534,7 @@ class TestHandoff:
             ["a.py", "b.py"],
             ["test", "ship"],
         )
-        assert [h["summary"] for h in listed] == ["c is done: see PR 12", "auth half done"]
+        assert [h["summary"] for h in listed] == ["auth half done", "c is done: see PR 12"]
         assert f"#{written['id']} [from a — another session of yours, not you] for b" in human.out
         assert "for whoever comes next" in human.out
         assert shown.out.splitlines()[0].startswith(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 
-from meshctl.cli import _output, raw
+from meshctl.cli import _output, _time, raw
 from meshctl.cli._git import GitPlace, git_place
 from meshctl.cli.lifecycle import register_params
 from meshctl.cli.sessions import describe, render_list, render_one
@@ -100,7 +101,7 @@ class TestRenderList:
                     "resource": "file:/home/u/p",
                     "mode": "exclusive",
                     "token": 7,
-                    "since": "x",
+                    "since": _time.rfc3339(time.time() - 150),
                     "reason": "edit",
                 }
             ],
@@ -110,7 +111,7 @@ class TestRenderList:
 
         assert "cwd:             ~/p" in text
         assert "pid:             42" in text
-        assert "file:/home/u/p (exclusive, token 7, since x) — edit" in text
+        assert "file:/home/u/p (exclusive, token 7, since 2m ago) — edit" in text
 
 
 class TestFormatting:
@@ -129,14 +130,14 @@ class TestFormatting:
     )
     def test_age(self, seconds: float, expected: str) -> None:
         """Ages are floored to the largest whole unit."""
-        assert _output.format_age(seconds) == expected
+        assert _time.age(seconds) == expected
 
     @pytest.mark.parametrize(
         ("seconds", "expected"), [(0, "0s"), (192, "3m 12s"), (3600, "1h"), (90061, "1d 1h")]
     )
     def test_duration(self, seconds: float, expected: str) -> None:
         """Uptimes show their two largest units."""
-        assert _output.format_duration(seconds) == expected
+        assert _time.duration(seconds) == expected
 
     @pytest.mark.parametrize(
         ("path", "expected"),

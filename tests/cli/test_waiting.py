@@ -3,11 +3,15 @@ and says plainly when the wait ran out (issue 15.6)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tests.cli.conftest import Meshctl
 from tests.support import wait_for
+
+from meshctl.cli._waiting import describe_wait
 
 
 def register(meshctl: Meshctl, env: dict[str, str], task: str) -> str:
@@ -34,15 +38,7 @@ def test_terminal_shows_holder_and_time_left(
     env = mesh_env.env
     a, b = register(meshctl, env, "migrating the db"), register(meshctl, env, "waiter")
     assert meshctl("claim", "--session", a, "res:db", env=env).code == 0
-    cmd = " ".join(
-        [f"{k}={v!r}" for k, v in env.items() if k.startswith(("MESH_", "XDG_"))]
-        + [sys.executable, "-m", "meshctl.cli", "claim", "--session", b, "res:db", "--wait", "60",
-           ";", "sleep", "30"]
-    )  # fmt: skip
-    tmux("new-session", "-d", "-x", "200", "-y", "10", f"env {cmd}")
-
-    def screen() -> str:
-        return str(tmux("capture-pane", "-p"))
+    screen = on_terminal(tmux, env, "claim", "--session", b, "res:db", "--wait", "60")
 
     wait_for(lambda: "s left" in screen(), what=screen)
     assert f"waiting for res:db; {a} holds res:db" in screen()
@@ -51,3 +47,143 @@ def test_terminal_shows_holder_and_time_left(
 
     wait_for(lambda: "granted res:db" in screen(), what=screen)
     assert "s left" not in screen()
+
+
+def on_terminal(tmux: Any, env: dict[str, str], *args: str) -> Callable[[], str]:
+    """Run ``meshctl ARGS`` with the mesh's environment on a tmux terminal (left idling
+    afterwards, so the pane stays to be read); the function that reads its screen."""
+    line = " ".join(
+        [f"{k}={v!r}" for k, v in env.items() if k.startswith(("MESH_", "XDG_"))]
+        + [sys.executable, "-m", "meshctl.cli", *args, ";", "sleep", "30"]
+    )
+    tmux("new-session", "-d", "-x", "220", "-y", "10", f"env {line}")
+    return lambda: str(tmux("capture-pane", "-p"))
+
+
+class TestPure:
+    def test_describe_wait_names_the_holder_and_the_queue(self) -> None:
+        holders = [{"session_id": "a", "resource": "res:db", "reason": "migrating"}]
+        waiters = [
+            {"session_id": "w1", "resources": ["res:db"]},
+            {"session_id": "w2", "resources": ["res:other"]},
+            {"session_id": "w3", "resources": ["file:/p"]},
+            {"session_id": "me", "resources": ["res:db", "file:/p/x"]},
+            {"session_id": "late", "resources": ["res:db"]},
+        ]
+
+        text = describe_wait(holders, waiters, "me", ["res:db", "file:/p/x"])
+
+        assert text == "a holds res:db — migrating; 2 ahead in the queue"
+
+    def test_describe_wait_before_queueing_and_when_free(self) -> None:
+        holders = [
+            {"session_id": "a", "resource": "res:db"},
+            {"session_id": "b", "resource": "res:db"},
+        ]
+
+        assert describe_wait(holders, [], "me", ["res:db"]) == (
+            "a holds res:db (+1 more); next in the queue"
+        )
+        assert describe_wait([], [], "me", ["res:db"]) == "free now"
+
+
+class TestNotATerminal:
+    def test_run_wait_says_it_ran_out_and_draws_nothing(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any
+    ) -> None:
+        env = mesh_env.env
+        a = register(meshctl, env, "holder")
+        assert meshctl("claim", "--session", a, "res:db", env=env).code == 0
+
+        r = meshctl("run", "--res", "res:db", "--wait", "0.3", "--", "true", env=env)
+
+        assert r.code == 75, r
+        assert "the wait ran out after 0.3 s; still held" in r.err
+        assert "s left" not in r.err
+        assert "\x1b[" not in r.err
+
+    def test_signal_wait_says_it_ran_out(self, meshctl: Meshctl, daemon: Any) -> None:
+        r = meshctl("signal", "wait", "never", "--timeout", "0.3", env=daemon.env)
+
+        assert r.code == 75, r
+        assert "the wait ran out after 0.3 s; no signal never came (last seq 0)" in r.err
+        assert "s left" not in r.err
+
+    def test_job_wait_says_it_ran_out(self, meshctl: Meshctl, mesh_env: Any, daemon: Any) -> None:
+        env = mesh_env.env
+        mesh_env.write_config('[jobs.slow]\nresources = ["res:slow"]\n')
+        assert meshctl("daemon", "reload", env=env).code == 0
+        sleeper = subprocess.Popen(
+            [sys.executable, "-m", "meshctl.cli", "job", "run", "slow", "--", "sleep", "30"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(lambda: meshctl("jobs", "--json", env=env).json()["jobs"][0].get("running"))
+
+            r = meshctl("job", "wait", "slow", "--timeout", "0.3", env=env)
+        finally:
+            sleeper.terminate()
+            sleeper.wait(10)
+
+        assert r.code == 75, r
+        assert "the wait ran out after 0.3 s; job slow is still running" in r.err
+        assert r.out == ""
+        assert "s left" not in r.err
+
+
+class TestTerminal:
+    def test_run_wait_shows_holder_and_queue_position(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any, tmux: Any
+    ) -> None:
+        """A second waiter ahead is counted; the line goes once the run gets its turn."""
+        env = mesh_env.env
+        a = register(meshctl, env, "migrating the db")
+        b = register(meshctl, env, "first in line")
+        assert meshctl("claim", "--session", a, "res:db", env=env).code == 0
+        first = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "meshctl.cli",
+                "claim",
+                "--session",
+                b,
+                "res:db",
+                "--wait",
+                "60",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(lambda: meshctl("call", "claim.list", env=env).json()["waiting"])
+            screen = on_terminal(
+                tmux, env, "run", "--res", "res:db", "--wait", "60", "--", "echo", "RAN"
+            )
+            wait_for(lambda: "1 ahead in the queue" in screen(), what=screen)
+            assert f"waiting for res:db; {a} holds res:db" in screen()
+            assert "s left" in screen()
+
+            assert meshctl("release", "--session", a, "res:db", env=env).code == 0
+            first.wait(30)
+            assert meshctl("release", "--session", b, "res:db", env=env).code == 0
+            wait_for(lambda: "RAN" in screen(), what=screen)
+            assert "s left" not in screen()
+        finally:
+            first.kill()
+            first.wait(10)
+
+    def test_signal_wait_without_a_limit_counts_up(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any, tmux: Any
+    ) -> None:
+        env = mesh_env.env
+        screen = on_terminal(tmux, env, "signal", "wait", "go")
+        wait_for(lambda: "waiting for signal go" in screen(), what=screen)
+        assert "s so far" in screen()
+        assert meshctl("signal", "emit", "go", env=env).code == 0
+
+        wait_for(lambda: "go #1 from" in screen(), what=screen)
+        assert "s so far" not in screen()

@@ -296,6 +296,31 @@ def publish(server: NatsServer, subject: str, payload: bytes, msg_ids: list[str]
 
 
 class TestFailures:
+    def test_a_broadcast_path_this_host_cannot_read_reaches_no_one_and_is_taken(
+        self, two: tuple[FleetHost, FleetHost], nats_server: NatsServer
+    ) -> None:
+        """An item whose --path is a bad key on the receiving host is taken (not
+        redelivered for ever) and reaches nobody; a good path reaches its sessions."""
+        h1, h2 = two
+        register(h2, "h2:elsewhere", cwd="/var")
+        h1.call("message.send", {"session_id": "h1:a", "to": "h2:b", "text": "first"})
+        wait_for(lambda: inbox(h2, "h2:b"), 15, what="the stream to exist and h2 to read it")
+        bad = {
+            "key": "h9:bad-path", "kind": "broadcast", "sender": "h9:z", "from_host": "h9",
+            "created_at": 0.0, "text": "nobody", "path": "not/absolute",
+        }  # fmt: skip
+        publish(nats_server, "mesh.test.mail._x2a_all", json.dumps(bad).encode(), ["b1"])
+        h1.call("broadcast.send", {"session_id": "h1:a", "text": "tmp only", "path": "/tmp"})
+
+        def texts(sid: str) -> list[str]:
+            return [i["text"] for i in inbox(h2, sid)]
+
+        wait_for(lambda: "tmp only" in texts("h2:b"), 15, what=lambda: texts("h2:b"))
+        wait_for(lambda: h2.status()["parts"]["mail"]["taken"] == 3, 15,
+                 what=lambda: h2.status()["parts"]["mail"])  # fmt: skip
+        assert texts("h2:b") == ["first", "tmp only"]
+        assert texts("h2:elsewhere") == []
+
     def test_a_copy_past_the_duplicate_window_is_dropped_by_its_key(
         self, two: tuple[FleetHost, FleetHost], nats_server: NatsServer
     ) -> None:

@@ -51,18 +51,20 @@ def test_every_host_lists_every_hosts_sessions(fleet_hosts: HostFactory) -> None
 
 @pytest.mark.slow
 def test_a_vanished_host_is_stale_first_then_dropped(fleet_hosts: HostFactory) -> None:
-    h1, _, h3 = fleet_hosts(3, extra=FAST)
+    # 2 s intervals: stale after 4 s, gone by TTL at 6 s. With 1 s the stale window was
+    # about a second, and a loaded machine's slow polls could step over it (seen once).
+    h1, _, h3 = fleet_hosts(3, extra="[defaults]\nheartbeat_interval = 2\n")
     sid = register(h3, "cron import")
-    wait_for(lambda: sid in listing(h1), what="h3's session on h1")
+    wait_for(lambda: sid in listing(h1), 30, what="h3's session on h1")
 
     h3.daemon.kill()  # kill -9: no goodbye, only the TTL removes its entry
 
-    wait_for(lambda: listing(h1).get(sid, {}).get("stale"), what="h3's session shown stale")
+    wait_for(lambda: listing(h1).get(sid, {}).get("stale"), 30, what="h3's session shown stale")
     assert sid not in listing(h1, fresh=True)
-    wait_for(lambda: sid not in listing(h1), what="h3's session dropped by TTL")
+    wait_for(lambda: sid not in listing(h1), 30, what="h3's session dropped by TTL")
     assert [x["host"] for x in h1.status()["hosts"]] == ["h2"]
     # the server itself removes h3's key (per-key TTL), not only h1's view of it
-    wait_for(lambda: bucket_keys(h1.server.url) == {"h1", "h2"}, what="h3's key gone by TTL")
+    wait_for(lambda: bucket_keys(h1.server.url) == {"h1", "h2"}, 30, what="h3's key gone by TTL")
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -173,11 +174,13 @@ def test_meshctl_preempt_pause_resume(daemon: DaemonHandle) -> None:
 
     assert asked.code == 0, asked
     assert "asked: cli:low (rank 0) holds res:gpu" in asked.out
+    assert re.search(r"grace \d+ s, ends in \d+m", asked.out), asked
     assert refused.code in (0, 75), refused  # low holds it itself: nobody else to ask
     assert paused.code == 0, paused
     assert "paused; reserved res:gpu (first for cli:boss)" in paused.out
     assert early.code == 75, early
     assert "held: still paused" in early.out
+    assert "the wait ran out after 0.2 s; still paused" in early.err
     assert took.code == 0, took
     assert resumed.code == 0, resumed
     assert "note: checkpointed at epoch 4" in resumed.out

@@ -62,7 +62,7 @@ def claim(
         wait=wait,
         broad=broad,
     )
-    result = _acquire(state, params, wait)
+    result = acquire(state, params, wait)
     if disabled(result):
         _output.emit(state.json, _claims.cli_document(result), None)
         return _output.EXIT_OK
@@ -76,22 +76,18 @@ def claim(
     return _output.EXIT_TEMPFAIL
 
 
-def _acquire(state: State, params: dict[str, Any], wait: float) -> dict[str, Any]:
-    """``claim.acquire``; while a wait runs, a terminal shows who holds what and the time left."""
+def acquire(state: State, params: dict[str, Any], wait: float) -> dict[str, Any]:
+    """``claim.acquire`` for ``claim``, ``run`` and ``job run``: while a wait runs, a
+    terminal shows who holds what, the queue and the time left; a wait that ran out
+    is said on stderr."""
     if wait <= 0 or not sys.stderr.isatty():
         result: dict[str, Any] = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
         _ran_out(result, wait)
         return result
-    from meshctl.cli._waiting import waiting
+    from meshctl.cli._waiting import claim_detail, waiting
 
-    probe = state.call("claim.check", {"session_id": params["session_id"],
-                                       "resources": params["resources"]})  # fmt: skip
-    holders = probe.get("claims") or []
     what = "waiting for " + ", ".join(_claims.show_resource(r) for r in params["resources"])
-    if holders:
-        first = _output.safe(_claims.holder_line(holders[0]))
-        what += f"; {first}" + (f" (+{len(holders) - 1} more)" if len(holders) > 1 else "")
-    with waiting(what, wait):
+    with waiting(what, wait, claim_detail(state.mesh(), params["session_id"], params["resources"])):
         result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
     _ran_out(result, wait)
     return result
@@ -100,7 +96,9 @@ def _acquire(state: State, params: dict[str, Any], wait: float) -> dict[str, Any
 def _ran_out(result: dict[str, Any], wait: float) -> None:
     """Say plainly that a wait ended without the grant (a deadlock refusal says itself)."""
     if wait > 0 and result.get("status") == "held" and not result.get("deadlock"):
-        _output.note(f"the wait ran out after {wait:g} s; still held")
+        from meshctl.cli._waiting import ran_out
+
+        ran_out(wait, "still held")
 
 
 # --- release --------------------------------------------------------------------------

@@ -398,29 +398,6 @@ def note(text: str) -> None:
     say(f"meshctl: {text}", err=True)
 
 
-def format_age(seconds: float) -> str:
-    """A short relative age: ``3s``, ``42s``, ``2m``, ``1h``, ``3d`` (floored, never negative)."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h"
-    return f"{s // 86400}d"
-
-
-def format_duration(seconds: float) -> str:
-    """An uptime such as ``3m 12s`` or ``2d 4h``: the two largest units."""
-    s = max(0, int(seconds))
-    parts: list[str] = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if s >= size or (unit == "s" and not parts):
-            parts.append(f"{s // size}{unit}")
-            s %= size
-    return " ".join(parts[:2])
-
-
 def tilde(path: str | None, home: str | None = None) -> str | None:
     """``path`` with the home folder written ``~`` (``/home/u/p`` -> ``~/p``); None stays."""
     return contract.tilde(path, home) if path else path

@@ -10,7 +10,7 @@ Standard library only (a test checks that the hot commands never load click).
 
 from __future__ import annotations
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshd.protocol.errors import MeshError, MeshUnavailable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
@@ -44,33 +44,22 @@ def describe(session: Mapping[str, Any], home: str | None = None, *, host: bool 
     if rank := ranked(session):
         parts.append(rank)
     if session.get("liveness") == "process" and "idle_s" in session:
-        parts.append(f"idle {_output.format_age(float(session.get('idle_s') or 0))}")
+        parts.append(f"idle {_time.age(float(session.get('idle_s') or 0))}")
     else:
-        parts.append(f"{_output.format_age(float(session.get('age_s') or 0))} ago")
+        parts.append(f"{_time.age(float(session.get('age_s') or 0))} ago")
     line = f"- {session.get('session_id', '?')} — {', '.join(parts)}"
     return f"{line}  [stale]" if session.get("stale") else line
 
 
 def ranked(session: Mapping[str, Any]) -> str:
-    """``rank 5 (set by ana at 14:02)`` for a session a person ranked; "" at rank 0."""
+    """``rank 5 (set by ana 3m ago)`` for a session a person ranked; "" at rank 0."""
     rank = int(session.get("rank") or 0)
     if not rank and not session.get("rank_by"):
         return ""
-    by, at = session.get("rank_by"), _clock(session.get("rank_at"))
-    how = " ".join(x for x in (f"by {by}" if by else "", f"at {at}" if at else "") if x)
+    by, at = session.get("rank_by"), session.get("rank_at")
+    when = _time.ago(at) if _time.epoch(at) is not None else ""
+    how = " ".join(x for x in (f"by {by}" if by else "", when) if x)
     return f"rank {rank} (set {how})" if how else f"rank {rank}"
-
-
-def _clock(stamp: Any) -> str:
-    """An RFC 3339 time as local HH:MM ("" if there is none or it does not parse)."""
-    from datetime import datetime
-
-    try:
-        return (
-            datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).astimezone().strftime("%H:%M")
-        )
-    except ValueError:
-        return ""
 
 
 def render_list(

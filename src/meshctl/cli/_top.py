@@ -30,7 +30,7 @@ from typing import Any
 import click
 
 from meshctl import _claims
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import State
 
 Doc = Mapping[str, Any]
@@ -76,8 +76,8 @@ def fetch(state: State) -> View:
 
 
 def _age(at: Any, now: float) -> str:
-    ts = _claims._epoch(at)
-    return "?" if ts is None else _output.format_age(now - ts)
+    ts = _time.epoch(at)
+    return "?" if ts is None else _time.age(now - ts)
 
 
 def _matches(text: str, needle: str) -> bool:
@@ -94,7 +94,7 @@ def session_line(s: Doc, *, hosts: bool = False) -> str:
         where += f" ({s['branch']})"
     host = f" @{s['host']}" if hosts and s.get("host") else ""
     rank = f" rank {s['rank']}" if s.get("rank") else ""
-    idle = _output.format_age(float(s.get("idle_s", s.get("age_s")) or 0))
+    idle = _time.age(float(s.get("idle_s", s.get("age_s")) or 0))
     marks = "  [stale]" if s.get("stale") else ""
     if s.get("parent") and s.get("orphan"):
         marks += "  [orphan]"

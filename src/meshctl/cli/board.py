@@ -1,4 +1,4 @@
-"""``meshctl board show|post|changed|changes|touch|watch`` (SPEC §7, §9): the project board.
+"""``meshctl board show|post|changed|files|touch|watch`` (SPEC §7, §9): the project board.
 
 Decisions:
 
@@ -8,9 +8,11 @@ Decisions:
 - The other sessions that overlap the paths are told at once, or -- when this
   session already told them about its changes in the same project within the
   last 30 s -- with the total when that quiet period ends; the output says which.
-- ``changes [PATH]`` lists the project's recent changed files (PATH defaults to
+- ``files [PATH]`` lists the project's recent changed files (PATH defaults to
   the cwd; its project is the git top level holding it); ``--all`` lists every
-  project's. It needs no session.
+  project's. It needs no session. It was called ``changes``, one letter away
+  from ``changed`` (which reports them, and keeps its SPEC §9 name); ``changes``
+  still works, hidden from the help (:data:`ALIASES`).
 - ``show [PROJECT|PATH]`` is the whole board; a word with no ``/`` that is not an
   existing file is a project name, anything else a path (default: the cwd).
 - ``post``, ``touch --read`` and ``watch [--stop]`` act for a session. A changed
@@ -26,8 +28,12 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output
-from meshctl.cli._context import common_options, get_state
+from meshctl.cli import _output, _time
+from meshctl.cli._context import Group, common_options, get_state
+
+#: Old names that still work, hidden from the help: ``changes`` differed from
+#: ``changed`` by one letter (issue 15.6).
+ALIASES = {"changes": "files"}
 
 
 def absolute(path: str, cwd: str | None = None) -> str:
@@ -69,14 +75,21 @@ def render_changes(result: Mapping[str, Any]) -> str:
         path = str(e.get("path", ""))
         shown = path[len(project) + 1 :] if project and path.startswith(project + "/") else path
         summary = f" — {e['summary']}" if e.get("summary") else ""
-        lines.append(f"- {e.get('at')} {e.get('session_id')}: {shown}{summary}")
+        lines.append(f"- {_time.ago(e.get('at'))} {e.get('session_id')}: {shown}{summary}")
     return "\n".join(lines)
 
 
 # --- commands ---------------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class BoardGroup(Group):
+    """The board's commands, with the old names of :data:`ALIASES` resolved (and unlisted)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, ALIASES.get(cmd_name, cmd_name))
+
+
+@click.group(cls=BoardGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @common_options
 def board() -> None:
     """The project board: progress, pitfalls, changed files, who reads and watches what."""
@@ -90,6 +103,10 @@ def changed(paths: tuple[str, ...], summary: str) -> None:
     """Report files you changed; other live sessions that claim or work on them are told.
 
     Notices are coalesced: one per writer and project per 30 s, with the total.
+
+    \b
+    Examples:
+      meshctl board changed src/auth.py src/db.py --summary 'new token format'
     """
     state = get_state()
     params: dict[str, Any] = {
@@ -102,22 +119,31 @@ def changed(paths: tuple[str, ...], summary: str) -> None:
     _output.emit(state.json, result, lambda: render_changed(_output.clean(result)))
 
 
-@board.command()
+@board.command("files")
 @common_options
 @click.argument("path", metavar="[PATH]", required=False)
 @click.option("--all", "every", is_flag=True, help="Every project's changed files.")
-@click.option("--since", metavar="T", help="Only changes at or after T (RFC 3339).")
+@_time.since_option("changes")
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, metavar="N"
 )
-def changes(path: str | None, every: bool, since: str | None, limit: int) -> None:
-    """Recent changed files of PATH's project (default: the cwd's), newest last."""
+def files(path: str | None, every: bool, since: float | None, limit: int) -> None:
+    """Recent changed files of PATH's project (default: the cwd's), newest last.
+
+    (Formerly `board changes`; that name still works.)
+
+    \b
+    Examples:
+      meshctl board files
+      meshctl board files ~/project --since 2h
+      meshctl board files --all --json
+    """
     state = get_state()
     params: dict[str, Any] = {"limit": limit}
     if not every:
         params["project_or_path"] = absolute(path or ".")
-    if since:
-        params["since"] = since
+    if since is not None:
+        params["since"] = _time.rfc3339(since)
     result = state.call("board.changes", params)
     _output.emit(state.json, result, lambda: render_changes(_output.clean(result)))
 
@@ -142,7 +168,9 @@ def render_show(result: Mapping[str, Any]) -> str:
         posts: Sequence[Mapping[str, Any]] = result.get(key) or []
         if posts:
             lines.append(f"{title}:")
-            lines += [f"- {p.get('at')} {p.get('session_id')}: {p.get('text')}" for p in posts]
+            lines += [
+                f"- {_time.ago(p.get('at'))} {p.get('session_id')}: {p.get('text')}" for p in posts
+            ]
     if result.get("changes"):
         lines += render_changes({"project": project, "entries": result["changes"]}).splitlines()
     present: Sequence[Mapping[str, Any]] = result.get("present") or []
@@ -165,14 +193,24 @@ def render_show(result: Mapping[str, Any]) -> str:
 @common_options
 @click.argument("project", metavar="[PROJECT|PATH]", required=False)
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True, metavar="N")
-def show(project: str | None, limit: int) -> None:
+@_time.since_option("posts and changes")
+def show(project: str | None, limit: int, since: float | None) -> None:
     """The whole board: progress, pitfalls, changed files, who is present and watching.
 
     PATH (default: the cwd) means its project: the git top level holding it, or
     the folder; anything else is a project name.
+
+    \b
+    Examples:
+      meshctl board show
+      meshctl board show ~/project --json
+      meshctl board show --since 1d
     """
     state = get_state()
     result = state.call("board.show", {"project_or_path": project_arg(project), "limit": limit})
+    for key in ("progress", "pitfalls", "changes"):  # history; who is present is not
+        if key in result:
+            result[key] = _time.newer(result[key] or [], since, "at")
     _output.emit(state.json, result, lambda: render_show(_output.clean(result)))
 
 
@@ -182,7 +220,13 @@ def show(project: str | None, limit: int) -> None:
 @click.argument("text", metavar="TEXT…", nargs=-1, required=True)
 @click.option("--project", metavar="PROJECT|PATH", help="Default: the cwd's project.")
 def post(kind: str, text: tuple[str, ...], project: str | None) -> None:
-    """Post a progress line or a pitfall on the project's board."""
+    """Post a progress line or a pitfall on the project's board.
+
+    \b
+    Examples:
+      meshctl board post progress 'auth refactor: tests green'
+      meshctl board post pitfall 'the db fixture needs MESH_STATE_DIR'
+    """
     state = get_state()
     params = {
         "session_id": state.require_session(), "kind": kind, "text": " ".join(text),
@@ -198,7 +242,12 @@ def post(kind: str, text: tuple[str, ...], project: str | None) -> None:
 @click.argument("paths", metavar="PATH…", nargs=-1, required=True)
 @click.option("--read", is_flag=True, help="You read PATH… (required: what touch records).")
 def touch(paths: tuple[str, ...], read: bool) -> None:
-    """Record that you read PATH…: a later change to them is told to you (for 12 h)."""
+    """Record that you read PATH…: a later change to them is told to you (for 12 h).
+
+    \b
+    Examples:
+      meshctl board touch src/auth.py --read
+    """
     if not read:
         raise click.UsageError(
             "say what you did: board touch PATH… --read (changes: board changed)"
@@ -211,7 +260,13 @@ def touch(paths: tuple[str, ...], read: bool) -> None:
 @click.argument("paths", metavar="PATH…", nargs=-1, required=True)
 @click.option("--stop", is_flag=True, help="Stop watching PATH….")
 def watch(paths: tuple[str, ...], stop: bool) -> None:
-    """Watch PATH… (folders cover what is under them): changes are told to you."""
+    """Watch PATH… (folders cover what is under them): changes are told to you.
+
+    \b
+    Examples:
+      meshctl board watch src/
+      meshctl board watch src/ --stop
+    """
     _mark("board.watch", paths, stop=stop, verb="no longer watching" if stop else "watching")
 
 

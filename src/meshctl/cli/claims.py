@@ -20,23 +20,22 @@ their options and help.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
 from meshctl import _claims
-from meshctl.cli import _claims_body, _output
-from meshctl.cli._claims_body import MAX_PRESENT, render_check
+from meshctl.cli import _claims_body, _output, _time
+from meshctl.cli._claims_body import MAX_PRESENT, acquire, render_check
 from meshctl.cli._context import common_options, complete_held, complete_paths, get_state
 from meshctl.cli._params import Seconds
 
 __all__ = [
     "MAX_PRESENT",
+    "acquire",
     "check",
     "claim",
     "log_",
-    "parse_since",
     "release",
     "render_check",
     "render_log",
@@ -80,6 +79,11 @@ def claim(
     """Claim RES… as one set, all or nothing, for the session.
 
     Exit 0 when granted, 75 when held (also after --wait ran out).
+
+    \b
+    Examples:
+      meshctl claim src/auth.py --reason 'refactor auth'
+      meshctl claim res:db --wait 300 --ttl 3600
     """
     return _claims_body.claim(
         get_state(),
@@ -102,6 +106,11 @@ def release(resources: tuple[str, ...]) -> None:
     """Release RES… (every claim of the session when none is named).
 
     Releasing what the session does not hold is not an error.
+
+    \b
+    Examples:
+      meshctl release res:db
+      meshctl release                  # every claim of the session
     """
     _claims_body.release(get_state(), resources)
 
@@ -125,6 +134,11 @@ def check(resources: tuple[str, ...], all_profiles: bool) -> int:
     Exit 75 only when another session's claim overlaps; sessions that merely work
     in the place (and, with --all-profiles, claims in other profiles) are shown
     as a notice (exit 0).
+
+    \b
+    Examples:
+      meshctl check src/auth.py
+      meshctl check res:db --json
     """
     return _claims_body.check(get_state(), resources, all_profiles)
 
@@ -141,6 +155,10 @@ def steal(resources: tuple[str, ...], reason: str, shared: bool) -> None:
     """Take RES… now: release the conflicting claims and grant them to the session.
 
     Bypasses the queue; logged, and the holders are told.
+
+    \b
+    Examples:
+      meshctl steal res:db --reason 'holder is stuck since yesterday'
     """
     state = get_state()
     params = _claims.acquire_params(
@@ -163,55 +181,29 @@ def _stolen(result: dict[str, Any]) -> str:
 
 # --- log ------------------------------------------------------------------------------
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_since(text: str, now: float | None = None) -> str:
-    """``--since``: a duration (``90s``, ``10m``, ``2h``, ``1d``) or an RFC 3339 time;
-    returned as RFC 3339 UTC, the way the daemon writes times."""
-    now = time.time() if now is None else now
-    value = text.strip()
-    if value and value[-1] in _UNITS and _number(value[:-1]):
-        ts = now - float(value[:-1]) * _UNITS[value[-1]]
-    elif _number(value):
-        ts = now - float(value)
-    else:
-        ts_or_none = _claims._epoch(value if value.endswith(("Z", "z")) else value + "Z")
-        if ts_or_none is None:
-            raise click.BadParameter(
-                f"{text!r}: give a duration (90s, 10m, 2h, 1d) or a UTC time "
-                "(2026-11-29T14:02:00Z)",
-                param_hint="--since",
-            )
-        ts = ts_or_none
-    from meshd.protocol.contract import rfc3339
-
-    return rfc3339(ts)
-
-
-def _number(text: str) -> bool:
-    try:
-        return float(text) >= 0
-    except ValueError:
-        return False
-
 
 @click.command(name="log")
 @common_options
-@click.option("--since", metavar="T", help="Only newer entries: 10m, 2h, 1d or a UTC time.")
-def log_(since: str | None) -> None:
-    """The claims audit log, newest last: grants, releases, expiries, losses, steals."""
+@_time.since_option("entries")
+def log_(since: float | None) -> None:
+    """The claims audit log, newest last: grants, releases, expiries, losses, steals.
+
+    \b
+    Examples:
+      meshctl log
+      meshctl log --since 1h --json
+    """
     state = get_state()
     params: dict[str, Any] = {}
-    if since:
-        params["since"] = parse_since(since)
+    if since is not None:
+        params["since"] = _time.rfc3339(since)
     result = state.call(_claims.LOG, params or None)
     entries = list((result or {}).get("entries") or [])
     _output.emit(state.json, entries, lambda: render_log(_output.clean(entries)))
 
 
 def render_log(entries: list[dict[str, Any]], home: str | None = None) -> str:
-    """One line an entry: ``14:02 grant ~/project cli:… (token 12, exclusive) — reason``."""
+    """One line an entry: ``3m ago grant ~/project cli:… (token 12, exclusive) — reason``."""
     if not entries:
         return "No claim activity."
     lines = []
@@ -224,7 +216,7 @@ def render_log(entries: list[dict[str, Any]], home: str | None = None) -> str:
             bits.append(str(e["how"]))
         if e.get("by"):
             bits.append(f"by {e['by']}")
-        line = f"{_claims.clock(e.get('at'))} {e.get('action')} {what} {e.get('session_id')}"
+        line = f"{_time.ago(e.get('at'))} {e.get('action')} {what} {e.get('session_id')}"
         line += f" ({', '.join(bits)})" if bits else ""
         if e.get("reason"):
             line += f" — {e['reason']}"

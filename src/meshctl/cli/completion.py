@@ -68,7 +68,7 @@ def show(shell: str | None) -> None:
     """Print the completion script (default: your $SHELL).
 
     \b
-    Example:
+    Examples:
       eval "$(meshctl completion show bash)"
     """
     click.echo(_script(shell or _default_shell()), nl=False)

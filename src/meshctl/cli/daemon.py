@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import Group, State, common_options, get_state
 from meshd.protocol.errors import MeshUnavailable
 
@@ -37,8 +37,8 @@ def render_info(info: dict[str, Any]) -> str:
         f"for profile {info.get('profile')}",
         f"  pid       {info.get('pid')}",
         f"  socket    {info.get('socket')}",
-        f"  uptime    {_output.format_duration(float(info.get('uptime_s') or 0))} "
-        f"(since {info.get('started_at')})",
+        f"  uptime    {_time.duration(float(info.get('uptime_s') or 0))} "
+        f"(since {_time.local(info.get('started_at'))})",
         f"  sessions  {counts.get('sessions', 0)} ({counts.get('stale', 0)} stale), "
         f"claims {counts.get('claims', 0)}, waiters {counts.get('waiters', 0)}, "
         f"connections {counts.get('connections', 0)}",
@@ -58,7 +58,13 @@ def daemon() -> None:
 @daemon.command()
 @common_options
 def status() -> None:
-    """Show the running daemon; exit 69 when none runs (never starts one)."""
+    """Show the running daemon; exit 69 when none runs (never starts one).
+
+    \b
+    Examples:
+      meshctl daemon status
+      meshctl daemon status --json
+    """
     state = get_state()
     try:
         info = state.call("mesh.info", autostart=False)
@@ -92,7 +98,12 @@ def _start(state: State) -> tuple[dict[str, Any], bool]:
 @daemon.command()
 @common_options
 def start() -> None:
-    """Start the daemon unless it runs already; print what runs."""
+    """Start the daemon unless it runs already; print what runs.
+
+    \b
+    Examples:
+      meshctl daemon start
+    """
     state = get_state()
     info, was_running = _start(state)
     verb = "was already running" if was_running else "started"
@@ -167,7 +178,12 @@ def stop_profile(profile: str) -> int | None:
 @daemon.command()
 @common_options
 def stop() -> None:
-    """Stop the running daemon (SIGTERM) and wait until it has exited."""
+    """Stop the running daemon (SIGTERM) and wait until it has exited.
+
+    \b
+    Examples:
+      meshctl daemon stop
+    """
     state = get_state()
     result = _stop(state)
     if not result["stopped"]:
@@ -186,7 +202,12 @@ def stop() -> None:
 @daemon.command()
 @common_options
 def restart() -> None:
-    """Stop the daemon (if it runs), then start it again."""
+    """Stop the daemon (if it runs), then start it again.
+
+    \b
+    Examples:
+      meshctl daemon restart --profile work
+    """
     state = get_state()
     stopped = _stop(state)
     info, _ = _start(state)
@@ -204,7 +225,12 @@ def restart() -> None:
 @daemon.command()
 @common_options
 def reload() -> None:
-    """Re-read config.toml; an invalid file is refused and the old config kept."""
+    """Re-read config.toml; an invalid file is refused and the old config kept.
+
+    \b
+    Examples:
+      meshctl daemon reload
+    """
     state = get_state()
     result = state.call("mesh.reload")
     if not result.get("reloaded"):

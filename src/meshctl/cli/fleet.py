@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import Group, State, common_options, get_state
 from meshd.protocol.errors import MeshUnavailable
 
@@ -39,7 +39,7 @@ def render_status(st: dict[str, Any], config: Path | None = None) -> str:
             f"This host is not in a fleet (no [fleet] table{where}).\n"
             "Join one with: meshctl fleet join nats://HOST:4222"
         )
-    since = _output.format_duration(float(st.get("since_s") or 0))
+    since = _time.duration(float(st.get("since_s") or 0))
     host = st.get("host")
     if st.get("connected"):
         rtt = f", rtt {st['rtt_ms']:.1f} ms" if st.get("rtt_ms") is not None else ""
@@ -61,7 +61,7 @@ def render_status(st: dict[str, Any], config: Path | None = None) -> str:
         mark = "  [stale]" if h.get("stale") else ""
         lines.append(
             f"- {h.get('host')} — {n} session{'s' if n != 1 else ''}, "
-            f"heard from {_output.format_age(float(h.get('lag_s') or 0))} ago{mark}"
+            f"heard from {_time.age(float(h.get('lag_s') or 0))} ago{mark}"
         )
     published = st.get("published_s")
     lines.append(
@@ -69,7 +69,7 @@ def render_status(st: dict[str, Any], config: Path | None = None) -> str:
         + (
             "not published yet"
             if published is None
-            else f"published {_output.format_age(float(published))} ago"
+            else f"published {_time.age(float(published))} ago"
         )
     )
     reg = (st.get("parts") or {}).get("registry") or {}
@@ -106,7 +106,13 @@ def fleet() -> None:
 @fleet.command()
 @common_options
 def status() -> None:
-    """The fleet link, the server, the hosts seen and their lag, what is local-only."""
+    """The fleet link, the server, the hosts seen and their lag, what is local-only.
+
+    \b
+    Examples:
+      meshctl fleet status
+      meshctl fleet status --json
+    """
     from meshd.paths import config_file
 
     state = get_state()
@@ -235,7 +241,12 @@ def _joined(doc: dict[str, Any]) -> str:
 @fleet.command()
 @common_options
 def leave() -> None:
-    """Leave the fleet: remove [fleet] from config.toml and reload (this host alone again)."""
+    """Leave the fleet: remove [fleet] from config.toml and reload (this host alone again).
+
+    \b
+    Examples:
+      meshctl fleet leave
+    """
     from meshctl import _fleet_config
     from meshd.paths import config_file
 

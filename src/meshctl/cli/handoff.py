@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import Group, common_options, complete_sessions, get_state
 from meshctl.cli._params import Seconds
 from meshctl.cli.messages import indent, label
@@ -85,14 +85,14 @@ def summary_line(h: Handoff, width: int = 80, me: str | None = None) -> str:
         extra.append(f"{len(steps)} next step(s)")
     more = f" ({', '.join(extra)})" if extra else ""
     who = label(str(h.get("from", "?")), me)
-    return f"- #{h.get('id')} {who}{to}, {h.get('created_at')}: {text}{more}"
+    return f"- #{h.get('id')} {who}{to}, {_time.ago(h.get('created_at'))}: {text}{more}"
 
 
 def render_handoff(h: Handoff, me: str | None = None) -> str:
     """A whole handoff for ``show`` and ``request``."""
     to = f" for {h['to']}" if h.get("to") else " for whoever comes next"
     who = label(str(h.get("from", "?")), me)
-    lines = [f"Handoff #{h.get('id')} {who}{to}, {h.get('created_at')}:"]
+    lines = [f"Handoff #{h.get('id')} {who}{to}, {_time.detail(h.get('created_at'))}:"]
     lines.append(indent(str(h.get("summary") or "")))
     if files := h.get("files"):
         lines.append("  files: " + ", ".join(str(f) for f in files))
@@ -107,7 +107,7 @@ def render_handoff(h: Handoff, me: str | None = None) -> str:
 def render_list(handoffs: Sequence[Handoff], *, every: bool, me: str | None = None) -> str:
     if not handoffs:
         return "No handoffs." if every else "No handoffs for you, by you, or unaddressed."
-    head = "Handoffs:" if every else "Handoffs (for you, by you, unaddressed), newest first:"
+    head = "Handoffs:" if every else "Handoffs for you, by you, or unaddressed:"
     return "\n".join([head, *(summary_line(h, me=me) for h in handoffs)])
 
 
@@ -147,6 +147,10 @@ def write(
     """Leave a durable handoff: what was done, which files and branch, what is next.
 
     --files and --next take several values, up to the next option.
+
+    \b
+    Examples:
+      meshctl handoff write 'auth half done' --to cli:20261129-1f3a9c --next 'fix tests'
     """
     state = get_state()
     params: dict[str, Any] = {"session_id": state.require_session(), "summary": " ".join(text)}
@@ -173,10 +177,19 @@ def request(to: str, timeout: float) -> int:
 
     Exit 75 when ID's live responder did not answer in time (a handoff written
     from what ID reported is saved and printed instead).
+
+    \b
+    Examples:
+      meshctl handoff request cli:20261129-1f3a9c --timeout 60
     """
     state = get_state()
     params = {"session_id": state.require_session(), "to": to, "timeout": timeout}
-    result = state.call("handoff.request", params, timeout=timeout + state.mesh().timeout)
+    from meshctl.cli._waiting import ran_out, session_detail, waiting
+
+    with waiting(f"asking {to} for a handoff", timeout, session_detail(state.mesh(), to)):
+        result = state.call("handoff.request", params, timeout=timeout + state.mesh().timeout)
+    if result.get("timed_out"):
+        ran_out(timeout, f"{to} did not answer; the handoff is written from what {to} reported")
     hid = (result.get("handoff") or {}).get("id")
     _output.hand_over(
         state.json,
@@ -190,12 +203,20 @@ def request(to: str, timeout: float) -> int:
 @handoff.command(name="list")
 @common_options
 @click.option("--all", "every", is_flag=True, help="Every handoff, not only yours.")
-def list_(every: bool) -> None:
-    """Handoffs for you, by you and unaddressed ones (--all: every one), newest first."""
+@_time.since_option("handoffs")
+def list_(every: bool, since: float | None) -> None:
+    """Handoffs for you, by you and unaddressed ones (--all: every one), newest last.
+
+    \b
+    Examples:
+      meshctl handoff list
+      meshctl handoff list --all --since 1d
+    """
     state = get_state()
     params: dict[str, Any] = {"all": True} if every else {"session_id": state.require_session()}
     result = state.call("handoff.list", params)
-    found = list(result.get("handoffs") or [])
+    found = _time.newer(result.get("handoffs") or [], since, "created_at")
+    found = _time.oldest_first(found, "created_at")
     _output.emit(
         state.json, found, lambda: render_list(_output.clean(found), every=every, me=state.session)
     )
@@ -205,7 +226,12 @@ def list_(every: bool) -> None:
 @common_options
 @click.argument("handoff_id", metavar="HID", type=click.IntRange(min=1))
 def show(handoff_id: int) -> None:
-    """One handoff in full."""
+    """One handoff in full.
+
+    \b
+    Examples:
+      meshctl handoff show 7
+    """
     state = get_state()
     result = state.call("handoff.show", {"id": handoff_id})
     _output.emit(state.json, result, lambda: render_handoff(_output.clean(result), state.session))

@@ -51,7 +51,13 @@ def hermes() -> None:
 @_where_options
 @common_options
 def install(all_profiles: bool, hermes_home: str | None) -> None:
-    """Place the plugin in $HERMES_HOME/plugins/meshd/ and enable it."""
+    """Place the plugin in $HERMES_HOME/plugins/meshd/ and enable it.
+
+    \b
+    Examples:
+      meshctl hermes install
+      meshctl hermes install --all-profiles
+    """
     from meshctl import _hermes_install as hi
 
     state = get_state()
@@ -81,7 +87,12 @@ def install(all_profiles: bool, hermes_home: str | None) -> None:
 @_where_options
 @common_options
 def uninstall(all_profiles: bool, hermes_home: str | None) -> None:
-    """Remove the plugin meshctl installed (foreign plugins and config stay)."""
+    """Remove the plugin meshctl installed (foreign plugins and config stay).
+
+    \b
+    Examples:
+      meshctl hermes uninstall --all-profiles
+    """
     from meshctl import _hermes_install as hi
 
     state = get_state()
@@ -107,7 +118,12 @@ def uninstall(all_profiles: bool, hermes_home: str | None) -> None:
 @_where_options
 @common_options
 def status(all_profiles: bool, hermes_home: str | None) -> None:
-    """Per profile: installed, enabled, version matches, daemon reachable."""
+    """Per profile: installed, enabled, version matches, daemon reachable.
+
+    \b
+    Examples:
+      meshctl hermes status --json
+    """
     from meshctl import _hermes_install as hi
     from meshctl._spawn import daemon_running
 

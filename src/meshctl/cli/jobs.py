@@ -27,7 +27,7 @@ from typing import Any
 import click
 
 from meshctl import _claims
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import own_params
 from meshctl.cli._params import Seconds
@@ -52,12 +52,7 @@ def jobs() -> None:
 def _when(ev: dict[str, Any] | None) -> str:
     if not ev:
         return "never"
-    return f"{_claims.clock(ev.get('at'))} ({_output.format_age(_age(ev.get('at')))} ago)"
-
-
-def _age(at: Any) -> float:
-    ts = _claims._epoch(at)
-    return 0.0 if ts is None else time.time() - ts
+    return _time.ago(ev.get("at"))
 
 
 def _holders(holders: list[dict[str, Any]]) -> str:
@@ -95,11 +90,11 @@ def render_radar(rows: list[dict[str, Any]]) -> str:
     for job in rows:
         lines.append(_head(job))
         if run := job.get("running"):
-            lines.append(f"    running since {_when(run)} (session {run.get('session_id')})")
+            lines.append(f"    running, started {_when(run)} (session {run.get('session_id')})")
         lines.append(f"    {_last(job)}; deferred {job.get('deferrals', 0)} times")
         for ev in job.get("pending") or []:
             held = _holders(ev.get("holders") or [])
-            lines.append(f"    NOT RUN (critical) at {_when(ev)}: held by {held}")
+            lines.append(f"    NOT RUN (critical) {_when(ev)}: held by {held}")
         wait = job.get("would_wait_for") or []
         lines.append(f"    now it would wait for: {_holders(wait)}")
     return "\n".join(lines)
@@ -159,13 +154,12 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
         if slot_key is False:
             return held_exit
         wait = float(decl["timeout"]) if decl["policy"] == "wait" else 0.0
-        result = mesh.call(
-            _claims.ACQUIRE,
-            _claims.acquire_params(
-                guard.sid, list(decl["resources"]), reason=f"job {name}", wait=wait
-            ),
-            timeout=_claims.wait_timeout(wait, mesh.timeout),
+        from meshctl.cli._claims_body import acquire
+
+        wanted = _claims.acquire_params(
+            guard.sid, list(decl["resources"]), reason=f"job {name}", wait=wait
         )
+        result = acquire(state, wanted, wait)
         if result.get("status") != "granted":
             holders = result.get("holders") or []
             _record(state, "job.defer", {"name": name, "session_id": guard.sid, "holders": holders})
@@ -275,15 +269,17 @@ def job_wait(name: str, timeout: float) -> int:
     state = get_state()
     _known(state, name)
     mesh = state.mesh()
-    from meshctl.cli._waiting import waiting
+    from meshctl.cli._waiting import job_detail, ran_out, waiting
 
     deadline = time.monotonic() + timeout
-    with waiting(f"waiting for job {name} to end", timeout):
+    with waiting(f"waiting for job {name} to end", timeout, job_detail(mesh, name)):
         result = _wait_loop(mesh, name, deadline)
+    if result.get("timed_out"):
+        ran_out(timeout, f"job {name} is still running")
 
     def human() -> str:
         if result.get("timed_out"):
-            return f"job {name} is still running after {timeout:g} s"
+            return ""  # said on stderr: the wait ran out
         if not result.get("was_running"):
             return f"job {name} is not running ({_last(result)})"
         return f"job {name} ended: {_last(result)}"

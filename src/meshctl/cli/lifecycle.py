@@ -88,6 +88,11 @@ def register(
     \b
     Typical use in a script:
       export MESH_SESSION=$(meshctl register --task "nightly import")
+
+    \b
+    Examples:
+      export MESH_SESSION=$(meshctl register --task 'refactor auth')
+      meshctl register --task 'nightly import' --source cron --liveness heartbeat --json
     """
     if slot is not None and parent is None:
         raise click.UsageError("--slot needs --parent (a slot is a place under a parent)")
@@ -112,7 +117,13 @@ def register(
 @click.option("--status", type=click.Choice(STATUSES), help="What the session is doing now.")
 @click.option("--task", metavar="T", help="A new task line.")
 def heartbeat(status: str | None, task: str | None) -> None:
-    """Say the session is still here (and, optionally, its status or task)."""
+    """Say the session is still here (and, optionally, its status or task).
+
+    \b
+    Examples:
+      meshctl heartbeat
+      meshctl heartbeat --status tool-running --task 'running tests'
+    """
     _lifecycle_body.heartbeat(get_state(), status=status, task=task)
 
 
@@ -120,5 +131,11 @@ def heartbeat(status: str | None, task: str | None) -> None:
 @common_options
 @click.option("--handoff", metavar="TEXT", help="Leave a final handoff for whoever picks it up.")
 def end(handoff: str | None) -> None:
-    """End the session: release its claims, optionally leave a handoff."""
+    """End the session: release its claims, optionally leave a handoff.
+
+    \b
+    Examples:
+      meshctl end
+      meshctl end --handoff 'auth half done; see notes'
+    """
     _lifecycle_body.end(get_state(), handoff=handoff)

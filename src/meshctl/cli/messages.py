@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import State, common_options, complete_sessions, get_state
 from meshctl.cli._params import Seconds
 from meshd.protocol import contract
@@ -86,7 +86,7 @@ def _what(item: Item) -> str:
 
 def render_item(item: Item, me: str | None = None) -> str:
     """One inbox item or pushed query: framed header line, then the text indented."""
-    when = f", {item['created_at']}" if item.get("created_at") else ""
+    when = f", {_time.ago(item['created_at'])}" if item.get("created_at") else ""
     head = f"#{item.get('id')} {label(str(item.get('from', '?')), me)} {_what(item)}{when}:"
     return f"{head}\n{indent(str(item.get('text', '')))}"
 
@@ -166,6 +166,10 @@ def send(to: str, text: tuple[str, ...]) -> None:
 
     The words are joined with spaces. The receiver sees it framed as coming
     from another session of the same user, not from the user.
+
+    \b
+    Examples:
+      meshctl send cli:20261129-1f3a9c 'tests on main are red, do not merge'
     """
     state = get_state()
     params = {"session_id": state.require_session(), "to": to, "text": " ".join(text)}
@@ -188,6 +192,10 @@ def reply(msg_id: int, text: tuple[str, ...]) -> None:
     An open query (shown by `inbox --follow --respond`) is answered (at most
     2 KiB); an answer after the asker stopped waiting goes to its inbox. Any
     other id is taken as a message to reply to: the reply goes to its sender.
+
+    \b
+    Examples:
+      meshctl reply 42 'yes, I am done with the db'
     """
     from meshd.protocol.errors import NotFound
 
@@ -234,7 +242,7 @@ def _answered(result: Item) -> str:
 
 @click.command()
 @common_options
-@click.option("--all", "every", is_flag=True, help="Also items already read (newest first).")
+@click.option("--all", "every", is_flag=True, help="Also items already read.")
 @click.option("--peek", is_flag=True, help="Leave what is printed unread.")
 @click.option("--follow", is_flag=True, help="Keep printing items as they arrive (Ctrl-C stops).")
 @click.option(
@@ -242,28 +250,39 @@ def _answered(result: Item) -> str:
     is_flag=True,
     help="With --follow: also be the session's live responder (see above).",
 )
-def inbox(every: bool, peek: bool, follow: bool, respond: bool) -> None:
+@_time.since_option("items")
+def inbox(every: bool, peek: bool, follow: bool, respond: bool, since: float | None) -> None:
     """Print unread items and mark them read (--peek leaves them unread).
 
     Items come from other sessions of the same user, never from the user: they
     are framed so. With --json: a list of {id, kind, from, text, created_at,
-    state, reply_to}; with --follow --json, one such object a line.
+    state, reply_to}; with --follow --json, one such object a line. With
+    --since, older items are not printed, so they stay as they were (unread).
 
     \b
     --follow --respond makes this follower the session's live responder: the
     daemon counts it, so asks wait for an answer (up to their timeout) instead
     of getting the status answer at once. Each query is printed with its id;
     answer it from another shell with:  meshctl reply QID TEXT…
+
+    \b
+    Examples:
+      meshctl inbox
+      meshctl inbox --peek --json
+      meshctl inbox --follow --respond
     """
     if respond and not follow:
         raise click.UsageError("--respond needs --follow (a responder must stay connected)")
+    if follow and since is not None:
+        raise click.UsageError("--since lists history; --follow prints what arrives from now on")
     state = get_state()
     sid = state.require_session()
     if follow:
         _Follower(state, sid, peek=peek, respond=respond).run()
         return
     result = state.call("message.inbox", {"session_id": sid, "all": every, "peek": True})
-    items = list(result.get("items") or [])
+    items = _time.newer(result.get("items") or [], since, "created_at")
+    items = _time.oldest_first(items, "created_at")
     taken = _print_inbox(items, sid, as_json=state.json, every=every, peek=peek)
     unread = [int(i["id"]) for i in taken if i.get("state") != "read"]
     if unread and not peek:
@@ -391,6 +410,10 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
     once from what ID reported (status, task, folder, claims, last handoff).
     Exit 0 when answered, 75 when the live responder did not answer within the
     timeout (the status answer is printed instead).
+
+    \b
+    Examples:
+      meshctl sessions ask cli:20261129-1f3a9c 'are you still using res:db?' --timeout 30
     """
     state = get_state()
     params = {
@@ -399,10 +422,12 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
         "question": " ".join(question),
         "timeout": timeout,
     }
-    from meshctl.cli._waiting import waiting
+    from meshctl.cli._waiting import ran_out, session_detail, waiting
 
-    with waiting(f"asking {_output.safe(to)}", timeout):
+    with waiting(f"asking {_output.safe(to)}", timeout, session_detail(state.mesh(), to)):
         result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
+    if result.get("timed_out"):
+        ran_out(timeout, f"{to} did not answer; the answer is from what {to} reported")
     _output.hand_over(
         state.json,
         result,
@@ -431,6 +456,11 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
     With --collect each is asked instead, and the answers are printed; the
     silent ones are answered by the status responder. Counts once against the
     message budget.
+
+    \b
+    Examples:
+      meshctl broadcast 'rebasing main in 5 min'
+      meshctl broadcast 'who uses port 8080?' --collect --timeout 30
     """
     state = get_state()
     params: dict[str, Any] = {"session_id": state.require_session(), "text": " ".join(text)}
@@ -441,11 +471,19 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
 
         params["path"] = _claims.resolve(path)
     waited = (timeout if collect else 0) + state.mesh().timeout
-    result = state.call("broadcast.send", params, timeout=waited)
-    human = lambda: render_broadcast(_output.clean(result))  # noqa: E731
     if not collect:
-        _output.emit(state.json, result, human)
+        result = state.call("broadcast.send", params, timeout=waited)
+        _output.emit(state.json, result, lambda: render_broadcast(_output.clean(result)))
         return
+    from meshctl.cli._waiting import others_detail, ran_out, waiting
+
+    detail = None if path is not None else others_detail(state.mesh(), params["session_id"])
+    with waiting("collecting answers to the broadcast", timeout, detail):
+        result = state.call("broadcast.send", params, timeout=waited)
+    silent = [str(a.get("from")) for a in result.get("answers") or [] if a.get("timed_out")]
+    if silent:
+        ran_out(timeout, f"no live answer from {', '.join(silent)} (their status answers it)")
+    human = lambda: render_broadcast(_output.clean(result))  # noqa: E731
     lost = "the collected answers were not read, and they are not kept; ask again"
     _output.hand_over(state.json, result, human, lost)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import OwnSession
 from meshctl.cli.run import _Guard, _run_unguarded
@@ -45,7 +45,8 @@ def render_entry(e: Mapping[str, Any]) -> str:
     resolved = f", resolved by {e['resolved_by']}" if e.get("resolved_by") else ""
     return (
         f"{e.get('key')}: {e.get('state')} (session {e.get('session_id')}, reserved "
-        f"{e.get('reserved_at')}, updated {e.get('updated_at')}{resolved}){note}"
+        f"{_time.ago(e.get('reserved_at'))}, updated {_time.ago(e.get('updated_at'))}"
+        f"{resolved}){note}"
     )
 
 
@@ -59,11 +60,12 @@ def held_text(result: Mapping[str, Any]) -> str:
     e = result.get("entry") or {}
     key, status = result.get("key"), result.get("status")
     why = {
-        "running": f"is running now (session {e.get('session_id')}, since {e.get('reserved_at')})",
-        "done": f"is done (session {e.get('session_id')}, at {e.get('updated_at')})",
+        "running": f"is running now (session {e.get('session_id')}, "
+        f"started {_time.ago(e.get('reserved_at'))})",
+        "done": f"is done (session {e.get('session_id')}, {_time.ago(e.get('updated_at'))})",
         "unknown": (
             f"is unknown: its runner (session {e.get('session_id')}, started "
-            f"{e.get('reserved_at')}) went away before saying how it ended.\n"
+            f"{_time.ago(e.get('reserved_at'))}) went away before saying how it ended.\n"
             f"  Check whether it happened, then: meshctl once --resolve {key} done|free"
         ),
     }.get(str(status), str(status))
@@ -99,6 +101,7 @@ class OnceCommand(click.Command):
 )  # fmt: skip
 @click.option("--resolve", nargs=2, metavar="K done|free", help="Settle K by hand.")
 @click.option("--list", "listing", is_flag=True, help="Show every key that is not free.")
+@_time.since_option("keys updated")
 @click.argument("command", nargs=-1, metavar="-- COMMAND…")
 def once(
     *,
@@ -107,11 +110,21 @@ def once(
     held_exit: int,
     resolve: tuple[str, str] | None,
     listing: bool,
+    since: float | None,
     command: tuple[str, ...],
 ) -> int:
-    """Run COMMAND at most once for key K (a report, a payment, a deploy)."""
+    """Run COMMAND at most once for key K (a report, a payment, a deploy).
+
+    \b
+    Examples:
+      meshctl once --key report:2026-11-29 -- ./send-report.sh
+      meshctl once --resolve report:2026-11-29 done
+      meshctl once --list --since 1d
+    """
+    if since is not None and not listing:
+        raise click.UsageError("--since goes with --list")
     if listing:
-        return _list()
+        return _list(since)
     if resolve:
         return _resolve(*resolve)
     if not key or not command:
@@ -155,9 +168,10 @@ def _finish(own: OwnSession, key: str, outcome: str) -> None:
         _output.note(f"{key} is {done.get('state')} now, not recorded as {outcome}")
 
 
-def _list() -> int:
+def _list(since: float | None) -> int:
     state = get_state()
     entries = state.call("once.list", {}).get("entries") or []
+    entries = _time.oldest_first(_time.newer(entries, since, "updated_at"), "updated_at")
     _output.emit(state.json, entries, lambda: render_list(_output.clean(entries)))
     return _output.EXIT_OK
 

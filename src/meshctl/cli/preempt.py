@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from meshctl import _claims
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._params import Seconds
 
@@ -26,7 +26,12 @@ from meshctl.cli._params import Seconds
 @click.option("--reason", default="", metavar="R", help="Why (the holders are told).")
 @click.option("--broad", is_flag=True, help="Allow file:/ or the home folder itself.")
 def preempt(resources: tuple[str, ...], reason: str, broad: bool) -> int:
-    """Ask the lower-ranked holders of RES… to checkpoint and pause."""
+    """Ask the lower-ranked holders of RES… to checkpoint and pause.
+
+    \b
+    Examples:
+      meshctl preempt res:gpu --reason 'urgent training run'
+    """
     state = get_state()
     params: dict[str, Any] = {
         "session_id": state.require_session(),
@@ -52,7 +57,7 @@ def _preempted(result: dict[str, Any]) -> str:
         return "\n".join(lines)
     grace = f"{float(result.get('grace_s') or 0):g} s"
     return "\n".join(
-        [f"asked: {w}" for w in who] + [f"grace {grace}, until {result.get('deadline')}"]
+        [f"asked: {w}" for w in who] + [f"grace {grace}, ends {_time.ago(result.get('deadline'))}"]
     )
 
 
@@ -62,7 +67,12 @@ def _preempted(result: dict[str, Any]) -> str:
     "--note", required=True, metavar="TEXT", help="Where you stopped; given back on resume."
 )
 def pause(note: str) -> None:
-    """Checkpoint at a safe point: leave a note, release claims into a reserved set."""
+    """Checkpoint at a safe point: leave a note, release claims into a reserved set.
+
+    \b
+    Examples:
+      meshctl pause --note 'paused at step 3 of the migration'
+    """
     state = get_state()
     result = state.call("session.pause", {"session_id": state.require_session(), "note": note})
 
@@ -85,13 +95,25 @@ def pause(note: str) -> None:
     help="Wait up to S seconds for the reserved set (default: the daemon's max_query_timeout).",
 )
 def resume(wait: float | None) -> int:
-    """Queue for the reserved set; print the checkpoint note; status back."""
+    """Queue for the reserved set; print the checkpoint note; status back.
+
+    \b
+    Examples:
+      meshctl resume --wait 600
+    """
     state = get_state()
     params: dict[str, Any] = {"session_id": state.require_session()}
     if wait is not None:
         params["wait"] = wait
     timeout = _claims.wait_timeout(wait if wait is not None else 60.0, state.mesh().timeout)
-    result = state.call("session.resume", params, timeout=timeout)
+    from meshctl.cli._waiting import claim_detail, ran_out, waiting
+
+    detail = claim_detail(state.mesh(), params["session_id"], None)
+    with waiting("waiting for the reserved set", wait, detail):
+        result = state.call("session.resume", params, timeout=timeout)
+    if result.get("status") == "held":
+        waited = wait if wait is not None else round(float(result.get("waited_s") or 0), 1)
+        ran_out(waited, "still paused")
 
     def human() -> str:
         note = result.get("note") or "(no checkpoint note)"

@@ -136,7 +136,13 @@ def run(
     fail_open: bool,
     command: tuple[str, ...],
 ) -> int:
-    """Run COMMAND while holding RES…; exit with COMMAND's status."""
+    """Run COMMAND while holding RES…; exit with COMMAND's status.
+
+    \b
+    Examples:
+      meshctl run --res res:db --wait 300 -- ./migrate.sh
+      meshctl run --res src/ --task 'format' -- ruff format src
+    """
     state = get_state()
     argv = list(command)
     keys = _claims.resolve_all(resources)
@@ -155,11 +161,10 @@ def run(
     guard = _Guard(mesh, params, reg)
     try:
         try:
-            result = state.call(
-                _claims.ACQUIRE,
-                _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait),
-                timeout=_claims.wait_timeout(wait, mesh.timeout),
-            )
+            from meshctl.cli._claims_body import acquire
+
+            wanted = _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait)
+            result = acquire(state, wanted, wait)
         except MeshUnavailable as exc:
             if not fail_open:
                 raise

@@ -86,7 +86,7 @@ def uninstall(manager: str | None) -> None:
     """Stop the service and remove the files meshctl wrote (state is kept).
 
     \b
-    Example:
+    Examples:
       meshctl service uninstall --profile work
     """
     from meshctl import _service
@@ -126,7 +126,7 @@ def status(manager: str | None) -> None:
     """Show whether the service is installed, current, enabled and active.
 
     \b
-    Example:
+    Examples:
       meshctl service status --json
     """
     from meshctl import _service

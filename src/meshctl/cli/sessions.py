@@ -45,7 +45,7 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output, _sessions_body
+from meshctl.cli import _output, _sessions_body, _time
 from meshctl.cli._context import Group, common_options, complete_sessions, get_state
 from meshctl.cli._sessions_body import describe, ranked, render_list
 
@@ -61,6 +61,10 @@ __all__ = [
 ]
 
 Session = Mapping[str, Any]
+
+
+#: The fields of ``sessions show`` that are times: local time, then relative.
+TIMES = frozenset({"started_at", "last_heartbeat", "last_activity", "rank_at"})
 
 
 def render_one(session: Session, home: str | None = None) -> str:
@@ -104,8 +108,10 @@ def render_one(session: Session, home: str | None = None) -> str:
             value = ", ".join(value)
         elif isinstance(value, bool):
             value = "yes" if value else "no"
+        elif key in TIMES:
+            value = _time.detail(value)
         lines.append(f"{key.replace('_', ' ') + ':':<16} {value}")
-    age = _output.format_age(float(session.get("age_s") or 0))
+    age = _time.age(float(session.get("age_s") or 0))
     lines.append(f"{'seen:':<16} {age} ago" + ("  [stale]" if session.get("stale") else ""))
     claims = session.get("claims") or []
     total = max(int(session.get("claims_total") or 0), len(claims))
@@ -115,7 +121,7 @@ def render_one(session: Session, home: str | None = None) -> str:
         reason = f" — {claim['reason']}" if claim.get("reason") else ""
         lines.append(
             f"  {claim.get('resource')} ({claim.get('mode')}, token "
-            f"{claim.get('token')}, since {claim.get('since')}){reason}"
+            f"{claim.get('token')}, since {_time.ago(claim.get('since'))}){reason}"
         )
     return "\n".join(lines)
 
@@ -137,7 +143,14 @@ def sessions() -> None:
 @click.option("--local", is_flag=True, help="In a fleet: this host's sessions only.")
 def active(all_profiles: bool, fresh: bool, local: bool) -> None:
     """List live sessions: id, task, folder, branch, status, last heard from (in a
-    fleet, every host's, each on its host)."""
+    fleet, every host's, each on its host).
+
+    \b
+    Examples:
+      meshctl sessions active
+      meshctl sessions active --fresh --json
+      meshctl sessions active --local
+    """
     _sessions_body.active(get_state(), all_profiles=all_profiles, fresh=fresh, local=local)
 
 
@@ -145,7 +158,12 @@ def active(all_profiles: bool, fresh: bool, local: bool) -> None:
 @common_options
 @click.argument("session_id", metavar="ID", shell_complete=complete_sessions)
 def show(session_id: str) -> None:
-    """Everything one session reported, and the claims it holds."""
+    """Everything one session reported, and the claims it holds.
+
+    \b
+    Examples:
+      meshctl sessions show cli:20261129-1f3a9c
+    """
     state = get_state()
     info = state.call("session.get", {"session_id": session_id})
     _output.emit(state.json, info, lambda: render_one(_output.clean(info)))
@@ -168,7 +186,12 @@ sessions.add_command(ask)
 )
 def prioritize(session_id: str, rank: int) -> None:
     """Rank a session (a person's command, SPEC §5b): its waits are served before
-    those of lower-ranked sessions, FIFO within a rank, re-ordered at once."""
+    those of lower-ranked sessions, FIFO within a rank, re-ordered at once.
+
+    \b
+    Examples:
+      meshctl prioritize cli:20261129-1f3a9c --rank 10
+    """
     import getpass
 
     state = get_state()

@@ -11,39 +11,24 @@ Decisions:
   ``{"name", "received": false, "last_seq"}``.
 - ``--payload`` must be JSON (``'{"rows": 10}'``, ``'"text"'``, ``42``); a bare
   word that is not JSON is a usage error rather than a guess.
-- ``--since`` takes ``90s``, ``10m``, ``2h``, ``1d`` or plain seconds.
+- ``--since`` takes what every ``--since`` takes (``90s``, ``10m``, ``2h``, ``1d``,
+  plain seconds, or an RFC 3339 time); it reaches the daemon as seconds back from now.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import OwnSession
 
 FOREVER = 31_536_000.0  # the protocol's largest timeout: a year
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``10m``, ``2h``, ``1d`` or plain seconds, as seconds (> 0)."""
-    value = text.strip().lower()
-    unit = _UNITS.get(value[-1:], 0.0)
-    number = value[:-1] if unit else value
-    try:
-        seconds = float(number) * (unit or 1.0)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= FOREVER:
-        raise click.BadParameter(
-            f"{text!r}: give a duration: 90s, 10m, 2h, 1d", param_hint="--since"
-        )
-    return seconds
 
 
 def parse_payload(text: str | None) -> Any:
@@ -60,7 +45,7 @@ def parse_payload(text: str | None) -> Any:
 def render_signal(result: Mapping[str, Any]) -> str:
     payload = json.dumps(result.get("payload"), ensure_ascii=False)
     who, at = result.get("emitted_by") or "?", result.get("emitted_at")
-    return f"{result.get('name')} #{result.get('seq')} from {who} at {at}: {payload}"
+    return f"{result.get('name')} #{result.get('seq')} from {who}, {_time.ago(at)}: {payload}"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,7 +59,12 @@ def signal() -> None:
 @click.argument("name")
 @click.option("--payload", metavar="JSON", help="Any JSON value to carry.")
 def emit(name: str, payload: str | None) -> None:
-    """Emit NAME (its next sequence number); waiters are woken at once."""
+    """Emit NAME (its next sequence number); waiters are woken at once.
+
+    \b
+    Examples:
+      meshctl signal emit research-done:2026-11-29 --payload '{"rows": 12}'
+    """
     state = get_state()
     value = parse_payload(payload)
     with OwnSession(state, "signal", f"signal emit {name}") as own:
@@ -89,12 +79,18 @@ def emit(name: str, payload: str | None) -> None:
 @common_options
 @click.argument("name")
 @click.option("--after", type=click.IntRange(min=0), metavar="SEQ", help="Only a newer one.")
-@click.option("--since", metavar="D", help="Only one emitted within D (10m, 2h, 1d).")
+@_time.since_option("a signal emitted")
 @click.option(
     "--timeout", type=click.FloatRange(min=0), metavar="S", help="Give up after S seconds."
 )
-def wait(name: str, after: int | None, since: str | None, timeout: float | None) -> int:
-    """The newest NAME newer than SEQ (or within D), waiting for one; 75 on timeout."""
+def wait(name: str, after: int | None, since: float | None, timeout: float | None) -> int:
+    """The newest NAME newer than SEQ (or within D), waiting for one; 75 on timeout.
+
+    \b
+    Examples:
+      meshctl signal wait research-done:2026-11-29 --timeout 3600
+      meshctl signal wait build-ok --since 10m
+    """
     state = get_state()
     if after is not None and since is not None:
         raise click.UsageError("give --after or --since, not both")
@@ -103,15 +99,19 @@ def wait(name: str, after: int | None, since: str | None, timeout: float | None)
     if after is not None:
         params["after"] = after
     if since is not None:
-        params["since"] = parse_duration(since)
+        params["since"] = min(max(time.time() - since, 0.001), _time.FOREVER)
+    from meshctl.cli._waiting import ran_out, waiting
+
+    newer = f" newer than #{after}" if after is not None else ""
     with OwnSession(state, "signal", f"signal wait {name}") as own:
         if not own.reg.get("disabled"):
             params["session_id"] = own.sid
-        result = own.mesh.call("signal.wait", params, timeout=own.mesh.timeout + limit)
+        with waiting(f"waiting for signal {name}{newer}", timeout):
+            result = own.mesh.call("signal.wait", params, timeout=own.mesh.timeout + limit)
     if not result.get("received"):
         doc = {"name": name, "received": False, "last_seq": result.get("last_seq", 0)}
         _output.emit(state.json, doc, None)
-        _output.note(f"no signal {name} within {timeout} s (last seq {doc['last_seq']})")
+        ran_out(limit, f"no signal {name} came (last seq {doc['last_seq']})")
         return _output.EXIT_TEMPFAIL
     doc = {k: result.get(k) for k in ("name", "seq", "payload", "emitted_by", "emitted_at")}
     _output.emit(state.json, doc, lambda: render_signal(_output.clean(doc)))

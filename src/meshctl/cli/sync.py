@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output
+from meshctl.cli import _output, _time
 from meshctl.cli._context import State, common_options, get_state
 from meshctl.cli.handoff import summary_line
 from meshctl.cli.messages import render_item
@@ -35,7 +35,7 @@ def for_me(handoffs: Sequence[Doc], sid: str) -> list[Doc]:
 
 def _claim_line(claim: Doc) -> str:
     reason = f" — {claim['reason']}" if claim.get("reason") else ""
-    since = f", since {claim['since']}" if claim.get("since") else ""
+    since = f", since {_time.ago(claim['since'])}" if claim.get("since") else ""
     return f"    holds {claim.get('resource')} ({claim.get('mode', 'exclusive')}{since}){reason}"
 
 
@@ -62,10 +62,10 @@ def render_sync(doc: Doc, home: str | None = None) -> str:
     handoffs = list(doc.get("handoffs") or [])
     lines.append("")
     if handoffs:
-        lines.append("Handoffs for you (newest first):")
-        lines.extend(summary_line(h, me=sid) for h in handoffs[:MAX_HANDOFFS])
+        lines.append("Handoffs for you:")
         if len(handoffs) > MAX_HANDOFFS:
-            lines.append(f"  … {len(handoffs) - MAX_HANDOFFS} more: meshctl handoff list")
+            lines.append(f"  … {len(handoffs) - MAX_HANDOFFS} older: meshctl handoff list")
+        lines.extend(summary_line(h, me=sid) for h in handoffs[-MAX_HANDOFFS:])
     else:
         lines.append("Handoffs for you: none.")
     deferred = list(doc.get("deferred_jobs") or [])
@@ -98,6 +98,11 @@ def sync() -> None:
 
     Read it before risky work. Inbox items are shown, not marked read; what
     other sessions wrote comes from them, not from the user.
+
+    \b
+    Examples:
+      meshctl sync
+      meshctl sync --json
     """
     state = get_state()
     sid = state.require_session()
@@ -110,7 +115,7 @@ def sync() -> None:
         "sessions": list(listed.get("sessions") or []),
         "inbox": list(inbox.get("items") or []),
         "unread": inbox.get("unread", 0),
-        "handoffs": for_me(handoffs.get("handoffs") or [], sid),
+        "handoffs": _time.oldest_first(for_me(handoffs.get("handoffs") or [], sid), "created_at"),
         "deferred_jobs": deferred_jobs(state),
     }
     _output.emit(state.json, doc, lambda: render_sync(_output.clean(doc)))

@@ -43,6 +43,8 @@ FETCH_WAIT = 5.0
 FETCH_BATCH = 64
 ACK_WAIT = 30.0
 """Seconds JetStream waits for this host's ack before it delivers an item again."""
+POISON_RETRY = 60.0
+"""Seconds before an item whose taking failed for another reason than storage comes again."""
 RETRY = 1.0
 """Seconds between attempts while the link is down or the stream refuses."""
 
@@ -311,9 +313,13 @@ class MailLink:
             return
         try:
             new = await self.fleet.take(key, item)
-        except Exception as exc:
+        except StorageUnavailable as exc:
             log.warning("fleet: could not store mail item %s (%s); it comes again", key, exc)
             await msg.nak(delay=RETRY)
+            return
+        except Exception:  # never lost, never a tight loop: again in a minute
+            log.exception("fleet: taking mail item %s failed; it comes again", key)
+            await msg.nak(delay=POISON_RETRY)
             return
         await msg.ack()
         if new:

@@ -19,16 +19,23 @@ from __future__ import annotations
 import logging
 import secrets
 import sqlite3
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
 from meshd.core.fleet_post import FleetPost
 from meshd.core.mail_records import Answer, Message, Request, clip
+from meshd.core.session_records import Session
 from meshd.core.state import Event, Write
 from meshd.domain import Domain
 from meshd.protocol import fleet_mail as wire
-from meshd.protocol.errors import MeshError, UnknownSession, error_from_wire
+from meshd.protocol.errors import (
+    MeshError,
+    StorageUnavailable,
+    UnknownSession,
+    error_from_wire,
+)
 from meshd.service import Service
 from meshd.store import fleet_post as storage
 
@@ -291,8 +298,7 @@ class FleetMail(Domain):
         msgs = self._messages()
         mb = self.svc.state.mailbox
         if item.to is None:
-            select = await msgs.overlapping(item.path) if item.path else None
-            mb.desk.broadcast_in(item.sender, item.text, select=select)
+            mb.desk.broadcast_in(item.sender, item.text, select=await self._select(item.path))
         elif self._refuses(item):
             mb.notice(
                 item.sender,
@@ -304,6 +310,19 @@ class FleetMail(Domain):
         self.post.take(key)
         await msgs.commit()
         return True
+
+    async def _select(self, path: str | None) -> Callable[[Session], bool] | None:
+        """The sessions here a broadcast's ``--path`` reaches; a path this host cannot
+        make canonical (a bad key here) reaches none of them, and the item is taken."""
+        if path is None:
+            return None
+        try:
+            return await self._messages().overlapping(path)
+        except MeshError as exc:
+            if isinstance(exc, StorageUnavailable):
+                raise
+            log.info("fleet: broadcast path %r reaches no session here: %s", path, exc)
+            return lambda s: False
 
     def _refuses(self, item: wire.MailItem) -> bool:
         """A message for a session here that does not accept messages (told back to its
