@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Responder, Sent
+from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Sent
+from meshctl._responder import Responder
 from meshctl._shared import Note, Once, SignalRecord
-from meshctl._sync import Claim, Mesh, Session
+from meshctl._sync import Mesh
+from meshctl._sync_claim import Claim
+from meshctl._sync_session import Session
 from meshd.protocol.errors import (
     BadKey,
     BudgetExceeded,
