@@ -102,9 +102,7 @@ class AsyncSession:
         """Report what changed (None = unchanged) and say "still here"."""
         fields.update(status=status, task=task)
         async with self._lock:
-            for key in ("status", "task", "cwd", "repo", "branch", "worktree", "tools"):
-                if fields.get(key) is not None:
-                    self._core.params[key] = fields[key]
+            self._core.remember(fields)
             if not self.active:
                 return None
             return await self._heartbeat(self._core.heartbeat_params(fields))

@@ -18,6 +18,7 @@ from typing import Any
 
 from meshctl import _claims, _events
 from meshctl import _log as log
+from meshd.protocol.contract import REPORTED
 from meshd.protocol.errors import MeshError
 
 #: Retrying an unreachable daemon (fail_open; heartbeats): the first wait, doubling to the cap.
@@ -126,6 +127,13 @@ class SessionCore:
 
             source = self.params.get("source") or "python"
             self.session_id = f"{source}:{time.strftime('%Y%m%d')}-{secrets.token_hex(3)}"
+
+    def remember(self, fields: dict[str, Any]) -> None:
+        """Keep the reported fields a heartbeat changes (None = unchanged) for
+        registering again (``activity`` is a heartbeat's only)."""
+        for key in REPORTED:
+            if key != "activity" and fields.get(key) is not None:
+                self.params[key] = fields[key]
 
     def heartbeat_params(self, fields: dict[str, Any]) -> dict[str, Any]:
         """``session.heartbeat`` params: the id plus whatever changed (None = unchanged)."""

@@ -124,9 +124,7 @@ class Session:
         """Report what changed (None = unchanged) and say "still here"."""
         fields.update(status=status, task=task)
         with self._state:
-            for key in ("status", "task", "cwd", "repo", "branch", "worktree", "tools"):
-                if fields.get(key) is not None:
-                    self._core.params[key] = fields[key]
+            self._core.remember(fields)
             if not self.active:
                 return None
             params = self._core.heartbeat_params(fields)

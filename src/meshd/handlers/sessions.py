@@ -12,7 +12,7 @@ from meshd.domain import Domain
 from meshd.handlers.fleet import FleetDomain
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
-from meshd.protocol.contract import rfc3339
+from meshd.protocol.contract import REPORTED, rfc3339
 from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
 from meshd.service import Conn, Service
 from meshd.store.sessions import load_sessions
@@ -96,16 +96,8 @@ class SessionHandlers(Domain):
         svc = self.svc
         if not svc.state.settings.enabled:
             return _HB_DISABLED
-        report = None
-        if (
-            p.status is not None or p.task is not None or p.cwd is not None
-            or p.repo is not None or p.branch is not None or p.worktree is not None
-            or p.tools is not None or p.activity is not None
-        ):  # fmt: skip
-            report = Report(
-                status=p.status, task=p.task, cwd=p.cwd, repo=p.repo, branch=p.branch,
-                worktree=p.worktree, tools=p.tools, activity=p.activity,
-            )  # fmt: skip
+        changed = {name: value for name in REPORTED if (value := getattr(p, name)) is not None}
+        report = Report(**changed) if changed else None
         svc.state.heartbeat(p.session_id, report)
         if p.lost_after is not None and (
             lost := svc.state.losses_after(p.session_id, p.lost_after)
