@@ -7,7 +7,6 @@ import sqlite3
 import msgspec
 
 from meshd.core.registry import Registration, Report, Session
-from meshd.core.state import Event
 from meshd.domain import Domain
 from meshd.handlers.fleet import FleetDomain
 from meshd.pidwatch import alive, start_time
@@ -109,20 +108,15 @@ class SessionHandlers(Domain):
         """End a session. The end is stored *before* it is applied: releasing claims
         and waking waiters cannot be undone, so a disk that refuses the write leaves
         the session exactly as it was (UNAVAILABLE, nothing acknowledged)."""
-        svc, mb = self.svc, self.svc.state.mailbox
+        svc = self.svc
         svc.state.registry.get(p.session_id)
         handoff_id = None
         if p.handoff:  # the final handoff, stored in the same commit as the end
-            handoff_id = mb.write_handoff(p.session_id, p.handoff).id
-        writes, pushes = mb.drain()
-        try:
-            await svc.store.commit(
-                [*writes, ("session.end", p.session_id, svc.clock.now(), "ended")]
-            )
-        except MeshError:
-            svc.state.forget(writes)
-            raise
-        svc.state.events.extend(Event(*push) for push in pushes)
+            handoff_id = svc.state.mailbox.write_handoff(p.session_id, p.handoff).id
+        # Service.commit drains the mailbox with the rest and, if the disk refuses the
+        # commit, forgets the handoff (MeshState.forget): one place for both.
+        svc.state.writes.append(("session.end", p.session_id, svc.clock.now(), "ended"))
+        await svc.commit()
         released = [c.resource for c in svc.state.claims.list_claims(p.session_id)]
         svc.end_session(p.session_id, "ended")  # releases exactly what it held
         # The end is stored; what it sets off (releases, grants to waiters) follows in
