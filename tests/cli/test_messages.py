@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -131,7 +131,7 @@ def live(mesh: Mesh, sid: str, task: str = "") -> S:
     core = _session.SessionCore(
         task=task, session_id=sid, liveness="heartbeat", bind=False, fields={}
     )
-    return cast(S, S(mesh, core).start())
+    return S(mesh, core).start()
 
 
 # --- pure parts ---------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class TestMirror:
     def test_wrong_shapes_are_refused(self) -> None:
         from meshctl import MeshError
 
+        bad: Any
         for bad in (
             [],
             {"kind": "no.such"},

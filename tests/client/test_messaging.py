@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from tests.support import wait_for
@@ -34,7 +34,7 @@ def session(mesh: Mesh, sid: str, task: str = "", **fields: Any) -> S:
         bind=False,
         fields={"source": "cli", **fields},
     )
-    return cast(S, S(mesh, core).start())
+    return S(mesh, core).start()
 
 
 @pytest.fixture
