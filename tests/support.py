@@ -27,7 +27,7 @@ CLOSED = "closed"
 
 def wait_for(
     cond: Callable[[], Any],
-    timeout: float | str = 10.0,
+    timeout: float = 10.0,
     interval: float = 0.02,
     *,
     what: str | Callable[[], object] = "",
@@ -37,8 +37,6 @@ def wait_for(
     ``what`` names the condition in the failure, or is called then to describe what
     was seen instead (a terminal's screen).
     """
-    if isinstance(timeout, str):  # the CLI tests' old wait_for(cond, "what") still reads right
-        what, timeout = timeout, 10.0
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
@@ -116,11 +114,6 @@ class RpcClient:
         self.file = self.sock.makefile("rb")
         self.ids = 0
         self.events: list[dict[str, Any]] = []
-
-    @property
-    def f(self) -> Any:
-        """The old name of :attr:`file` (integration tests wrote ``c.f.readline()``)."""
-        return self.file
 
     def __enter__(self) -> RpcClient:
         return self

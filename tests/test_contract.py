@@ -76,3 +76,16 @@ def test_no_copies_left() -> None:
 def test_the_frame_limit_counts_no_newline() -> None:
     assert framing.frame_too_large(framing.MAX_FRAME + 1)
     assert not framing.frame_too_large(framing.MAX_FRAME)
+
+
+def test_one_list_of_reported_fields() -> None:
+    """A session's reported fields are spelled once (contract.REPORTED): the daemon's
+    Report is exactly them, and the params and the session record carry each."""
+    from meshd.core.session_records import Report, Session
+    from meshd.protocol.methods import HeartbeatParams, RegisterParams
+
+    assert Report.__struct_fields__ == contract.REPORTED
+    assert set(contract.REPORTED) <= set(HeartbeatParams.__struct_fields__)
+    assert set(contract.REPORTED) <= set(Session.__struct_fields__)
+    assert set(contract.REPORTED) - {"activity"} <= set(RegisterParams.__struct_fields__)
+    assert set(contract.REPORTED_PATHS) <= set(contract.REPORTED)

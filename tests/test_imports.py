@@ -47,6 +47,7 @@ def test_client_loads_only_the_contract() -> None:
     loaded = loaded_after(
         "import meshctl; meshctl.Mesh; meshctl.Session; meshctl.MeshError\n"
         "import meshctl._sync, meshctl._conn, meshctl._messaging, meshctl._claims, "
+        "meshctl._blocking, meshctl._sync_session, meshctl._sync_claim, meshctl._responder, "
         "meshctl._paths, meshctl._spawn, meshctl._events"
     )
 

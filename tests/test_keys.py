@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ def root() -> Iterator[Path]:
     shutil.rmtree(top)
 
 
-def key(raw: str, root: Path, **kw: bool) -> Key:
+def key(raw: str, root: Path, **kw: Any) -> Key:
     return canonical_key(raw, home=str(root / "home" / "u"), **kw)
 
 

@@ -25,9 +25,12 @@ if TYPE_CHECKING:
     from typing import Any
 
     from meshctl._async import AsyncMesh, AsyncSession
-    from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Responder, Sent
+    from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Sent
+    from meshctl._responder import Responder
     from meshctl._shared import Note, Once, SignalRecord
-    from meshctl._sync import Claim, Mesh, Session
+    from meshctl._sync import Mesh
+    from meshctl._sync_claim import Claim
+    from meshctl._sync_session import Session
     from meshd.protocol.errors import (
         BadKey,
         BudgetExceeded,
@@ -107,11 +110,13 @@ __all__ = [
 _WHERE: dict[str, str] = {
     **dict.fromkeys(("AsyncMesh", "AsyncSession"), "meshctl._async"),
     **dict.fromkeys(
-        ("Answer", "Broadcast", "Handoff", "Item", "Query", "Responder", "Sent"),
-        "meshctl._messaging",
+        ("Answer", "Broadcast", "Handoff", "Item", "Query", "Sent"), "meshctl._messaging"
     ),
+    "Responder": "meshctl._responder",
     **dict.fromkeys(("Note", "Once", "SignalRecord"), "meshctl._shared"),
-    **dict.fromkeys(("Claim", "Mesh", "Session"), "meshctl._sync"),
+    "Mesh": "meshctl._sync",
+    "Claim": "meshctl._sync_claim",
+    "Session": "meshctl._sync_session",
 }
 
 

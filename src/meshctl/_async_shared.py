@@ -28,14 +28,6 @@ if TYPE_CHECKING:
     from meshctl._async import AsyncSession
 
 
-async def _call(s: AsyncSession, method: str, params: dict[str, Any], wait: float = 0.0) -> Any:
-    """One call for the session; None when it is a no-op (disabled or ended)."""
-    if s.disabled or s._ended:
-        return None
-    timeout = s.mesh.timeout + wait if wait else None
-    return await s.mesh.call(method, {**params, "session_id": s.session_id}, timeout=timeout)
-
-
 class AsyncNotebook:
     """``s.notes`` of an :class:`AsyncSession`."""
 
@@ -43,7 +35,7 @@ class AsyncNotebook:
         self._s = session
 
     async def add(self, text: str, private: bool = False) -> Note | None:
-        raw = await _call(self._s, "notes.add", {"text": text, "private": private})
+        raw = await self._s._mcall("notes.add", {"text": text, "private": private})
         if raw is None or raw.get("disabled"):
             return None
         return Note(int(raw["id"]), str(raw["session_id"]), text, private, str(raw["at"]))
@@ -52,7 +44,7 @@ class AsyncNotebook:
         params: dict[str, Any] = {"limit": limit}
         if session_id is not None:
             params["author"] = session_id
-        return notes_of(await _call(self._s, "notes.list", params))
+        return notes_of(await self._s._mcall("notes.list", params))
 
 
 class AsyncSignal:
@@ -63,14 +55,14 @@ class AsyncSignal:
         self.name = name
 
     async def emit(self, payload: Any = None) -> SignalRecord | None:
-        raw = await _call(self._s, "signal.emit", {"name": self.name, "payload": payload})
+        raw = await self._s._mcall("signal.emit", {"name": self.name, "payload": payload})
         return None if raw is None else SignalRecord.from_wire(raw)
 
     async def wait(
         self, after: int | None = None, since: float | None = None, timeout: float = 10.0
     ) -> SignalRecord | None:
         params = wait_params(self.name, after, since, timeout)
-        return received(await _call(self._s, "signal.wait", params, wait=timeout))
+        return received(await self._s._mcall("signal.wait", params, wait=timeout))
 
 
 class AsyncOnce:
@@ -90,7 +82,7 @@ class AsyncOnce:
             log.warning("Session Mesh is disabled: once(%r) runs unguarded", self.key)
             self.status, self.first = "disabled", True
             return True
-        raw = await _call(self._s, "once.reserve", self._params)
+        raw = await self._s._mcall("once.reserve", self._params)
         if raw is None:
             from meshd.protocol.errors import MeshUnavailable
 
@@ -109,18 +101,4 @@ class AsyncOnce:
         if not self.first or self.status == "disabled":
             return
         params = {"key": self.key, "outcome": "done" if exc_type is None else "free"}
-        self.finished = await _call(self._s, "once.finish", params)
-
-
-class AsyncSharedMixin:
-    """``notes``, ``signal(NAME)``, ``once(KEY)``; mixed into ``AsyncSession``."""
-
-    @property
-    def notes(self) -> AsyncNotebook:
-        return AsyncNotebook(self)  # type: ignore[arg-type]
-
-    def signal(self, name: str) -> AsyncSignal:
-        return AsyncSignal(self, name)  # type: ignore[arg-type]
-
-    def once(self, key: str, ttl: float | None = None, note: str = "") -> AsyncOnce:
-        return AsyncOnce(self, key, ttl, note)  # type: ignore[arg-type]
+        self.finished = await self._s._mcall("once.finish", params)

@@ -1,11 +1,4 @@
-"""Messages, queries, broadcasts and handoffs for the blocking ``Session`` (SPEC §6, §10).
-
-:class:`MessagingMixin` is the library surface; ``Session`` inherits it. It needs
-three things from its host, all of which ``Session`` has: ``mesh`` (the
-:class:`~meshctl.Mesh` whose ``call`` sends one request on the calling thread),
-``session_id`` and ``active`` (registered, not disabled, not ended). Like
-``Session.claim``, every method is a no-op while the session is not active (mesh
-disabled, or unreachable with ``fail_open``): ``None`` or an empty list.
+"""Messages, queries, broadcasts and handoffs without I/O (SPEC §6, §10): one core for both drivers.
 
 What comes back is typed, small and immutable (:class:`Item`, :class:`Answer`,
 :class:`Query`, :class:`Handoff` …: named tuples, because ``dataclasses`` costs
@@ -14,54 +7,34 @@ daemon's sentence saying the text comes from another session of the same user an
 not from the user (SPEC §6 Safety); :func:`label` is the short form the CLI prints.
 Whatever hands such text to a model must show one of them with it.
 
-Reading is not acknowledging: :meth:`MessagingMixin.inbox` hands items over as
-``delivered`` and leaves them unread; call :meth:`MessagingMixin.ack` once the
-text has reached the model or the person (``meshctl inbox`` marks read what it
-printed; a library reader cannot know when its host showed them).
+What goes out is a :class:`Call`: the method, its params, how long past the client's
+timeout the reply may take, how to read the result, and what the session method
+returns when it is a no-op (mesh disabled, or unreachable with ``fail_open``). The
+functions below build one per session method (:func:`send`, :func:`ask` …);
+``Session`` (blocking) and ``AsyncSession`` (anyio) only send it and read the reply,
+so both drivers say and return the same thing (issue 11 item 5).
 
-:meth:`MessagingMixin.on_query` makes the session its own live responder: a
-thread with a :class:`Listener` (a connection of its own, so replies to plain calls
-and pushed events never share a socket) calls ``query.respond``, runs the handler
-for every query event and answers with ``query.answer``. It stops when the session
-is no longer active, or on :meth:`Responder.stop`; after a daemon restart it
-connects and opts in again.
+Reading is not acknowledging: ``inbox`` hands items over as ``delivered`` and leaves
+them unread; ``ack`` them once the text has reached the model or the person
+(``meshctl inbox`` marks read what it printed; a library reader cannot know when its
+host showed them).
 
 Standard library only (the blocking client's rule); nothing here imports msgspec.
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket as _socket
-import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from meshctl import _conn, _spawn
-from meshctl import _log as log
 from meshd.protocol.contract import label
-from meshd.protocol.errors import (
-    MeshError,
-    MeshTimeout,
-    MeshUnavailable,
-    NotFound,
-    SessionExpired,
-    UnknownSession,
-)
 
-if TYPE_CHECKING:
-    from meshctl._sync import Mesh
+T = TypeVar("T")
 
 #: Largest answer the daemon takes (``query.answer``), in UTF-8 bytes.
 MAX_ANSWER_BYTES = 2048
 #: Inbox kinds that are items (they have an id to ack); ``query`` events are not.
 ITEM_KINDS = frozenset({"message", "answer", "handoff", "notice", "broadcast"})
-_POLL = 0.25  # how often an idle responder looks whether its session is still active
-_BACKOFF_FIRST = 0.5
-_BACKOFF_MAX = 10.0
 
 
 def _framing(raw: Mapping[str, Any], sender: str) -> str:
@@ -234,448 +207,174 @@ class RequestedHandoff(NamedTuple):
     elapsed_s: float
 
 
-# --- the mixin ------------------------------------------------------------------------
+# --- what goes out --------------------------------------------------------------------
 
 
-class MessagingMixin:
-    """``send``, ``ask``, ``broadcast``, ``inbox``, ``ack``, ``on_query``, handoffs.
+class Call(Generic[T]):
+    """One request a session method makes, and how to read its reply (no I/O).
 
-    Mixed into ``Session`` (see the module docstring for what it relies on).
+    ``wait``: seconds the reply may take past the client's timeout (an ask waits for
+    its answer). ``idle``: what the method returns when it is a no-op.
     """
 
-    if TYPE_CHECKING:
-        mesh: Mesh
-
-        @property
-        def session_id(self) -> str | None: ...
-
-        @property
-        def active(self) -> bool: ...
-
-    # --- messages ---------------------------------------------------------------------
-
-    def send(self, to: str | None, text: str, reply_to: int | None = None) -> Sent | None:
-        """Send ``text`` to session ``to`` (durable; it waits in their inbox).
-
-        ``reply_to`` names the message this answers; ``to`` may then be None and the
-        daemon sends it to the other party. Raises ``MessageRefused``,
-        ``BudgetExceeded``, ``TooLarge``, ``UnknownSession`` as the daemon decides.
-        """
-        params: dict[str, Any] = {"text": text}
-        if to is not None:
-            params["to"] = to
-        if reply_to is not None:
-            params["reply_to"] = reply_to
-        result = self._mcall("message.send", params)
-        if result is None:
-            return None
-        return Sent(
-            int(result["id"]), str(result["to"]), str(result["state"]),
-            str(result.get("created_at", "")), int(result.get("depth", 1)),
-        )  # fmt: skip
-
-    def inbox(self, all: bool = False, peek: bool = True) -> list[Item]:
-        """Unread items, oldest first (``all``: also read ones, newest first).
-
-        With ``peek`` (the default) they are handed over as ``delivered`` and stay
-        unread: :meth:`ack` them once the text has reached the model or the person.
-        ``peek=False`` marks them read at once, as ``meshctl inbox`` does.
-        """
-        result = self._mcall("message.inbox", {"all": all, "peek": peek})
-        return [] if result is None else [Item.from_wire(i) for i in result.get("items") or []]
-
-    def ack(self, ids: Iterable[int]) -> list[int]:
-        """Mark delivered items read; returns the ids that changed (idempotent)."""
-        wanted = [int(i) for i in ids]
-        if not wanted:
-            return []
-        result = self._mcall("message.ack", {"ids": wanted})
-        return [] if result is None else [int(i) for i in result.get("acked") or []]
-
-    def message_states(self, ids: Iterable[int]) -> dict[int, str]:
-        """Where messages this session sent are: ``queued``, ``delivered`` or ``read``."""
-        result = self._mcall("message.status", {"ids": [int(i) for i in ids]})
-        states = {} if result is None else result.get("states") or {}
-        return {int(k): str(v) for k, v in states.items()}
-
-    # --- queries ----------------------------------------------------------------------
-
-    def ask(self, to: str, question: str, timeout: float = 10) -> Answer | None:
-        """Ask ``to`` a bounded question; never waits much past ``timeout`` seconds.
-
-        Answered by its live responder, or by the daemon's status responder (at once
-        when it has none; marked ``timed_out`` when its responder stayed silent).
-        Raises ``QueryRefused``, ``Cycle``, ``UnknownSession``.
-        """
-        params = {"to": to, "question": question, "timeout": timeout}
-        result = self._mcall("query.ask", params, wait=timeout)
-        return None if result is None else Answer.from_wire(result)
-
-    def answer(self, query_id: int, text: str) -> dict[str, Any] | None:
-        """Answer query ``query_id`` by hand (``late``: it went to the asker's inbox)."""
-        result = self._mcall("query.answer", {"query_id": query_id, "text": clip_answer(text)})
-        return None if result is None else dict(result)
-
-    def on_query(
-        self,
-        handler: Callable[[Query], str | None],
-        *,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> Responder:
-        """Become this session's live responder: ``handler(query)`` answers each query.
-
-        The handler runs on a thread of its own, one query at a time; its string is
-        the answer (clipped to 2 KiB), ``None`` or ``""`` leaves the query to the
-        status responder once the asker's timeout runs out, and an exception is
-        logged and treated the same. ``on_event`` also subscribes that connection to
-        the session's other events (messages, claim notices) -- they then count as
-        delivered, so pass it only when it shows them to someone.
-
-        Returns once the daemon counts the responder. It stops when the session
-        ends (or on :meth:`Responder.stop`).
-        """
-        responder = Responder(self, handler, on_event)
-        if self.active:
-            responder.start()
-        else:
-            log.warning(
-                "Session Mesh: session %s is not active (disabled, not started or "
-                "unreachable); on_query does nothing",
-                self.session_id,
-            )
-        return responder
-
-    # --- broadcasts -------------------------------------------------------------------
-
-    def broadcast(
-        self, text: str, collect: bool = False, timeout: float = 10, path: str | None = None
-    ) -> Broadcast | None:
-        """Send ``text`` to every other live session (``path``: those working there).
-
-        ``collect`` gathers answers until ``timeout`` (the status responder answers
-        for the silent ones). A relative ``path`` is resolved against our folder.
-        """
-        params: dict[str, Any] = {"text": text, "collect": collect, "timeout": timeout}
-        if path is not None:
-            from meshctl import _claims
-
-            params["path"] = _claims.resolve(path)
-        result = self._mcall("broadcast.send", params, wait=timeout if collect else 0.0)
-        return None if result is None else Broadcast.from_wire(result)
-
-    # --- handoffs ---------------------------------------------------------------------
-
-    def handoff(
-        self,
-        summary: str,
-        to: str | None = None,
-        files: Iterable[str] = (),
-        branch: str | None = None,
-        next_steps: Iterable[str] = (),
-    ) -> Handoff | None:
-        """Leave a durable handoff (``to``: for one session, else for whoever comes next)."""
-        params: dict[str, Any] = {"summary": summary}
-        if to is not None:
-            params["to"] = to
-        if files := [str(f) for f in files]:
-            params["files"] = files
-        if branch is not None:
-            params["branch"] = branch
-        if steps := [str(s) for s in next_steps]:
-            params["next_steps"] = steps
-        result = self._mcall("handoff.write", params)
-        return None if result is None else Handoff.from_wire(result)
-
-    def handoffs(self, all: bool = False) -> list[Handoff]:
-        """Handoffs to this session, by it, and unaddressed ones (``all``: every one)."""
-        result = self._mcall("handoff.list", {"all": all})
-        return [] if result is None else [Handoff.from_wire(h) for h in result["handoffs"]]
-
-    def request_handoff(self, to: str, timeout: float = 10) -> RequestedHandoff | None:
-        """Ask ``to`` for a handoff (an ask); it is stored addressed to this session."""
-        result = self._mcall("handoff.request", {"to": to, "timeout": timeout}, wait=timeout)
-        if result is None:
-            return None
-        return RequestedHandoff(
-            Handoff.from_wire(result["handoff"]), str(result["answered_by"]),
-            bool(result["timed_out"]), float(result["elapsed_s"]),
-        )  # fmt: skip
-
-    # --- plumbing ---------------------------------------------------------------------
-
-    def _mcall(self, method: str, params: dict[str, Any], wait: float = 0.0) -> Any:
-        """One call for this session; None when it is a no-op (not active, failing open).
-
-        When the daemon forgot *this* session (not the one we address), the session
-        registers again (as ``Session.claim`` does) and the call is made once more.
-        """
-        if not self.active:
-            return None
-        timeout = self.mesh.timeout + wait if wait else None
-        generation = getattr(self, "registration", 0)
-        try:
-            return self.mesh.call(
-                method, {**params, "session_id": self.session_id}, timeout=timeout
-            )
-        except (SessionExpired, UnknownSession) as exc:
-            recover = getattr(self, "_recover", None)
-            if exc.data.get("session_id") != self.session_id or recover is None:
-                raise
-            # Under the session's lock, as its heartbeat thread does; if that thread
-            # registered the session again meanwhile, this only retries.
-            with getattr(self, "_state", None) or contextlib.nullcontext():
-                recover(exc, generation)
-        return self.mesh.call(method, {**params, "session_id": self.session_id}, timeout=timeout)
-
-
-# --- a connection for events ----------------------------------------------------------
-
-
-class Listener:
-    """A connection of its own for pushed events (``inbox --follow``, ``on_query``).
-
-    :meth:`call` sends a request and reads until its reply, keeping events that
-    arrive meanwhile; :meth:`next_event` returns the next event, waiting at most
-    ``timeout`` seconds (None when none came). Standard library only.
-    """
+    __slots__ = ("idle", "method", "needed", "params", "read", "wait")
 
     def __init__(
         self,
-        profile: str,
-        socket_path: Any = None,
+        method: str,
+        params: dict[str, Any],
+        read: Callable[[Any], T],
+        idle: T,
+        wait: float = 0.0,
         *,
-        autostart: bool = True,
-        timeout: float = 5.0,
+        needed: bool = True,
     ) -> None:
-        self.timeout = timeout
-        self._proto = _conn.Protocol()
-        self._events: deque[dict[str, Any]] = deque()
-        self._sock: _socket.socket | None = _spawn.connect_or_start(
-            profile, socket_path, autostart, timeout
-        )
-        try:
-            _conn.check_daemon(self.call("mesh.info"), str(socket_path or profile), profile)
-        except BaseException:
-            self.close()
-            raise
+        self.method = method
+        self.params = params
+        self.read = read
+        self.idle = idle
+        self.wait = wait
+        #: False: nothing to ask the daemon (say, acking no ids); the method returns ``idle``.
+        self.needed = needed
 
-    @classmethod
-    def like(cls, mesh: Mesh) -> Listener:
-        """A listener to the same daemon as ``mesh``."""
-        return cls(mesh.profile, mesh.socket_path, autostart=mesh.autostart, timeout=mesh.timeout)
-
-    def call(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
-        """One request and its result (the daemon's error raised)."""
-        rid, frame = self._proto.request(method, params)
-        try:
-            self._socket().sendall(frame)
-        except OSError as exc:
-            self.close()
-            raise MeshUnavailable(f"lost the connection to meshd: {exc}; retry") from exc
-        deadline = time.monotonic() + (timeout or self.timeout)
-        while True:
-            msg = self._receive(deadline)
-            if msg is None:
-                self.close()
-                raise MeshTimeout(f"no reply from meshd within {timeout or self.timeout} s")
-            if isinstance(msg, _conn.Event):
-                self._keep(msg)
-            elif msg.id == rid or msg.id is None:
-                return msg.unwrap()
-
-    def next_event(self, timeout: float) -> dict[str, Any] | None:
-        """The next pushed event, or None when none came within ``timeout`` seconds."""
-        if self._events:
-            return self._events.popleft()
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self._receive(deadline)
-            if msg is None:
-                return None
-            if isinstance(msg, _conn.Event):
-                self._keep(msg)
-                return self._events.popleft() if self._events else None
-
-    def _keep(self, event: _conn.Event) -> None:
-        if isinstance(event.params, dict):
-            self._events.append(event.params)
-
-    def _socket(self) -> _socket.socket:
-        if self._sock is None:
-            raise MeshUnavailable("this listener's connection is closed")
-        return self._sock
-
-    def _receive(self, deadline: float) -> _conn.Reply | _conn.Event | None:
-        """The next message, or None at the deadline; MeshUnavailable when the daemon left."""
-        msg = self._proto.next_message()
-        while msg is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            sock = self._socket()
-            try:
-                sock.settimeout(left)
-                data = sock.recv(65536)
-            except TimeoutError:
-                return None
-            except OSError as exc:
-                self.close()
-                raise MeshUnavailable(f"lost the connection to meshd: {exc}") from exc
-            if not data:
-                self.close()
-                raise MeshUnavailable("meshd closed the connection (stopped or restarted)")
-            msg = self._proto.take(data)
-        return msg
-
-    def close(self) -> None:
-        """Close the connection (the daemon forgets its subscriptions). Idempotent."""
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(_socket.SHUT_RDWR)
-            sock.close()
-        self._proto.clear()
-
-    def __enter__(self) -> Listener:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def result(self, raw: Any) -> T:
+        """What the session method returns for the daemon's result (None: a no-op)."""
+        return self.idle if raw is None else self.read(raw)
 
 
-# --- the live responder ---------------------------------------------------------------
+def send(to: str | None, text: str, reply_to: int | None = None) -> Call[Sent | None]:
+    """``message.send``: ``text`` to session ``to`` (durable; it waits in their inbox).
 
-
-class Responder:
-    """A session's live responder thread (see :meth:`MessagingMixin.on_query`).
-
-    ``answered``: queries answered so far; ``failures``: one sentence per handler
-    failure or lost connection, newest last (bounded); ``opted_in``: how many times
-    it connected and opted in (it does again after a daemon restart).
+    ``reply_to`` names the message this answers; ``to`` may then be None and the
+    daemon sends it to the other party. The daemon raises ``MessageRefused``,
+    ``BudgetExceeded``, ``TooLarge``, ``UnknownSession`` as it decides.
     """
+    params: dict[str, Any] = {"text": text}
+    if to is not None:
+        params["to"] = to
+    if reply_to is not None:
+        params["reply_to"] = reply_to
+    return Call("message.send", params, _sent, None)
 
-    def __init__(
-        self,
-        session: MessagingMixin,
-        handler: Callable[[Query], str | None],
-        on_event: Callable[[dict[str, Any]], None] | None,
-    ) -> None:
-        self.session = session
-        self.handler = handler
-        self.on_event = on_event
-        self.answered = 0
-        self.opted_in = 0
-        self.failures: deque[str] = deque(maxlen=50)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._conn: Listener | None = None
 
-    @property
-    def running(self) -> bool:
-        """Whether the thread still serves queries."""
-        return self._thread is not None and self._thread.is_alive()
+def _sent(raw: Any) -> Sent:
+    return Sent(
+        int(raw["id"]), str(raw["to"]), str(raw["state"]), str(raw.get("created_at", "")),
+        int(raw.get("depth", 1)),
+    )  # fmt: skip
 
-    def start(self) -> None:
-        """Connect and opt in now (errors raised here), then serve on a thread."""
-        self._conn = self._connect()
-        self._thread = threading.Thread(
-            target=self._run, name=f"meshctl-responder-{self.session.session_id}", daemon=True
-        )
-        self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop serving (the daemon then answers from status again) and wait for the thread."""
-        self._stop.set()
-        conn = self._conn
-        if conn is not None and self._thread is None:
-            conn.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+def inbox(all: bool = False, peek: bool = True) -> Call[list[Item]]:
+    """``message.inbox``: unread items, oldest first (``all``: also read ones, newest
+    first). ``peek`` hands them over as ``delivered`` (ack them later); ``peek=False``
+    marks them read at once, as ``meshctl inbox`` does."""
+    return Call(
+        "message.inbox", {"all": all, "peek": peek},
+        lambda r: [Item.from_wire(i) for i in r.get("items") or []], [],
+    )  # fmt: skip
 
-    def _connect(self) -> Listener:
-        sid = self.session.session_id
-        conn = Listener.like(self.session.mesh)
-        try:
-            conn.call("query.respond", {"session_id": sid})
-            if self.on_event is not None:
-                conn.call("events.subscribe", {"session_id": sid})
-        except BaseException:
-            conn.close()
-            raise
-        self.opted_in += 1
-        return conn
 
-    def _serving(self) -> bool:
-        return not self._stop.is_set() and self.session.active
+def ack(ids: Iterable[int]) -> Call[list[int]]:
+    """``message.ack``: mark delivered items read; the ids that changed (idempotent)."""
+    wanted = [int(i) for i in ids]
+    return Call("message.ack", {"ids": wanted}, _ints("acked"), [], needed=bool(wanted))
 
-    def _run(self) -> None:
-        backoff = _BACKOFF_FIRST
-        try:
-            while self._serving():
-                try:
-                    if self._conn is None:
-                        self._conn = self._connect()
-                        backoff = _BACKOFF_FIRST
-                    self._serve(self._conn)
-                except MeshError as exc:
-                    if self._conn is not None:
-                        self._conn.close()
-                        self._conn = None
-                    if not self._serving():
-                        break
-                    self._fail(f"responder connection: {exc}; retrying in {backoff:g} s")
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, _BACKOFF_MAX)
-        finally:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
 
-    def _serve(self, conn: Listener) -> None:
-        while self._serving():
-            event = conn.next_event(_POLL)
-            if event is None:
-                continue
-            if event.get("kind") == "query":
-                try:
-                    query = Query.from_wire(event)
-                except (KeyError, TypeError, ValueError) as exc:
-                    self._fail(f"a query event the client cannot read ({exc!r}): {event}")
-                    continue
-                self._answer(conn, query)
-            elif self.on_event is not None:
-                try:
-                    self.on_event(event)
-                except Exception as exc:
-                    self._fail(f"on_event failed: {exc!r}", traceback=True)
+def message_states(ids: Iterable[int]) -> Call[dict[int, str]]:
+    """``message.status``: ``queued``, ``delivered`` or ``read`` for messages sent."""
+    return Call(
+        "message.status", {"ids": [int(i) for i in ids]},
+        lambda r: {int(k): str(v) for k, v in (r.get("states") or {}).items()}, {},
+    )  # fmt: skip
 
-    def _answer(self, conn: Listener, query: Query) -> None:
-        try:
-            text = self.handler(query)
-        except Exception as exc:
-            self._fail(f"on_query handler failed on query {query.id}: {exc!r}", traceback=True)
-            return
-        if not text:
-            return
-        params = {"session_id": self.session.session_id, "query_id": query.id}
-        try:
-            conn.call("query.answer", {**params, "text": clip_answer(str(text))})
-        except NotFound as exc:  # answered elsewhere, or the asker is gone
-            log.debug("query %s: %s", query.id, exc.message)
-            return
-        self.answered += 1
 
-    def _fail(self, sentence: str, *, traceback: bool = False) -> None:
-        self.failures.append(sentence)
-        if traceback:
-            log.exception("Session Mesh: %s", sentence)
-        else:
-            log.warning("Session Mesh: %s", sentence)
+def ask(to: str, question: str, timeout: float = 10) -> Call[Answer | None]:
+    """``query.ask``: a bounded question, answered by ``to``'s live responder or by the
+    daemon from its status (at once when it has none; ``timed_out`` when its responder
+    stayed silent). The daemon raises ``QueryRefused``, ``Cycle``, ``UnknownSession``."""
+    params = {"to": to, "question": question, "timeout": timeout}
+    return Call("query.ask", params, Answer.from_wire, None, wait=timeout)
 
-    def __repr__(self) -> str:
-        return f"<Responder {self.session.session_id!r} running={self.running}>"
+
+def answer(query_id: int, text: str) -> Call[dict[str, Any] | None]:
+    """``query.answer`` by hand (``late``: it went to the asker's inbox)."""
+    params = {"query_id": query_id, "text": clip_answer(text)}
+    return Call("query.answer", params, dict, None)
+
+
+def broadcast(
+    text: str, collect: bool = False, timeout: float = 10, path: str | None = None
+) -> Call[Broadcast | None]:
+    """``broadcast.send`` to every other live session (``path``: those working there,
+    relative to our folder); ``collect`` gathers answers until ``timeout``."""
+    params: dict[str, Any] = {"text": text, "collect": collect, "timeout": timeout}
+    if path is not None:
+        from meshctl import _claims
+
+        params["path"] = _claims.resolve(path)
+    return Call("broadcast.send", params, Broadcast.from_wire, None, timeout if collect else 0.0)
+
+
+def handoff(
+    summary: str,
+    to: str | None = None,
+    files: Iterable[str] = (),
+    branch: str | None = None,
+    next_steps: Iterable[str] = (),
+) -> Call[Handoff | None]:
+    """``handoff.write``: a durable handoff (``to``: for one session, else for whoever
+    comes next)."""
+    params: dict[str, Any] = {"summary": summary}
+    if to is not None:
+        params["to"] = to
+    if paths := [str(f) for f in files]:
+        params["files"] = paths
+    if branch is not None:
+        params["branch"] = branch
+    if steps := [str(s) for s in next_steps]:
+        params["next_steps"] = steps
+    return Call("handoff.write", params, Handoff.from_wire, None)
+
+
+def handoffs(all: bool = False) -> Call[list[Handoff]]:
+    """``handoff.list``: to this session, by it, and unaddressed ones (``all``: every one)."""
+    return Call(
+        "handoff.list", {"all": all}, lambda r: [Handoff.from_wire(h) for h in r["handoffs"]], []
+    )
+
+
+def request_handoff(to: str, timeout: float = 10) -> Call[RequestedHandoff | None]:
+    """``handoff.request``: ask ``to`` for a handoff; it is stored addressed to us."""
+    return Call("handoff.request", {"to": to, "timeout": timeout}, _requested, None, timeout)
+
+
+def _requested(raw: Any) -> RequestedHandoff:
+    return RequestedHandoff(
+        Handoff.from_wire(raw["handoff"]), str(raw["answered_by"]), bool(raw["timed_out"]),
+        float(raw["elapsed_s"]),
+    )  # fmt: skip
+
+
+def _ints(key: str) -> Callable[[Any], list[int]]:
+    return lambda r: [int(i) for i in r.get(key) or []]
+
+
+# --- what a live responder does (the I/O is its driver's) -----------------------------
+
+
+def query_of(event: Mapping[str, Any]) -> Query | str | None:
+    """A pushed event as a responder sees it: a :class:`Query`, None (another kind of
+    event), or a sentence saying why a query event could not be read."""
+    if event.get("kind") != "query":
+        return None
+    try:
+        return Query.from_wire(event)
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"a query event the client cannot read ({exc!r}): {dict(event)}"
+
+
+def answer_params(session_id: str | None, query: Query, text: Any) -> dict[str, Any] | None:
+    """``query.answer`` params for what a handler returned (None: it left the query)."""
+    if not text:
+        return None
+    return {"session_id": session_id, "query_id": query.id, "text": clip_answer(str(text))}

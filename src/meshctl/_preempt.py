@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from meshctl import _events
 from meshctl import _log as log
-from meshctl._messaging import Listener
+from meshctl._blocking import Connection
 from meshd.protocol.errors import MeshError
 
 if TYPE_CHECKING:
-    from meshctl._sync import Session
+    from meshctl._sync_session import Session
 
 _POLL = 0.5
 
@@ -49,7 +49,7 @@ class PreemptWatcher:
     def _run(self) -> None:
         mesh = self.session.mesh
         try:
-            conn = Listener.like(mesh)
+            conn = Connection.like(mesh)
             conn.call("events.subscribe", {"session_id": self.session.session_id})
         except MeshError as exc:
             log.warning("Session Mesh: on_preempt could not subscribe: %s", exc)

@@ -17,7 +17,50 @@ from collections.abc import Iterable
 from typing import Any
 
 from meshctl import _claims, _events
+from meshctl import _log as log
+from meshd.protocol.contract import REPORTED
 from meshd.protocol.errors import MeshError
+
+#: Retrying an unreachable daemon (fail_open; heartbeats): the first wait, doubling to the cap.
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+
+
+class FailOpen:
+    """The fail-open rule of both clients: an unreachable daemon is said once, calls
+    are no-ops meanwhile, and a connection is tried again with backoff (0.5 s doubling
+    to 30 s); reaching it again is said once too. Times are the caller's monotonic clock.
+    """
+
+    __slots__ = ("_backoff", "_retry_at", "degraded")
+
+    def __init__(self) -> None:
+        self.degraded = False
+        self._retry_at = 0.0
+        self._backoff = BACKOFF_FIRST
+
+    def waiting(self, now: float) -> bool:
+        """Whether a call now is a no-op without trying (degraded, before the retry)."""
+        return self.degraded and now < self._retry_at
+
+    def failed(self, exc: MeshError, now: float) -> None:
+        """A call found the daemon unreachable (or hung): degrade, and retry later."""
+        if not self.degraded:
+            log.warning(
+                "Session Mesh is unreachable, continuing without it (fail_open): %s",
+                exc.message,
+            )
+            self.degraded = True
+            self._backoff = BACKOFF_FIRST
+        self._retry_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    def reached(self, profile: str) -> None:
+        """A connection succeeded: no longer degraded."""
+        if self.degraded:
+            log.warning("Session Mesh is reachable again (profile %s)", profile)
+            self.degraded = False
+            self._backoff = BACKOFF_FIRST
 
 
 class SessionCore:
@@ -74,6 +117,23 @@ class SessionCore:
         self.interval = float(interval or result.get("heartbeat_interval") or 5.0)
         self.daemon = daemon
         self.generation += 1
+
+    def unreachable(self) -> None:
+        """Registering failed open (the daemon unreachable): the session gets an id of
+        its own now, under which it registers once the daemon answers."""
+        if self.session_id is None:
+            import secrets
+            import time
+
+            source = self.params.get("source") or "python"
+            self.session_id = f"{source}:{time.strftime('%Y%m%d')}-{secrets.token_hex(3)}"
+
+    def remember(self, fields: dict[str, Any]) -> None:
+        """Keep the reported fields a heartbeat changes (None = unchanged) for
+        registering again (``activity`` is a heartbeat's only)."""
+        for key in REPORTED:
+            if key != "activity" and fields.get(key) is not None:
+                self.params[key] = fields[key]
 
     def heartbeat_params(self, fields: dict[str, Any]) -> dict[str, Any]:
         """``session.heartbeat`` params: the id plus whatever changed (None = unchanged)."""

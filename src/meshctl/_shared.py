@@ -13,7 +13,7 @@
 
 Like the rest of ``Session``, notes and signals are no-ops while the session is
 not active (the mesh disabled, or unreachable with ``fail_open``). The ledger is
-the exception: :meth:`SharedMixin.once` **never fails open** -- an unreachable
+the exception: ``Session.once`` **never fails open** -- an unreachable
 daemon raises :class:`MeshUnavailable` and the block must not run the side
 effect. Only a mesh switched off in config (``enabled = false``) lets it run
 unguarded, as ``meshctl once`` does, and says so.
@@ -223,20 +223,3 @@ class Once:
 
     def __repr__(self) -> str:
         return f"<Once {self.key!r} {self.status or 'not entered'}>"
-
-
-class SharedMixin:
-    """``notes``, ``signal(NAME)``, ``once(KEY)``; mixed into ``Session``."""
-
-    @property
-    def notes(self) -> Notebook:
-        """This session's notebook (and the notes of others it may read)."""
-        return Notebook(self)  # type: ignore[arg-type]
-
-    def signal(self, name: str) -> Signal:
-        """The signal ``name`` (``research-done:2026-11-29``), to emit or wait for."""
-        return Signal(self, name)  # type: ignore[arg-type]
-
-    def once(self, key: str, ttl: float | None = None, note: str = "") -> Once:
-        """At most once: ``with s.once(KEY) as first: if first: …`` (see :class:`Once`)."""
-        return Once(self, key, ttl, note)  # type: ignore[arg-type]

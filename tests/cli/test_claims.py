@@ -167,7 +167,7 @@ class TestOffline:
 
 class TestSignals:
     @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-    def test_forwarded_to_command(self, sig: int, offline_env: OfflineEnv) -> None:
+    def test_forwarded_to_command(self, sig: signal.Signals, offline_env: OfflineEnv) -> None:
         """A signal sent to run (by kill, not the tty) reaches COMMAND; run exits with
         COMMAND's status (the trap's 7 here, so the forwarding is what is seen)."""
         env = _unreachable(offline_env)

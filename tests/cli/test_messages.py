@@ -17,13 +17,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from meshctl import Mesh, _session
-from meshctl._messaging import MessagingMixin, Query
-from meshctl._sync import Session
+from meshctl._messaging import Query
+from meshctl._sync_session import Session
 from meshctl.cli import _time
 from meshctl.cli.handoff import expand_variadic
 from meshctl.cli.messages import render_answer, render_event, render_item
@@ -118,8 +118,7 @@ class Follower:
                 stream.close()
 
 
-class S(Session, MessagingMixin):
-    """A library session with the messaging surface (no-op subclass once Session has it)."""
+S = Session
 
 
 @pytest.fixture
@@ -132,7 +131,7 @@ def live(mesh: Mesh, sid: str, task: str = "") -> S:
     core = _session.SessionCore(
         task=task, session_id=sid, liveness="heartbeat", bind=False, fields={}
     )
-    return cast(S, S(mesh, core).start())
+    return S(mesh, core).start()
 
 
 # --- pure parts ---------------------------------------------------------------------------

@@ -6,9 +6,10 @@ they check the cause instead: which modules a real run loaded, read from
 ``sys.modules`` at exit in a subprocess.
 
 The hot commands (``check``, ``claim``, ``release``, ``heartbeat``, ``sessions
-active``, and ``register`` and ``end``) take the click-free fast path (:mod:`meshctl.cli._fast`): they load
-neither click (``import click`` alone costs about 1.7x that script) nor
-``typing``, nor the client library's sessions and messaging (``meshctl._sync``):
+active``, ``register``, ``end``) take the click-free fast path
+(:mod:`meshctl.cli._fast`): they load neither click (``import click`` alone costs
+about 1.7x that script) nor the client library's sessions and messaging
+(``meshctl._sync_session``):
 :data:`HOT_NEVER`. Every command also stays off the modules below, each of which
 costs milliseconds and is needed only off the common path:
 
@@ -39,12 +40,11 @@ from .conftest import OfflineEnv
 LAZY = ("subprocess", "shutil", "tempfile", "logging", "pathlib", "dataclasses")
 #: Never on the CLI path at all (BENCH.md).
 HEAVY = ("anyio", "msgspec", "platformdirs")
-#: Never on the path of a hot command (the fast path): click, typing, the sessions and
+#: Never on the path of a hot command (the fast path): click, the sessions and
 #: messaging half of the client library, the click command modules.
 HOT_NEVER = (
     "click",
-    "typing",
-    "meshctl._sync",
+    "meshctl._sync_session",
     "meshctl._messaging",
     "meshctl.cli._root",
     "meshctl.cli.claims",
@@ -127,11 +127,11 @@ class TestImportOnly:
 
         assert _top(names, LAZY + HEAVY) == []
         assert ("click" in names) is code.startswith("from")
-        assert "meshctl._sync" not in names
+        assert "meshctl._sync_session" not in names
 
     def test_client_import_is_lean(self) -> None:
         """``import meshctl`` loads nothing; its ``Mesh`` loads none of LAZY or HEAVY."""
-        assert {"meshctl._sync", "meshctl._client"} & imported_by("import meshctl") == set()
+        assert "meshctl._sync" not in imported_by("import meshctl")
         names = imported_by("import meshctl; meshctl.Mesh")
 
         assert "meshctl._sync" in names
@@ -171,7 +171,7 @@ class TestRoundTrips:
         env = {**daemon.env, "MESH_SESSION": _register(daemon)}
         names = loaded(args, env, 0)
 
-        assert "meshctl._client" in names
+        assert "meshctl._sync" in names
         assert _top(names, LAZY + HEAVY + HOT_NEVER) == []
 
     @pytest.mark.parametrize(
@@ -182,7 +182,7 @@ class TestRoundTrips:
         names = loaded(args, daemon.env, 0)
 
         assert "click" in names
-        assert "meshctl._client" in names
+        assert "meshctl._sync" in names
         assert _top(names, LAZY + HEAVY) == []
 
     def test_heartbeat_of_a_session(self, daemon: Any) -> None:

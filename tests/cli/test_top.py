@@ -91,7 +91,7 @@ class TestFullScreen:
         tmux("new-session", "-d", "-x", "150", "-y", "40", f"env TERM=xterm-256color {cmd}")
 
         def screen() -> str:
-            return tmux("capture-pane", "-p")
+            return str(tmux("capture-pane", "-p"))
 
         wait_for(lambda: first in screen(), what=screen)
         second = register(meshctl, env, "nightly import")

@@ -566,7 +566,8 @@ class TestSaysWhatItDoes:
         waiter = register(meshctl, daemon.env)
         proc = subprocess.Popen(
             [sys.executable, "-m", "meshctl.cli", "claim", "res:busy", "--wait", "60"],
-            env={**daemon.env, "MESH_SESSION": waiter},
+            # a hang (seen once under load, never alone) dumps every thread's stack below
+            env={**daemon.env, "MESH_SESSION": waiter, "PYTHONFAULTHANDLER": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -576,7 +577,12 @@ class TestSaysWhatItDoes:
         )
 
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=30)
+        try:
+            _out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler writes the stacks to stderr
+            _out, err = proc.communicate(timeout=10)
+            pytest.fail("meshctl did not exit after SIGINT; its stacks:\n" + err.decode())
 
         assert proc.returncode == 130, err
         assert b"Aborted" not in err

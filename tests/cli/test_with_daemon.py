@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -15,6 +16,12 @@ import pytest
 from tests.support import wait_for
 
 from .conftest import Meshctl, Run
+
+
+def serving(proc: subprocess.Popen[bytes], sock: Path) -> bool:
+    """Whether the daemon ``proc`` runs and its socket is there."""
+    return proc.poll() is None and sock.exists()
+
 
 # The fixtures come from tests/conftest.py (the lead's); typed loosely here.
 Daemon = Any
@@ -302,7 +309,7 @@ def other_daemons(mesh_env: MeshEnv, daemon: Daemon) -> Iterator[dict[str, Path]
     try:
         for profile, proc in zip(("other", "hidden"), procs, strict=True):
             wait_for(
-                lambda p=proc, s=socks[profile]: p.poll() is None and s.exists(),
+                functools.partial(serving, proc, socks[profile]),
                 what=f"meshd {profile}",
             )
         yield socks

@@ -9,6 +9,7 @@ even on a machine with a systemd user manager.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 from collections.abc import Iterator
@@ -52,4 +53,4 @@ def reap() -> Iterator[list[int]]:
             proc.wait(timeout=10)
             _spawn._SPAWNED.remove(proc)
     for pid in pids:
-        wait_for(lambda pid=pid: pid_gone(pid), timeout=10)
+        wait_for(functools.partial(pid_gone, pid), timeout=10)

@@ -1,9 +1,14 @@
-"""One claim scenario table through both drivers of the session core (``Session``,
-``AsyncSession``): the same grants, holders, releases and losses, in the same words."""
+"""Scenario tables through both drivers of the session core (``Session``,
+``AsyncSession``): the same grants, holders, releases and losses, in the same words;
+the same messages, answers, broadcasts, handoffs and notes; the same no-ops when the
+daemon is unreachable and the caller fails open."""
 
 from __future__ import annotations
 
+import inspect
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -71,3 +76,118 @@ async def test_async(other: Any, name: str, action: str | None, lost: bool, word
     assert result == (True, lost, False)
     assert released == ([] if lost else [key])
     assert (words in seen[0]) if lost else seen == []
+
+
+# --- the session surface (SPEC §10): one scenario table, both drivers -----------------
+
+
+async def do(value: Any) -> Any:
+    """A session method's result, whichever driver made it (awaited when async)."""
+    return await value if inspect.isawaitable(value) else value
+
+
+async def send_and_read(a: Any, b: Any) -> Any:
+    sent = await do(a.send("b", "hello"))
+    items = await do(b.inbox())
+    acked = await do(b.ack([i.id for i in items]))
+    return (sent.to, [(i.from_, i.kind, i.text) for i in items], len(acked),
+            await do(b.inbox()), await do(a.message_states([sent.id])))  # fmt: skip
+
+
+async def ask_status(a: Any, b: Any) -> Any:
+    answer = await do(a.ask("b", "what are you doing?", timeout=2))
+    return (answer.answered_by, answer.from_, "task for b" in answer.answer, answer.timed_out)
+
+
+async def ask_responder(a: Any, b: Any) -> Any:
+    responder = await do(b.on_query(lambda q: f"busy with {q.text}"))
+    answer = await do(a.ask("b", "x", timeout=10))
+    await do(responder.stop())
+    return (answer.answered_by, answer.answer, responder.answered)
+
+
+async def broadcast(a: Any, b: Any) -> Any:
+    sent = await do(a.broadcast("deploying in 5 min"))
+    items = await do(b.inbox())
+    return (sent.recipients, [(i.kind, i.text) for i in items])
+
+
+async def handoff(a: Any, b: Any) -> Any:
+    written = await do(a.handoff("auth half done", to="b", next_steps=["add tests"]))
+    listed = await do(b.handoffs())
+    return (written.from_, written.to, written.next_steps, [h.summary for h in listed])
+
+
+async def claim(a: Any, b: Any) -> Any:
+    mine = await do(a.claim("port:7", reason="dev server"))
+    theirs = await do(b.claim("port:7"))
+    released = await do(mine.release())
+    return (mine.granted, theirs.granted, [h["session_id"] for h in theirs.holders], released)
+
+
+async def notes(a: Any, b: Any) -> Any:
+    await do(a.notes.add("API base is /v2"))
+    await do(a.notes.add("mine only", private=True))
+    return [n.text for n in await do(b.notes.list())]
+
+
+#: (scenario, what it returns through either driver)
+SURFACE = [
+    (send_and_read, ("b", [("a", "message", "hello")], 1, [], {1: "read"})),
+    (ask_status, ("status", "b", True, False)),
+    (ask_responder, ("session", "busy with x", 1)),
+    (broadcast, (["b"], [("broadcast", "deploying in 5 min")])),
+    (handoff, ("a", "b", ("add tests",), ["auth half done"])),
+    (claim, (True, False, ["a"], ["port:7"])),
+    (notes, ["API base is /v2"]),
+]
+
+
+@asynccontextmanager
+async def two_sessions(driver: str, **mesh: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """Sessions ``a`` and ``b`` of the blocking or the async driver."""
+    if driver == "blocking":
+        with (
+            Mesh(autostart=False, **mesh) as m,
+            m.session("task for a", session_id="a") as a,
+            m.session("task for b", session_id="b") as b,
+        ):
+            yield a, b
+    else:
+        async with (
+            AsyncMesh(autostart=False, **mesh) as am,
+            am.session("task for a", session_id="a") as a,
+            am.session("task for b", session_id="b") as b,
+        ):
+            yield a, b
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+@pytest.mark.parametrize(("scenario", "expected"), SURFACE, ids=[s.__name__ for s, _ in SURFACE])
+async def test_surface(daemon: Any, driver: str, scenario: Any, expected: Any) -> None:
+    """Each call of the session surface answers the same through both drivers."""
+    async with two_sessions(driver) as (a, b):
+        got = await scenario(a, b)
+
+    assert got == expected
+
+
+async def unreachable(s: Any) -> Any:
+    c = await do(s.claim("port:7"))
+    responder = await do(s.on_query(lambda q: "never"))
+    return (
+        s.active, (c.granted, c.guarded), await do(s.send("b", "x")), await do(s.inbox()),
+        await do(s.ask("b", "q")), await do(s.broadcast("x")), await do(s.handoff("h")),
+        await do(s.handoffs()), responder.running, await do(s.heartbeat(task="t")),
+    )  # fmt: skip
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+async def test_fail_open(mesh_env: Any, driver: str) -> None:
+    """No daemon and fail_open: every call is a no-op with the same empty answer."""
+    async with two_sessions(driver, fail_open=True) as (a, _):
+        got = await unreachable(a)
+
+    assert got == (False, (True, False), None, [], None, None, None, [], False, None)

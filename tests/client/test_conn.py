@@ -7,6 +7,7 @@ import json
 import pytest
 
 from meshctl import _conn, _session
+from meshd.protocol import framing
 from meshd.protocol.errors import (
     FrameTooLarge,
     InvalidParams,
@@ -49,9 +50,9 @@ class TestRequest:
         proto = _conn.Protocol()
 
         with pytest.raises(FrameTooLarge, match="1 MiB") as info:
-            proto.request("session.register", {"task": "x" * _conn.MAX_FRAME})
+            proto.request("session.register", {"task": "x" * framing.MAX_FRAME})
 
-        assert info.value.data["limit"] == _conn.MAX_FRAME
+        assert info.value.data["limit"] == framing.MAX_FRAME
 
 
 class TestReplies:
@@ -119,6 +120,7 @@ class TestReplies:
         assert isinstance(reply, _conn.Reply)
         with pytest.raises(cls) as info:
             reply.unwrap()
+        assert isinstance(info.value, MeshError)
         assert info.value.data["path"] == "$.x"
 
     @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ import pytest
 from tests.support import wait_for
 
 from meshctl import AsyncMesh, Mesh, _events
-from meshctl._async import SessionEvents
-from meshctl._messaging import Listener
+from meshctl._async_listen import SessionEvents
+from meshctl._blocking import Connection
 from meshd.protocol import events as pe
 
 #: Pushed to no subscriber today: board notices become ``file.changed`` for a
@@ -55,6 +55,7 @@ class TestMirror:
     def test_wrong_shapes_are_refused(self) -> None:
         from meshctl import MeshError
 
+        bad: Any
         for bad in (
             [],
             {"kind": "no.such"},
@@ -84,7 +85,7 @@ def emit_everything(daemon: Any, tree: Path, child: subprocess.Popen[bytes]) -> 
     ok("session.register", session_id="c")
     ok("query.ask", session_id="c", to="a", question="status?", timeout=0.2)  # -> query
     # a late answer from b's live responder -> answer
-    responder = Listener(daemon.profile, daemon.socket, autostart=False)
+    responder = Connection(daemon.profile, daemon.socket, autostart=False)
     responder.call("query.respond", {"session_id": "b"})
     asking = threading.Thread(
         target=lambda: call(
@@ -167,7 +168,7 @@ EXPECTED = set(pe.EVENTS) - NOT_PUSHED_LIVE - WATCH_ONLY
 
 def test_blocking_client_decodes_every_event(scene: Any) -> None:
     daemon, tree, child = scene
-    listener = Listener.like(Mesh(autostart=False))
+    listener = Connection.like(Mesh(autostart=False))
     listener.call("events.subscribe", {"session_id": "a"})
     listener.call("query.respond", {"session_id": "a"})
     emit_everything(daemon, tree, child)
@@ -204,7 +205,7 @@ async def test_async_client_decodes_every_event(scene: Any) -> None:
 
 def test_watch_feed_decodes(daemon: Any) -> None:
     """A ``mesh.watch`` connection gets ``mesh.changed`` naming what changed."""
-    listener = Listener.like(Mesh(autostart=False))
+    listener = Connection.like(Mesh(autostart=False))
     listener.call("mesh.watch")
     reply = daemon.call("session.register", {"session_id": "w"})
     assert "result" in reply, reply

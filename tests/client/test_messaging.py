@@ -1,8 +1,6 @@
-"""The blocking client's messaging surface (``MessagingMixin``) against a real daemon.
-
-Until ``Session`` inherits the mixin, the sessions here are ``class S(Session,
-MessagingMixin)`` (the same MRO works once it does). Live responders are real
-``on_query`` threads on connections of their own.
+"""The blocking client's messaging surface (``Session.send``, ``ask``, ``on_query`` …)
+against a real daemon. Live responders are real ``on_query`` threads on connections of
+their own.
 """
 
 from __future__ import annotations
@@ -12,21 +10,20 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from tests.support import wait_for
 
 from meshctl import Mesh, SessionExpired, UnknownSession, _session
-from meshctl._messaging import Item, MessagingMixin, Query, clip_answer
-from meshctl._sync import Session
+from meshctl._messaging import Item, Query, clip_answer
+from meshctl._sync_session import Session
 from meshd.protocol.contract import label
 
 Daemon = Any
 
 
-class S(Session, MessagingMixin):
-    """A Session with the messaging surface (a no-op subclass once Session has it)."""
+S = Session
 
 
 def session(mesh: Mesh, sid: str, task: str = "", **fields: Any) -> S:
@@ -37,7 +34,7 @@ def session(mesh: Mesh, sid: str, task: str = "", **fields: Any) -> S:
         bind=False,
         fields={"source": "cli", **fields},
     )
-    return cast(S, S(mesh, core).start())
+    return S(mesh, core).start()
 
 
 @pytest.fixture

@@ -46,6 +46,7 @@ class TestSignal:
             none = b.signal("data-ready").wait(after=1, timeout=0.1)
 
         assert sent is not None
+        assert got is not None
         assert got == SignalRecord("data-ready", 1, {"rows": 10}, a.session_id, got.emitted_at)
         assert none is None
 

@@ -8,10 +8,11 @@ import threading
 from typing import Any
 
 import pytest
+from tests.support import wait_for
 
 from meshctl import FrameTooLarge, Mesh, MeshError, MeshUnavailable
 
-from .conftest import HEARTBEAT, wait_for
+from .conftest import HEARTBEAT
 
 
 class TestCalls:

@@ -112,8 +112,8 @@ class World:
             if isinstance(out, Queued):
                 assert out.waiter_id == wid
         elif op[0] == "release":
-            keys = None if op[2] is None else [from_canonical(x) for x in op[2]]
-            t.release(op[1], keys)
+            freed = None if op[2] is None else [from_canonical(x) for x in op[2]]
+            t.release(op[1], freed)
         elif op[0] == "advance":
             self.clock.advance(op[1])
             t.expire_ttls()

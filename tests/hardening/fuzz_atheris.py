@@ -32,8 +32,14 @@ with atheris.instrument_imports(include=["meshd"]):
     from meshd.core.state import MeshState
     from meshd.paths import ProfilePaths
     from meshd.protocol.errors import InvalidParams
-    from meshd.protocol.jsonrpc import batch_decoder, decode_params, recover_id, request_decoder
-    from meshd.service import Handler, Service
+    from meshd.protocol.jsonrpc import (
+        Handler,
+        batch_decoder,
+        decode_params,
+        recover_id,
+        request_decoder,
+    )
+    from meshd.service import Service
     from meshd.store import Store
 
 

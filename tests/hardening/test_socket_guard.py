@@ -8,6 +8,7 @@ closes the listener it replaces.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -22,6 +23,12 @@ from tests.conftest import DaemonHandle, MeshEnv, rpc
 from tests.support import wait_for
 
 from meshd import socketfile
+
+
+def replaced(path: Path, ino: int) -> bool:
+    """Whether ``path`` is a socket file again, not the one with inode ``ino``."""
+    return path.exists() and path.stat().st_ino != ino
+
 
 LISTENING = 0x00010000  # __SO_ACCEPTCON in /proc/net/unix
 
@@ -74,7 +81,7 @@ class TestLogoutCleanUp:
         for _ in range(2):
             ino = daemon.socket.stat().st_ino
             daemon.socket.unlink()
-            wait_for(lambda ino=ino: daemon.socket.exists() and daemon.socket.stat().st_ino != ino)
+            wait_for(functools.partial(replaced, daemon.socket, ino))
             wait_for(lambda: answers(daemon.socket))
 
         assert listeners(pid_of(daemon)) == 1
@@ -130,8 +137,9 @@ class TestSharedSocket:
             daemon.proc.send_signal(signal.SIGCONT)
         ino = daemon.socket.stat().st_ino
         assert other.proc is not None
+        pid = other.proc.pid
 
-        wait_for(lambda: f"another meshd (pid {other.proc.pid}) serves" in daemon.logs())
+        wait_for(lambda: f"another meshd (pid {pid}) serves" in daemon.logs())
         assert daemon.socket.stat().st_ino == ino
         assert answers(daemon.socket, "other")
         assert listeners(pid_of(daemon)) == 1

@@ -38,7 +38,8 @@ class Client:
     def read(self) -> dict[str, Any]:
         line = self.file.readline()
         assert line, "connection closed"
-        return json.loads(line)
+        doc: dict[str, Any] = json.loads(line)
+        return doc
 
     def reply(self, rid: int) -> dict[str, Any]:
         while True:
@@ -59,7 +60,8 @@ class Client:
             return self.events.pop(0)
         msg = self.read()
         assert msg.get("method") == "event", msg
-        return msg["params"]
+        params: dict[str, Any] = msg["params"]
+        return params
 
     def close(self) -> None:
         self.file.close()

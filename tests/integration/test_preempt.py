@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from typing import Any
 
 from tests.cli.conftest import run_meshctl
 from tests.conftest import DaemonHandle, MeshEnv
-from tests.integration.test_claims import Client, wait_for
+from tests.support import RpcClient as Client
+from tests.support import wait_for
+
+
+def waiting(c: Client, sid: str) -> bool:
+    """Whether ``sid`` is in the claim queue."""
+    return sid in str(c.call("claim.list")["waiting"])
 
 
 def setup(daemon: DaemonHandle, *ranked: tuple[str, int]) -> Client:
@@ -78,7 +85,7 @@ class TestPreempt:
         waiters = [Client(daemon) for _ in range(2)]
         for w, sid in zip(waiters, ("stranger", "boss"), strict=True):
             threading.Thread(target=wait_in, args=(w, sid, got), daemon=True).start()
-            wait_for(lambda sid=sid: sid in str(c.call("claim.list")["waiting"]))
+            wait_for(functools.partial(waiting, c, sid))
 
         paused = c.call("session.pause", session_id="low", note="stopped after step 3")
         wait_for(lambda: "boss" in got)

@@ -8,7 +8,8 @@ from typing import Any
 
 from tests.cli.conftest import run_meshctl
 from tests.conftest import DaemonHandle
-from tests.integration.test_claims import Client, wait_for
+from tests.support import RpcClient as Client
+from tests.support import wait_for
 
 
 def _wait_in_thread(daemon: DaemonHandle, sid: str, res: str, got: dict[str, Any]) -> Client:

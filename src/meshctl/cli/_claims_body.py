@@ -225,7 +225,7 @@ def _elsewhere(state: State, keys: list[str]) -> list[dict[str, Any]]:
     import os
 
     from meshctl import _paths, _spawn
-    from meshctl._client import Mesh
+    from meshctl._sync import Mesh
     from meshd.protocol.errors import MeshError
 
     seen = {os.path.realpath(_spawn.find_socket_str(state.profile, state.socket))}

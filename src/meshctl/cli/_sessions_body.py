@@ -107,7 +107,7 @@ def _other_profiles(
     on stderr; a profile that does not list ours in ``visible_to_profiles``
     answers ``visible: false`` and is left out silently.
     """
-    from meshctl._client import Mesh
+    from meshctl._sync import Mesh
 
     seen = {own_socket.resolve()} if own_socket else set()
     found: list[tuple[str, list[dict[str, Any]]]] = []

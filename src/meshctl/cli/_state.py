@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     import click
 
-    from meshctl._client import Mesh
+    from meshctl._sync import Mesh
 
 
 class State:
@@ -43,7 +43,7 @@ class State:
         """
         if self._mesh is None:
             from meshctl import _spawn
-            from meshctl._client import Mesh
+            from meshctl._sync import Mesh
 
             if _output.note not in _spawn.ANNOUNCE:
                 _spawn.ANNOUNCE.append(_output.note)  # "started meshd for profile …" on stderr

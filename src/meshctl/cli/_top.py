@@ -182,11 +182,11 @@ class Feed:
     """The watch connection: a thread that sets :attr:`changed` on every event."""
 
     def __init__(self, state: State) -> None:
-        from meshctl._messaging import Listener
+        from meshctl._blocking import Connection
 
         self.changed = threading.Event()
         self.error: str | None = None
-        self._conn = Listener.like(state.mesh())
+        self._conn = Connection.like(state.mesh())
         self._conn.call("mesh.watch")
         self._thread = threading.Thread(target=self._run, name="meshctl-top-feed", daemon=True)
         self._thread.start()

@@ -46,7 +46,7 @@ from meshd.protocol import contract
 from meshd.protocol.contract import DAEMON_SENDER
 
 if TYPE_CHECKING:
-    from meshctl._messaging import Listener
+    from meshctl._blocking import Connection
 
 Item = Mapping[str, Any]
 
@@ -350,10 +350,10 @@ class _Follower:
                 backoff = min(backoff * 2, 10.0)
 
     def _session(self) -> None:
-        from meshctl._messaging import Listener
+        from meshctl._blocking import Connection
 
         state, sid = self.state, self.sid
-        with Listener.like(state.mesh()) as conn:
+        with Connection.like(state.mesh()) as conn:
             conn.call("events.subscribe", {"session_id": sid})
             if self.respond:
                 conn.call("query.respond", {"session_id": sid})
@@ -371,7 +371,7 @@ class _Follower:
                 else:
                     self._show(conn, event)
 
-    def _show(self, conn: Listener, event: dict[str, Any]) -> None:
+    def _show(self, conn: Connection, event: dict[str, Any]) -> None:
         item_id = event.get("id")
         is_item = isinstance(item_id, int) and event.get("kind") != "query"
         if is_item and item_id in self.shown:

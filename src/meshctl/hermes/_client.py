@@ -57,14 +57,14 @@ def _quiet() -> None:
 
 
 def listener(profile: str, socket: str | None, timeout: float = HOOK_TIMEOUT) -> Any:
-    """A connection of its own for pushed events (the client's ``Listener``), never
+    """A connection of its own for pushed events (the client's ``Connection``), never
     starting the daemon; raises the client's ``MeshError`` when it cannot connect."""
     package = __package__ or ""
     try:
-        mod = importlib.import_module("._vendor._messaging", package)
+        mod = importlib.import_module("._vendor._blocking", package)
     except ImportError:
-        mod = importlib.import_module("meshctl._messaging")
-    return mod.Listener(profile, socket, autostart=False, timeout=timeout)
+        mod = importlib.import_module("meshctl._blocking")
+    return mod.Connection(profile, socket, autostart=False, timeout=timeout)
 
 
 def git_place(cwd: str) -> tuple[str | None, str | None, str | None]:

@@ -35,6 +35,7 @@ from meshd.core.session_records import (
     validate_report,
 )
 from meshd.core.settings import Settings
+from meshd.protocol.contract import REPORTED
 from meshd.protocol.errors import IdInUse, SessionExpired, UnknownSession
 
 __all__ = [
@@ -42,6 +43,11 @@ __all__ = [
 ]  # fmt: skip
 
 ENDED_MEMORY = 10_000
+#: What a registration gives a session as it is (the rest is decided below).
+_AS_GIVEN = tuple(
+    name for name in Registration.__struct_fields__
+    if name not in {"session_id", "tools", "accept_queries", "accept_messages", "conn_id"}
+)  # fmt: skip
 _END_TEXT: dict[str, str] = {
     "ended": "ended",
     "expired": "expired: no heartbeat in time",
@@ -120,41 +126,23 @@ class Registry:
                 f"session {sid} is live under pid {old.pid}",
                 {"session_id": sid, "pid": old.pid},
             )
+        settings = self.settings
         s = Session(
+            **{name: getattr(r, name) for name in _AS_GIVEN},
             session_id=sid,
             profile=self.profile,
-            source=r.source,
-            task=r.task,
-            status=r.status,
-            model=r.model,
-            provider=r.provider,
-            pid=r.pid,
-            pid_start=r.pid_start,
-            host=r.host,
-            cwd=r.cwd,
-            repo=r.repo,
-            branch=r.branch,
-            worktree=r.worktree,
             tools=tuple(r.tools),  # interned by compact() below
-            parent=r.parent,
-            slot=r.slot,
-            kanban_task=r.kanban_task,
-            accept_queries=self.settings.accept_queries
-            if r.accept_queries is None
+            accept_queries=settings.accept_queries if r.accept_queries is None
             else r.accept_queries,
-            accept_messages=self.settings.accept_messages
-            if r.accept_messages is None
+            accept_messages=settings.accept_messages if r.accept_messages is None
             else r.accept_messages,
-            liveness=r.liveness,
-            expire_after=r.expire_after,
-            bind=r.bind,
             started_at=old.started_at if old else now_w,
             last_heartbeat=now_w,
             last_activity=now_w,
             last_hb_mono=now_m,
             conn_id=r.conn_id if r.bind else None,
             anchors=tuple(a for a in old.anchors if a[0] != r.pid) if old else (),
-        )
+        )  # fmt: skip
         compact(s)
         if old is not None:  # a person's rank outlives a re-registration
             s.rank, s.rank_by, s.rank_at = old.rank, old.rank_by, old.rank_at
@@ -220,7 +208,7 @@ class Registry:
         changed = False
         if r.status is not None and r.status != s.status and r.activity is None:
             s.activity = ""
-        for name in ("status", "task", "cwd", "repo", "branch", "worktree", "tools", "activity"):
+        for name in REPORTED:
             value = getattr(r, name)
             if name == "tools" and value is not None:
                 value = tuple(map(sys.intern, value))

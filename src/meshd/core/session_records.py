@@ -15,6 +15,7 @@ from typing import Literal
 
 import msgspec
 
+from meshd.protocol.contract import REPORTED_PATHS
 from meshd.protocol.errors import InvalidParams, TooLarge
 from meshd.protocol.methods import Liveness, Status
 
@@ -138,7 +139,8 @@ class Registration(msgspec.Struct, kw_only=True):
 
 
 class Report(msgspec.Struct, kw_only=True):
-    """Fields a heartbeat may change; ``None`` means unchanged."""
+    """Fields a heartbeat may change (``contract.REPORTED``, in its order: a test keeps
+    them equal); ``None`` means unchanged."""
 
     status: Status | None = None
     task: str | None = None
@@ -170,7 +172,7 @@ def validate_report(r: Registration | Report) -> None:
     """Refuse over-long or malformed reported fields (SPEC §4)."""
     _check_len("task", r.task, MAX_TASK)
     _check_len("branch", r.branch, MAX_PATH)
-    for name in ("cwd", "repo", "worktree"):
+    for name in REPORTED_PATHS:
         _check_path(name, getattr(r, name))
     if r.tools is not None:
         if len(r.tools) > MAX_TOOLS:

@@ -33,7 +33,6 @@ from meshd.core.mail_records import (
     responder_channel,
 )
 from meshd.core.registry import Session
-from meshd.core.state import Event
 from meshd.domain import Domain
 from meshd.handlers.fleet_mail import FleetMail, answer_of
 from meshd.keys import canonical_key, path_key
@@ -95,15 +94,12 @@ class MessageHandlers(Domain):
     # --- plumbing -----------------------------------------------------------------------
 
     async def commit(self) -> None:
-        """Hand the mailbox's writes and pushes to the service; stored before the reply.
-
-        If the disk refuses them, :meth:`Service.commit` forgets what they created
-        (new items, a new handoff): nothing refused takes effect. Marking items read
-        is stored *before* it is applied instead (:meth:`inbox`, :meth:`ack`).
+        """Store what the mailbox wrote before the reply: the service drains it with the
+        rest of the state (``MeshState.drain``). If the disk refuses it,
+        :meth:`Service.commit` forgets what it created (new items, a new handoff:
+        ``MeshState.forget``): nothing refused takes effect. Marking items read is
+        stored *before* it is applied instead (:meth:`inbox`, :meth:`ack`).
         """
-        writes, pushes = self.mb.drain()
-        self.svc.state.writes.extend(writes)
-        self.svc.state.events.extend(Event(*p) for p in pushes)
         await self.svc.commit()
 
     def _enabled(self) -> None:

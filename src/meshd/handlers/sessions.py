@@ -7,12 +7,11 @@ import sqlite3
 import msgspec
 
 from meshd.core.registry import Registration, Report, Session
-from meshd.core.state import Event
 from meshd.domain import Domain
 from meshd.handlers.fleet import FleetDomain
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
-from meshd.protocol.contract import rfc3339
+from meshd.protocol.contract import REPORTED, rfc3339
 from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
 from meshd.service import Conn, Service
 from meshd.store.sessions import load_sessions
@@ -96,16 +95,8 @@ class SessionHandlers(Domain):
         svc = self.svc
         if not svc.state.settings.enabled:
             return _HB_DISABLED
-        report = None
-        if (
-            p.status is not None or p.task is not None or p.cwd is not None
-            or p.repo is not None or p.branch is not None or p.worktree is not None
-            or p.tools is not None or p.activity is not None
-        ):  # fmt: skip
-            report = Report(
-                status=p.status, task=p.task, cwd=p.cwd, repo=p.repo, branch=p.branch,
-                worktree=p.worktree, tools=p.tools, activity=p.activity,
-            )  # fmt: skip
+        changed = {name: value for name in REPORTED if (value := getattr(p, name)) is not None}
+        report = Report(**changed) if changed else None
         svc.state.heartbeat(p.session_id, report)
         if p.lost_after is not None and (
             lost := svc.state.losses_after(p.session_id, p.lost_after)
@@ -117,20 +108,15 @@ class SessionHandlers(Domain):
         """End a session. The end is stored *before* it is applied: releasing claims
         and waking waiters cannot be undone, so a disk that refuses the write leaves
         the session exactly as it was (UNAVAILABLE, nothing acknowledged)."""
-        svc, mb = self.svc, self.svc.state.mailbox
+        svc = self.svc
         svc.state.registry.get(p.session_id)
         handoff_id = None
         if p.handoff:  # the final handoff, stored in the same commit as the end
-            handoff_id = mb.write_handoff(p.session_id, p.handoff).id
-        writes, pushes = mb.drain()
-        try:
-            await svc.store.commit(
-                [*writes, ("session.end", p.session_id, svc.clock.now(), "ended")]
-            )
-        except MeshError:
-            svc.state.forget(writes)
-            raise
-        svc.state.events.extend(Event(*push) for push in pushes)
+            handoff_id = svc.state.mailbox.write_handoff(p.session_id, p.handoff).id
+        # Service.commit drains the mailbox with the rest and, if the disk refuses the
+        # commit, forgets the handoff (MeshState.forget): one place for both.
+        svc.state.writes.append(("session.end", p.session_id, svc.clock.now(), "ended"))
+        await svc.commit()
         released = [c.resource for c in svc.state.claims.list_claims(p.session_id)]
         svc.end_session(p.session_id, "ended")  # releases exactly what it held
         # The end is stored; what it sets off (releases, grants to waiters) follows in

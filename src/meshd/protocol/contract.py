@@ -1,12 +1,12 @@
 """Small rules of the contract that the daemon and the clients share, standard library only.
 
 One definition each, imported by both sides instead of kept as copies (issue 11 item 4):
-the profile-name rule (SPEC §2), how times are written (RFC 3339, UTC, to the second),
-the frame in front of another session's words (SPEC §6 Safety) and the home folder
-written as ``~``. The frame limit lives in :mod:`meshd.protocol.framing`, the error
-tree in :mod:`meshd.protocol.errors`, the trust rules in :mod:`meshd.protocol.trust`.
-The blocking client and the Hermes plugin carry this module, so it imports nothing
-but the standard library.
+the profile-name rule (SPEC §2), a session's reported fields (SPEC §4), how times are
+written (RFC 3339, UTC, to the second), the frame in front of another session's words
+(SPEC §6 Safety) and the home folder written as ``~``. The frame limit lives in
+:mod:`meshd.protocol.framing`, the error tree in :mod:`meshd.protocol.errors`, the
+trust rules in :mod:`meshd.protocol.trust`. The blocking client and the Hermes plugin
+carry this module, so it imports nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -20,6 +20,12 @@ PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 """Profile names: 1-64 characters from A-Z a-z 0-9 _ . - (SPEC §2)."""
 DAEMON_SENDER = "meshd"
 """The sender of the daemon's own notices."""
+REPORTED = ("status", "task", "cwd", "repo", "branch", "worktree", "tools", "activity")
+"""A session's reported fields: what it says about itself, which any heartbeat may
+change (SPEC §4). All but ``activity`` are registration fields too. The one list the
+daemon's ``Report`` and ``HeartbeatParams``, the registry and both clients follow."""
+REPORTED_PATHS = ("cwd", "repo", "worktree")
+"""The reported fields that are absolute paths."""
 
 
 def check_profile(name: str) -> str:
