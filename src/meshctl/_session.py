@@ -13,13 +13,18 @@ Standard library only (the blocking client imports it).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any
 
-from meshctl import _claims, _events
+from meshctl import _claims
 from meshctl import _log as log
 from meshd.protocol.contract import REPORTED
 from meshd.protocol.errors import MeshError
+
+TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+    from meshctl import _events
 
 #: Retrying an unreachable daemon (fail_open; heartbeats): the first wait, doubling to the cap.
 BACKOFF_FIRST = 0.5
@@ -188,7 +193,11 @@ class SessionCore:
     def heard(self, result: Any) -> list[str]:
         """The claim losses a heartbeat's result reported (``lost``): one sentence each."""
         raw = result.get("lost") if isinstance(result, dict) else None
-        return self.take_losses(_events.claim_losses(raw)) if raw else []
+        if not raw:
+            return []
+        from meshctl import _events  # its NamedTuples need typing: loaded when needed
+
+        return self.take_losses(_events.claim_losses(raw))
 
     def invalid(self, pairs: Iterable[tuple[str, int]]) -> None:
         """Keys whose tokens the daemon no longer accepts (``claim.validate``)."""

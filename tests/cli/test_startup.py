@@ -8,8 +8,8 @@ they check the cause instead: which modules a real run loaded, read from
 The hot commands (``check``, ``claim``, ``release``, ``heartbeat``, ``sessions
 active``, ``register``, ``end``) take the click-free fast path
 (:mod:`meshctl.cli._fast`): they load neither click (``import click`` alone costs
-about 1.7x that script) nor the client library's sessions and messaging
-(``meshctl._sync_session``):
+about 1.7x that script), ``typing``, ``threading`` or ``contextlib``, nor the client
+library's sessions and messaging (``meshctl._sync_session``):
 :data:`HOT_NEVER`. Every command also stays off the modules below, each of which
 costs milliseconds and is needed only off the common path:
 
@@ -40,10 +40,12 @@ from .conftest import OfflineEnv
 LAZY = ("subprocess", "shutil", "tempfile", "logging", "pathlib", "dataclasses")
 #: Never on the CLI path at all (BENCH.md).
 HEAVY = ("anyio", "msgspec", "platformdirs")
-#: Never on the path of a hot command (the fast path): click, the sessions and
+#: Never on the path of a hot command (the fast path): click, typing, the sessions and
 #: messaging half of the client library, the click command modules.
 HOT_NEVER = (
     "click",
+    "typing",  # about 9 ms of CPU here, half of S: modules on the path guard their imports
+    "contextlib",
     "meshctl._sync_session",
     "meshctl._messaging",
     "meshctl.cli._root",
