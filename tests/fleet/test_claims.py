@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import threading
 from typing import Any
 
@@ -413,3 +414,31 @@ def test_a_restarted_meshd_keeps_its_fleet_claims(fleet_hosts: HostFactory) -> N
     assert acquire(h2, b, "gateway:vps")["status"] == "held"
     release(h1, a)
     assert acquire(h2, b, "gateway:vps")["status"] == "granted"
+
+
+def test_a_wiped_bucket_never_hands_out_a_token_below_one_granted(
+    fleet_hosts: HostFactory, nats_server: NatsServer
+) -> None:
+    """The server's store is lost (sequences start again at 1): the host that holds a
+    fleet claim learns it lost it, and refuses fleet-wide claims while the bucket's
+    revisions are below the tokens it granted."""
+    (h1,) = fleet_hosts(1)
+    a = register(h1)
+    for n in range(5):  # push the revisions up a little
+        acquire(h1, a, f"box:{n}")
+    token = acquire(h1, a, "box:kept")["token"]
+
+    nats_server.kill()
+    shutil.rmtree(nats_server.store)
+    nats_server.start()
+    h1.wait_connected()
+
+    def problem() -> str | None:
+        return h1.status()["parts"]["claims"]["problem"]
+
+    text = wait_for(problem, 15, what="h1 to see the wiped bucket")
+    assert f"below token {token}" in text
+    assert h1.call("claim.list")["claims"] == []  # they are not in the bucket any more
+    reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": a, "resources": ["box:x"]})
+    assert reply["error"]["data"]["code"] == "UNAVAILABLE", reply
+    assert "below token" in reply["error"]["message"]

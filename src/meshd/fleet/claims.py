@@ -157,6 +157,11 @@ class FleetClaims:
         """This host's requests in line, by gid (``claim.list`` shows them)."""
         self._backlog: list[tuple[str, Step]] = []
         self._backlog_ready = anyio.Event()
+        self.high = 0
+        """The highest fleet token this host granted or holds: the bucket's revisions
+        must be above it (tokens never go back; see :meth:`_check_not_reset`)."""
+        self.problem: str | None = None
+        """Why fleet-wide claims are refused while the link is up (for ``fleet status``)."""
 
     name = "claims"
 
@@ -168,6 +173,8 @@ class FleetClaims:
         """For ``fleet status``: fleet-wide claims held here, and the local-only ones."""
         return {
             "ready": self.ready,
+            "problem": self.problem,
+            "high_token": self.high,
             "grants": len(self.grants),
             "local_only": [f"claim {res} ({sid})" for sid, res in sorted(self.local_only)],
         }
@@ -311,6 +318,7 @@ class FleetClaims:
 
     def _hold(self, grant: FleetGrant) -> None:
         self.grants[grant.gid] = grant
+        self.high = max(self.high, grant.token)
         for res in grant.keys:
             self.by_claim[(grant.session_id, res)] = grant.gid
 
@@ -519,11 +527,15 @@ class FleetClaims:
     async def _until_ready(self) -> None:
         if not self.link.connected:
             raise FleetDown(self.link.last_error or "the fleet link is down")
+        if not self.ready and self.problem:
+            raise FleetDown(self.problem)
         if not self.ready:
             with anyio.move_on_after(5):
                 await self._ready.wait()
             if not self.ready:
-                raise FleetDown("the fleet link is up but this host has not reconciled yet")
+                raise FleetDown(
+                    self.problem or "the fleet link is up but this host has not reconciled yet"
+                )
 
     async def run(self) -> None:
         """Keep the lease, reconcile at each link-up, watch the records; until cancelled."""
@@ -548,11 +560,11 @@ class FleetClaims:
                     self._ready.set()
                     tg.start_soon(self._watch)
             except FLEET_ERRORS as exc:
-                log.info("fleet claims: %s", describe(exc))
+                log.warning("fleet claims: %s", describe(exc))
             finally:
                 self.ready = False
                 self._ready = anyio.Event()
-            await anyio.sleep(0.2)
+            await anyio.sleep(self.renew_every if self.problem else 0.2)
 
     async def _keep_lease(self, scope: anyio.CancelScope) -> None:
         kv = await self._kv()
@@ -620,6 +632,7 @@ class FleetClaims:
                 alone.setdefault((sid, token, mode), []).append(k)
             elif (sid, k.text) not in self.by_claim:
                 held[(sid, k.text)] = (k, mode, token)
+                self.high = max(self.high, token)
         await self._adopt(kv, held)
         await self._sweep_own(kv)
         lost: dict[tuple[str, int], list[str]] = {}
@@ -628,9 +641,25 @@ class FleetClaims:
                 lost.setdefault((sid, token), []).append(res)
         for (sid, token), resources in lost.items():
             self.local.fleet_lost(sid, resources, token, "fleet")
+        await self._check_not_reset(kv)
         self.ready = True  # the heal below acquires like any request
         for (sid, token, mode), keys in alone.items():
             await self._heal(sid, token, mode, keys)
+
+    async def _check_not_reset(self, kv: KeyValue) -> None:
+        """Refuse fleet-wide claims while the bucket's last revision is below a token
+        already granted: the bucket was deleted (or replaced) and its revisions started
+        again at 1, so new tokens would go back. A resource that fences with tokens
+        refuses such lower tokens anyway (so this is about liveness, not safety); the
+        remedy is the operator's (docs/FLEET.md)."""
+        last = (await kv.status()).stream_info.state.last_seq or 0
+        if last < self.high:
+            self.problem = (
+                f"the claims bucket {self.link.bucket(BUCKET)} is at revision {last}, below "
+                f"token {self.high} already granted: it was deleted or replaced"
+            )
+            raise FleetDown(self.problem)
+        self.problem = None
 
     async def _adopt(
         self, kv: KeyValue, held: dict[tuple[str, str], tuple[Key, Mode, int]]
