@@ -157,6 +157,7 @@ class FleetClaims:
         """This host's requests in line, by gid (``claim.list`` shows them)."""
         self._backlog: list[tuple[str, Step]] = []
         self._backlog_ready = anyio.Event()
+        self._sweep_needed = False
         self.high = 0
         """The highest fleet token this host granted or holds: the bucket's revisions
         must be above it (tokens never go back; see :meth:`_check_not_reset`)."""
@@ -482,6 +483,10 @@ class FleetClaims:
             self._backlog_ready.set()
 
     async def _do(self, work: list[tuple[str, Step]]) -> None:
+        """Write releases to the bucket; what fails (a timeout, the link down) goes to
+        the backlog, which tries again while the link is up: other hosts would see the
+        entries as held until then. (A link that drops leaves it to the reconcile.)"""
+        done = 0
         try:
             kv = await self._kv()
             for gid, step in work:
@@ -489,15 +494,21 @@ class FleetClaims:
                     await kv.delete(step.name + gid)
                 else:
                     await self._undo(kv, [step], gid)
+                done += 1
         except FLEET_ERRORS as exc:
-            log.info("fleet: releasing: %s (dropped at the next reconcile)", describe(exc))
+            log.info("fleet: releasing: %s (tried again)", describe(exc))
+            self._backlog.extend(work[done:])
+            self._backlog_ready.set()
 
     async def _drain_backlog(self) -> None:
         while True:
             await self._backlog_ready.wait()
             self._backlog_ready = anyio.Event()
+            await self.link.wait_connected()
             work, self._backlog = self._backlog, []
             await self._do(work)
+            if self._backlog:
+                await anyio.sleep(self.renew_every / 4)  # failed: not in a tight loop
 
     # --- validate -------------------------------------------------------------------
 
@@ -580,6 +591,11 @@ class FleetClaims:
                 )  # fmt: skip
                 self._lease_rev = ack.seq
                 self.lease_sent = sent
+                if self._sweep_needed and self.ready:
+                    # claims were given up while the link stayed up: their entries
+                    # would look alive to the others now that the lease is back
+                    self._sweep_needed = False
+                    await self._sweep_own(kv)
             except nats.js.errors.APIError as exc:
                 if exc.err_code not in (10071, 10164):
                     raise
@@ -594,8 +610,8 @@ class FleetClaims:
         """The lease's revision now (0: none): a previous run's lease is adopted."""
         try:
             return (await kv.get(self._lease_key(self.host))).revision or 0
-        except nats.js.errors.KeyNotFoundError:
-            return 0
+        except nats.js.errors.KeyNotFoundError as exc:  # a delete or purge marker has one
+            return (exc.entry.revision or 0) if exc.entry is not None else 0
 
     def check_lease(self, now: float) -> None:
         """Give the fleet claims up when the lease may have run out (call regularly)."""
@@ -604,9 +620,11 @@ class FleetClaims:
             self.lose_all("fleet")
 
     def lose_all(self, how: str) -> None:
-        """Every fleet claim of this host is lost (local-only ones are kept)."""
+        """Every fleet claim of this host is lost (local-only ones are kept); their
+        entries are swept once the lease is back (:meth:`_keep_lease`)."""
         for grant in list(self.grants.values()):
             self._lose(grant, list(grant.keys), how)
+        self._sweep_needed = True
 
     def _lose(self, grant: FleetGrant, resources: list[str], how: str) -> None:
         for res in resources:
@@ -614,6 +632,8 @@ class FleetClaims:
             self.by_claim.pop((grant.session_id, res), None)
         if not grant.keys:
             self.grants.pop(grant.gid, None)
+            self._backlog.append((grant.gid, COMMIT_RECORD))
+            self._backlog_ready.set()
         self.local.fleet_lost(grant.session_id, resources, grant.token, how)
 
     async def _reconcile(self) -> None:
