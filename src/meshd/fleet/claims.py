@@ -22,7 +22,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 import nats.errors
@@ -51,6 +51,12 @@ BUCKET = "claims"
 MAX_TRIES = 200
 """Compare-and-set attempts on one record before the request gives up (UNAVAILABLE):
 each failed attempt means another request made progress on that record."""
+
+TIMEOUTS: tuple[type[Exception], ...] = (TimeoutError, nats.errors.TimeoutError)
+PATIENCE = 10.0
+"""Seconds one step of an acquire keeps trying after requests time out (a loaded
+server fsyncing every write): a write that timed out may have landed, so each try
+reads first and recognises its own entry."""
 
 NATS_ERRORS: tuple[type[Exception], ...] = (
     nats.errors.Error,
@@ -196,10 +202,15 @@ class FleetClaims:
     # --- plumbing -------------------------------------------------------------------
 
     async def _kv(self) -> KeyValue:
-        try:
-            return await self.link.kv(BUCKET, history=1)
-        except NATS_ERRORS as exc:
-            raise FleetDown(describe(exc)) from exc
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:
+                return await self.link.kv(BUCKET, history=1)
+            except TIMEOUTS as exc:  # binding asks the server: patient under load too
+                if time.monotonic() > deadline:
+                    raise FleetDown(describe(exc)) from exc
+            except NATS_ERRORS as exc:
+                raise FleetDown(describe(exc)) from exc
 
     def _gid(self) -> str:
         self._n += 1
@@ -232,10 +243,14 @@ class FleetClaims:
             return 0
 
     async def _alive(self, kv: KeyValue, host: str) -> bool:
+        """Whether ``host``'s lease is there; a read that times out counts as alive
+        (the safe answer: its entries are kept)."""
         try:
             await kv.get(self._lease_key(host))
         except nats.js.errors.KeyNotFoundError:
             return False
+        except TIMEOUTS:
+            return True
         return True
 
     def _lease_key(self, host: str) -> str:
@@ -295,7 +310,7 @@ class FleetClaims:
             value = json.dumps(
                 {"k": [k.text for k in keys], "s": session_id, "o": self.host, "m": mode}
             ).encode()
-            token = await kv.create("g." + gid, value)
+            token = await self._commit(kv, gid, value)
             grant = FleetGrant(gid, session_id, mode, token, {k.text: k for k in keys}, revs)
             self._hold(grant)  # before it leaves inflight: never unknown here, so never "dead"
         except BaseException as exc:
@@ -329,8 +344,17 @@ class FleetClaims:
         """Write ``me`` into ``step``'s record unless something blocks it: (what blocks
         it, the revision written)."""
         related = self._related(me)
+        where: Literal["h", "d"] = "h" if step.role == "hold" else "d"
+        deadline = time.monotonic() + PATIENCE
         for _ in range(MAX_TRIES):
-            record, rev = await self._read(kv, step.name)
+            try:
+                record, rev = await self._read(kv, step.name)
+            except TIMEOUTS:
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            if any(e.gid == me.gid for e in getattr(record, where)):
+                return [], rev  # a write of ours that timed out did land
             block = blockers(record, step.role, me, related)
             if block:
                 dead = await self._dead(kv, block)
@@ -341,11 +365,37 @@ class FleetClaims:
                     return block, 0
                 record = record.without(_gid_in(dead))
             mine = record.without(lambda e: e.gid == me.gid, "q")
-            held = replace(me, ticket=0)
-            new = mine.adding("h" if step.role == "hold" else "d", held)
-            if written := await self._write(kv, step.name, new, rev):
+            new = mine.adding(where, replace(me, ticket=0))
+            try:
+                written = await self._write(kv, step.name, new, rev)
+            except TIMEOUTS:  # it may have landed: the next read says
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            if written:
                 return [], written
         raise FleetDown(f"{step.resource}: too many concurrent changes, try again")
+
+    async def _commit(self, kv: KeyValue, gid: str, value: bytes) -> int:
+        """Create the commit record ``g.<gid>``: its revision is the token. A create
+        that timed out may have landed; then the record is there with its revision."""
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:
+                return int(await kv.create("g." + gid, value))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                pass  # an earlier try that timed out created it
+            except TIMEOUTS:
+                if time.monotonic() > deadline:
+                    raise
+            try:
+                return int((await kv.get("g." + gid)).revision or 0)
+            except nats.js.errors.KeyNotFoundError:
+                if time.monotonic() > deadline:
+                    raise
+            except TIMEOUTS:
+                if time.monotonic() > deadline:
+                    raise
 
     async def _undo(self, kv: KeyValue, steps: Iterable[Step], gid: str) -> None:
         """Take ``gid``'s entries out of ``steps``' records (its holds and intents)."""
