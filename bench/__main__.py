@@ -14,7 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import claims, fleet, fleet_ask, shared_work, startup, targets, waiters
+from bench import claims, fleet, fleet_ask, fleet_claims, shared_work, startup, targets, waiters
 from bench.common import ROOT, Place, raise_nofile
 from bench.report import Report
 
@@ -26,6 +26,7 @@ SECTIONS = {
     "startup": startup.run,
     "fleet": fleet.run,
     "fleet-ask": fleet_ask.run,
+    "fleet-claims": fleet_claims.run,
 }
 
 

@@ -17,9 +17,10 @@ while the connection waits for its next frame, and the loop's callback reads wha
 arrived straight into the buffer (as asyncio's own transports do). The generic
 stream read it replaces paid, per request, a failed ``recv``, an ``epoll_ctl`` to
 watch the socket and another to stop, a fresh future and an extra pass of the loop.
-While the connection is busy (a commit in flight, a batch running) the callback stops
-watching once :data:`FREE_PARTIAL` bytes wait unread, so a client that pipelines
-faster than it is served backs up in its own socket, not in the daemon's memory.
+While the connection is busy (a commit in flight, a batch running) the callback reads
+no further than :data:`FREE_PARTIAL` bytes and stops watching, so a client that
+pipelines faster than it is served backs up in its own socket, not in the daemon's
+memory, and never draws on the budget for unfinished frames.
 """
 
 from __future__ import annotations
@@ -128,10 +129,10 @@ class FrameReader:
         finally:
             self._waiter = None
 
-    def _recv(self) -> bool:
+    def _recv(self, size: int = RECEIVE_SIZE) -> bool:
         """One receive into the buffer; whether it brought bytes or the end."""
         try:
-            data = self._sock.recv(RECEIVE_SIZE)
+            data = self._sock.recv(size)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as exc:
@@ -144,16 +145,25 @@ class FrameReader:
         return True
 
     def _readable(self) -> None:
-        """The loop's callback: read what arrived; wake the frame loop if it waits."""
+        """The loop's callback: read what arrived; wake the frame loop if it waits.
+
+        While the frame loop is busy (frames already read wait their turn) it reads
+        no further than :data:`FREE_PARTIAL`, then stops watching: requests that are
+        merely pipelined never draw on the budget meant for unfinished frames.
+        """
+        waiter = self._waiter
+        if waiter is None:
+            room = FREE_PARTIAL - len(self._buf)
+            if room > 0:
+                self._recv(room)
+            if len(self._buf) >= FREE_PARTIAL:
+                self._unwatch()
+            return
         if not self._recv() or self._eof:
             return
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-        elif len(self._buf) > FREE_PARTIAL:  # busy: the rest waits in the socket
-            self._unwatch()
+        self._waiter = None
+        if not waiter.done():
+            waiter.set_result(None)
 
     def _stop(self, error: OSError | None) -> None:
         """The peer closed (``error`` None) or the socket failed: read no more."""

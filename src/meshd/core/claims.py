@@ -177,12 +177,16 @@ class ClaimTable:
         ttl: float | None = None,
         wait: bool = False,
         waiter_id: str | None = None,
+        token: int | None = None,
     ) -> Outcome:
         """Claim the whole set, all or nothing.
 
         Returns :class:`Granted`; or :class:`Held` (with ``deadlock`` when waiting
         would close a cycle); or, with ``wait``, :class:`Queued` -- the grant then
         arrives later as a ``granted`` notice carrying ``waiter_id``.
+
+        ``token``: the fencing token another authority issued for the set (the
+        fleet's KV revision, SPEC §12) instead of one from this table's counter.
         """
         now_mono, now_wall = self.clock.monotonic(), self.clock.now()
         req = Request(session_id, _unique(keys), mode, reason, ttl)
@@ -191,7 +195,7 @@ class ClaimTable:
         order = self._queue.next_order(self.rank_of(session_id))
         blocker = self._conflicts.first_blocker(req, order)
         if blocker is None:
-            granted = self._grant(req, now_mono, now_wall)
+            granted = self._grant(req, now_mono, now_wall, token=token)
             self._settle()
             return granted
         if not wait:
@@ -213,10 +217,12 @@ class ClaimTable:
         reason: str,
         mode: Mode = "exclusive",
         ttl: float | None = None,
+        token: int | None = None,
     ) -> Granted:
         """Take the set now: conflicting claims are released (holders get ``stolen``).
 
-        Bypasses the queue; waiters stay queued behind the new holder.
+        Bypasses the queue; waiters stay queued behind the new holder. ``token`` as
+        for :meth:`acquire`.
         """
         if not reason.strip():
             raise ValueError("a steal needs a reason")
@@ -226,7 +232,7 @@ class ClaimTable:
         for claim in victims:
             self._drop(claim, "steal", now_wall, how="stolen", by=session_id, reason=reason)
         self.outbox.losses(victims, "stolen", now_wall, how="stolen", by=session_id, reason=reason)
-        granted = self._grant(req, now_mono, now_wall, how="steal")
+        granted = self._grant(req, now_mono, now_wall, how="steal", token=token)
         self._settle()
         return replace(granted, stolen=tuple(victims))
 
@@ -334,6 +340,41 @@ class ClaimTable:
         self._settle()
         return [c.resource for c in gone]
 
+    def lose(self, session_id: str, keys: Iterable[Key], token: int, *, how: str) -> list[str]:
+        """Another authority took these claims (the fleet: stolen on another host, this
+        host's lease ran out): drop those still held with ``token``, tell the holder
+        (``lost``). Returns the resources dropped."""
+        mine = self._by_session.get(session_id, {})
+        gone = [mine[k.text] for k in _unique(keys) if k.text in mine]
+        gone = [c for c in gone if c.token == token]
+        now_wall = self.clock.now()
+        for claim in gone:
+            self._drop(claim, "lose", now_wall, how=how)
+        self.outbox.losses(gone, "lost", now_wall, how=how)
+        self._settle()
+        return [c.resource for c in gone]
+
+    def retoken(
+        self, session_id: str, keys: Iterable[Key], old: int, new: int, *, how: str
+    ) -> list[str]:
+        """Claims held with token ``old`` now hold with ``new`` (the fleet granted a set
+        this host had granted alone, SPEC §12): logged as a grant, the holder told
+        (``granted``). Returns the resources that changed."""
+        mine = self._by_session.get(session_id, {})
+        moved = [c for c in (mine.get(k.text) for k in _unique(keys)) if c and c.token == old]
+        now_wall = self.clock.now()
+        for claim in moved:
+            fresh = replace(claim, token=new)
+            self._unput(claim, blocks_still=True)
+            self._held.put(fresh)
+            self.outbox.audit_claim(fresh, "grant", now_wall, how=how)
+        if moved:
+            resources = tuple(c.resource for c in moved)
+            self.outbox.notices.append(
+                Notice("granted", session_id, resources, new, now_wall, how=how)
+            )
+        return [c.resource for c in moved]
+
     def expire_ttls(self) -> list[Notice]:
         """Free every claim whose ttl has run out.
 
@@ -406,13 +447,18 @@ class ClaimTable:
         *,
         how: str = "",
         waiter_id: str | None = None,
+        token: int | None = None,
     ) -> Granted:
-        """Record the whole set as held; keys already held in this mode keep their token."""
+        """Record the whole set as held; keys already held in this mode keep their token.
+        New keys get ``token`` if given (the fleet's), else the next from the counter."""
         mine = dict(self._by_session.get(req.session_id, {}))
         kept = frozenset(
             k.text for k in req.keys if k.text in mine and mine[k.text].mode == req.mode
         )
-        token = self._issue() if len(kept) < len(req.keys) else mine[req.keys[0].text].token
+        if len(kept) == len(req.keys):
+            token = mine[req.keys[0].text].token
+        elif token is None:
+            token = self._issue()
         deadline = None if req.ttl is None else now_mono + req.ttl
         claims, previous = [], []
         for key in req.keys:

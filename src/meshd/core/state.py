@@ -45,6 +45,9 @@ _HOW = {
     "expired": "the session expired",
     "unbound": "the session's connection closed",
     "died": "the session's process died",
+    "fleet": "this host was cut off from the fleet longer than its lease",
+    "fleet-stolen": "another host took it in the fleet (a steal, or this host's lease ran out)",
+    "fleet-conflict": "it was granted local-only and another host held it when the fleet came back",
 }
 
 

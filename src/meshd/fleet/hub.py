@@ -58,6 +58,13 @@ class Fleet:
         """Parts run by :meth:`run`; items 3 and 4 append theirs here (one line each)."""
         self.mail = MailLink(self)  # messages, asks, broadcasts, signals (docs/FLEET.md)
         self.parts.append(self.mail)
+        from meshd.fleet.claims import FleetClaims
+        from meshd.handlers.claims import ClaimHandlers
+
+        self.claims = FleetClaims(
+            self.link, svc.domain(ClaimHandlers), heartbeat=svc.state.settings.heartbeat_interval
+        )
+        self.parts.append(self.claims)
 
     @property
     def host(self) -> str:

@@ -18,10 +18,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import anyio
 
 from meshd.core.claim_records import (
+    ENDING,
     AuditAction,
     AuditRecord,
     Cancelled,
@@ -36,12 +38,17 @@ from meshd.core.claim_records import (
 )
 from meshd.core.state import Outcome, Write
 from meshd.domain import Domain
+from meshd.handlers.fleet import FleetDomain
 from meshd.keys import Key, canonical_key, describe, from_canonical
 from meshd.protocol import claims as pc
 from meshd.protocol.contract import rfc3339
-from meshd.protocol.errors import InvalidParams, MeshError
+from meshd.protocol.errors import BadKey, InvalidParams, MeshError, MeshUnavailable
 from meshd.service import Conn, Service
 from meshd.store.claims import audit_page, load_claims, load_fencing
+
+if TYPE_CHECKING:
+    from meshd.core.state import Event
+    from meshd.fleet.claims import FleetClaims, FleetGrant, FleetHeld
 
 HOME = os.path.expanduser("~")
 
@@ -80,6 +87,50 @@ class ClaimHandlers(Domain):
         svc.add(spec["claim.validate"], self.validate, is_async=True)
         svc.add(spec["claim.steal"], self.steal, is_async=True)
         svc.add(spec["audit.log"], self.audit, is_async=True)
+        self._fleet = svc.domain(FleetDomain)
+
+    # --- the fleet (SPEC §12): what FleetClaims asks of this host's table -------------
+
+    def fleet(self) -> FleetClaims | None:
+        """This host's fleet claims, or None when it is alone (no ``[fleet]``)."""
+        fleet = self._fleet.fleet
+        return None if fleet is None else fleet.claims
+
+    def fleet_claims(self) -> list[tuple[str, Key, Mode, int]]:
+        fc = self.fleet()
+        if fc is None:
+            return []
+        return [
+            (c.session_id, c.key, c.mode, c.token)
+            for c in self.svc.state.claims.list_claims()
+            if fc.is_fleet(c.key)
+        ]
+
+    def fleet_healed(self, session_id: str, keys: list[Key], old: int, new: int) -> None:
+        self.svc.state.claims.retoken(session_id, keys, old, new, how="fleet")
+        self.svc.flush_background()
+
+    def fleet_lost(self, session_id: str, resources: list[str], token: int, how: str) -> None:
+        self.svc.state.claims.lose(
+            session_id, [from_canonical(r) for r in resources], token, how=how
+        )
+        self.svc.flush_background()
+
+    def related(self, a: str, b: str) -> bool:
+        return self.svc.state.claims.related(a, b)
+
+    def committed(self, writes: list[Write], events: list[Event]) -> None:
+        """Fleet-wide claims that ended here (session end, death, ttl, a local steal)
+        leave the fleet too; a clean release does so itself (:meth:`release`)."""
+        fc = self.fleet()
+        if fc is None:
+            return
+        for w in writes:
+            if w[0] == "claim.audit" and w[1].action in ENDING:
+                rec: AuditRecord = w[1]
+                fc.local_only.discard((rec.session_id, rec.resource))
+                if (rec.session_id, rec.resource) in fc.by_claim:
+                    fc.release_soon(rec.session_id, [(rec.resource, rec.token)])
 
     def prune(self, history_days: float) -> None:
         """The audit log older than ``history_days`` (SPEC §2), and the recent losses
@@ -192,6 +243,11 @@ class ClaimHandlers(Domain):
         if keys is None:
             return pc.ClaimAcquireResult(status="granted", disabled=True)
         wait = min(p.wait, st.settings.max_query_timeout)
+        if (fc := self.fleet()) is not None and self._fleet_set(fc, keys):
+            return await self._acquire_fleet(
+                fc, p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl, wait=wait,
+                conn=conn,
+            )  # fmt: skip
         waiter_id = f"c{conn.id}.{next(self._ids)}" if wait > 0 else None
         outcome = st.claims.acquire(
             p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl,
@@ -204,6 +260,122 @@ class ClaimHandlers(Domain):
             return self._held(outcome)
         conn.detach()  # queued: the connection goes on serving while this waits
         return await self._wait(outcome, wait)
+
+    @staticmethod
+    def _fleet_set(fc: FleetClaims, keys: list[Key]) -> bool:
+        """Whether the set is fleet-wide; a set mixing fleet-wide and local keys is
+        refused: it would have two tokens from two counters (docs/FLEET.md)."""
+        fleet, local = fc.split(keys)
+        if fleet and local:
+            raise BadKey(
+                f"{fleet[0].text} is fleet-wide and {local[0].text} is local: a set is "
+                "one or the other (their fencing tokens come from different counters); "
+                "claim them in two calls",
+                {"key": fleet[0].text, "local": local[0].text},
+            )
+        return bool(fleet)
+
+    async def _acquire_fleet(
+        self, fc: FleetClaims, sid: str, keys: list[Key], *, mode: Mode, reason: str,
+        ttl: float | None, wait: float, conn: Conn, steal: bool = False,
+    ) -> pc.ClaimAcquireResult:  # fmt: skip
+        """A fleet-wide set: decided in the fleet first (docs/FLEET.md), then recorded
+        here with the fleet's token and committed before the reply."""
+        from meshd.fleet.claims import FleetGrant
+        from meshd.fleet.link import FleetDown
+
+        st = self.svc.state
+        mine = {c.resource: c for c in st.claims.list_claims(sid)}
+        new = [k for k in keys if k.text not in mine or mine[k.text].mode != mode]
+        if new and not steal:
+            local = [c for c in st.claims.check(keys, sid) if (c.session_id, c.resource)
+                     in fc.local_only or not fc.is_fleet(c.key)]  # fmt: skip
+            if local:
+                return self._held(Held(tuple(local)))
+        token: int | None = None
+        if new:
+            t0 = time.monotonic()
+            try:
+                got = await self._fleet_wait(fc, sid, new, mode, wait=wait, conn=conn, steal=steal)
+            except FleetDown as exc:
+                if fc.cfg.on_partition != "local":
+                    raise MeshUnavailable(
+                        f"{new[0].text} is fleet-wide and the fleet cannot be reached "
+                        f"({exc}); on_partition = \"fail\"", {"resource": new[0].text},
+                    ) from exc  # fmt: skip
+                got = None  # granted here alone, marked local-only
+            if got is not None and not isinstance(got, FleetGrant):
+                return self._fleet_held(got, time.monotonic() - t0)
+            token = None if got is None else got.token
+        try:
+            st.registry.get(sid)  # it may have ended while the fleet answered
+            if steal:
+                outcome: Granted | Held | Queued = st.claims.steal(
+                    sid, keys, reason=reason, mode=mode, ttl=ttl, token=token,
+                )  # fmt: skip
+            else:
+                outcome = st.claims.acquire(
+                    sid, keys, mode=mode, reason=reason, ttl=ttl, token=token,
+                )  # fmt: skip
+            if not isinstance(outcome, Granted):
+                await fc.release(sid, [(k.text, token) for k in new if token is not None])
+                return self._held(outcome) if isinstance(outcome, Held) else self._held(Held(()))
+            if token is None and new:
+                fc.local_only.update((sid, k.text) for k in new)
+            await self._commit_grant(outcome, victims=outcome.stolen)
+        except BaseException:
+            if token is not None:
+                await fc.release(sid, [(k.text, token) for k in new])
+            raise
+        return self._granted(outcome)
+
+    async def _fleet_wait(
+        self, fc: FleetClaims, sid: str, keys: list[Key], mode: Mode, *, wait: float,
+        conn: Conn, steal: bool,
+    ) -> FleetGrant | FleetHeld:  # fmt: skip
+        """Ask the fleet until granted or ``wait`` runs out (in line by ticket, woken by
+        the watch on the records); the last answer: a FleetGrant or a FleetHeld."""
+        from meshd.fleet.claims import FleetHeld
+
+        deadline = time.monotonic() + wait
+        waiter = None
+        granted = False
+        try:
+            while True:
+                events = fc.arm(keys)
+                got = await fc.acquire(sid, keys, mode, waiter=waiter, steal=steal)
+                left = deadline - time.monotonic()
+                granted = not isinstance(got, FleetHeld)
+                if granted or left <= 0:
+                    return got
+                if waiter is None:
+                    conn.detach()
+                    waiter = await fc.enqueue(sid, keys, mode)
+                    continue  # try again at once, now with a place in line
+                # a lease that runs out changes no record: look again now and then
+                await fc.changed(events, min(left, fc.renew_every))
+                self.svc.state.registry.get(sid)  # ended while waiting: stop
+        finally:
+            if waiter is not None and not granted:
+                await fc.dequeue(waiter)
+
+    def _fleet_held(self, h: FleetHeld, waited: float) -> pc.ClaimAcquireResult:
+        """``held`` by entries in the fleet (perhaps on other hosts)."""
+        holders = []
+        for resource, e in h.blocking:
+            s = self.svc.state.registry.sessions.get(e.session) if e.host == self._host() else None
+            holders.append(
+                pc.ClaimHolder(
+                    session_id=e.session, resource=resource, task=s.task if s else "",
+                    since="", reason="waiting" if e.ticket else "", mode=e.mode,
+                    profile=self.svc.state.profile, host=e.host,
+                )
+            )  # fmt: skip
+        return pc.ClaimAcquireResult(status="held", holders=holders, waited_s=round(waited, 3))
+
+    def _host(self) -> str | None:
+        fleet = self._fleet.fleet
+        return None if fleet is None else fleet.host
 
     async def keys_of(self, resources: list[str], broad: bool) -> list[Key]:
         """Canonical keys for what the user typed (after a ttl sweep)."""
@@ -335,6 +507,11 @@ class ClaimHandlers(Domain):
             return pc.ClaimAcquireResult(status="granted", disabled=True)
         if not p.reason.strip():
             raise InvalidParams("a steal needs a reason", {"path": "$.reason"})
+        if (fc := self.fleet()) is not None and self._fleet_set(fc, keys):
+            return await self._acquire_fleet(
+                fc, p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl, wait=0.0,
+                conn=conn, steal=True,
+            )  # fmt: skip
         granted = st.claims.steal(p.session_id, keys, reason=p.reason, mode=p.mode, ttl=p.ttl)
         await self._commit_grant(granted, victims=granted.stolen)
         return self._granted(granted)
@@ -368,6 +545,8 @@ class ClaimHandlers(Domain):
                     and (r.resource, r.token) in stored)
         ]  # fmt: skip
         svc.flush_background()  # whom it let go: their grants answer them once stored
+        if (fc := self.fleet()) is not None:
+            await fc.release(p.session_id, [(c.resource, c.token) for c in mine])
         return pc.ClaimReleaseResult(released=released)
 
     async def check(self, p: pc.ClaimCheckParams, conn: Conn) -> pc.ClaimCheckResult:
@@ -419,11 +598,14 @@ class ClaimHandlers(Domain):
     def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
         st = self.svc.state
         now = self.svc.clock.monotonic()
+        fc = self.fleet()
+        local_only = fc.local_only if fc is not None else set()
         claims = [
             pc.ClaimRecord(
                 session_id=c.session_id, resource=c.resource, mode=c.mode, token=c.token,
                 since=rfc3339(c.since), reason=c.reason,
                 expires_in_s=None if c.deadline is None else round(c.deadline - now, 3),
+                local_only=(c.session_id, c.resource) in local_only,
             )
             for c in st.claims.list_claims(p.session_id)
         ]  # fmt: skip
@@ -434,11 +616,32 @@ class ClaimHandlers(Domain):
             )
             for w in st.claims.waiting(p.session_id)
         ]  # fmt: skip
+        if fc is not None:  # this host's requests in line in the fleet
+            waiting += [
+                pc.ClaimWaiting(
+                    session_id=w.session_id, resources=[k.text for k in w.keys], mode=w.mode,
+                    since=rfc3339(w.since),
+                )
+                for w in fc.waiting()
+                if p.session_id is None or w.session_id == p.session_id
+            ]  # fmt: skip
         return pc.ClaimListResult(claims=claims, waiting=waiting)
 
     async def validate(self, p: pc.ClaimValidateParams, conn: Conn) -> pc.ClaimValidateResult:
         st = self.svc.state
         key = await self._key(p.resource)
+        fc = self.fleet()
+        if fc is not None and fc.is_fleet(key) and not self._local_only(fc, key, p.token):
+            from meshd.fleet.link import FleetDown
+
+            try:
+                valid, sid, host = await fc.validate(key, p.token)
+            except FleetDown as exc:
+                raise MeshUnavailable(
+                    f"{key.text} is fleet-wide and the fleet cannot be reached ({exc})",
+                    {"resource": key.text},
+                ) from exc
+            return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=sid, host=host)
         valid = st.claims.validate(key, p.token)
         holder = None
         if valid:
@@ -446,6 +649,13 @@ class ClaimHandlers(Domain):
                 (c.session_id for c in st.claims.check([key]) if c.token == p.token), None
             )
         return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=holder)
+
+    def _local_only(self, fc: FleetClaims, key: Key, token: int) -> bool:
+        """Whether ``token`` is a local-only claim's on ``key`` (validated here alone)."""
+        return any(
+            c.token == token and (c.session_id, c.resource) in fc.local_only
+            for c in self.svc.state.claims.check([key])
+        )
 
     async def audit(self, p: pc.AuditLogParams, conn: Conn) -> pc.AuditLogResult:
         since = None

@@ -63,6 +63,7 @@ class ClaimHolder(Result):
     mode: Mode = "exclusive"
     profile: str = ""
     branch: str | None = None
+    host: str | None = None  # a fleet-wide claim held on another host (SPEC §12)
 
 
 class ClaimWaiting(Result):
@@ -166,6 +167,7 @@ class ClaimRecord(Result):
     since: str
     reason: str = ""
     expires_in_s: float | None = None
+    local_only: bool = False  # fleet-wide key granted while the fleet was out of reach
 
 
 class ClaimListResult(Result):
@@ -184,6 +186,7 @@ class ClaimValidateResult(Result):
     valid: bool
     resource: str
     session_id: str | None = None
+    host: str | None = None  # fleet-wide keys: the holder's host
 
 
 class AuditLogParams(Params):

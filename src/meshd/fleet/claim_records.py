@@ -1,0 +1,194 @@
+"""What the fleet's claims bucket holds, and the rule that decides a claim there.
+
+Pure: no NATS, no I/O. :mod:`meshd.fleet.claims` reads and writes these records
+with compare-and-set; this module says what a record means (docs/FLEET.md,
+"Fleet-wide claims"). One record per fleet resource touched, named
+:func:`record_name`; each lists
+
+* ``h``: the holders of the resource itself,
+* ``d``: holders of paths under it (the intent entries of hierarchical locking,
+  so a claim on a folder sees the claims below it in one read),
+* ``q``: waiters for it, each with its ticket (its place in line).
+
+An :class:`Entry` names the request (``gid``), its session and host, and the mode.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from meshd.keys import Key
+
+Mode = Literal["exclusive", "shared"]
+Role = Literal["hold", "intent"]
+Related = Callable[["Entry"], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One request's entry in a record: ``gid`` is unique per request (every host)."""
+
+    gid: str
+    session: str
+    host: str
+    mode: Mode
+    ticket: int = 0
+    """A waiter's place in line (the revision of its wait record); 0 for holders."""
+
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {"g": self.gid, "s": self.session, "o": self.host, "m": self.mode}
+        if self.ticket:
+            d["t"] = self.ticket
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> Entry:
+        mode: Mode = "shared" if d.get("m") == "shared" else "exclusive"
+        ticket = d.get("t", 0)
+        return cls(
+            str(d["g"]), str(d["s"]), str(d["o"]), mode, ticket if isinstance(ticket, int) else 0
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The value of one resource's record (see the module docstring)."""
+
+    h: tuple[Entry, ...] = ()
+    d: tuple[Entry, ...] = ()
+    q: tuple[Entry, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.h or self.d or self.q)
+
+    def entries(self) -> Iterable[Entry]:
+        yield from self.h
+        yield from self.d
+        yield from self.q
+
+    def encode(self) -> bytes:
+        doc = {f: [e.to_json() for e in getattr(self, f)] for f in ("h", "d", "q")}
+        return json.dumps({k: v for k, v in doc.items() if v}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Record:
+        """The record in ``raw``; an absent, deleted or unreadable value reads as empty
+        (a record only ever blocks through entries it can name)."""
+        if not raw:
+            return cls()
+        try:
+            doc = json.loads(raw)
+            return cls(*(tuple(Entry.from_json(e) for e in doc.get(f, ())) for f in "hdq"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return cls()
+
+    def adding(self, where: Literal["h", "d", "q"], entry: Entry) -> Record:
+        """This record with ``entry`` in ``where`` (replacing one with the same gid there)."""
+        kept = tuple(e for e in getattr(self, where) if e.gid != entry.gid)
+        return replace(self, **{where: (*kept, entry)})
+
+    def without(self, drop: Callable[[Entry], bool], where: str = "hdq") -> Record:
+        """This record less every entry ``drop`` is true for (in the lists ``where`` names)."""
+        return Record(
+            *(tuple(e for e in getattr(self, f) if f not in where or not drop(e)) for f in "hdq")
+        )
+
+
+def clash(a: Mode, b: Mode) -> bool:
+    """Two modes conflict unless both are shared."""
+    return a == "exclusive" or b == "exclusive"
+
+
+def blockers(record: Record, role: Role, me: Entry, related: Related) -> list[Entry]:
+    """The entries of ``record`` that keep ``me`` (in ``role``) out.
+
+    A *hold* is kept out by a clashing holder, holder below, or earlier waiter; an
+    *intent* (``me`` holds a path below this one) by a clashing holder or earlier
+    waiter of this resource. Entries of ``me``'s own request, and of sessions
+    ``related`` to it (the same session, its ancestors and descendants on the same
+    host), never block. A waiter is earlier when its ticket is smaller than ``me``'s;
+    a request without a ticket (not waiting) is behind every waiter: it never barges.
+    """
+
+    def blocks(e: Entry) -> bool:
+        return e.gid != me.gid and clash(e.mode, me.mode) and not related(e)
+
+    def earlier(e: Entry) -> bool:
+        return me.ticket == 0 or e.ticket < me.ticket
+
+    out = [e for e in record.h if blocks(e)]
+    if role == "hold":
+        out += [e for e in record.d if blocks(e)]
+    out += [e for e in record.q if blocks(e) and earlier(e)]
+    return out
+
+
+def record_name(resource: str) -> str:
+    """The KV key of ``resource``'s record: ``k.`` and the resource in url-safe base64
+    (a KV key allows only ``[-/_=.A-Za-z0-9]``, and a dot would split it)."""
+    return "k." + base64.urlsafe_b64encode(resource.encode()).decode().rstrip("=")
+
+
+def resource_of(name: str) -> str | None:
+    """The resource a record name stands for (None if ``name`` is no record name)."""
+    if not name.startswith("k."):
+        return None
+    raw = name[2:]
+    try:
+        return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def record_resource(key: Key) -> str:
+    """The resource whose record decides ``key``: ``file:`` and ``repo:`` share one
+    path space (SPEC §5), so both are decided in the ``file:`` record of the path."""
+    return f"file:{key.value}" if key.is_path else key.text
+
+
+def shared_root(key: Key, roots: Iterable[str]) -> str | None:
+    """The outermost folder of ``roots`` that holds path ``key`` (or is it), else None."""
+    if not key.is_path:
+        return None
+    best: str | None = None
+    for root in roots:
+        inside = key.value == root or key.value.startswith(root.rstrip("/") + "/")
+        if inside and (best is None or len(root) < len(best)):
+            best = root
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One record a set touches, and how: ``hold`` its own resource, ``intent`` a path below."""
+
+    name: str
+    resource: str
+    role: Role
+
+
+def plan(keys: Iterable[Key], roots: Iterable[str]) -> list[Step]:
+    """The records a set touches, in the one order every host uses (by record name).
+
+    A path key under a shared folder adds an *intent* step for each folder from the
+    shared root down to its parent, so a claim on a folder meets the claims below it.
+    A record both held and an intent keeps both steps (the hold first).
+    """
+    roots = tuple(roots)
+    steps: dict[tuple[str, Role], Step] = {}
+    for key in keys:
+        res = record_resource(key)
+        steps[(res, "hold")] = Step(record_name(res), res, "hold")
+        root = shared_root(key, roots)
+        if root is None:
+            continue
+        depth = len([p for p in root.split("/") if p])
+        for n in range(depth, len(key.parts)):
+            folder = "file:/" + "/".join(key.parts[:n])
+            steps.setdefault((folder, "intent"), Step(record_name(folder), folder, "intent"))
+    return sorted(steps.values(), key=lambda s: (s.name, s.role != "hold"))

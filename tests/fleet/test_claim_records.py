@@ -1,0 +1,96 @@
+"""The fleet's claim records and conflict rule (meshd.fleet.claim_records), pure."""
+
+from __future__ import annotations
+
+from meshd.fleet.claim_records import (
+    Entry,
+    Record,
+    blockers,
+    plan,
+    record_name,
+    record_resource,
+    resource_of,
+    shared_root,
+)
+from meshd.keys import from_canonical
+
+
+def never(e: Entry) -> bool:
+    return False
+
+
+A = Entry("g1", "s1", "h1", "exclusive")
+B = Entry("g2", "s2", "h2", "exclusive")
+SB = Entry("g2", "s2", "h2", "shared")
+SC = Entry("g3", "s3", "h3", "shared")
+
+
+def test_a_record_round_trips_and_garbage_reads_as_empty() -> None:
+    r = Record(h=(A,), d=(SB,), q=(Entry("g4", "s4", "h1", "shared", ticket=9),))
+    assert Record.decode(r.encode()) == r
+    assert Record.decode(None).empty
+    assert Record.decode(b"not json").empty
+    assert Record.decode(b'{"h": [{"x": 1}]}').empty
+
+
+def test_holders_clash_unless_both_shared() -> None:
+    assert blockers(Record(h=(A,)), "hold", B, never) == [A]
+    assert blockers(Record(h=(SB,)), "hold", SC, never) == []
+    assert blockers(Record(h=(SB,)), "hold", A, never) == [SB]
+    assert blockers(Record(h=(A,)), "hold", A, never) == []  # its own entry
+    assert blockers(Record(h=(B,)), "hold", A, lambda e: True) == []  # a related session
+
+
+def test_holders_below_block_a_hold_not_an_intent() -> None:
+    r = Record(d=(B,))
+    assert blockers(r, "hold", A, never) == [B]
+    assert blockers(r, "intent", A, never) == []
+    assert blockers(Record(h=(B,)), "intent", A, never) == [B]
+
+
+def test_waiters_are_passed_only_by_an_earlier_ticket() -> None:
+    w5 = Entry("g5", "s5", "h2", "exclusive", ticket=5)
+    r = Record(q=(w5,))
+    assert blockers(r, "hold", A, never) == [w5]  # no ticket: behind every waiter
+    assert blockers(r, "hold", Entry("g1", "s1", "h1", "exclusive", ticket=7), never) == [w5]
+    assert blockers(r, "hold", Entry("g1", "s1", "h1", "exclusive", ticket=3), never) == []
+    assert blockers(r, "intent", A, never) == [w5]
+
+
+def test_record_names_are_valid_kv_keys_and_read_back() -> None:
+    for res in ("box:gpu", "file:/srv/a b/ü.py", "res:x.y"):
+        name = record_name(res)
+        assert name.startswith("k.")
+        assert "." not in name[2:]
+        assert resource_of(name) == res
+    assert resource_of("g.x") is None
+
+
+def test_file_and_repo_share_one_path_space() -> None:
+    assert record_resource(from_canonical("repo:/srv/p")) == "file:/srv/p"
+    assert record_resource(from_canonical("box:x")) == "box:x"
+
+
+def test_shared_root_is_the_outermost_folder_that_holds_the_path() -> None:
+    roots = ("/srv/shared/proj", "/srv/shared")
+    assert shared_root(from_canonical("file:/srv/shared/proj/a"), roots) == "/srv/shared"
+    assert shared_root(from_canonical("file:/srv/shared"), roots) == "/srv/shared"
+    assert shared_root(from_canonical("file:/srv/sharedx"), roots) is None
+    assert shared_root(from_canonical("box:x"), roots) is None
+
+
+def test_a_plan_holds_each_key_and_intends_each_folder_above_it_in_one_order() -> None:
+    keys = [from_canonical("file:/s/a/b"), from_canonical("box:z"), from_canonical("file:/s/a")]
+    steps = plan(keys, ["/s"])
+    assert [(s.resource, s.role) for s in steps] == sorted(
+        [(s.resource, s.role) for s in steps],
+        key=lambda x: (record_name(x[0]), x[1] != "hold"),
+    )
+    assert {(s.resource, s.role) for s in steps} == {
+        ("file:/s/a/b", "hold"),
+        ("file:/s/a", "hold"),
+        ("file:/s/a", "intent"),
+        ("file:/s", "intent"),
+        ("box:z", "hold"),
+    }
+    assert plan(list(reversed(keys)), ["/s"]) == steps  # the same order from any order

@@ -1,0 +1,475 @@
+"""Fleet-wide claims (SPEC §12, docs/FLEET.md): real nats-server, one real meshd per host.
+
+Claims on ``shared_kinds`` and under ``shared_paths`` are decided in the fleet's KV
+bucket; the KV revision is the fencing token; validate works from any host; a set is
+never half held; waiters on another host are woken; a partition refuses or grants
+local-only; a NATS kill -9 keeps tokens growing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import threading
+from typing import Any
+
+from tests.conftest import rpc
+from tests.fleet.conftest import FleetHost, HostFactory, NatsServer
+from tests.support import wait_for
+
+
+def register(h: FleetHost, task: str = "t") -> str:
+    return str(h.call("session.register", {"task": task, "pid": os.getpid()})["session_id"])
+
+
+def acquire(h: FleetHost, sid: str, *resources: str, **kw: Any) -> dict[str, Any]:
+    return dict(h.call("claim.acquire", {"session_id": sid, "resources": list(resources), **kw}))
+
+
+def release(h: FleetHost, sid: str, *resources: str) -> None:
+    h.call("claim.release", {"session_id": sid, "resources": list(resources) or None})
+
+
+def validate(h: FleetHost, resource: str, token: int) -> dict[str, Any]:
+    return dict(h.call("claim.validate", {"resource": resource, "token": token}))
+
+
+def test_a_fleet_key_is_held_across_hosts(fleet_hosts: HostFactory) -> None:
+    h1, h2 = fleet_hosts(2)
+    a, b = register(h1), register(h2)
+
+    got = acquire(h1, a, "box:gpu")
+    assert got["status"] == "granted"
+    held = acquire(h2, b, "box:gpu")
+    assert held["status"] == "held"
+    assert [(x["session_id"], x["host"]) for x in held["holders"]] == [(a, "h1")]
+
+    release(h1, a, "box:gpu")
+    again = acquire(h2, b, "box:gpu")
+    assert again["status"] == "granted"
+    assert again["token"] > got["token"]
+
+
+def test_local_kinds_stay_local(fleet_hosts: HostFactory) -> None:
+    h1, h2 = fleet_hosts(2)
+    a, b = register(h1), register(h2)
+
+    assert acquire(h1, a, "port:8080")["status"] == "granted"
+    assert acquire(h2, b, "port:8080")["status"] == "granted"  # another machine's port
+
+
+def test_validate_works_from_every_host(fleet_hosts: HostFactory) -> None:
+    h1, h2, h3 = fleet_hosts(3)
+    a = register(h1)
+    token = acquire(h1, a, "account:bank")["token"]
+
+    for h in (h1, h2, h3):
+        v = validate(h, "account:bank", token)
+        assert (v["valid"], v["session_id"], v["host"]) == (True, a, "h1"), (h.name, v)
+        assert validate(h, "account:bank", token + 1)["valid"] is False
+
+    release(h1, a)
+    for h in (h1, h2, h3):  # at once, or once a release write that timed out is retried
+        wait_for(
+            lambda h=h: validate(h, "account:bank", token)["valid"] is False,
+            what=f"{h.name} to see the release",
+        )
+
+
+def test_a_mixed_set_is_refused(fleet_hosts: HostFactory) -> None:
+    (h1,) = fleet_hosts(1)
+    a = register(h1)
+
+    reply = rpc(
+        h1.daemon.socket,
+        "claim.acquire",
+        {"session_id": a, "resources": ["box:x", "port:9000"]},
+    )
+    assert reply["error"]["data"]["code"] == "BAD_KEY", reply
+    assert "box:x" in reply["error"]["message"]
+    assert h1.call("claim.list")["claims"] == []
+
+
+def test_shared_paths_cover_their_descendants_across_hosts(
+    fleet_hosts: HostFactory, tmp_path: Any
+) -> None:
+    shared = tmp_path / "shared"
+    (shared / "repo" / "src").mkdir(parents=True)
+    h1, h2 = fleet_hosts(2, fleet_extra=f'shared_paths = ["{shared}"]')
+    a, b = register(h1), register(h2)
+
+    assert acquire(h1, a, f"file:{shared}/repo/src/a.py")["status"] == "granted"
+    folder = acquire(h2, b, f"file:{shared}/repo")
+    assert folder["status"] == "held"
+    assert folder["holders"][0]["host"] == "h1"
+    assert acquire(h2, b, f"file:{shared}/repo/src/b.py")["status"] == "granted"
+    release(h1, a)
+    release(h2, b)
+    assert acquire(h2, b, f"file:{shared}/repo")["status"] == "granted"
+    assert acquire(h1, a, f"file:{shared}/repo/src/a.py")["status"] == "held"
+
+
+def test_shared_mode_across_hosts(fleet_hosts: HostFactory) -> None:
+    h1, h2, h3 = fleet_hosts(3)
+    a, b, c = register(h1), register(h2), register(h3)
+
+    assert acquire(h1, a, "res:db", mode="shared")["status"] == "granted"
+    assert acquire(h2, b, "res:db", mode="shared")["status"] == "granted"
+    assert acquire(h3, c, "res:db")["status"] == "held"
+    release(h1, a)
+    release(h2, b)
+    assert acquire(h3, c, "res:db")["status"] == "granted"
+
+
+def test_cross_host_race_history(fleet_hosts: HostFactory) -> None:
+    """3 hosts x 8 clients race for one fleet key: no two exclusive holders ever
+    overlap, and tokens strictly grow in the order of the grants."""
+    hosts = fleet_hosts(3)
+    history: list[tuple[str, str, int]] = []  # (event, who, token) in real-time order
+    lock = threading.Lock()
+    holder: list[str] = []
+    errors: list[str] = []
+
+    def client(h: FleetHost, n: int) -> None:
+        sid = register(h, f"c{n}")
+        for _ in range(4):
+            got = acquire(h, sid, "gateway:main", wait=30)
+            if got["status"] != "granted":
+                errors.append(f"{sid}: {got}")
+                continue
+            with lock:
+                if holder:
+                    errors.append(f"{sid} granted while {holder} holds")
+                holder.append(sid)
+                history.append(("grant", sid, got["token"]))
+            with lock:
+                holder.remove(sid)
+                history.append(("release", sid, got["token"]))
+            release(h, sid, "gateway:main")
+
+    threads = [threading.Thread(target=client, args=(h, i)) for h in hosts for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    grants = [(who, tok) for ev, who, tok in history if ev == "grant"]
+    assert len(grants) == 3 * 8 * 4
+    backwards = [(a, b) for a, b in itertools.pairwise(grants) if b[1] <= a[1]]
+    assert not backwards, backwards
+    for h in hosts:  # nobody lost a claim on the way (a loss would hide a double grant)
+        actions = {e["action"] for e in h.call("audit.log", {"limit": 1000})["entries"]}
+        assert actions == {"grant", "release"}, (h.name, actions)
+
+
+def test_partition_fail_refuses_with_unavailable(fleet_hosts: HostFactory) -> None:
+    h1, _h2 = fleet_hosts(2)
+    a = register(h1)
+
+    h1.cut()
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
+    reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": a, "resources": ["cron:x"]})
+    assert reply["error"]["data"]["code"] == "UNAVAILABLE", reply
+    assert acquire(h1, a, "port:1234")["status"] == "granted"  # local keys as ever
+    h1.heal()
+    h1.wait_connected()
+    wait_for(
+        lambda: acquire(h1, a, "cron:x")["status"] == "granted",
+        15,
+        what="the fleet claim once healed",
+    )
+
+
+def test_tokens_grow_across_a_nats_kill(fleet_hosts: HostFactory, nats_server: NatsServer) -> None:
+    h1, h2 = fleet_hosts(2)
+    a, b = register(h1), register(h2)
+    first = acquire(h1, a, "box:1")["token"]
+    release(h1, a)
+
+    nats_server.kill()
+    wait_for(lambda: not h1.connected() and not h2.connected(), 15, what="both to notice")
+    nats_server.start()
+    h1.wait_connected()
+    h2.wait_connected()
+
+    def granted() -> dict[str, Any] | None:
+        got = rpc(h2.daemon.socket, "claim.acquire", {"session_id": b, "resources": ["box:1"]})
+        return got.get("result") if got.get("result", {}).get("status") == "granted" else None
+
+    second = wait_for(granted, 15, what="a grant after the restart")
+    assert second["token"] > first
+
+
+def waiting_on(h: FleetHost) -> list[str]:
+    return [w["session_id"] for w in h.call("claim.list")["waiting"]]
+
+
+class Background:
+    """One ``claim.acquire`` in a thread (a waiter), its reply kept."""
+
+    def __init__(self, h: FleetHost, sid: str, *resources: str, **kw: Any) -> None:
+        self.reply: dict[str, Any] | None = None
+        self.thread = threading.Thread(target=self._run, args=(h, sid, resources, kw))
+        self.thread.start()
+
+    def _run(self, h: FleetHost, sid: str, resources: tuple[str, ...], kw: Any) -> None:
+        self.reply = acquire(h, sid, *resources, **kw)
+
+    def result(self) -> dict[str, Any]:
+        self.thread.join(60)
+        assert self.reply is not None
+        return self.reply
+
+
+def test_waiters_on_other_hosts_are_woken_in_ticket_order(fleet_hosts: HostFactory) -> None:
+    h1, h2, h3 = fleet_hosts(3)
+    a, b, c = register(h1), register(h2), register(h3)
+    first = acquire(h1, a, "box:q")["token"]
+
+    wb = Background(h2, b, "box:q", wait=30)
+    wait_for(lambda: waiting_on(h2) == [b], what="h2's waiter in line")
+    wc = Background(h3, c, "box:q", wait=30)
+    wait_for(lambda: waiting_on(h3) == [c], what="h3's waiter in line")
+    other = register(h1)
+    assert acquire(h1, other, "box:q")["status"] == "held"  # no barging past the line
+
+    release(h1, a)
+    got_b = wb.result()
+    assert got_b["status"] == "granted"
+    assert got_b["token"] > first
+    assert wc.thread.is_alive()  # c came later: still in line behind b
+    release(h2, b)
+    got_c = wc.result()
+    assert got_c["status"] == "granted"
+    assert got_c["token"] > got_b["token"]
+    assert waiting_on(h2) == waiting_on(h3) == []
+
+
+def test_a_wait_that_runs_out_leaves_the_line(fleet_hosts: HostFactory) -> None:
+    h1, h2 = fleet_hosts(2)
+    a, b, c = register(h1), register(h2), register(h2)
+    acquire(h1, a, "box:w")
+
+    held = acquire(h2, b, "box:w", wait=0.5)
+    assert held["status"] == "held"
+    assert held["holders"][0]["host"] == "h1"
+    assert waiting_on(h2) == []
+    release(h1, a)
+    assert acquire(h2, c, "box:w")["status"] == "granted"  # b's place in line is gone
+
+
+def test_an_atomic_set_is_never_half_held(fleet_hosts: HostFactory) -> None:
+    h1, h2, h3 = fleet_hosts(3)
+    a, b, c = register(h1), register(h2), register(h3)
+    acquire(h1, a, "res:b")
+
+    held = acquire(h2, b, "res:a", "res:b", "res:c")
+    assert held["status"] == "held"
+    assert [(x["resource"], x["host"]) for x in held["holders"]] == [("res:b", "h1")]
+    # what the refused set wrote before it met res:b was rolled back
+    assert acquire(h3, c, "res:a")["status"] == "granted"
+    assert acquire(h3, c, "res:c")["status"] == "granted"
+    release(h3, c)
+    release(h1, a)
+
+    got = acquire(h2, b, "res:a", "res:b", "res:c")
+    assert got["status"] == "granted"
+    assert {g["token"] for g in got["claims"]} == {got["token"]}  # one token for the set
+    for res in ("res:a", "res:b", "res:c"):
+        assert validate(h3, res, got["token"])["valid"]
+    release(h2, b)
+    for res in ("res:a", "res:b", "res:c"):  # the token died for the whole set
+        assert not validate(h1, res, got["token"])["valid"]
+
+
+def test_overlapping_sets_race_without_overlap(fleet_hosts: HostFactory) -> None:
+    """Hosts race sets that overlap in different orders; every grant is the whole
+    set, and no two grants of overlapping sets are ever held at once."""
+    hosts = fleet_hosts(3)
+    sets = [("res:x", "res:y"), ("res:y", "res:z"), ("res:z", "res:x")]
+    lock = threading.Lock()
+    holding: dict[str, str] = {}
+    errors: list[str] = []
+
+    def client(h: FleetHost, n: int) -> None:
+        sid = register(h, f"c{n}")
+        mine = sets[n % 3]
+        for _ in range(4):
+            got = acquire(h, sid, *mine, wait=30)
+            if got["status"] != "granted":
+                errors.append(f"{sid}: {got}")
+                continue
+            with lock:
+                for res in mine:
+                    if res in holding:
+                        errors.append(f"{sid} got {res} held by {holding[res]}")
+                    holding[res] = sid
+            with lock:
+                for res in mine:
+                    del holding[res]
+            release(h, sid)
+
+    threads = [threading.Thread(target=client, args=(h, i)) for h in hosts for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+
+
+def test_a_steal_across_hosts_tells_the_holder(fleet_hosts: HostFactory) -> None:
+    h1, h2 = fleet_hosts(2)
+    a, b = register(h1), register(h2)
+    old = acquire(h1, a, "account:ops")["token"]
+
+    got = h2.call(
+        "claim.steal", {"session_id": b, "resources": ["account:ops"], "reason": "on call"}
+    )
+    assert got["status"] == "granted"
+    assert got["token"] > old
+    assert not validate(h1, "account:ops", old)["valid"]
+    wait_for(lambda: h1.call("claim.list")["claims"] == [], what="h1 to hear of the steal")
+    lost = [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"]
+    assert [(e["resource"], e["how"]) for e in lost] == [("account:ops", "fleet-stolen")]
+
+
+FAST = "[defaults]\nheartbeat_interval = 1\n"  # lease 3 s: given up here after 2 s
+
+
+def test_a_dead_hosts_claims_are_freed_by_its_lease(fleet_hosts: HostFactory) -> None:
+    h1, h2 = fleet_hosts(2, extra=FAST)
+    a, b = register(h1), register(h2)
+    old = acquire(h1, a, "cron:nightly")["token"]
+
+    h1.daemon.kill()
+    got = acquire(h2, b, "cron:nightly", wait=20)
+    assert got["status"] == "granted"
+    assert got["token"] > old
+    assert not validate(h2, "cron:nightly", old)["valid"]
+
+
+def test_a_cut_off_host_gives_its_claims_up_before_another_gets_them(
+    fleet_hosts: HostFactory,
+) -> None:
+    h1, h2 = fleet_hosts(2, extra=FAST)
+    a, b = register(h1), register(h2)
+    old = acquire(h1, a, "box:cut")["token"]
+
+    h1.cut()
+    got = acquire(h2, b, "box:cut", wait=20)
+    assert got["status"] == "granted"
+    assert got["token"] > old
+    # h1 had given it up (lease not renewed for 2 of its 3 s): never held twice
+    assert h1.call("claim.list")["claims"] == []
+    lost = [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"]
+    assert [(e["resource"], e["how"]) for e in lost] == [("box:cut", "fleet")]
+    h1.heal()
+    h1.wait_connected()
+    assert acquire(h1, a, "box:cut")["status"] == "held"
+
+
+def test_partition_local_grants_local_only_and_heals(fleet_hosts: HostFactory) -> None:
+    """on_partition = "local": cut off, h1 grants fleet keys here alone, marked
+    local-only. On heal, the one nobody else took becomes fleet-wide (a new token);
+    the one h2 granted meanwhile is lost on h1: never held twice silently."""
+    h1, h2 = fleet_hosts(2, extra=FAST, fleet_extra='on_partition = "local"')
+    a, b = register(h1), register(h2)
+
+    h1.cut()
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
+    free = acquire(h1, a, "res:free")
+    taken = acquire(h1, a, "res:taken")
+    assert free["status"] == taken["status"] == "granted"
+    listed = {c["resource"]: c["local_only"] for c in h1.call("claim.list")["claims"]}
+    assert listed == {"res:free": True, "res:taken": True}
+    assert h1.status()["local_only"]
+    assert acquire(h2, b, "res:taken")["status"] == "granted"  # h2 cannot see h1's
+
+    h1.heal()
+    h1.wait_connected()
+
+    def settled() -> dict[str, Any] | None:
+        claims = h1.call("claim.list")["claims"]
+        return None if any(c["local_only"] for c in claims) else {c["resource"]: c for c in claims}
+
+    after = wait_for(settled, 15, what="h1 to reconcile")
+    assert list(after) == ["res:free"]
+    new_token = after["res:free"]["token"]
+    assert validate(h2, "res:free", new_token)["valid"]  # fleet-wide now
+    assert acquire(h2, b, "res:free")["status"] == "held"
+    lost = [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"]
+    assert [(e["resource"], e["how"]) for e in lost] == [("res:taken", "fleet-conflict")]
+    assert not h1.status()["local_only"]
+
+
+def test_a_restarted_meshd_keeps_its_fleet_claims(fleet_hosts: HostFactory) -> None:
+    h1, h2 = fleet_hosts(2)
+    a, b = register(h1), register(h2)
+    token = acquire(h1, a, "gateway:vps")["token"]
+
+    h1.daemon.stop()
+    h1.daemon.start()
+    h1.wait_connected()
+    wait_for(lambda: h1.status()["parts"]["claims"]["ready"], what="h1 to reconcile")
+    assert [c["token"] for c in h1.call("claim.list")["claims"]] == [token]
+    assert validate(h2, "gateway:vps", token)["valid"]
+    assert acquire(h2, b, "gateway:vps")["status"] == "held"
+    release(h1, a)
+    assert acquire(h2, b, "gateway:vps")["status"] == "granted"
+
+
+def test_a_wiped_bucket_never_hands_out_a_token_below_one_granted(
+    fleet_hosts: HostFactory, nats_server: NatsServer
+) -> None:
+    """The server's store is lost (sequences start again at 1): the host that holds a
+    fleet claim learns it lost it, and refuses fleet-wide claims while the bucket's
+    revisions are below the tokens it granted."""
+    (h1,) = fleet_hosts(1)
+    a = register(h1)
+    for n in range(5):  # push the revisions up a little
+        acquire(h1, a, f"box:{n}")
+    token = acquire(h1, a, "box:kept")["token"]
+
+    nats_server.kill()
+    shutil.rmtree(nats_server.store)
+    nats_server.start()
+    h1.wait_connected()
+
+    def problem() -> str | None:
+        return h1.status()["parts"]["claims"]["problem"]
+
+    text = wait_for(problem, 15, what="h1 to see the wiped bucket")
+    assert f"below token {token}" in text
+    assert h1.call("claim.list")["claims"] == []  # they are not in the bucket any more
+    reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": a, "resources": ["box:x"]})
+    assert reply["error"]["data"]["code"] == "UNAVAILABLE", reply
+    assert "below token" in reply["error"]["message"]
+
+
+def test_a_lease_lost_while_connected_frees_the_claims_for_others(
+    fleet_hosts: HostFactory, nats_server: NatsServer
+) -> None:
+    """h1's lease vanishes from the bucket while its link stays up: h1 gives its fleet
+    claims up at the next renewal, and once its lease is back its old entries must
+    not keep the others out."""
+    import asyncio
+
+    import nats
+
+    h1, h2 = fleet_hosts(2, extra=FAST)
+    a, b = register(h1), register(h2)
+    acquire(h1, a, "box:lease")
+
+    async def drop_lease() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            kv = await nc.jetstream().key_value("mesh_test_claims")
+            await kv.purge("l.h1")
+        finally:
+            await nc.close()
+
+    asyncio.run(drop_lease())
+    wait_for(lambda: h1.call("claim.list")["claims"] == [], 15, what="h1 to give it up")
+    got = acquire(h2, b, "box:lease", wait=15)
+    assert got["status"] == "granted", got
