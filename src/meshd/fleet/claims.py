@@ -310,7 +310,7 @@ class FleetClaims:
             value = json.dumps(
                 {"k": [k.text for k in keys], "s": session_id, "o": self.host, "m": mode}
             ).encode()
-            token = await self._commit(kv, gid, value)
+            token = await self._create(kv, "g." + gid, value)
             grant = FleetGrant(gid, session_id, mode, token, {k.text: k for k in keys}, revs)
             self._hold(grant)  # before it leaves inflight: never unknown here, so never "dead"
         except BaseException as exc:
@@ -376,20 +376,21 @@ class FleetClaims:
                 return [], written
         raise FleetDown(f"{step.resource}: too many concurrent changes, try again")
 
-    async def _commit(self, kv: KeyValue, gid: str, value: bytes) -> int:
-        """Create the commit record ``g.<gid>``: its revision is the token. A create
-        that timed out may have landed; then the record is there with its revision."""
+    async def _create(self, kv: KeyValue, name: str, value: bytes) -> int:
+        """Create ``name`` (a commit record ``g.<gid>``, whose revision is the token, or
+        a wait record ``w.<gid>``, the ticket). A create that timed out may have
+        landed; then the record is there with its revision."""
         deadline = time.monotonic() + PATIENCE
         while True:
             try:
-                return int(await kv.create("g." + gid, value))
+                return int(await kv.create(name, value))
             except nats.js.errors.KeyWrongLastSequenceError:
                 pass  # an earlier try that timed out created it
             except TIMEOUTS:
                 if time.monotonic() > deadline:
                     raise
             try:
-                return int((await kv.get("g." + gid)).revision or 0)
+                return int((await kv.get(name)).revision or 0)
             except nats.js.errors.KeyNotFoundError:
                 if time.monotonic() > deadline:
                     raise
@@ -406,11 +407,16 @@ class FleetClaims:
     async def _drop(
         self, kv: KeyValue, name: str, gone: Callable[[Entry], bool], where: str = "hdq"
     ) -> None:
+        deadline = time.monotonic() + PATIENCE
         for _ in range(MAX_TRIES):
-            record, rev = await self._read(kv, name)
-            new = record.without(gone, where)
-            if new == record or await self._write(kv, name, new, rev):
-                return
+            try:  # each try reads first: a write of ours that timed out shows there
+                record, rev = await self._read(kv, name)
+                new = record.without(gone, where)
+                if new == record or await self._write(kv, name, new, rev):
+                    return
+            except TIMEOUTS:
+                if time.monotonic() > deadline:
+                    raise
         raise FleetDown(f"{name}: too many concurrent changes")
 
     # --- waiting ----------------------------------------------------------------------
@@ -424,7 +430,7 @@ class FleetClaims:
             value = json.dumps(
                 {"k": [k.text for k in keys], "s": session_id, "o": self.host, "m": mode}
             ).encode()
-            ticket = await kv.create("w." + gid, value)
+            ticket = await self._create(kv, "w." + gid, value)
             me = Entry(gid, session_id, self.host, mode, ticket)
             for step in plan(keys, self.roots):
                 if step.role == "hold":
@@ -439,10 +445,15 @@ class FleetClaims:
         return waiter
 
     async def _queue(self, kv: KeyValue, name: str, me: Entry) -> None:
+        deadline = time.monotonic() + PATIENCE
         for _ in range(MAX_TRIES):
-            record, rev = await self._read(kv, name)
-            if await self._write(kv, name, record.adding("q", me), rev):
-                return
+            try:  # adding the same entry again changes nothing: a retry is harmless
+                record, rev = await self._read(kv, name)
+                if await self._write(kv, name, record.adding("q", me), rev):
+                    return
+            except TIMEOUTS:
+                if time.monotonic() > deadline:
+                    raise
         raise FleetDown(f"{name}: too many concurrent changes")
 
     async def dequeue(self, waiter: FleetWaiter) -> None:
