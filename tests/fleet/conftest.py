@@ -418,6 +418,15 @@ def fleet_hosts(nats_server: NatsServer, fleet_net: FleetNet) -> Iterator[HostFa
         if wait:
             for h in hosts:
                 h.wait_connected()
+            for h in hosts:
+                # connected is not yet claims-ready: the first reconcile (the claims bucket
+                # made by three hosts at once) can time out on a loaded JetStream and be
+                # retried; a test's first claim then met UNAVAILABLE (seen once in CI)
+                wait_for(
+                    lambda h=h: h.status().get("parts", {}).get("claims", {}).get("ready", True),
+                    30,
+                    what=lambda h=h: f"{h.name}'s fleet claims ready: {h.status()}",
+                )
         return hosts
 
     yield make
