@@ -66,7 +66,10 @@ class Holdings(Generic[W]):
     def listing(self, session_id: str | None = None) -> tuple[Claim, ...]:
         """Every live claim, or one session's, oldest grant first."""
         if session_id is not None:
-            claims: Iterable[Claim] = self.by_session.get(session_id, {}).values()
+            mine = self.by_session.get(session_id)
+            if not mine:  # most sessions, in every listing: nothing to sort
+                return ()
+            claims: Iterable[Claim] = mine.values()
         else:
             claims = (c for mine in self.by_session.values() for c in mine.values())
         return tuple(sorted(claims, key=lambda c: (c.token, c.resource)))

@@ -9,6 +9,7 @@ import msgspec
 from meshd.core.registry import Registration, Report, Session
 from meshd.domain import Domain
 from meshd.handlers.fleet import FleetDomain
+from meshd.handlers.listing import Listing, claim_infos, static_info
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
 from meshd.protocol.contract import REPORTED, rfc3339
@@ -26,6 +27,7 @@ class SessionHandlers(Domain):
     def __init__(self, svc: Service) -> None:
         super().__init__(svc)
         self._fleet: FleetDomain | None = None
+        self._listing = Listing()
 
     def install(self) -> None:
         svc = self.svc
@@ -167,47 +169,35 @@ class SessionHandlers(Domain):
         """``s`` as listings show it, with at most ``claims`` of its claims (all: None)."""
         reg = self.svc.state.registry
         held = self.svc.state.claims.list_claims(s.session_id)
-        return m.SessionInfo(
-            session_id=s.session_id, profile=s.profile, source=s.source, status=s.status,
-            task=s.task, cwd=s.cwd, repo=s.repo, branch=s.branch, pid=s.pid, host=s.host,
-            last_heartbeat=rfc3339(s.last_heartbeat),
+        return msgspec.structs.replace(
+            static_info(s, s.host),
             age_s=round(max(0.0, now_wall - s.last_heartbeat), 3),
-            stale=reg.is_stale(s, now_mono), liveness=s.liveness,
-            claims=[
-                m.ClaimInfo(
-                    resource=c.resource, mode=c.mode, token=c.token, since=rfc3339(c.since),
-                    reason=c.reason,
-                )
-                for c in held[:claims]
-            ],
+            stale=reg.is_stale(s, now_mono),
+            claims=claim_infos(held[:claims]),
             claims_total=len(held),
-            model=s.model, provider=s.provider, worktree=s.worktree, tools=list(s.tools),
-            parent=s.parent, slot=s.slot, kanban_task=s.kanban_task,
-            started_at=rfc3339(s.started_at), last_activity=rfc3339(s.last_activity),
-            accept_queries=s.accept_queries, accept_messages=s.accept_messages,
-            rank=s.rank, rank_by=s.rank_by,
-            rank_at=None if s.rank_at is None else rfc3339(s.rank_at),
-            activity=s.activity, idle_s=round(max(0.0, now_wall - s.last_activity), 3),
-        )  # fmt: skip
+            idle_s=round(max(0.0, now_wall - s.last_activity), 3),
+        )
 
-    def list(self, p: m.ListParams, conn: Conn) -> m.ListResult:
+    def list(self, p: m.ListParams, conn: Conn) -> m.ListResult | msgspec.Raw:
+        """Encoded by :class:`Listing`, which keeps each session's unchanged fields
+        encoded (listings are read far more often than sessions change)."""
         st = self.svc.state
         if st.hidden_from(p.for_profile):
             return m.ListResult(profile=st.profile, visible=False)
         clock = self.svc.clock
         now_m, now_w = clock.monotonic(), clock.now()
-        reg = st.registry
-        out = [
-            self.info(s, now_m, now_w, m.LISTED_CLAIMS)
-            for s in reg.sessions.values()
-            if not (p.fresh and reg.is_stale(s, now_m))
-        ]
+        reg, held = st.registry, st.claims.list_claims
+        listed = []
+        for s in reg.sessions.values():
+            stale = reg.is_stale(s, now_m)
+            if not (p.fresh and stale):
+                listed.append((s, stale, held(s.session_id)))
         fleet = None if self._fleet is None else self._fleet.fleet
-        if fleet is not None:  # SPEC §12: every host's sessions, each with its host
-            out = [msgspec.structs.replace(i, host=fleet.host) for i in out]
-            if not p.local:
-                out.extend(fleet.registry.remote_sessions(fresh=p.fresh))
-        return m.ListResult(profile=st.profile, sessions=out)
+        if fleet is None:
+            return self._listing.encode(st.profile, listed, now_w)
+        # SPEC §12: every host's sessions, each with its host
+        more = [] if p.local else fleet.registry.remote_sessions(fresh=p.fresh)
+        return self._listing.encode(st.profile, listed, now_w, fleet.host, more)
 
     def get(self, p: m.GetParams, conn: Conn) -> m.SessionInfo:
         clock = self.svc.clock
