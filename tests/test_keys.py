@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from meshd.keys import Key, canonical_key, describe, from_canonical
+from meshd.keys import Key, canonical_key, describe, from_canonical, realpath
 from meshd.protocol.errors import BadKey
 
 
@@ -75,6 +75,45 @@ class TestPaths:
         """~user is not expanded: the daemon only knows its own home."""
         with pytest.raises(BadKey, match="~user"):
             key("~root/x", root)
+
+
+class TestRealpath:
+    """keys.realpath skips what os.path.realpath would find anyway; it must answer alike."""
+
+    def test_answers_as_os_path_realpath(self, root: Path) -> None:
+        """Links (absolute, relative, chained, dangling, looping, at the end and on the
+        way), missing parts, a file used as a folder, ``.``, ``..``, doubled and
+        trailing slashes."""
+        (root / "f").write_text("")
+        (root / "rel").symlink_to("home/u/project")
+        (root / "chain").symlink_to(root / "rel")
+        (root / "dangling").symlink_to(root / "nowhere" / "deeper")
+        (root / "loop1").symlink_to(root / "loop2")
+        (root / "loop2").symlink_to(root / "loop1")
+        (root / "home" / "u" / "project" / "up").symlink_to("..")
+        tails = [
+            "", "/", "//", "f", "f/", "f/x/y", "nowhere", "nowhere/a/b/c.py", "nowhere//a/",
+            "home/u/project/src", "home/u/project/src/", "home/u/./project//src/new.py",
+            "home/u/link", "home/u/link/src/x.py", "home/u/link/missing/x", "rel/src",
+            "chain/src/a", "dangling", "dangling/x", "loop1", "loop1/x", "nowhere/../f",
+            "home/u/project/up/link/src", "home/u/link/../project", "home/u/project/up",
+            "nowhere/./x", "./f",
+        ]  # fmt: skip
+        for tail in tails:
+            path = f"{root}/{tail}"
+
+            assert realpath(path) == os.path.realpath(path), path
+
+    def test_a_folder_replaced_by_a_link_is_seen_at_once(self, root: Path) -> None:
+        """Nothing is cached: two spellings of one real file never make two keys."""
+        path = f"{root}/home/u/work/a.py"
+        (root / "home" / "u" / "work").mkdir()
+        assert key(path, root).value == path
+
+        (root / "home" / "u" / "work").rmdir()
+        (root / "home" / "u" / "work").symlink_to(root / "home" / "u" / "project")
+
+        assert key(path, root) == key(f"{root}/home/u/project/a.py", root)
 
 
 class TestBroad:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from meshd.protocol.errors import BadKey
@@ -179,9 +180,47 @@ def _expand(raw: str, path: str, home: str) -> str:
     return path
 
 
+def realpath(path: str) -> str:
+    """``os.path.realpath(path)`` for an absolute ``path``, at a fraction of its cost
+    where no link is on the way (every ``claim.check`` and claim resolves one or two).
+
+    It walks the path as realpath does, ``lstat`` on each component in turn, and
+    differs only in what it skips: the first link met hands the whole path to
+    ``os.path.realpath``, which follows it; the first component that cannot be
+    looked at (missing, not a folder, not searchable) ends the walk with the rest
+    appended as written -- nothing under it can be looked at either, so realpath
+    would find every further ``lstat`` failing and append them alike (a path with
+    ``..`` goes to realpath whole: there a missing folder can be stepped back out of).
+
+    Nothing is cached: a link made or moved since the last request is seen by the
+    next one, as with realpath. (A cache of resolved paths would need every folder
+    on the way re-checked to be safe -- a path's folder replaced by a link to another
+    folder would leave two spellings of one real file, and two sessions could hold
+    it at once -- which is the walk itself.)
+    """
+    names = path.split("/")
+    if ".." in names:
+        return os.path.realpath(path)
+    done = ""
+    lstat, islink = os.lstat, stat.S_ISLNK
+    for i, name in enumerate(names):
+        if not name or name == ".":
+            continue
+        step = done + "/" + name
+        try:
+            mode = lstat(step).st_mode
+        except OSError:
+            rest = [n for n in names[i + 1 :] if n and n != "."]
+            return "/".join([step, *rest])
+        if islink(mode):
+            return os.path.realpath(path)
+        done = step
+    return done or "/"
+
+
 def _real(raw: str, path: str) -> str:
     try:
-        real = os.path.realpath(path)  # non-strict: a path that does not exist yet is fine
+        real = realpath(path)  # non-strict: a path that does not exist yet is fine
     except (OSError, ValueError) as exc:
         raise _refuse(raw, f"the path cannot be resolved ({exc})", "check the path") from exc
     if len(real.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:

@@ -62,9 +62,10 @@ class Presence:
         or they recently changed it or files under it (:meth:`changed`)."""
         out: list[Present] = []
         path = path.rstrip("/") or "/"
-        prefix = path
+        prefix, places = path, self.places
         while True:
-            out.extend(self._at(prefix))
+            if prefix in places:  # most folders on the way are nobody's place
+                out.extend(self._at(prefix))
             if prefix == "/":
                 break
             prefix = prefix.rsplit("/", 1)[0] or "/"
@@ -73,7 +74,8 @@ class Presence:
         while i < len(self._place_list) and self._place_list[i].startswith(below):
             out.extend(self._at(self._place_list[i]))
             i += 1
-        out.extend(self._changed_under(path))
+        if self._changed_list:
+            out.extend(self._changed_under(path))
         return out
 
     def changed(self, sid: str, paths: Iterable[str]) -> None:
