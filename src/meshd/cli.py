@@ -1,50 +1,87 @@
-"""``meshd run [--profile P] [--log-level L]``: the daemon in the foreground.
+"""``meshd run [--profile P] [--log-level L]``: the daemon's entry point, click only when needed.
 
-For systemd, launchd, tests and ``meshctl``'s auto-start. It parses, sets up
-logging, and hands over to :func:`meshd.app.run`; there is no logic here.
-Exit status: 0 after a clean shutdown, 1 when it cannot start (the message on
-stderr says why: a second daemon for the profile, a bad config file, an unusable
-folder or database).
+Why: every auto-start from ``meshctl`` and every ``systemctl start`` runs this
+module, and BENCH.md holds daemon start to first answer within 2x the floor D (a
+minimal anyio server). click is the daemon's CLI framework, but importing it is
+several milliseconds of a start that has none to spare (docs/PERFORMANCE.md,
+"Daemon start-up").
+
+How: :func:`main` reads a plain ``run`` command line itself -- ``--profile`` and
+``--log-level``, each as ``--opt VALUE`` or ``--opt=VALUE``, the last one winning,
+``MESH_PROFILE`` when no ``--profile`` is given, as click reads them -- and runs
+the same body as the click command (:func:`serve`). Anything else
+(help, ``--version``, an unknown option, a missing or dash-led value, a log level
+not in the list, a non-ASCII argument, completion) goes to :mod:`meshd.cli_click`,
+so every usage message is still click's own. ``tests/test_meshd_cli.py`` compares
+the two readings.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-import click
+TYPE_CHECKING = False  # not typing's: the daemon's start-up does not need it yet
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import NoReturn
 
-from meshd import __version__
+LEVELS = ("debug", "info", "warning", "error")
+"""``--log-level``'s choices (the click option's, lower case; click takes any case)."""
+_OPTIONS = {"--profile": "profile", "--log-level": "log_level"}
 
 
-@click.group()
-@click.version_option(__version__, prog_name="meshd")
-def main() -> None:
-    """Session Mesh daemon."""
+def parse(argv: list[str], environ: Mapping[str, str]) -> dict[str, str] | None:
+    """``run``'s keyword arguments for ``argv`` (after the program name) as click
+    would pass them, or None when the command line is left to click."""
+    if not argv or argv[0] != "run" or "_MESHD_COMPLETE" in environ:
+        return None
+    values = {"profile": environ.get("MESH_PROFILE") or "default", "log_level": "info"}
+    i = 1
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        key = _OPTIONS.get(name)
+        if key is None or not argv[i].isascii():
+            return None
+        if not eq:
+            if i + 1 >= len(argv) or argv[i + 1].startswith("-") or not argv[i + 1].isascii():
+                return None
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        values[key] = value
+    level = values["log_level"].lower()
+    if level not in LEVELS:
+        return None
+    values["log_level"] = level
+    return values
 
 
-@main.command()
-@click.option(
-    "--profile",
-    envvar="MESH_PROFILE",
-    default="default",
-    show_default=True,
-    show_envvar=True,
-    help="Profile to serve.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="info",
-    show_default=True,
-)
-def run(profile: str, log_level: str) -> None:
-    """Serve PROFILE in the foreground until SIGTERM or SIGINT."""
+def serve(profile: str, log_level: str) -> NoReturn:
+    """``meshd run``'s body: serve ``profile`` until SIGTERM or SIGINT, then exit."""
     from meshd import app
 
     app.setup_logging(log_level)
     try:
         code = app.run(profile)
     except app.StartupError as exc:
+        import click  # for a refusal only: its echo (ANSI codes stripped off a terminal)
+
         click.echo(f"meshd: {exc}", err=True)
         sys.exit(1)
     sys.exit(code)
+
+
+def main() -> None:
+    """The ``meshd`` command (console script and ``python -m meshd``)."""
+    kwargs = parse(sys.argv[1:], os.environ)
+    if kwargs is None:
+        from meshd.cli_click import main as click_main
+
+        click_main()
+        return
+    try:
+        serve(**kwargs)
+    except (EOFError, KeyboardInterrupt):  # before the loop runs: as click's main says it
+        sys.stderr.write("\nAborted!\n")
+        sys.exit(1)
