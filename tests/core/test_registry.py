@@ -270,6 +270,31 @@ class TestRestore:
         clock.advance(21)
         assert [x.session_id for x, _ in registry.due()] == ["a"]
 
+    def test_restore_all_takes_back_many_at_once(self, clock: ManualClock) -> None:
+        """One pass restores what one at a time did: places, grace, deadlines in order."""
+        old = Registry(clock, Settings(stale_after=20, expire_after=600, heartbeat_interval=5), "p")
+        rows = [
+            old.register(reg(session_id="quiet", cwd="/srv/a/one", repo="/srv/a"))[0],
+            old.register(reg(session_id="bound", cwd="/srv/b", bind=True, conn_id=3))[0],
+            old.register(reg(session_id="proc", cwd="/srv/a/two", liveness="process", pid=1))[0],
+        ]
+        clock.advance(5000)  # down longer than expire_after
+        new = Registry(clock, Settings(stale_after=20, expire_after=600, heartbeat_interval=5), "p")
+        new.restore(rows[2])  # a heap that is not empty: the rest are pushed onto it
+        new.restore_all(rows[:2])
+
+        assert sorted(new.sessions) == ["bound", "proc", "quiet"]
+        assert new.sessions["bound"].conn_id is None
+        assert {s.session_id for s, _, _ in new.present_at("/srv/a")} == {"quiet", "proc"}
+        assert [s.session_id for s, _, _ in new.present_at("/srv/b/x")] == ["bound"]
+        clock.advance(19)
+        assert new.due() == []
+        clock.advance(2)  # one stale_after of grace for both; the process session stays
+        assert [(s.session_id, why) for s, why in new.due()] == [
+            ("bound", "unbound"),
+            ("quiet", "expired"),
+        ]
+
     def test_ancestors_follow_parent_links(self, registry: Registry) -> None:
         registry.register(reg(session_id="root"))
         registry.register(reg(session_id="kid", parent="root"))

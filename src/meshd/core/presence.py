@@ -46,6 +46,18 @@ class Presence:
                 bisect.insort(self._place_list, where)
             ids.add(s.session_id)
 
+    def place_all(self, sessions: Iterable[Session]) -> None:
+        """:meth:`place` each of ``sessions``, sorting the places once (a restore)."""
+        places = self.places
+        for s in sessions:
+            for where in (s.cwd, s.repo):
+                if where is not None:
+                    ids = places.get(where)
+                    if ids is None:
+                        ids = places[where] = set()
+                    ids.add(s.session_id)
+        self._place_list = sorted(places)
+
     def unplace(self, s: Session) -> None:
         for where in {s.cwd, s.repo} - {None}:
             assert where is not None

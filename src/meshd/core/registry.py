@@ -304,23 +304,42 @@ class Registry:
         return out
 
     def restore(self, s: Session) -> None:
-        """Take back a session read from the store after a restart.
+        """Take back one session read from the store (:meth:`restore_all`)."""
+        self.restore_all((s,))
+
+    def restore_all(self, sessions: Iterable[Session]) -> None:
+        """Take back the sessions read from the store after a restart, in one pass.
 
         The monotonic fields are rebuilt from wall time; ``heartbeat`` sessions
-        get one ``stale_after`` of grace to heartbeat again.
+        get one ``stale_after`` of grace to heartbeat again. One pass because the
+        daemon answers nobody until it is done: with 10,000 sessions to restore, one
+        clock reading, one heapify and one sort of the places instead of 10,000
+        each (bench: daemon start to first answer).
         """
         now_m, now_w = self.clock.monotonic(), self.clock.now()
-        age = max(0.0, now_w - s.last_heartbeat)
-        s.last_hb_mono = now_m - age
-        s.conn_id = None
-        s.unbound_at = None
-        s.grace_until = now_m + self.settings.stale_after if s.liveness == "heartbeat" else 0.0
-        if s.bind:
-            # Its connection died with the old daemon: same grace as a closed one.
-            s.unbound_at = now_m + self.settings.stale_after - self.settings.heartbeat_interval
-        self.sessions[s.session_id] = compact(s)
-        self.presence.place(s)
-        self._schedule(s)
+        st = self.settings
+        grace = now_m + st.stale_after
+        # A bound session's connection died with the old daemon: same grace as a closed one.
+        unbound = now_m + st.stale_after - st.heartbeat_interval
+        table, deadline = self.sessions, self.deadline
+        restored = []
+        due = []
+        for s in sessions:
+            s.last_hb_mono = now_m - max(0.0, now_w - s.last_heartbeat)
+            s.conn_id = None
+            s.unbound_at = unbound if s.bind else None
+            s.grace_until = grace if s.liveness == "heartbeat" else 0.0
+            table[s.session_id] = compact(s)
+            restored.append(s)
+            if (d := deadline(s)) != math.inf:
+                due.append((d, s.session_id))
+        self.presence.place_all(restored)
+        if self._heap:
+            for entry in due:
+                heapq.heappush(self._heap, entry)
+        else:
+            self._heap = due
+            heapq.heapify(due)
 
     # --- where sessions work -------------------------------------------------------
 

@@ -45,8 +45,7 @@ class SessionHandlers(Domain):
 
     def restore(self, db: sqlite3.Connection) -> None:
         """Live sessions come back; their processes are watched again once serving."""
-        for s in load_sessions(db):
-            self.svc.state.registry.restore(s)
+        self.svc.state.registry.restore_all(load_sessions(db))
 
     async def register(self, p: m.RegisterParams, conn: Conn) -> m.RegisterResult:
         svc = self.svc
