@@ -119,6 +119,21 @@ class TestEnvelope:
         assert reply["error"]["code"] == -32602
         assert reply["error"]["data"]["path"] == "$.session_id"
 
+    async def test_a_methods_first_request_decodes_like_the_rest(self, rpc: Rpc) -> None:
+        """Decoders are built at a method's first request (start-up time): the first
+        request is refused or served exactly as the later ones, and from then on the
+        handler holds msgspec's own decoder."""
+        stand_in = rpc.svc.handlers["session.heartbeat"].decode
+        first = await rpc.call(req("session.heartbeat", 5, session_id=12))
+        built = rpc.svc.handlers["session.heartbeat"].decode
+        again = await rpc.call(req("session.heartbeat", 5, session_id=12))
+
+        assert first == again
+        assert first["error"]["data"]["path"] == "$.session_id"
+        assert built is not stand_in
+        assert type(built).__name__ == "builtin_function_or_method"  # msgspec's, no wrapper
+        assert rpc.svc.handlers["session.heartbeat"].decode is built
+
     async def test_unknown_params_field_is_refused(self, rpc: Rpc) -> None:
         reply = await rpc.call(req("session.register", 6, bogus=1))
 
