@@ -111,3 +111,22 @@ class TestSyncedKinds:
         assert not any("synchronous=FULL" in s for s in plain)
         assert "PRAGMA synchronous=FULL" in seen
         assert seen.index("PRAGMA synchronous=FULL") < seen.index("COMMIT")
+
+
+async def test_a_clean_close_leaves_no_wal_behind(short_tmp: Path) -> None:
+    """The writer closes last, so it folds the WAL into the database and removes it (the
+    read-only reader cannot): the next start has no WAL to rebuild and read through."""
+    path = short_tmp / "s.sqlite3"
+    st = await open_store(path)
+    try:
+        await st.commit([("meta.set", f"k{i}", "x" * 1000) for i in range(200)])
+        assert st.read_now(lambda db: db.execute("SELECT count(*) FROM meta").fetchone()[0]) == 200
+        assert path.with_name("s.sqlite3-wal").stat().st_size > 0
+    finally:
+        st.stop()
+        st.close()
+
+    assert not path.with_name("s.sqlite3-wal").exists()
+    reopened = sqlite3.connect(path)
+    assert reopened.execute("SELECT count(*) FROM meta").fetchone()[0] == 200
+    reopened.close()

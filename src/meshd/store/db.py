@@ -194,7 +194,11 @@ class Store:
         return fn(self._reader)
 
     def close(self) -> None:
-        for db in (self._db, self._reader):
+        """Close the reader, then the writer: the last connection to close folds the WAL
+        into the database and removes it, which the read-only reader cannot do. Left
+        behind, the WAL (megabytes after a day of snapshots) is read again to rebuild
+        its index at the next start, and every read of the restore looks through it."""
+        for db in (self._reader, self._db):
             if db is not None:
                 db.close()
         self._db = self._reader = None
