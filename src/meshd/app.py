@@ -167,10 +167,18 @@ class Daemon:
         tmp.write_text(f"{path}\n")
         tmp.replace(self.paths.socket_record)
 
-    async def _bind(self) -> SocketListener:
-        """Bind the socket path, replacing it only when it is free (see :mod:`meshd.socketfile`)."""
+    async def _bind(self, *, starting: bool = False) -> SocketListener:
+        """Bind the socket path, replacing it only when it is free (see :mod:`meshd.socketfile`).
+
+        ``starting``: nothing is served yet, so the probe of the path (which may
+        wait :data:`~meshd.socketfile.PROBE_TIMEOUT` for a wedged daemon) runs on
+        the loop; later (the socket guard) it runs in a worker thread.
+        """
         path = self._served
-        problem = await anyio.to_thread.run_sync(socketfile.occupant, path)
+        if starting:
+            problem = socketfile.occupant(path)
+        else:
+            problem = await anyio.to_thread.run_sync(socketfile.occupant, path)
         if problem is not None:
             raise StartupError(f"cannot listen on {path}: {problem}")
         try:
@@ -182,7 +190,7 @@ class Daemon:
         self._listener = listener
         return listener
 
-    async def listener(self) -> SocketListener:
+    async def listener(self, *, starting: bool = False) -> SocketListener:
         adopted = sdnotify.listen_fds()
         if adopted:
             log.info("adopted the socket passed by systemd")
@@ -193,7 +201,7 @@ class Daemon:
             if isinstance(name, str) and name:
                 self._serving(Path(name))
             return listener
-        return await self._bind()
+        return await self._bind(starting=starting)
 
     async def _guard_socket(self) -> None:
         """Keep the socket reachable (SPEC §2): logout clean-up must not orphan the daemon.
@@ -296,11 +304,14 @@ class Daemon:
 
     async def run(self) -> None:
         try:
-            await anyio.to_thread.run_sync(self.open_store)
+            # On the loop itself: nothing is served yet, so nobody waits for it, and
+            # the hand-offs to a worker thread and back were start-up time (a
+            # daemon's start is an auto-starting client's wait).
+            self.open_store()
         except StoreError as exc:
             raise StartupError(str(exc)) from exc
         self.store.start()
-        listener = await self.listener()
+        listener = await self.listener(starting=True)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg

@@ -17,7 +17,7 @@ and the only cost is restoring two empty tables. While this host is in a fleet
 from __future__ import annotations
 
 import logging
-import secrets
+import os
 import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -75,7 +75,8 @@ class FleetMail(Domain):
         self._fleet: FleetDomain | None = None
 
     def _new_key(self) -> str:
-        return f"{self.host}:{secrets.token_hex(16)}"
+        # secrets.token_hex(16), without importing secrets (hmac, hashlib, random) at start-up
+        return f"{self.host}:{os.urandom(16).hex()}"
 
     @property
     def transport(self) -> Transport | None:
