@@ -176,8 +176,10 @@ class Service:
         d = self.state.drain()
         for dom in self._outboxes:
             writes, events = dom.drain()
-            d.writes.extend(writes)
-            d.events.extend(events)
+            if writes:
+                d.writes.extend(writes)
+            if events:
+                d.events.extend(events)
         return d
 
     async def resolve_paths(self, raws: Iterable[str], fn: Callable[[], T]) -> T:

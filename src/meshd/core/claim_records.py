@@ -162,6 +162,10 @@ class Outbox:
     cancelled: list[Cancelled] = field(default_factory=list)
     reserve_until: int | None = None
 
+    def empty(self) -> bool:
+        """Nothing to store or send (every field above is checked: keep it so)."""
+        return not (self.audit or self.notices or self.cancelled) and self.reserve_until is None
+
     def audit_claim(
         self,
         claim: Claim,

@@ -77,7 +77,8 @@ class SharedWork(Domain):
         """The cores' writes, committed with the service's next commit."""
         writes: list[Write] = []
         for core in (self.notes, self.signals, self.ledger, self.marks):
-            writes.extend(core.drain())
+            if core.writes:
+                writes.extend(core.drain())
         return writes, []
 
     def forget(self, refused: list[Write]) -> None:
