@@ -110,16 +110,20 @@ class MeshState:
         if self.claims.outbox.empty() and not mb.writes and not mb.events:
             return Drained(writes, events, [])
         out = self.claims.drain()
-        claim_events = [self._claim_event(n) for n in out.notices]
-        mail_writes, pushes = mb.drain()
-        writes.extend(mail_writes)
-        events.extend(Event(*p) for p in pushes)
+        notices = out.notices
+        claim_events = [self._claim_event(n) for n in notices] if notices else []
+        if mb.writes or mb.events:  # after the claim events: a loss adds an inbox notice
+            mail_writes, pushes = mb.drain()
+            writes.extend(mail_writes)
+            events.extend(Event(*p) for p in pushes)
         if out.reserve_until is not None:  # first, so the block is stored with its grants
             writes.insert(0, ("fencing.reserve", out.reserve_until))
-        writes.extend(("claim.audit", rec) for rec in out.audit)
+        if out.audit:
+            writes.extend([("claim.audit", rec) for rec in out.audit])
         outcomes: list[Outcome] = list(out.cancelled)
-        outcomes.extend(n for n in out.notices if n.waiter_id is not None)
-        events.extend(Event(e.session_id, e) for e in claim_events)
+        if notices:
+            outcomes.extend([n for n in notices if n.waiter_id is not None])
+            events.extend([Event(e.session_id, e) for e in claim_events])
         return Drained(writes, events, outcomes)
 
     def _claim_event(self, n: Notice) -> ClaimEvent:
