@@ -96,7 +96,12 @@ class FleetNet:
                 break
         self._subnet = f"10.{a}.0"
         self.bridge = f"mfbr{tag}"
-        ip("link", "add", self.bridge, "type", "bridge")
+        # A bridge takes the lowest MAC of its ports unless it has one of its own:
+        # each host's veth joining would change the server's MAC under the hosts
+        # already connected, whose packets then go nowhere until their ARP entry is
+        # renewed (seconds): JetStream requests and connects timed out (seen in CI)
+        mac = "02:" + ":".join(f"{b:02x}" for b in os.urandom(5))
+        ip("link", "add", self.bridge, "address", mac, "type", "bridge")
         ip("addr", "add", f"{self._subnet}.1/24", "dev", self.bridge)
         ip("link", "set", self.bridge, "up")
         self.kind, self.host = "netns", f"{self._subnet}.1"
@@ -352,8 +357,15 @@ class FleetHost:
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """The ``result`` of one JSON-RPC call (fails the test on an error reply)."""
         reply = rpc(self.daemon.socket, method, params)
-        assert "result" in reply, reply
+        assert "result" in reply, f"{reply}\n{self.tails()}"
         return reply["result"]
+
+    def tails(self) -> str:
+        """The last lines of this host's daemon log and of nats-server's: what a failure
+        on a loaded CI machine needs to be understood afterwards."""
+        mine = self.daemon.logs().splitlines()[-300:]
+        nats = self.server.logs().splitlines()[-20:]
+        return "\n".join([f"--- {self.name}'s meshd log", *mine, "--- nats-server log", *nats])
 
     def status(self) -> dict[str, Any]:
         return dict(self.call("fleet.status"))
