@@ -413,7 +413,7 @@ class TestRunSurvivesSigkill:
         self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
     ) -> None:
         """SIGKILL of run while COMMAND runs: the claim stays until COMMAND exits."""
-        go = short_tmp / "go"
+        go, started = short_tmp / "go", short_tmp / "started"
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -425,7 +425,7 @@ class TestRunSurvivesSigkill:
                 "--",
                 "sh",
                 "-c",
-                f"while [ ! -e {go} ]; do sleep 0.05; done",
+                f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done",
             ],
             env=daemon.env,
         )
@@ -434,6 +434,12 @@ class TestRunSurvivesSigkill:
         deadline = time.monotonic() + 20
         while meshctl("check", "res:long", env=env).code != 75:
             assert time.monotonic() < deadline, "run never took res:long"
+            time.sleep(0.05)
+        # COMMAND starts only once run has made its pid an anchor of the session: a
+        # kill before that (res:long already held) rightly frees the claim, since
+        # COMMAND then never runs (seen once on a loaded machine)
+        while not started.exists():
+            assert time.monotonic() < deadline, "COMMAND never started"
             time.sleep(0.05)
 
         proc.send_signal(signal.SIGKILL)
