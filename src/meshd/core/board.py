@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from meshd.core.clock import Clock, SteadyWall
 from meshd.protocol.events import FileChangedEvent
@@ -51,8 +52,7 @@ FRAMING = (
 Write = tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     """One changed path, as stored."""
 
     path: str
@@ -62,8 +62,7 @@ class Change:
     summary: str
 
 
-@dataclass(frozen=True, slots=True)
-class FileNotice:
+class FileNotice(msgspec.Struct, frozen=True):
     """What ``recipients`` are told about ``writer``'s changes in ``project``."""
 
     writer: str
@@ -94,8 +93,7 @@ class FileNotice:
         )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class Reported:
+class Reported(msgspec.Struct, frozen=True):
     """The outcome of one report: the rows, the notice sent now, who waits for a later one."""
 
     changes: tuple[Change, ...]
@@ -103,16 +101,15 @@ class Reported:
     held: tuple[str, ...]
 
 
-@dataclass(slots=True)
-class _Window:
+class _Window(msgspec.Struct):
     """One (writer, project) quiet period and what was reported during it."""
 
     quiet_until: float
     count: int = 0
-    sample: list[str] = field(default_factory=list)
+    sample: list[str] = msgspec.field(default_factory=list)
     common: str | None = None
     summary: str = ""
-    recipients: dict[str, None] = field(default_factory=dict)
+    recipients: dict[str, None] = msgspec.field(default_factory=dict)
 
     def add(self, paths: Sequence[str], summary: str, recipients: Iterable[str]) -> None:
         self.count += len(paths)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from meshd.core.claim_records import Mode, Waiting
 from meshd.core.path_trie import Order, PathTrie
@@ -30,8 +31,7 @@ if TYPE_CHECKING:
 Ref = tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     """What one acquire asks for."""
 
     session_id: str

@@ -9,8 +9,9 @@ tested without the table's machinery.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
+
+import msgspec
 
 if TYPE_CHECKING:
     from meshd.keys import Key
@@ -29,8 +30,7 @@ MAX_PREVIOUS = 10_000  # unclean ends remembered for the next grantee; oldest fo
 MAX_AHEAD = 20  # earlier waiters named in a held reply; a queue of 10,000 is not listed in full
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(msgspec.Struct, frozen=True):
     """One session's claim on one key. ``since`` is wall time; ``deadline`` monotonic."""
 
     session_id: str
@@ -47,8 +47,7 @@ class Claim:
         return self.key.text
 
 
-@dataclass(frozen=True, slots=True)
-class Previous:
+class Previous(msgspec.Struct, frozen=True):
     """The last holder of ``resource`` lost it without releasing it cleanly."""
 
     resource: str
@@ -57,8 +56,7 @@ class Previous:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class Waiting:
+class Waiting(msgspec.Struct, frozen=True):
     """A queued request, as others see it."""
 
     waiter_id: str
@@ -69,8 +67,7 @@ class Waiting:
     rank: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Granted:
+class Granted(msgspec.Struct, frozen=True):
     """The whole set is held. ``held_before``: resources already held in this mode."""
 
     session_id: str
@@ -84,8 +81,7 @@ class Granted:
     status: Literal["granted"] = "granted"
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
+class Held(msgspec.Struct, frozen=True):
     """Not granted: ``holders`` conflict with it, ``ahead`` are earlier waiters it may not pass.
 
     ``ahead`` names at most :data:`MAX_AHEAD` of them, first served first;
@@ -99,8 +95,7 @@ class Held:
     status: Literal["held"] = "held"
 
 
-@dataclass(frozen=True, slots=True)
-class Queued:
+class Queued(msgspec.Struct, frozen=True):
     """Not granted yet: the request waits as ``waiter_id`` (see ``cancel_waiter``)."""
 
     waiter_id: str
@@ -111,8 +106,7 @@ class Queued:
 Outcome = Granted | Held | Queued
 
 
-@dataclass(frozen=True, slots=True)
-class AuditRecord:
+class AuditRecord(msgspec.Struct, frozen=True):
     """One line of the audit log, per resource."""
 
     at: float
@@ -127,8 +121,7 @@ class AuditRecord:
     ttl: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Notice:
+class Notice(msgspec.Struct, frozen=True):
     """Something to tell ``session_id``: a claim it lost, or a wait that was granted."""
 
     kind: NoticeKind
@@ -143,8 +136,7 @@ class Notice:
     granted: Granted | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Cancelled:
+class Cancelled(msgspec.Struct, frozen=True):
     """A wait ended without a grant (session ended, or the caller gave up)."""
 
     waiter_id: str
@@ -153,13 +145,12 @@ class Cancelled:
     held: Held
 
 
-@dataclass(slots=True)
-class Outbox:
+class Outbox(msgspec.Struct):
     """What the caller must persist (``audit``, ``reserve_until``) and send (the rest)."""
 
-    audit: list[AuditRecord] = field(default_factory=list)
-    notices: list[Notice] = field(default_factory=list)
-    cancelled: list[Cancelled] = field(default_factory=list)
+    audit: list[AuditRecord] = msgspec.field(default_factory=list)
+    notices: list[Notice] = msgspec.field(default_factory=list)
+    cancelled: list[Cancelled] = msgspec.field(default_factory=list)
     reserve_until: int | None = None
 
     def empty(self) -> bool:
@@ -210,8 +201,7 @@ class Outbox:
 RESERVED = "reserved:"  # a reserved set is held by the pseudo-session "reserved:<owner>"
 
 
-@dataclass(slots=True)
-class Reservation:
+class Reservation(msgspec.Struct):
     """What a paused session released (SPEC §5b), held for whom may pass it:
     the preemptors in ``first`` until each is served, then only the owner."""
 
@@ -228,8 +218,7 @@ class Reservation:
         return session_id in self.first if self.first else session_id == self.owner
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimStatistics:
+class ClaimStatistics(msgspec.Struct, frozen=True):
     claims: int
     sessions: int
     waiters: int

@@ -32,8 +32,9 @@ sends. Nothing here calls back into I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from meshd.core.claim_conflicts import Conflicts
 from meshd.core.claim_holdings import Holdings

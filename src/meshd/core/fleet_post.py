@@ -15,8 +15,9 @@ injected clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from meshd.core.clock import Clock, SteadyWall
 
@@ -25,8 +26,7 @@ SEEN_DAYS = 8.0
 """Seen keys are kept this long: longer than the stream keeps anything (7 days)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
+class Outgoing(msgspec.Struct, frozen=True):
     """One outbox row: published as ``payload`` on ``subject`` with ``Nats-Msg-Id: key``."""
 
     key: str

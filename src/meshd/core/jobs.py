@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 from meshd.core.clock import Clock
 
 Policy = Literal["wait", "skip"]
@@ -33,8 +35,7 @@ Kind = Literal["start", "end", "defer"]
 Write = tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class JobSpec:
+class JobSpec(msgspec.Struct, frozen=True):
     """One ``[jobs.NAME]`` table, as validated by the config loader."""
 
     name: str
@@ -45,8 +46,7 @@ class JobSpec:
     once: Once = ""
 
 
-@dataclass(frozen=True, slots=True)
-class JobEvent:
+class JobEvent(msgspec.Struct, frozen=True):
     """What happened to one run of a job; the stored row."""
 
     name: str
@@ -58,14 +58,14 @@ class JobEvent:
     holders: tuple[dict[str, Any], ...] = ()
 
 
-@dataclass(slots=True)
-class JobState:
+class JobState(msgspec.Struct):
     """What the radar shows of one job (declared or not: an undeclared name has no spec)."""
 
     running: JobEvent | None = None  # its start event
     last_start: JobEvent | None = None
     last_end: JobEvent | None = None
-    pending: list[JobEvent] = field(default_factory=list)  # deferrals since the last success
+    #: deferrals since the last success
+    pending: list[JobEvent] = msgspec.field(default_factory=list)
     deferrals: int = 0  # deferrals seen in total (since the history was pruned)
 
 

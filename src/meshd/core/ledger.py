@@ -29,8 +29,10 @@ syncs them to disk (SPEC §8) before anyone is told.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
 from typing import Any, Literal
+
+import msgspec
+from msgspec.structs import replace
 
 from meshd.core.clock import Clock
 
@@ -43,8 +45,7 @@ class LedgerRefused(Exception):
     """A resolve that would break at-most-once (the key is running, its runner alive)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     """A key that is not free."""
 
     key: str
@@ -58,8 +59,7 @@ class Entry:
     resolved_by: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(msgspec.Struct, frozen=True):
     """The outcome of a reserve: ``reserved`` (go ahead) or the entry that stops it."""
 
     status: Literal["reserved", "running", "done", "unknown"]

@@ -6,7 +6,6 @@ Plain data and pure helpers shared by :mod:`meshd.core.mailbox`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -63,8 +62,7 @@ class Message(msgspec.Struct, gc=False):
     read_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Handoff:
+class Handoff(msgspec.Struct, frozen=True):
     """A durable record of work handed over; ``to`` None means for whoever comes next."""
 
     id: int
@@ -77,8 +75,7 @@ class Handoff:
     created_at: float = 0.0
 
 
-@dataclass(slots=True)
-class Query:
+class Query(msgspec.Struct):
     """A pending ask. ``chain``: the sessions it passed through, asker first, target last."""
 
     id: int
@@ -97,8 +94,7 @@ class Query:
     ended: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """The outcome of an ask (SPEC §9 ``sessions ask``)."""
 
     query_id: int
@@ -109,21 +105,19 @@ class Answer:
     elapsed_s: float
 
 
-@dataclass(slots=True)
-class Broadcast:
+class Broadcast(msgspec.Struct):
     """What one broadcast did: inbox messages, asks still pending, answers already known."""
 
-    recipients: list[str] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
-    pending: list[Query] = field(default_factory=list)
-    answers: list[Answer] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
+    recipients: list[str] = msgspec.field(default_factory=list)
+    messages: list[Message] = msgspec.field(default_factory=list)
+    pending: list[Query] = msgspec.field(default_factory=list)
+    answers: list[Answer] = msgspec.field(default_factory=list)
+    skipped: dict[str, str] = msgspec.field(default_factory=dict)
     chain: tuple[str, ...] = ()
     """The chain collected asks extend (the sender's; it travels to other hosts)."""
 
 
-@dataclass(frozen=True, slots=True)
-class MailboxStats:
+class MailboxStats(msgspec.Struct, frozen=True):
     unread: int
     pending_queries: int
     responders: int

@@ -17,8 +17,9 @@ and ``("note.prune", cutoff)``; the clock is injected.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from meshd.core.clock import Clock, SteadyWall
 from meshd.protocol.errors import TooLarge
@@ -26,8 +27,7 @@ from meshd.protocol.errors import TooLarge
 Write = tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(msgspec.Struct, frozen=True):
     """One entry of a notebook."""
 
     id: int

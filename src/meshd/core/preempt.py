@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+
+import msgspec
 
 from meshd.core.clock import Clock
 
 
-@dataclass(slots=True)
-class Preemption:
+class Preemption(msgspec.Struct):
     """``by`` asked ``holders`` (session -> the resources it wants of theirs) to pause."""
 
     id: int

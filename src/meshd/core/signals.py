@@ -18,16 +18,16 @@ last number, so ``--after`` never waits on a number already used).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from meshd.core.clock import Clock, SteadyWall
 
 Write = tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Signal:
+class Signal(msgspec.Struct, frozen=True):
     """One emit. ``payload`` is the JSON text the emitter sent (``null`` when none)."""
 
     name: str

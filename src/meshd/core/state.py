@@ -66,8 +66,7 @@ class Event(msgspec.Struct, gc=False):
         return kind_of(self.body)
 
 
-@dataclass(slots=True)
-class Drained:
+class Drained(msgspec.Struct):
     writes: list[Write]
     events: list[Event]
     outcomes: list[Outcome]

@@ -17,9 +17,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from meshd.core.claim_records import ENDING, AuditRecord
 from meshd.store.query import newest_rows
@@ -136,8 +137,7 @@ def write_fencing(db: sqlite3.Connection, reserve_until: int) -> None:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class StoredClaim:
+class StoredClaim(msgspec.Struct, frozen=True):
     session_id: str
     resource: str
     mode: str

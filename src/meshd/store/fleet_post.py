@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from meshd.core.fleet_post import Outgoing
 
@@ -54,10 +55,9 @@ WRITERS: dict[str, Callable[..., None]] = {
 }
 
 
-@dataclass
-class Loaded:
-    pending: list[Outgoing] = field(default_factory=list)
-    seen: list[tuple[str, float]] = field(default_factory=list)
+class Loaded(msgspec.Struct):
+    pending: list[Outgoing] = msgspec.field(default_factory=list)
+    seen: list[tuple[str, float]] = msgspec.field(default_factory=list)
 
 
 def load(db: sqlite3.Connection) -> Loaded:

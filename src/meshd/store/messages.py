@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -185,8 +184,7 @@ def handoff_show(db: sqlite3.Connection, handoff_id: int) -> Handoff | None:
     return _handoff(row) if row else None
 
 
-@dataclass
-class RestoredMail:
+class RestoredMail(msgspec.Struct):
     """What :meth:`meshd.core.mailbox.Mailbox.restore` takes back after a restart."""
 
     messages: list[Message]

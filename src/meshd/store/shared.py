@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from meshd.core.ledger import Entry
 from meshd.core.notes import Note
@@ -66,8 +67,7 @@ CREATE TABLE board_marks (
 LEDGER_KINDS = frozenset({"ledger.put", "ledger.delete"})
 
 
-@dataclass(frozen=True, slots=True)
-class Post:
+class Post(msgspec.Struct, frozen=True):
     """A progress line or a pitfall on a project's board."""
 
     project: str
@@ -77,13 +77,12 @@ class Post:
     at: float
 
 
-@dataclass
-class Loaded:
-    notes: list[Note] = field(default_factory=list)
-    signals: list[Signal] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=dict)
-    ledger: list[Entry] = field(default_factory=list)
-    marks: list[tuple[str, str, str, float]] = field(default_factory=list)
+class Loaded(msgspec.Struct):
+    notes: list[Note] = msgspec.field(default_factory=list)
+    signals: list[Signal] = msgspec.field(default_factory=list)
+    counters: dict[str, int] = msgspec.field(default_factory=dict)
+    ledger: list[Entry] = msgspec.field(default_factory=list)
+    marks: list[tuple[str, str, str, float]] = msgspec.field(default_factory=list)
 
 
 # --- writers ------------------------------------------------------------------------
@@ -117,9 +116,7 @@ def _signal_prune(db: sqlite3.Connection, cutoff: float) -> None:
 
 
 def _ledger_put(db: sqlite3.Connection, e: Entry) -> None:
-    record = json.dumps(
-        {f: getattr(e, f) for f in Entry.__dataclass_fields__}, separators=(",", ":")
-    )
+    record = json.dumps({f: getattr(e, f) for f in Entry.__struct_fields__}, separators=(",", ":"))
     db.execute(
         "INSERT INTO ledger(key, record) VALUES (?, ?) "
         "ON CONFLICT(key) DO UPDATE SET record = excluded.record",
