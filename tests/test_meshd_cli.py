@@ -129,3 +129,42 @@ def test_both_ways_say_the_same(mesh_env: MeshEnv, argv: list[str]) -> None:
 
     assert user == clicks
     assert user[0] != 0 or argv == ["--version"]
+
+
+_GC_PROBE = """
+import gc, os, sys
+from meshd import app, cli, sdnotify
+
+open_store = app.Daemon.open_store
+def probed(self):
+    print("restoring with the collector", "on" if gc.isenabled() else "off", flush=True)
+    open_store(self)
+app.Daemon.open_store = probed
+def notify(message):
+    if message.startswith("READY=1"):
+        print("serving with the collector", "on" if gc.isenabled() else "off", flush=True)
+        print("frozen", gc.get_freeze_count() > 0, flush=True)
+        os._exit(0)
+sdnotify.notify = notify
+sys.argv = ["meshd", "run", "--profile", "test"]
+cli.main()
+"""
+
+
+def test_the_collector_is_off_until_the_daemon_serves(mesh_env: MeshEnv) -> None:
+    """Start-up runs without the cyclic collector (its collections cost the first answer
+    milliseconds); serving, the daemon has frozen what start-up made and turned it on."""
+    out = subprocess.run(
+        [sys.executable, "-c", _GC_PROBE],
+        env=mesh_env.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert out.stdout.splitlines() == [
+        "restoring with the collector off",
+        "serving with the collector on",
+        "frozen True",
+    ], out.stderr

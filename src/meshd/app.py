@@ -332,12 +332,12 @@ class Daemon:
                 # as the daemon: out of the collector's sight, a full GC pause stays
                 # under a millisecond instead of tens (bench finding 8). Applied once,
                 # here: sessions registered later hold nothing the collector walks
-                # (core.session_records.Session). Only the young generations are
-                # collected first: a full collection here walked every module for the
-                # handful of import-time cycles it would free, on the way to the first
-                # answer (bench: start with 10,000 sessions to restore).
-                gc.collect(1)
+                # (core.session_records.Session). The collector was off until now
+                # (meshd.cli.serve): the ~70 collections the imports and the restore
+                # set off cost the start 8-20 ms, and they, like one collection here,
+                # would free only a few hundred objects of import-time cycles.
                 gc.freeze()
+                gc.enable()
                 # A full collection walks every live object, and 10,000 queued waits
                 # are 10,000 tasks with their scopes: at the default pace (one every
                 # 10 middle ones) queueing cost grew with the queue, 112 -> 221 µs of

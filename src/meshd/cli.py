@@ -18,6 +18,7 @@ the two readings.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -58,7 +59,12 @@ def parse(argv: list[str], environ: Mapping[str, str]) -> dict[str, str] | None:
 
 
 def serve(profile: str, log_level: str) -> NoReturn:
-    """``meshd run``'s body: serve ``profile`` until SIGTERM or SIGINT, then exit."""
+    """``meshd run``'s body: serve ``profile`` until SIGTERM or SIGINT, then exit.
+
+    The cyclic garbage collector is off until the daemon serves, when
+    :meth:`meshd.app.Daemon.run` freezes what start-up made and turns it back on.
+    """
+    gc.disable()
     from meshd import app
 
     app.setup_logging(log_level)
