@@ -473,3 +473,35 @@ def test_a_lease_lost_while_connected_frees_the_claims_for_others(
     wait_for(lambda: h1.call("claim.list")["claims"] == [], 15, what="h1 to give it up")
     got = acquire(h2, b, "box:lease", wait=15)
     assert got["status"] == "granted", got
+
+
+def test_a_wait_outlasts_a_cut_and_is_granted_when_the_fleet_is_back(
+    fleet_hosts: HostFactory,
+) -> None:
+    """on_partition = "fail" with time left to wait: the request waits for the fleet
+    to come back (a reconnect, a server restart) instead of failing at once."""
+    h1, _h2 = fleet_hosts(2)
+    a = register(h1)
+
+    h1.cut()
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
+    waiting = Background(h1, a, "cron:blip", wait=60)
+    wait_for(lambda: h1.call("mesh.info")["counts"]["connections"] >= 2, what="the request to arrive")
+    h1.heal()
+    got = waiting.result()
+    assert got["status"] == "granted"
+    assert validate(h1, "cron:blip", got["token"])["valid"]
+
+
+def test_a_wait_that_runs_out_while_cut_off_is_unavailable(fleet_hosts: HostFactory) -> None:
+    h1, _h2 = fleet_hosts(2)
+    a = register(h1)
+
+    h1.cut()
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
+    reply = rpc(
+        h1.daemon.socket,
+        "claim.acquire",
+        {"session_id": a, "resources": ["cron:gone"], "wait": 0.5},
+    )
+    assert reply["error"]["data"]["code"] == "UNAVAILABLE", reply

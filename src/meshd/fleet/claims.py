@@ -58,6 +58,9 @@ PATIENCE = 10.0
 server fsyncing every write): a write that timed out may have landed, so each try
 reads first and recognises its own entry."""
 
+BACK_POLL = 0.1
+"""Seconds between two looks at the link by a request waiting for the fleet to be back."""
+
 NATS_ERRORS: tuple[type[Exception], ...] = (
     nats.errors.Error,
     nats.js.errors.Error,
@@ -499,6 +502,15 @@ class FleetClaims:
                         tg.cancel_scope.cancel()
 
                     tg.start_soon(one)
+
+    async def back(self, timeout: float) -> None:
+        """Return once the fleet can decide claims again (the link up, this host
+        reconciled), or after ``timeout``: a request with time left to wait waits out
+        a blip (a server restart, a reconnect) instead of failing at once."""
+        with anyio.move_on_after(timeout):
+            await anyio.sleep(BACK_POLL)  # at least this: a try that failed while all
+            while not (self.link.connected and self.ready):  # looked up is not rerun hot
+                await anyio.sleep(BACK_POLL)
 
     def waiting(self) -> list[FleetWaiter]:
         """This host's requests in line in the fleet, first come first."""

@@ -334,8 +334,14 @@ class ClaimHandlers(Domain):
         conn: Conn, steal: bool,
     ) -> FleetGrant | FleetHeld:  # fmt: skip
         """Ask the fleet until granted or ``wait`` runs out (in line by ticket, woken by
-        the watch on the records); the last answer: a FleetGrant or a FleetHeld."""
+        the watch on the records); the last answer: a FleetGrant or a FleetHeld.
+
+        Under ``on_partition = "fail"`` a request with time left waits out a fleet that
+        cannot be reached (a reconnect, a server restart) and tries again once it is
+        back; :class:`FleetDown` (UNAVAILABLE) only when the wait runs out first.
+        Under ``"local"`` it is raised at once: the caller grants local-only."""
         from meshd.fleet.claims import FleetHeld
+        from meshd.fleet.link import FleetDown
 
         deadline = time.monotonic() + wait
         waiter = None
@@ -343,7 +349,16 @@ class ClaimHandlers(Domain):
         try:
             while True:
                 events = fc.arm(keys)
-                got = await fc.acquire(sid, keys, mode, waiter=waiter, steal=steal)
+                try:
+                    got = await fc.acquire(sid, keys, mode, waiter=waiter, steal=steal)
+                except FleetDown:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or fc.cfg.on_partition == "local":
+                        raise
+                    conn.detach()
+                    await fc.back(left)
+                    self.svc.state.registry.get(sid)  # ended while waiting: stop
+                    continue
                 left = deadline - time.monotonic()
                 granted = not isinstance(got, FleetHeld)
                 if granted or left <= 0:
