@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from bench.common import (
     LineClient,
     Place,
     Proc,
+    cpu_ns,
     median,
     pct,
     pinned,
@@ -81,20 +83,21 @@ class Variant:
             [PYTHON, "-m", "bench.responder", self.sock, "responder"], env=self.env, cwd=ROOT
         )
         self.pids.append(self.responder.pid)
+        self.mesh_list("respond")
 
-    def mesh_list(self, n: int) -> list[float]:
+    def mesh_list(self, n: int | str) -> list[float]:
         assert self.worker.stdin is not None
         assert self.worker.stdout is not None
         self.worker.stdin.write(f"{n}\n")
         self.worker.stdin.flush()
         return [float(t) for t in json.loads(self.worker.stdout.readline())]
 
-    def ask(self, n: int) -> list[float]:
+    def ask(self, n: int, to: str = "responder") -> list[float]:
         out = []
         for _ in range(n):
             sid = self.askers[self.asked % ASKERS]
             self.asked += 1
-            frame = rpc(bc.ASK, {"session_id": sid, "to": "responder",
+            frame = rpc(bc.ASK, {"session_id": sid, "to": to,
                                  "question": "what are you doing?", "timeout": 5})  # fmt: skip
             t = time.perf_counter()
             reply = json.loads(self.c.roundtrip(frame))
@@ -120,6 +123,12 @@ def worker(sock: str) -> None:
     mesh = Mesh("bench", socket=sock, autostart=False)
     clock = time.perf_counter
     for line in sys.stdin:
+        if line.strip() == "respond":  # the library's live responder, on its own thread
+            sess = mesh.session(session_id="libresponder", heartbeat_interval=3600)
+            sess.start()
+            sess.on_query(lambda q: "ok")
+            print("[]", flush=True)
+            continue
         out = []
         for _ in range(int(line)):
             t = clock()
@@ -147,6 +156,13 @@ def main(argv: list[str] | None = None) -> None:
     def keep(key: str, times: list[float]) -> None:
         acc.setdefault(key, []).append(pct(times, 0.5))
 
+    def timed(v: Variant, row: str, fn: Callable[[], list[float]]) -> None:
+        """The row's round trips, and the daemon's CPU per request meanwhile."""
+        cpu = cpu_ns(v.meshd.pid)
+        times = fn()
+        acc.setdefault(f"{v.name} {row} cpu", []).append((cpu_ns(v.meshd.pid) - cpu) / len(times))
+        keep(f"{v.name} {row}", times)
+
     n = args.n
     try:
         for phase in ("sessions", "claims"):
@@ -160,12 +176,14 @@ def main(argv: list[str] | None = None) -> None:
                     keep(f"E {phase}", time_roundtrips(e, hb, n))
                     for v in variants if r % 2 else variants[::-1]:
                         if phase == "sessions":
-                            keep(f"{v.name} list raw", time_roundtrips(v.c, lst, n // 4))
-                            keep(f"{v.name} list Mesh.call", v.mesh_list(n // 4))
-                            keep(f"{v.name} heartbeat raw", time_roundtrips(v.c, hb, n))
+                            timed(v, "list raw", lambda v=v: time_roundtrips(v.c, lst, n // 4))
+                            timed(v, "list Mesh.call", lambda v=v: v.mesh_list(n // 4))
+                            timed(v, "heartbeat raw", lambda v=v: time_roundtrips(v.c, hb, n))
                         else:
-                            keep(f"{v.name} claim.check", time_roundtrips(v.c, probe, n))
-                            keep(f"{v.name} ask", v.ask(n // 8))
+                            timed(v, "claim.check", lambda v=v: time_roundtrips(v.c, probe, n))
+                            timed(v, "ask", lambda v=v: v.ask(n // 8))
+                            timed(v, "ask, library responder",
+                                  lambda v=v: v.ask(n // 8, "libresponder"))  # fmt: skip
                     print(f"{phase} round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
     finally:
         for v in variants:
@@ -180,7 +198,7 @@ def report(acc: dict[str, list[float]], args: Any) -> None:
     print(f"\nreads_ab: {args.rounds} rounds, n={args.n}; medians of per-round p50s")
     print("| row | before | after | after/before |\n|---|---|---|---|")
     rows = {"sessions": ("list raw", "list Mesh.call", "heartbeat raw"),
-            "claims": ("claim.check", "ask")}  # fmt: skip
+            "claims": ("claim.check", "ask", "ask, library responder")}  # fmt: skip
     for phase, names in rows.items():
         e = median(acc[f"E {phase}"])
         print(f"| E ({phase} phase) | {e * 1e6:.1f} µs | | |")
@@ -191,9 +209,11 @@ def report(acc: dict[str, list[float]], args: Any) -> None:
 def _row(acc: dict[str, list[float]], row: str, e: float) -> None:
     b, a = median(acc[f"before {row}"]), median(acc[f"after {row}"])
     print(
-        f"| {row} | {b * 1e6:.1f} µs ({b / e:.2f}x E) | {a * 1e6:.1f} µs ({a / e:.2f}x E) "
+        f"| {row} p50 | {b * 1e6:.1f} µs ({b / e:.2f}x E) | {a * 1e6:.1f} µs ({a / e:.2f}x E) "
         f"| {a / b:.2f}x |"
     )
+    b, a = median(acc[f"before {row} cpu"]), median(acc[f"after {row} cpu"])
+    print(f"| {row}: daemon CPU | {b * 1e6:.1f} µs | {a * 1e6:.1f} µs | {a / b:.2f}x |")
 
 
 if __name__ == "__main__":

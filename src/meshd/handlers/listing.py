@@ -78,11 +78,16 @@ def segments(s: Session, host: str) -> list[bytes]:
     return parts
 
 
+_Kept = tuple[tuple[Any, ...], str, list[bytes]]
+"""A kept form: every field of the session it was encoded from, the host shown, the
+six segments."""
+
+
 class Listing:
     """Encodes ``session.list`` results, keeping each session's segments until it changes."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, tuple[tuple[Any, ...], list[bytes]]] = {}
+        self._kept: dict[str, _Kept] = {}
 
     def encode(
         self,
@@ -97,19 +102,19 @@ class Listing:
         (a fleet lists this host's name); ``more`` are appended as they are."""
         old = self._kept
         keep = len(sessions) <= CACHED_UP_TO
-        kept: dict[str, tuple[tuple[Any, ...], list[bytes]]] = {}
+        kept: dict[str, _Kept] = {}
         astuple = msgspec.structs.astuple
         out = [_HEAD, _encode(profile), _MIDDLE]
         first = True
         for s, stale, held in sessions:
             shown = s.host if host is None else host
-            key = (*astuple(s), shown)
+            fields = astuple(s)
             entry = old.get(s.session_id)
-            if entry is None or entry[0] != key:
-                entry = (key, segments(s, shown))
+            if entry is None or entry[0] != fields or entry[1] != shown:
+                entry = (fields, shown, segments(s, shown))
             if keep:
                 kept[s.session_id] = entry
-            p = entry[1]
+            p = entry[2]
             if held:
                 claims = _encode(claim_infos(held[: m.LISTED_CLAIMS]))
                 total = str(len(held)).encode()
