@@ -156,6 +156,15 @@ def main(argv: list[str] | None = None) -> None:
     def keep(key: str, times: list[float]) -> None:
         acc.setdefault(key, []).append(pct(times, 0.5))
 
+    def decode(v: Variant, k: int) -> list[float]:
+        """What the blocking client's decode of one listing costs (stdlib json)."""
+        line, out, clock = v.c.roundtrip(lst).decode(), [], time.perf_counter
+        for _ in range(k):
+            t = clock()
+            json.loads(line)
+            out.append(clock() - t)
+        return out
+
     def timed(v: Variant, row: str, fn: Callable[[], list[float]]) -> None:
         """The row's round trips, and the daemon's CPU per request meanwhile."""
         cpu = cpu_ns(v.meshd.pid)
@@ -179,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
                             timed(v, "list raw", lambda v=v: time_roundtrips(v.c, lst, n // 4))
                             timed(v, "list Mesh.call", lambda v=v: v.mesh_list(n // 4))
                             timed(v, "heartbeat raw", lambda v=v: time_roundtrips(v.c, hb, n))
+                            keep(f"{v.name} list: json.loads of the reply", decode(v, n // 4))
                         else:
                             timed(v, "claim.check", lambda v=v: time_roundtrips(v.c, probe, n))
                             timed(v, "ask", lambda v=v: v.ask(n // 8))
@@ -204,6 +214,10 @@ def report(acc: dict[str, list[float]], args: Any) -> None:
         print(f"| E ({phase} phase) | {e * 1e6:.1f} µs | | |")
         for row in names:
             _row(acc, row, e)
+        if phase == "sessions":  # the client's share of "list Mesh.call"
+            b, a = (median(acc[f"{w} list: json.loads of the reply"]) for w in ("before", "after"))
+            print(f"| list: json.loads of the reply | {b * 1e6:.1f} µs ({b / e:.2f}x E) "
+                  f"| {a * 1e6:.1f} µs ({a / e:.2f}x E) | {a / b:.2f}x |")  # fmt: skip
 
 
 def _row(acc: dict[str, list[float]], row: str, e: float) -> None:
