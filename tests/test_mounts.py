@@ -52,6 +52,18 @@ def test_remote_paths_go_to_the_thread(tmp_path: Path) -> None:
         assert not mounts.may_hang(str(tmp_path / "nfsx"))  # a sibling named alike
 
 
+def test_several_paths_hang_if_any_does(tmp_path: Path) -> None:
+    """A claim's path and the home folder are asked about together: one remote is enough."""
+    remote = tmp_path / "nfs"
+    remote.mkdir()
+    (tmp_path / "dir").mkdir()
+    local = str(tmp_path / "dir" / "f.py")
+    with table(tmp_path, remote) as mounts:
+        assert not mounts.may_hang(local, str(tmp_path))
+        assert mounts.may_hang(local, str(remote / "f.py"))
+        assert mounts.may_hang(str(remote / "f.py"), local)
+
+
 def test_no_mount_table_means_the_thread(tmp_path: Path) -> None:
     assert MountTable(str(tmp_path / "absent")).may_hang("/tmp/x")
 

@@ -110,14 +110,16 @@ class MountTable:
                 return True
         return False
 
-    def may_hang(self, path: str) -> bool:
-        """Whether resolving ``path`` (absolute) may touch a filesystem that can hang."""
+    def may_hang(self, *paths: str) -> bool:
+        """Whether resolving any of ``paths`` (absolute) may touch a filesystem that can
+        hang. The table is checked for changes once for all of them (a claim names its
+        path and the home folder: one ``poll`` a request, not two)."""
         if not self._fresh():
             return True
         if not self._remote:
             return False
         try:
-            return self._walk(path, 0)
+            return any(self._walk(path, 0) for path in paths)
         except OSError:
             return True
 

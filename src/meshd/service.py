@@ -189,7 +189,7 @@ class Service:
         microseconds, and ``res:X``, ``port:N`` read nothing (see meshd.mounts)."""
         for raw in raws:
             paths = touched_paths(raw, HOME)
-            if paths is None or any(self.mounts.may_hang(p) for p in paths):
+            if paths is None or self.mounts.may_hang(*paths):
                 return await self.resolver.run(fn, what=repr(raw[:200]))
         return fn()
 
