@@ -90,6 +90,8 @@ class Holdings(Generic[W]):
 
     def due(self, now_mono: float) -> list[Claim]:
         """The claims whose ttl ran out by ``now_mono`` (still held: the caller drops them)."""
+        if not self.heap or self.heap[0][0] > now_mono:
+            return []
         gone: dict[tuple[str, str], Claim] = {}  # a refresh may have pushed it twice
         while self.heap and self.heap[0][0] <= now_mono:
             entry = heapq.heappop(self.heap)

@@ -381,8 +381,11 @@ class ClaimTable:
 
         Returns the ``expired`` notices (also in the outbox; send them from there).
         """
-        now_wall = self.clock.now()
         gone = self._held.due(self.clock.monotonic())
+        if not gone:  # the usual case (every acquire and check asks): nothing to tell
+            self._settle()
+            return []
+        now_wall = self.clock.now()
         for claim in gone:
             self._drop(claim, "expire", now_wall, how="ttl")
         notices = self.outbox.losses(gone, "expired", now_wall, how="ttl")
