@@ -214,17 +214,21 @@ class Store:
     def _enqueue(self, p: _Pending) -> None:
         """Gather ``p`` into this loop turn's batch (handed over when the turn ends).
 
-        When nothing else is left to run in this turn (the loop's ready queue is
-        empty: no other request can join the batch before the turn ends) it is handed
-        over at once, which saves a lone write a pass of the loop (an ``epoll_wait``
-        and a callback) before the writer starts.
+        A write someone waits for is handed over at once when nothing else is left to
+        run in this turn (the loop's ready queue is empty, so no other request can
+        join the batch before the turn ends): a lone write saves a pass of the loop
+        (an ``epoll_wait`` and a callback) before the writer starts. Background writes
+        always wait for the turn's end: they are queued mid-request (an end's releases)
+        and a writer woken then would compete with that request's own reply.
         """
         gather = self._gather
         gather.append(p)
         if len(gather) == 1:
             loop = self._loop
-            if loop is None or not getattr(loop, "_ready", True):
-                self._handoff()  # not serving yet, or the last callback of this turn
+            if loop is None:  # not serving yet: no turns to wait for
+                self._handoff()
+            elif p.waiter is not None and not getattr(loop, "_ready", True):
+                self._handoff()  # the caller waits, and this is the turn's last callback
             else:
                 loop.call_soon(self._handoff)
 
