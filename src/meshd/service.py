@@ -257,10 +257,11 @@ class Service:
 
     # --- session lifecycle, whoever triggers it -------------------------------------
 
-    def end_session(self, sid: str, reason: EndReason) -> Session:
-        """End ``sid`` (releasing all it holds) and stop watching its process."""
+    def end_session(self, sid: str, reason: EndReason, *, stored: bool = False) -> Session:
+        """End ``sid`` (releasing all it holds) and stop watching its process;
+        ``stored``: the end itself is committed already (see :meth:`MeshState.end`)."""
         self.pids.unwatch(sid)
-        return self.state.end(sid, reason)
+        return self.state.end(sid, reason, stored=stored)
 
     def process_died(self, sid: str, pid: int) -> None:
         """A watched process exited: end its session at once, unless another anchors it."""

@@ -196,11 +196,16 @@ class MeshState:
     def heartbeat(self, sid: str, report: Report | None) -> Session:
         return self.registry.heartbeat(sid, report)
 
-    def end(self, sid: str, reason: EndReason = "ended") -> Session:
-        """End a session and release everything it held (cancelling its waits)."""
+    def end(self, sid: str, reason: EndReason = "ended", *, stored: bool = False) -> Session:
+        """End a session and release everything it held (cancelling its waits).
+
+        ``stored``: the caller committed the end itself before applying it
+        (``session.end``), so it is not written a second time.
+        """
         s = self.registry.end(sid, reason)
         self.mailbox.session_ended(sid)
-        self.writes.append(("session.end", sid, self.clock.now(), reason))
+        if not stored:
+            self.writes.append(("session.end", sid, self.clock.now(), reason))
         self.claims.release_session(sid, _END_HOW[reason])
         return s
 

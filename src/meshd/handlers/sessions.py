@@ -119,7 +119,7 @@ class SessionHandlers(Domain):
         svc.state.writes.append(("session.end", p.session_id, svc.clock.now(), "ended"))
         await svc.commit()
         released = [c.resource for c in svc.state.claims.list_claims(p.session_id)]
-        svc.end_session(p.session_id, "ended")  # releases exactly what it held
+        svc.end_session(p.session_id, "ended", stored=True)  # releases exactly what it held
         # The end is stored; what it sets off (releases, grants to waiters) follows in
         # the background, kept by the store until the disk takes it.
         svc.flush_background()

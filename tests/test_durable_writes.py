@@ -1,0 +1,75 @@
+"""The durable write path with a real store: what a request hands the writer, and when.
+
+A real :class:`~meshd.service.Service` (every domain of ``app.DOMAINS``) over a real
+SQLite file and its writer thread; handlers are called directly, without a socket.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from meshd.app import DOMAINS
+from meshd.core.clock import ManualClock
+from meshd.core.settings import Settings
+from meshd.core.state import MeshState
+from meshd.paths import ProfilePaths
+from meshd.service import Conn, Service
+from meshd.store import Store
+
+
+@pytest.fixture
+async def svc(short_tmp: Path) -> AsyncIterator[Service]:
+    root = short_tmp
+    paths = ProfilePaths(
+        profile="test", socket=root / "s.sock", state=root, database=root / "db",
+        lock=root / "lock", socket_record=root / "rec", config=root / "config.toml",
+        log=root / "log",
+    )  # fmt: skip
+    store = Store(paths.database)
+    await anyio.to_thread.run_sync(store.open)
+    service = Service(MeshState(ManualClock(), Settings(), "test"), store, paths, domains=DOMAINS)
+    store.start()
+    try:
+        yield service
+    finally:
+        await store.flush()
+        store.stop()
+        store.close()
+
+
+async def call(svc: Service, method: str, params: dict[str, Any]) -> Any:
+    h = svc.handlers[method]
+    p = h.decode(msgspec.json.encode(params))
+    return await h.fn(p, Conn(1)) if h.is_async else h.fn(p, Conn(1))
+
+
+async def test_an_end_is_written_once(svc: Service) -> None:
+    """session.end commits the end before applying it; applying it must not queue
+    the same end again for the writer (it did: every end cost two writes)."""
+    await call(svc, "session.register", {"session_id": "cli:a", "source": "cli", "task": "t"})
+    await call(svc, "session.end", {"session_id": "cli:a"})
+    await svc.store.flush()
+
+    assert svc.store.writes == 2  # the session's put, then its end
+    db = sqlite3.connect(svc.store.path)
+    assert db.execute("SELECT end_reason FROM sessions").fetchall() == [("ended",)]
+
+
+async def test_an_end_still_releases_and_logs_what_it_held(svc: Service) -> None:
+    """What the end sets off (its claims' release records) is still written."""
+    await call(svc, "session.register", {"session_id": "cli:a", "source": "cli", "task": "t"})
+    await call(svc, "claim.acquire", {"session_id": "cli:a", "resources": ["res:x"]})
+    await call(svc, "session.end", {"session_id": "cli:a"})
+    await svc.store.flush()
+
+    db = sqlite3.connect(svc.store.path)
+    actions = [a for (a,) in db.execute("SELECT action FROM audit ORDER BY rowid")]
+    assert actions == ["grant", "release"]
+    assert db.execute("SELECT count(*) FROM claims").fetchone() == (0,)
