@@ -7,7 +7,8 @@ drain, sweep, prune, connection closed); ``app.DOMAINS`` says which exist. Handl
 durable state finish with ``await svc.commit()``, which stores what the core
 produced before the reply goes out, so nothing is acknowledged before it is on
 disk (SPEC §8). Handlers that may wait (queued claims, asks) are marked
-``concurrent`` and run in a task of their own so the connection keeps serving.
+``concurrent`` and call ``conn.detach()`` before they block, so the connection keeps
+serving.
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ class Conn:
     subscriptions: set[str] = field(default_factory=set)
     detach: Callable[[], None] = field(default=lambda: None, repr=False)
     """Called by a ``concurrent`` handler just before it blocks (a queued claim, an
-    ask waiting for its responder): only then does the connection read its next
-    request. Until that point requests are handled in the order they came, so a
-    pipelined ``acquire`` then ``release`` does what it says."""
+    ask waiting for its responder): the handler goes on in the task that ran it and
+    only then does the connection read its next request, in a new task. Until that
+    point requests are handled in the order they came, so a pipelined ``acquire``
+    then ``release`` does what it says; a request that never blocks costs no task."""
     push: Callable[[bytes], None] = field(default=lambda frame: None, repr=False)
     """Writes one event frame to the client without waiting (set by the server)."""
 

@@ -26,20 +26,16 @@ from meshd.store import Store
 
 
 class Rpc:
-    """A dispatcher over a real method table; records what it would spawn."""
+    """A dispatcher over a real method table."""
 
     def __init__(self, svc: Service) -> None:
         self.svc = svc
         self.dispatch = Dispatcher(svc.lookup)
         self.conn = Conn(1)
-        self.spawned: list[Call] = []
-
-    async def _spawn(self, call: Call) -> None:
-        self.spawned.append(call)
 
     async def raw(self, line: bytes) -> Any:
         """The parsed reply to one frame, or None when there is none."""
-        reply = await self.dispatch.frame(line, self.conn, self._spawn)
+        reply = await self.dispatch.frame(line, self.conn)
         return None if reply is None else json.loads(reply)
 
     async def call(self, obj: Any) -> Any:
@@ -186,21 +182,23 @@ class TestEnvelope:
         assert "internal error in mesh.ping" in caplog.text
 
 
-class TestConcurrent:
-    async def test_a_concurrent_method_is_spawned_not_answered(self, rpc: Rpc) -> None:
-        """claim.acquire may wait: the dispatcher hands it to spawn and replies nothing."""
+class TestPrepare:
+    def test_a_request_becomes_its_call(self, rpc: Rpc) -> None:
+        """The server runs what prepare returns; a concurrent method is marked so."""
         params = {"session_id": "a", "resources": ["k"], "wait": 1}
-        reply = await rpc.call(req("claim.acquire", 15, **params))
+        call = rpc.dispatch.prepare(json.dumps(req("claim.acquire", 15, **params)).encode())
 
-        assert reply is None
-        assert [(c.method, c.rid, c.notify) for c in rpc.spawned] == [("claim.acquire", 15, False)]
+        assert isinstance(call, Call)
+        assert (call.method, call.rid, call.notify) == ("claim.acquire", 15, False)
+        assert call.handler.concurrent
+        assert call.params.wait == 1
 
-    async def test_inside_a_batch_it_runs_inline(self, rpc: Rpc) -> None:
-        """A batch is answered as one array, so nothing in it is spawned."""
-        replies = await rpc.call([req("claim.acquire", 16, session_id="ghost", resources=["k"])])
+    def test_what_cannot_be_called_is_its_reply(self, rpc: Rpc) -> None:
+        reply = rpc.dispatch.prepare(json.dumps(req("no.such", 16)).encode())
 
-        assert rpc.spawned == []
-        assert replies[0]["error"]["data"]["code"] == "UNKNOWN_SESSION"
+        assert isinstance(reply, bytes)
+        assert json.loads(reply)["error"]["code"] == -32601
+        assert rpc.dispatch.prepare(b'{"jsonrpc":"2.0","method":"no.such"}') is None
 
 
 class TestBatches:

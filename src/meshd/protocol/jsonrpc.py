@@ -6,15 +6,16 @@ with its own typed Struct and an error names the exact JSON path.
 :class:`Dispatcher` turns one received frame (a line, without its newline) into
 the reply frame, or ``None``: envelope checks, batches, method lookup, params,
 the handler call, and the one mapping from an exception to an error object. It
-reads and writes nothing: the server hands it lines and writes what it returns,
-and runs the handlers marked ``concurrent`` in tasks of its own (``spawn``), so
-every rule of SPEC §3 about frames can be tested without a socket.
+reads and writes nothing: the server hands it lines (:meth:`Dispatcher.prepare`,
+:meth:`Dispatcher.batch`) and writes what comes back, and decides how the calls
+marked ``concurrent`` run, so every rule of SPEC §3 about frames can be tested
+without a socket.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -136,7 +137,8 @@ class Handler(NamedTuple):
     fn: Callable[[Any, Any], Any]
     is_async: bool
     concurrent: bool
-    """May block (waits, asks): run in a task of its own, not in the frame loop."""
+    """May block (waits, asks): the handler calls ``conn.detach()`` before it does, and
+    the connection goes on serving while it waits."""
 
 
 def decode_params(h: Handler, raw: bytes | Raw | None) -> Any:
@@ -164,40 +166,47 @@ class Call:
     """No ``id``: a notification, answered with nothing (not even an error)."""
 
 
-Spawn = Callable[[Call], Awaitable[None]]
-"""Runs a ``concurrent`` call in a task of its own; the server's, since tasks are I/O."""
-
-
 class Dispatcher:
-    """From a frame to its reply, given the method table (``lookup``)."""
+    """From a frame to the calls it asks for and their replies, given the method table
+    (``lookup``). The server decides where each call runs (see meshd.server)."""
 
     def __init__(self, lookup: Callable[[str], Handler]) -> None:
         self.lookup = lookup
 
-    async def frame(self, line: bytes, conn: Any, spawn: Spawn) -> bytes | None:
-        """The reply to one frame (``None`` for notifications and blank lines).
+    @staticmethod
+    def batch(body: bytes) -> list[Raw] | bytes:
+        """A batch frame's elements, or the one reply when it has none to answer."""
+        try:
+            items = batch_decoder.decode(body)
+        except msgspec.DecodeError:
+            return PARSE_ERROR_REPLY
+        except RecursionError:
+            return TOO_DEEP_REPLY
+        return items if items else EMPTY_BATCH_REPLY
 
-        ``conn`` is handed to every handler; ``spawn`` runs the ``concurrent`` ones
-        (inside a batch they run inline: a batch is answered as one array).
-        """
+    async def frame(self, line: bytes, conn: Any) -> bytes | None:
+        """The reply to one frame (``None`` for notifications and blank lines), every
+        handler run to its end in turn, a batch's elements too. The server does the same
+        but lets the ``concurrent`` calls that wait go on while it serves others."""
         body = line.strip()
         if not body:
             return None
         if body[0] == 0x5B:  # "[": a batch
-            try:
-                items = batch_decoder.decode(body)
-            except msgspec.DecodeError:
-                return PARSE_ERROR_REPLY
-            except RecursionError:
-                return TOO_DEEP_REPLY
-            if not items:
-                return EMPTY_BATCH_REPLY
-            replies = [r for item in items if (r := await self.request(item, conn, None))]
+            items = self.batch(body)
+            if isinstance(items, bytes):
+                return items
+            replies = [r for item in items if (r := await self.request(item, conn))]
             return b"[" + b",".join(replies) + b"]" if replies else None
-        return await self.request(body, conn, spawn)
+        return await self.request(body, conn)
 
-    async def request(self, raw: bytes | Raw, conn: Any, spawn: Spawn | None) -> bytes | None:
-        """One request's reply; with ``spawn`` None every handler runs inline."""
+    async def request(self, raw: bytes | Raw, conn: Any) -> bytes | None:
+        """One request's reply, its handler run to its end."""
+        call = self.prepare(raw)
+        return await run(call, conn) if isinstance(call, Call) else call
+
+    def prepare(self, raw: bytes | Raw) -> Call | bytes | None:
+        """The call one request asks for, or the reply it gets instead (an error frame;
+        ``None`` for a notification that cannot be called)."""
         try:
             req = request_decoder.decode(raw)
         except msgspec.ValidationError as exc:
@@ -229,11 +238,7 @@ class Dispatcher:
                 raise InvalidParams(_DEEP_MESSAGE, {"path": "$"}) from exc
         except Exception as exc:
             return failure(req.method, rid, notify, exc)
-        call = Call(req.method, h, params, rid, notify)
-        if h.concurrent and spawn is not None:
-            await spawn(call)
-            return None
-        return await run(call, conn)
+        return Call(req.method, h, params, rid, notify)
 
 
 async def run(call: Call, conn: Any) -> bytes | None:
