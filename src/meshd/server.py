@@ -255,16 +255,19 @@ class Turns:
     """Pipelined bursts take turns: :data:`BURST_FRAMES_PER_TURN` frames per loop pass.
 
     A connection that has its next frame read already (the client pipelines) calls
-    :meth:`wait` before starting it and is woken in arrival order, a few per pass of
-    the event loop, so every burst advances and a request that came alone is started
-    in the next pass whatever the number of bursting connections. A lone burst is not
-    slowed beyond one extra pass per frame.
+    :meth:`wait` before starting it. At most ``per_turn`` such frames are let go per
+    pass of the event loop, over all connections, in arrival order; so every burst
+    advances, and a request that came alone is started in the next pass whatever the
+    number of bursting connections. A lone burst goes on at one frame per pass, as
+    with a plain yield.
     """
 
-    __slots__ = ("_armed", "_loop", "per_turn", "waiting")
+    __slots__ = ("_armed", "_loop", "per_turn", "used", "waiting")
 
     def __init__(self, per_turn: int = BURST_FRAMES_PER_TURN) -> None:
         self.per_turn = per_turn
+        self.used = 0
+        """Frames let go in this pass (reset by :meth:`_tick`)."""
         self.waiting: deque[asyncio.Future[None]] = deque()
         self._armed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -273,24 +276,28 @@ class Turns:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self.waiting.append(fut)
         if not self._armed:
             self._armed = True
-            loop.call_soon(self._open)
+            loop.call_soon(self._tick)
+        if self.used < self.per_turn and not self.waiting:
+            self.used += 1
+            await asyncio.sleep(0)  # a turn is free: go on in the next pass
+            return
+        fut = loop.create_future()
+        self.waiting.append(fut)
         await fut
 
-    def _open(self) -> None:
-        """Wake the next few waiting bursts (once per pass while any waits)."""
-        left, waiting = self.per_turn, self.waiting
-        while left and waiting:
+    def _tick(self) -> None:
+        """A new pass: let the next waiting bursts go (once per pass while any waits)."""
+        self.used, waiting = 0, self.waiting
+        while self.used < self.per_turn and waiting:
             fut = waiting.popleft()
             if not fut.done():  # a cancelled one (its connection closed) takes no turn
                 fut.set_result(None)
-                left -= 1
-        if waiting:
+                self.used += 1
+        if self.used or waiting:
             assert self._loop is not None
-            self._loop.call_soon(self._open)
+            self._loop.call_soon(self._tick)
         else:
             self._armed = False
 
@@ -466,10 +473,10 @@ class Server:
         """
         reader = c.reader
         assert reader is not None
-        if resumed and (batch is not None or reader.buffered()):
-            await self.turns.wait()  # the rest of a burst: it takes turns (below)
         if batch is not None and await self._batch(c, batch):
             return
+        if resumed and reader.buffered():
+            await self.turns.wait()  # the rest of a burst: it takes turns (below)
         while not c.closed:
             try:
                 line = await reader.frame()
@@ -610,18 +617,21 @@ def _stay() -> None:
 class _Detach:
     """``conn.detach`` for one ``concurrent`` call run by a reader: the first call
     starts a new reader (:meth:`Server._reader`), so the connection goes on serving
-    while this call waits in the task that ran it."""
+    while this call waits in the task that ran it. A call from any other task (an
+    earlier request that detached already and calls it again) does nothing: two
+    readers must never read one connection."""
 
-    __slots__ = ("batch", "c", "fired", "server")
+    __slots__ = ("batch", "c", "fired", "server", "task")
 
     def __init__(self, server: Server, c: Connection, batch: _Batch | None) -> None:
         self.server = server
         self.c = c
         self.batch = batch
         self.fired = False
+        self.task = asyncio.current_task()
 
     def __call__(self) -> None:
-        if not self.fired:
+        if not self.fired and asyncio.current_task() is self.task:
             self.fired = True
             self.c.tg.start_soon(
                 functools.partial(self.server._reader, resumed=True), self.c, self.batch

@@ -62,7 +62,7 @@ class Mesh:
         self.state.drain()
 
     async def raw(self, line: bytes = LIST) -> bytes:
-        reply = await self.rpc.frame(line, Conn(1), None)
+        reply = await self.rpc.frame(line, Conn(1))
         assert reply is not None
         return reply
 
