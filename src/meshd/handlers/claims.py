@@ -16,11 +16,8 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
-
-import anyio
 
 from meshd.core.claim_records import (
     ENDING,
@@ -53,11 +50,26 @@ if TYPE_CHECKING:
 HOME = os.path.expanduser("~")
 
 
-@dataclass
 class _Wait:
-    done: anyio.Event = field(default_factory=anyio.Event)
-    outcome: Granted | Held | None = None
-    error: BaseException | None = None
+    """One queued ``claim.acquire`` waiting: woken by :meth:`ClaimHandlers.resolve`
+    (granted, withdrawn, or its commit failed) or by its timer (the wait ran out).
+
+    A plain future and a timer handle, not a cancel scope and an event: 10,000 of
+    them wait at once in a storm, and each costs its set-up on the event loop.
+    """
+
+    __slots__ = ("error", "outcome", "settled", "woken")
+
+    def __init__(self, woken: asyncio.Future[None]) -> None:
+        self.woken = woken
+        self.settled = False
+        """Outcome (or error) known: nothing more happens to this wait."""
+        self.outcome: Granted | Held | None = None
+        self.error: BaseException | None = None
+
+    def wake(self) -> None:
+        if not self.woken.done():
+            self.woken.set_result(None)
 
 
 def _release_record(c: Claim, now_wall: float) -> AuditRecord:
@@ -461,21 +473,24 @@ class ClaimHandlers(Domain):
 
     async def _wait(self, q: Queued, wait: float) -> pc.ClaimAcquireResult:
         svc, st = self.svc, self.svc.state
-        w = self.waits[q.waiter_id] = _Wait()
+        loop = asyncio.get_running_loop()
+        w = self.waits[q.waiter_id] = _Wait(loop.create_future())
+        timer = loop.call_later(wait, w.wake)
         t0 = time.monotonic()
         try:
-            with anyio.move_on_after(wait):
-                await w.done.wait()
-            if not w.done.is_set():
+            await w.woken
+            if not w.settled:  # the wait ran out
                 held = st.claims.cancel_waiter(q.waiter_id, why="timeout")
                 if held is not None:
-                    w.outcome = held
-                    w.done.set()
+                    w.outcome, w.settled = held, True
                 await svc.commit()  # withdrawing may let later waiters go
-                await w.done.wait()  # granted just now: its commit is in flight
+                if not w.settled:  # granted just now: its commit is in flight
+                    w.woken = loop.create_future()
+                    await w.woken
         finally:
+            timer.cancel()
             self.waits.pop(q.waiter_id, None)
-            if not w.done.is_set():  # cancelled (connection closed): withdraw the wait
+            if not w.settled:  # cancelled (connection closed): withdraw the wait
                 st.claims.cancel_waiter(q.waiter_id, why="closed", wake=False)
                 self._wake_soon()
         waited = time.monotonic() - t0
@@ -503,7 +518,7 @@ class ClaimHandlers(Domain):
         for o in outcomes:
             waiter_id = o.waiter_id
             w = self.waits.get(waiter_id) if waiter_id else None
-            if w is None or w.done.is_set():
+            if w is None or w.settled:
                 continue
             if error is not None:
                 w.error = error
@@ -513,7 +528,8 @@ class ClaimHandlers(Domain):
                 w.outcome = o.held
             else:
                 w.outcome = o.granted
-            w.done.set()
+            w.settled = True
+            w.wake()
 
     async def steal(self, p: pc.ClaimStealParams, conn: Conn) -> pc.ClaimAcquireResult:
         st = self.svc.state
