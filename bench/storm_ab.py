@@ -1,0 +1,104 @@
+"""The waiter storm, A/B: ``python -m bench.storm_ab --base SRC [--also SRC] [--rounds N]``.
+
+Daemons side by side, each measured as ``python -m bench --only waiters`` measures
+one: A runs the ``meshd`` package found under ``SRC`` (a checkout's ``src`` folder,
+e.g. an export of main), B this tree's, C… those of ``--also``. Rounds rotate which
+goes first; each round measures, for each daemon, the prober's ping p99 on the idle
+daemon, then during a storm of ``n`` waiters, and the storm's enqueue and cancel (wall
+and daemon CPU). The figure that counts is each round's storm/idle ratio; the medians
+of those are printed per side. Used for the before/after in docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from bench.common import (
+    CLIENT_CPUS,
+    SERVER_CPUS,
+    Place,
+    Proc,
+    all_cpus,
+    median,
+    pct,
+    pin,
+    raise_nofile,
+    wait_answering,
+)
+from bench.waiters import Prober, storm
+
+
+def _start(place: Place, name: str, src: str | None) -> tuple[Proc, str]:
+    env = place.env(name)
+    if src is not None:
+        env["PYTHONPATH"] = f"{src}:{env['PYTHONPATH']}"
+    argv = [
+        __import__("sys").executable, "-m", "meshd", "run", "--profile", "bench",
+        "--log-level", "warning",
+    ]  # fmt: skip
+    proc = Proc(argv, env, place.root / f"{name}.log")
+    wait_answering(env["MESH_SOCKET"], proc=proc.p)
+    return proc, env["MESH_SOCKET"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.storm_ab", description=__doc__)
+    ap.add_argument("--base", required=True, help="src folder of the baseline (A)")
+    ap.add_argument("--also", action="append", default=[], help="src folder of a side C, D, …")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=10_000)
+    args = ap.parse_args()
+    raise_nofile(4096)
+    place = Place()
+    sides = {"A": _start(place, "a", str(Path(args.base).resolve())), "B": _start(place, "b", None)}
+    for i, src in enumerate(args.also):
+        name = chr(ord("C") + i)
+        sides[name] = _start(place, name.lower(), str(Path(src).resolve()))
+    got: dict[str, dict[str, list[float]]] = {k: {} for k in sides}
+    try:
+        pin(0, CLIENT_CPUS)
+        for proc, path in sides.values():
+            pin(proc.pid, SERVER_CPUS)
+            storm(path, args.n // 10, "warm")
+        for r in range(args.rounds):
+            order = list(sides)[r % len(sides) :] + list(sides)[: r % len(sides)]
+            for side in order:
+                proc, path = sides[side]
+                with Prober(path) as idle:
+                    time.sleep(1.0)
+                with Prober(path) as busy:
+                    figures = storm(path, args.n, f"r{r}", proc.pid)
+                g = got[side]
+                i99, s99 = pct(idle.times, 0.99), pct(busy.times, 0.99)
+                for k, v in zip(
+                    ("idle p99", "storm p99", "ratio", "enqueue", "cancel", "enqueue cpu",
+                     "cancel cpu"),
+                    (i99, s99, s99 / i99, *figures),
+                    strict=True,
+                ):  # fmt: skip
+                    g.setdefault(k, []).append(v)
+                print(
+                    f"round {r} {side}: idle p99 {i99 * 1e3:.2f} ms, storm p99 {s99 * 1e3:.2f} ms"
+                    f" ({s99 / i99:.2f}x), enqueue {figures[0]:.2f} s (cpu {figures[2]:.2f} s),"
+                    f" cancel {figures[1]:.2f} s (cpu {figures[3]:.2f} s)",
+                    flush=True,
+                )
+    finally:
+        pin(0, all_cpus())
+        for proc, _path in sides.values():
+            proc.stop()
+        print(f"logs kept in {place.root}")
+    for side, g in got.items():
+        m = {k: median(v) for k, v in g.items()}
+        print(
+            f"{side} medians: idle p99 {m['idle p99'] * 1e3:.2f} ms, storm p99 "
+            f"{m['storm p99'] * 1e3:.2f} ms, ratio {m['ratio']:.2f}x (rounds: "
+            f"{', '.join(f'{x:.2f}' for x in g['ratio'])}), enqueue {m['enqueue']:.2f} s "
+            f"cpu {m['enqueue cpu']:.2f} s, cancel {m['cancel']:.2f} s cpu {m['cancel cpu']:.2f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
