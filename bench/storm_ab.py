@@ -72,16 +72,18 @@ def main() -> None:
                     figures = storm(path, args.n, f"r{r}", proc.pid)
                 g = got[side]
                 i99, s99 = pct(idle.times, 0.99), pct(busy.times, 0.99)
+                worst = max(busy.times)
                 for k, v in zip(
-                    ("idle p99", "storm p99", "ratio", "enqueue", "cancel", "enqueue cpu",
-                     "cancel cpu"),
-                    (i99, s99, s99 / i99, *figures),
+                    ("idle p99", "storm p99", "ratio", "worst", "enqueue", "cancel",
+                     "enqueue cpu", "cancel cpu"),
+                    (i99, s99, s99 / i99, worst, *figures),
                     strict=True,
                 ):  # fmt: skip
                     g.setdefault(k, []).append(v)
                 print(
                     f"round {r} {side}: idle p99 {i99 * 1e3:.2f} ms, storm p99 {s99 * 1e3:.2f} ms"
-                    f" ({s99 / i99:.2f}x), enqueue {figures[0]:.2f} s (cpu {figures[2]:.2f} s),"
+                    f" ({s99 / i99:.2f}x), worst {worst * 1e3:.0f} ms,"
+                    f" enqueue {figures[0]:.2f} s (cpu {figures[2]:.2f} s),"
                     f" cancel {figures[1]:.2f} s (cpu {figures[3]:.2f} s)",
                     flush=True,
                 )
@@ -95,7 +97,8 @@ def main() -> None:
         print(
             f"{side} medians: idle p99 {m['idle p99'] * 1e3:.2f} ms, storm p99 "
             f"{m['storm p99'] * 1e3:.2f} ms, ratio {m['ratio']:.2f}x (rounds: "
-            f"{', '.join(f'{x:.2f}' for x in g['ratio'])}), enqueue {m['enqueue']:.2f} s "
+            f"{', '.join(f'{x:.2f}' for x in g['ratio'])}), worst ping {m['worst'] * 1e3:.0f} ms, "
+            f"enqueue {m['enqueue']:.2f} s "
             f"cpu {m['enqueue cpu']:.2f} s, cancel {m['cancel']:.2f} s cpu {m['cancel cpu']:.2f} s"
         )
 
