@@ -89,10 +89,11 @@ def mesh(tmp_path: Path) -> Mesh:
 
 
 def varied(mesh: Mesh) -> None:
-    """Sessions that between them set every field a listing shows."""
+    """Sessions that between them set every field a listing shows (a NUL among them: the
+    kept forms are split at a raw NUL, which the encoder escapes inside strings)."""
     mesh.register(
-        "full", task='fix "quotes", \\ and ünïcode — \u2028', status="thinking", model="m",
-        provider="p", cwd="/home/u/p", repo="/home/u/p", branch="feat/x",
+        "full", task='fix "quotes", \\, ünïcode — \u2028 and a NUL \x00', status="thinking",
+        model="m", provider="p", cwd="/home/u/p", repo="/home/u/p", branch="feat/x",
         worktree="/home/u/p-wt", tools=["bash", "edit"], parent="boss", slot="s1",
         kanban_task="K-1", accept_queries=False, accept_messages=False,
     )  # fmt: skip
