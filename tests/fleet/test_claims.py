@@ -486,7 +486,9 @@ def test_a_wait_outlasts_a_cut_and_is_granted_when_the_fleet_is_back(
     h1.cut()
     wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
     waiting = Background(h1, a, "cron:blip", wait=60)
-    wait_for(lambda: h1.call("mesh.info")["counts"]["connections"] >= 2, what="the request to arrive")
+    wait_for(
+        lambda: h1.call("mesh.info")["counts"]["connections"] >= 2, what="the request to arrive"
+    )
     h1.heal()
     got = waiting.result()
     assert got["status"] == "granted"
