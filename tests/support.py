@@ -16,13 +16,27 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from meshd.paths import ProfilePaths
 
 TIMEOUT = 10.0
 """Seconds any single socket operation may take before the test calls it a hang."""
 
 CLOSED = "closed"
 """What :meth:`Client.reply` returns when the daemon closed the connection."""
+
+
+def profile_paths(root: Path, profile: str = "test") -> ProfilePaths:
+    """Every path of ``profile`` inside ``root``: for a Service built without a daemon."""
+    from meshd.paths import ProfilePaths
+
+    return ProfilePaths(
+        profile=profile, socket=root / "s.sock", state=root, database=root / "db",
+        lock=root / "lock", socket_record=root / "rec", config=root / "config.toml",
+        log=root / "log",
+    )  # fmt: skip
 
 
 def wait_for(

@@ -14,12 +14,12 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from tests.support import profile_paths
 
 from meshd.app import DOMAINS
 from meshd.core.clock import ManualClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState
-from meshd.paths import ProfilePaths
 from meshd.service import Conn, Service
 from meshd.store import Store
 
@@ -27,11 +27,7 @@ from meshd.store import Store
 @pytest.fixture
 async def svc(short_tmp: Path) -> AsyncIterator[Service]:
     root = short_tmp
-    paths = ProfilePaths(
-        profile="test", socket=root / "s.sock", state=root, database=root / "db",
-        lock=root / "lock", socket_record=root / "rec", config=root / "config.toml",
-        log=root / "log",
-    )  # fmt: skip
+    paths = profile_paths(root)
     store = Store(paths.database)
     await anyio.to_thread.run_sync(store.open)
     service = Service(MeshState(ManualClock(), Settings(), "test"), store, paths, domains=DOMAINS)

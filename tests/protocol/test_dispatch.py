@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import profile_paths
 
 from meshd.app import DOMAINS
 from meshd.core.clock import ManualClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState
-from meshd.paths import ProfilePaths
 from meshd.protocol.jsonrpc import Call, Dispatcher
 from meshd.service import Conn, Service
 from meshd.store import Store
@@ -45,11 +45,7 @@ class Rpc:
 @pytest.fixture
 def rpc(tmp_path: Path) -> Rpc:
     root = tmp_path
-    paths = ProfilePaths(
-        profile="test", socket=root / "s.sock", state=root, database=root / "db",
-        lock=root / "lock", socket_record=root / "rec", config=root / "config.toml",
-        log=root / "log",
-    )  # fmt: skip
+    paths = profile_paths(root)
     state = MeshState(ManualClock(), Settings(), "test")
     return Rpc(Service(state, Store(paths.database), paths, domains=DOMAINS))
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests.support import profile_paths
 
 from meshd.app import DOMAINS
 from meshd.core.clock import ManualClock
@@ -24,7 +25,6 @@ from meshd.core.state import MeshState
 from meshd.handlers import listing
 from meshd.handlers.sessions import SessionHandlers
 from meshd.keys import from_canonical
-from meshd.paths import ProfilePaths
 from meshd.protocol import methods as m
 from meshd.protocol.jsonrpc import Dispatcher, encoder, response
 from meshd.service import Conn, Service
@@ -38,11 +38,7 @@ class Mesh:
     """A Service's session.list over the dispatcher, and the core to change sessions."""
 
     def __init__(self, root: Path) -> None:
-        paths = ProfilePaths(
-            profile="test", socket=root / "s.sock", state=root, database=root / "db",
-            lock=root / "lock", socket_record=root / "rec", config=root / "config.toml",
-            log=root / "log",
-        )  # fmt: skip
+        paths = profile_paths(root)
         self.clock = ManualClock()
         self.state = MeshState(self.clock, Settings(), "test")
         self.svc = Service(self.state, Store(paths.database), paths, domains=DOMAINS)
