@@ -501,6 +501,11 @@ class Server:
                 # burst (a storm of 10,000 queued acquires) delays anyone else's
                 # one request by more than a few frames.
                 await self.turns.wait()
+        if c.inflight.value < MAX_INFLIGHT and not c.closed:
+            # Requests of it still wait, and closing withdraws each (up to 128): closes
+            # take turns too, so 100 clients hanging up at once do not stall the loop
+            # for all their waits in one pass.
+            await self.turns.wait()
         c.close()
 
     async def _frame(self, c: Connection, line: bytes) -> bool:
