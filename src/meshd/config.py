@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -99,7 +98,7 @@ def _apply(settings: Settings, o: Overrides) -> Settings:
     }
     if "visible_to_profiles" in changes:
         changes["visible_to_profiles"] = tuple(changes["visible_to_profiles"])
-    return replace(settings, **changes)
+    return msgspec.structs.replace(settings, **changes)
 
 
 def load(path: Path, profile: str) -> Settings:
@@ -129,9 +128,9 @@ def load(path: Path, profile: str) -> Settings:
     _check(path, settings)
     jobs = tuple(_job(path, name, table) for name, table in doc.jobs.items())
     if jobs:
-        settings = replace(settings, jobs=jobs)
+        settings = msgspec.structs.replace(settings, jobs=jobs)
     if doc.fleet is not None:
-        settings = replace(settings, fleet=_fleet(path, doc.fleet))
+        settings = msgspec.structs.replace(settings, fleet=_fleet(path, doc.fleet))
     return settings
 
 
@@ -265,7 +264,8 @@ def _check(path: Path, s: Settings) -> None:
 
 def as_dict(s: Settings) -> dict[str, Any]:
     """Settings as plain data, for ``mesh.info``."""
-    out = asdict(s)
+    out = msgspec.structs.asdict(s)
+    out["fleet"] = None if s.fleet is None else msgspec.structs.asdict(s.fleet)
     out["visible_to_profiles"] = list(s.visible_to_profiles)
     out["jobs"] = [j.name for j in s.jobs]
     return out

@@ -6,15 +6,14 @@ reload swaps the whole object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from meshd.core.jobs import JobSpec
 
 DEFAULT_SHARED_KINDS = ("box", "account", "cron", "gateway", "res")
 
 
-@dataclass(frozen=True, slots=True)
-class FleetSettings:
+class FleetSettings(msgspec.Struct, frozen=True):
     """The ``[fleet]`` table (SPEC §12): how this host joins the others through NATS.
 
     Plain data: :mod:`meshd.config` validates it, :mod:`meshd.fleet` connects with it.
@@ -34,15 +33,14 @@ class FleetSettings:
     reach; ``"local"``: it is granted on this host alone, marked ``local-only``."""
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(msgspec.Struct, frozen=True):
     """SPEC §2 keys, with their defaults."""
 
     enabled: bool = True
     heartbeat_interval: float = 5.0
     stale_after: float = 20.0
     expire_after: float = 600.0
-    visible_to_profiles: tuple[str, ...] = field(default_factory=tuple)
+    visible_to_profiles: tuple[str, ...] = ()
     accept_queries: bool = True
     accept_messages: bool = True
     message_budget_per_minute: int = 30
@@ -52,7 +50,7 @@ class Settings:
     max_body_bytes: int = 8192
     snapshot_interval: float = 2.0
     history_days: float = 30.0
-    jobs: tuple[JobSpec, ...] = field(default_factory=tuple)  # the [jobs.NAME] tables (SPEC §7)
+    jobs: tuple[JobSpec, ...] = ()  # the [jobs.NAME] tables (SPEC §7)
     fleet: FleetSettings | None = None
     """The ``[fleet]`` table (SPEC §12); None: this host is alone, nothing changes."""
     # Connection limits (docs/SECURITY.md), beyond SPEC §2's table:
