@@ -317,6 +317,8 @@ class Daemon:
                 self._tg = tg
                 await tg.start(self.service.pids.run)
                 for s in list(self.state.registry.sessions.values()):
+                    if s.pid is None and not s.anchors:
+                        continue  # no process to watch (most heartbeat sessions)
                     for pid, start in s.pids():  # re-checked at once; the dead go now
                         self.service.pids.watch(s.session_id, pid, start)
                 await tg.start(self.server.serve, listener)

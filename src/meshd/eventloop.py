@@ -11,7 +11,6 @@ compiled dependency everywhere. The test suite runs the daemon on both loops.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from typing import Any
 
@@ -30,6 +29,10 @@ def choose(value: str | None = None) -> str:
         raise LoopChoiceError(
             f"{ENV}={want!r} is not a known event loop: use one of {', '.join(CHOICES)}"
         )
+    if want == "asyncio":
+        return want  # the default: no search of sys.path for uvloop on the way to serving
+    import importlib.util
+
     have_uvloop = importlib.util.find_spec("uvloop") is not None
     if want == "uvloop" and not have_uvloop:
         raise LoopChoiceError(
