@@ -169,16 +169,21 @@ def handoff(n: int) -> float:
 # --- D: a minimal anyio daemon from exec to its first answer --------------------------------
 
 
-def daemon_start(place: Place, i: int) -> float:
-    """Exec the echo server (anyio + msgspec) and wait for its first answer."""
+def daemon_start(place: Place, i: int, cpu: list[float] | None = None) -> float:
+    """Exec the echo server (anyio + msgspec) and wait for its first answer.
+
+    ``cpu``: gets the server's CPU seconds up to that answer (every thread, schedstat).
+    """
     path = place.sock(f"d{i}")
     env = place.child_env()
     t = time.monotonic()
     proc = Proc([PYTHON, "-m", "bench.echo_server", path], env)
     try:
-        from bench.common import wait_answering
+        from bench.common import cpu_ns, wait_answering
 
         answered = wait_answering(path, proc=proc.p)
+        if cpu is not None:
+            cpu.append(cpu_ns(proc.p.pid))
     finally:
         proc.stop()
         Path(path).unlink(missing_ok=True)

@@ -590,10 +590,12 @@ def scale(ctx: Ctx) -> None:
         _stall(ctx, big, path, n, interval)
         big.stop()
         restarts = []
+        cpu: list[float] = []
+        d_cpu: list[float] = []
         with pinned(LAT_CPUS):
             for i in range(ctx.n.starts):
-                restarts.append(_restart(ctx, conf))
-                d.append(floors.daemon_start(ctx.place, 100 + i))
+                restarts.append(_restart(ctx, conf, cpu))
+                d.append(floors.daemon_start(ctx.place, 100 + i, d_cpu))
         big, path = start_meshd(ctx.place, "big", config_text=conf)
         c = LineClient(path)
         counts = json.loads(c.roundtrip(rpc("mesh.info")))["result"]["counts"]
@@ -606,7 +608,7 @@ def scale(ctx: Ctx) -> None:
             floor="D",
             floor_value=median(d),
             limit=2.0,
-            note=f"{counts['sessions']:,} restored",
+            note=f"{counts['sessions']:,} restored; CPU {median(cpu) / median(d_cpu):.2f}x",
         )
         empty_start = _empty_start(ctx)
         ctx.add(
@@ -621,7 +623,9 @@ def scale(ctx: Ctx) -> None:
         big.stop()
 
 
-def _restart(ctx: Ctx, conf: str) -> float:
+def _restart(ctx: Ctx, conf: str, cpu: list[float]) -> float:
+    """Exec to first answer of the big daemon; its CPU seconds up to then go to ``cpu``
+    (wall time swings with the load of a shared machine, CPU time far less)."""
     env = ctx.place.env("big", conf)
     t = time.monotonic()
     proc = Proc(
@@ -631,6 +635,7 @@ def _restart(ctx: Ctx, conf: str) -> float:
     )
     try:
         answered = wait_answering(env["MESH_SOCKET"], proc=proc.p)
+        cpu.append(cpu_ns(proc.p.pid))
     finally:
         proc.stop()
     return answered - t
