@@ -54,26 +54,36 @@ def claim_infos(held: tuple[Claim, ...] | list[Claim]) -> list[m.ClaimInfo]:
     ]  # fmt: skip
 
 
-def static_info(s: Session, host: str) -> m.SessionInfo:
-    """``s`` as listings show it, with the fields that move per listing left as markers."""
+def session_info(
+    s: Session,
+    host: str,
+    *,
+    age_s: Any = _RAW_MARK,
+    stale: Any = _RAW_MARK,
+    claims: Any = _RAW_MARK,
+    claims_total: Any = _RAW_MARK,
+    idle_s: Any = _RAW_MARK,
+) -> m.SessionInfo:
+    """``s`` as listings show it; the five fields that move per listing are markers
+    unless given (``session.get`` and the fleet's mirror give them)."""
     return m.SessionInfo(
         session_id=s.session_id, profile=s.profile, source=s.source, status=s.status,
         task=s.task, cwd=s.cwd, repo=s.repo, branch=s.branch, pid=s.pid, host=host,
-        last_heartbeat=rfc3339(s.last_heartbeat), age_s=_RAW_MARK, stale=_RAW_MARK,
-        liveness=s.liveness, claims=_RAW_MARK, claims_total=_RAW_MARK,
+        last_heartbeat=rfc3339(s.last_heartbeat), age_s=age_s, stale=stale,
+        liveness=s.liveness, claims=claims, claims_total=claims_total,
         model=s.model, provider=s.provider, worktree=s.worktree, tools=list(s.tools),
         parent=s.parent, slot=s.slot, kanban_task=s.kanban_task,
         started_at=rfc3339(s.started_at), last_activity=rfc3339(s.last_activity),
         accept_queries=s.accept_queries, accept_messages=s.accept_messages,
         rank=s.rank, rank_by=s.rank_by,
         rank_at=None if s.rank_at is None else rfc3339(s.rank_at),
-        activity=s.activity, idle_s=_RAW_MARK,
+        activity=s.activity, idle_s=idle_s,
     )  # fmt: skip
 
 
 def segments(s: Session, host: str) -> list[bytes]:
     """The six byte segments of ``s``'s encoded form around its five moving fields."""
-    parts = _encode(static_info(s, host)).split(_MARK)
+    parts = _encode(session_info(s, host)).split(_MARK)
     assert len(parts) == 6, parts
     return parts
 

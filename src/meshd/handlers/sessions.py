@@ -9,7 +9,7 @@ import msgspec
 from meshd.core.registry import Registration, Report, Session
 from meshd.domain import Domain
 from meshd.handlers.fleet import FleetDomain
-from meshd.handlers.listing import Listing, claim_infos, static_info
+from meshd.handlers.listing import Listing, claim_infos, session_info
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
 from meshd.protocol.contract import REPORTED, rfc3339
@@ -168,8 +168,9 @@ class SessionHandlers(Domain):
         """``s`` as listings show it, with at most ``claims`` of its claims (all: None)."""
         reg = self.svc.state.registry
         held = self.svc.state.claims.list_claims(s.session_id)
-        return msgspec.structs.replace(
-            static_info(s, s.host),
+        return session_info(
+            s,
+            s.host,
             age_s=round(max(0.0, now_wall - s.last_heartbeat), 3),
             stale=reg.is_stale(s, now_mono),
             claims=claim_infos(held[:claims]),
