@@ -13,6 +13,8 @@ serving.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 import socket
@@ -204,14 +206,22 @@ class Service:
         d = self.drain()
         if d.writes:
             try:
-                await self.store.commit(d.writes)
+                await self.store.commit(d.writes, functools.partial(self._settle, d))
+            except asyncio.CancelledError:
+                raise  # the writes are stored all the same: _settle tells them then
             except BaseException as exc:
-                self.state.forget(d.writes)  # never acknowledged, so never there
-                for dom in self._forgetters:
-                    dom.forget(d.writes)
-                self._after_commit(d, exc)
+                self._settle(d, exc)
                 raise
         self._after_commit(d, None)
+
+    def _settle(self, d: Drained, error: BaseException | None) -> None:
+        """Tell what a commit did: refused, its writes are forgotten (never acknowledged,
+        so never there) and its waiters told; else as :meth:`_after_commit`."""
+        if error is not None:
+            self.state.forget(d.writes)
+            for dom in self._forgetters:
+                dom.forget(d.writes)
+        self._after_commit(d, error)
 
     def flush_background(self) -> None:
         """Queue what background work (sweeps, deaths) wrote; publish once committed."""

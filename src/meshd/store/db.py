@@ -238,20 +238,43 @@ class Store:
             batch, self._gather = self._gather, []
             self._queue.put(batch)
 
-    async def commit(self, writes: list[Write]) -> None:
-        """Write and wait until committed; raise StorageUnavailable if it was not."""
+    async def commit(
+        self,
+        writes: list[Write],
+        abandoned: Callable[[StorageUnavailable | None], None] | None = None,
+    ) -> None:
+        """Write and wait until committed; raise StorageUnavailable if it was not.
+
+        A caller cancelled meanwhile (its connection closed) does not take the writes
+        back: they are the writer's and are stored all the same. ``abandoned(error)``
+        then runs on the loop once they are (or were already) committed or refused,
+        so whatever the writes carried (another waiter's grant) is still told.
+        """
         if not writes:
             return
         waiter = (self._loop or asyncio.get_running_loop()).create_future()
         pending = _Pending(writes, waiter=waiter)
         self._enqueue(pending)
-        await waiter
-        if pending.error is not None:
-            raise StorageUnavailable(
-                f"the database could not store this change ({pending.error}); "
-                "nothing was acknowledged",
-                {"path": str(self.path)},
-            )
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if abandoned is not None:
+                if waiter.cancelled():  # not committed yet: told by _wake
+                    pending.on_done = lambda error: abandoned(self._refusal(error))
+                else:  # committed already, the cancel came before the caller ran on
+                    abandoned(self._refusal(pending.error))
+            raise
+        if (refused := self._refusal(pending.error)) is not None:
+            raise refused
+
+    def _refusal(self, error: BaseException | None) -> StorageUnavailable | None:
+        """What a caller is told of a commit that failed with ``error`` (None: it did not)."""
+        if error is None:
+            return None
+        return StorageUnavailable(
+            f"the database could not store this change ({error}); nothing was acknowledged",
+            {"path": str(self.path)},
+        )
 
     def submit(
         self,

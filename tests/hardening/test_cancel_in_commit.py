@@ -1,0 +1,81 @@
+"""A request cancelled while its commit is in flight (its connection closed).
+
+The commit's writes are the writer's by then and are stored all the same, so what
+they carry -- here another connection's grant, set off by the cancelled request --
+must be told as committed: published and answered, never "refused" (forgotten,
+taken back, its waiter answered with an error). The writer is held up by a real
+SQLite write lock taken by the test (the daemon waits ``busy_timeout`` for it), and
+each step waits for a state it can see, never for time.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import sqlite3
+from typing import Any
+
+from tests.conftest import DaemonHandle
+from tests.hardening.support import Client, wait_for
+
+
+def _acquire(rid: int, sid: str, keys: list[str], wait: float) -> bytes:
+    params = {"session_id": sid, "resources": keys, "wait": wait}
+    req = {"jsonrpc": "2.0", "id": rid, "method": "claim.acquire", "params": params}
+    return json.dumps(req).encode() + b"\n"
+
+
+def _holders(c: Client, key: str) -> set[str]:
+    claims = c.call("claim.list")["result"]["claims"]
+    return {cl["session_id"] for cl in claims if cl["resource"] == key}
+
+
+def _waiting(c: Client) -> set[str]:
+    return {w["session_id"] for w in c.call("claim.list")["result"]["waiting"]}
+
+
+def _connections(c: Client) -> int:
+    return int(c.call("mesh.info")["result"]["counts"]["connections"])
+
+
+def _one_try(daemon: DaemonHandle, c: Client, n: int, wait: float) -> dict[str, Any] | None:
+    """a waits for {k1, k2} (k1 held), b for {k2} behind it; a's wait runs out while the
+    writer is locked, which grants b (in memory) in a's commit; a's connection closes
+    then. b's reply, or None when a's commit was done before the lock was taken."""
+    k1, k2 = f"res:one{n}", f"res:two{n}"
+    assert c.call("claim.acquire", {"session_id": "holder", "resources": [k1]})["result"]
+    with Client(daemon.socket) as a, Client(daemon.socket) as b:
+        a.send(_acquire(1, "a", [k1, k2], wait))
+        wait_for(lambda: _waiting(c) == {"a"})
+        b.send(_acquire(1, "b", [k2], 60))
+        wait_for(lambda: _waiting(c) >= {"b"})  # b queued behind a: no barging
+        lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")  # the writer cannot commit until the rollback
+        try:
+            wait_for(lambda: "b" in _holders(c, k2))  # a ran out and withdrew: b let go
+            missed = bool(select.select([a.sock], [], [], 0)[0])  # a answered: too late
+            before = _connections(c)
+            a.close()  # a's request is cancelled in its commit (or not, if missed)
+            wait_for(lambda: _connections(c) < before)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        reply = b.reply()
+    return None if missed else reply
+
+
+def test_a_grant_carried_by_a_cancelled_commit_is_still_given(daemon: DaemonHandle) -> None:
+    with Client(daemon.socket) as c:
+        for sid in ("holder", "a", "b"):
+            assert "result" in c.call("session.register", {"session_id": sid})
+        reply = None
+        for n, wait in enumerate((1.0, 2.0, 4.0, 8.0)):  # a longer wait if the lock came late
+            reply = _one_try(daemon, c, n, wait)
+            if reply is not None:
+                break
+            assert "result" in c.call("claim.release", {"session_id": "b"})
+        assert reply is not None, "a's wait always ran out before the writer was locked"
+        holds = _holders(c, f"res:two{n}")
+
+    assert reply.get("result", {}).get("status") == "granted", reply
+    assert holds == {"b"}
