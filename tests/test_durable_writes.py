@@ -69,3 +69,20 @@ async def test_an_end_still_releases_and_logs_what_it_held(svc: Service) -> None
     actions = [a for (a,) in db.execute("SELECT action FROM audit ORDER BY rowid")]
     assert actions == ["grant", "release"]
     assert db.execute("SELECT count(*) FROM claims").fetchone() == (0,)
+
+
+async def test_an_end_stored_alone_takes_its_claims_rows_with_it(svc: Service) -> None:
+    """The end is acknowledged once stored; its releases follow in the background, and
+    a kill -9 may come between. The end alone must leave no claim row behind: the
+    same id registered again (which clears ``ended_at``) would get the claim back at
+    the next start, beside whoever took the key meanwhile."""
+    from meshd.store.claims import load_claims
+
+    await call(svc, "session.register", {"session_id": "cli:a", "source": "cli", "task": "t"})
+    await call(svc, "claim.acquire", {"session_id": "cli:a", "resources": ["res:x"]})
+    again = svc.state.registry.sessions["cli:a"]
+    # what session.end's own commit stores, before the releases it sets off
+    await svc.store.commit([("session.end", "cli:a", svc.clock.now(), "ended")])
+    await svc.store.commit([("session.put", again)])  # the id registered again
+
+    assert svc.store.read_now(load_claims) == []

@@ -50,10 +50,14 @@ def write_snapshot(db: sqlite3.Connection, s: Session) -> None:
 
 
 def write_end(db: sqlite3.Connection, sid: str, at: float, reason: str) -> None:
+    """The end, and its claims gone with it: the releases it sets off are stored later,
+    in the background, and a kill -9 between would leave rows that come back to life
+    if the same id is registered again (``write_put`` clears ``ended_at``)."""
     db.execute(
         "UPDATE sessions SET ended_at=?, end_reason=? WHERE session_id=? AND ended_at IS NULL",
         (at, reason, sid),
     )
+    db.execute("DELETE FROM claims WHERE session_id=?", (sid,))
 
 
 def write_meta(db: sqlite3.Connection, key: str, value: Any) -> None:
