@@ -130,3 +130,23 @@ async def test_a_clean_close_leaves_no_wal_behind(short_tmp: Path) -> None:
     reopened = sqlite3.connect(path)
     assert reopened.execute("SELECT count(*) FROM meta").fetchone()[0] == 200
     reopened.close()
+
+
+async def test_a_failing_on_done_wakes_the_rest_of_its_batch(short_tmp: Path) -> None:
+    """One caller's ``on_done`` that raises (a bug in what it tells) is logged; the
+    callers after it in the same batch are still woken (they waited forever: every
+    request whose write shared that commit lost its reply)."""
+    st = await open_store(short_tmp / "s.sqlite3")
+
+    def boom(error: BaseException | None) -> None:
+        raise RuntimeError("a bug in what a commit tells")
+
+    try:
+        with anyio.fail_after(10):  # a hang fails the test instead of hanging it
+            st.submit([("meta.set", "first", 1)], on_done=boom)  # same turn: one batch
+            await st.commit([("meta.set", "second", 2)])
+    finally:
+        st.stop()
+        st.close()
+
+    assert (st.commits, st.writes) == (1, 2)

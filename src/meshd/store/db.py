@@ -427,10 +427,18 @@ def _background(p: _Pending) -> bool:
 
 
 def _wake(batch: list[_Pending]) -> None:
-    """On the event loop: tell each caller its batch is done."""
+    """On the event loop: tell each caller its batch is done.
+
+    An ``on_done`` that raises (a bug in what it tells) is logged and the rest are
+    still woken: raised out of this one callback, it left every later caller of the
+    batch waiting for good.
+    """
     for p in batch:
         waiter = p.waiter
         if waiter is not None and not waiter.done():  # done: its caller was cancelled
             waiter.set_result(None)
         if p.on_done is not None:
-            p.on_done(p.error)
+            try:
+                p.on_done(p.error)
+            except Exception:
+                log.exception("telling a commit's outcome failed")
