@@ -1,10 +1,11 @@
 """The composition root: lock, restore, listen, serve; then an ordered, shielded shutdown.
 
 Start-up order matters and each step can refuse to start with a message that
-says what to do: paths and config → the profile flock → the database (open,
-migrate, restore) → the listener (adopted from systemd, or bound at the socket
-path with mode 0600 in a 0700 folder) → tasks (writer, server, sweeper,
-process watcher, socket guard, signals, watchdog) → ``READY=1``.
+says what to do: paths and config → the profile flock → the listener (adopted
+from systemd, or bound at the socket path with mode 0600 in a 0700 folder; it
+accepts nothing yet, connections wait in its backlog) → the database (open,
+migrate, restore; a failure removes the socket again) → tasks (writer, server,
+sweeper, process watcher, socket guard, signals, watchdog) → ``READY=1``.
 
 Shutdown (SIGTERM/SIGINT): stop accepting, then, shielded and with a deadline,
 write a final snapshot and flush every queued write; remove the socket if it is
@@ -303,15 +304,23 @@ class Daemon:
     # --- main -------------------------------------------------------------------------
 
     async def run(self) -> None:
+        # Listen first, serve after the restore: a client that connects meanwhile
+        # waits in the listen backlog -- nothing is accepted, so no request is read
+        # before every domain has restored -- instead of polling for a socket that
+        # is not there yet (an auto-starting client; the benchmark's prober).
+        listener = await self.listener(starting=True)
         try:
             # On the loop itself: nothing is served yet, so nobody waits for it, and
             # the hand-offs to a worker thread and back were start-up time (a
             # daemon's start is an auto-starting client's wait).
             self.open_store()
-        except StoreError as exc:
-            raise StartupError(str(exc)) from exc
+        except BaseException as exc:
+            await listener.aclose()
+            self._remove_socket()
+            if isinstance(exc, StoreError):
+                raise StartupError(str(exc)) from exc
+            raise
         self.store.start()
-        listener = await self.listener(starting=True)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg

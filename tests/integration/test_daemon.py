@@ -382,3 +382,65 @@ def _pings(path: object) -> bool:
         return bool(rpc(path, "mesh.ping")["result"]["pong"])  # type: ignore[arg-type]
     except OSError:
         return False
+
+
+_EARLY_CLIENT = """
+import json, os, socket, sys, threading
+from meshd import app, cli
+
+sent = threading.Event()
+
+def client(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)  # bound, not yet accepting: the connection waits in the backlog
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"session.list"}\\n')
+    sent.set()
+    reply = b""
+    while not reply.endswith(b"\\n"):
+        reply += s.recv(65536)
+    ids = sorted(x["session_id"] for x in json.loads(reply)["result"]["sessions"])
+    print("answered after the restore:", ids, flush=True)
+    os._exit(0)
+
+open_store = app.Daemon.open_store
+def restoring(self):
+    threading.Thread(target=client, args=(str(self._served),), daemon=True).start()
+    sent.wait(10)  # the request is in before the restore begins
+    print("request sent while restoring", flush=True)
+    open_store(self)
+app.Daemon.open_store = restoring
+sys.argv = ["meshd", "run", "--profile", "test"]
+cli.main()
+"""
+
+
+def test_a_request_sent_during_the_restore_waits_for_it(
+    daemon: DaemonHandle, mesh_env: MeshEnv
+) -> None:
+    """The socket is bound before the restore, but nothing is read until it is done:
+    a request that came in meanwhile is answered from the whole restored state."""
+    daemon.call("session.register", {"session_id": "kept", "task": "t"})
+    daemon.stop()
+
+    out = subprocess.run(
+        [sys.executable, "-c", _EARLY_CLIENT],
+        env=mesh_env.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+    assert out.stdout.splitlines() == [
+        "request sent while restoring",
+        "answered after the restore: ['kept']",
+    ], out.stderr
+
+
+def test_a_database_that_cannot_open_leaves_no_socket(mesh_env: MeshEnv) -> None:
+    """The socket is bound before the database opens: a refusal removes it again."""
+    mesh_env.state_dir.mkdir(mode=0o700)
+    (mesh_env.state_dir / "test.sqlite3").write_bytes(b"this is not sqlite" * 100)
+    out = subprocess.run(
+        [sys.executable, "-m", "meshd", "run", "--profile", "test"],
+        env=mesh_env.env, capture_output=True, text=True, timeout=20,
+    )  # fmt: skip
+
+    assert out.returncode == 1
+    assert not mesh_env.socket.exists()
