@@ -10,9 +10,12 @@ each step waits for a state it can see, never for time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import sqlite3
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from tests.conftest import DaemonHandle
@@ -87,3 +90,75 @@ def test_a_grant_carried_by_a_cancelled_commit_is_still_given(daemon: DaemonHand
 
     assert reply.get("result", {}).get("status") == "granted", reply
     assert holds == {"b"}
+
+
+def _syscalls(pid: int) -> set[str]:
+    """What each thread of process ``pid`` is blocked in (the first word of its syscall)."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out.add((task / "syscall").read_text().split()[0])
+    return out
+
+
+_SLEEPS = {"35", "230"}  # nanosleep, clock_nanosleep (x86_64): SQLite's busy handler
+
+
+def _end_as_it_dies(daemon: DaemonHandle, c: Client, sid: str) -> tuple[Any, str | None]:
+    """End ``sid`` while its commit waits for the lock, kill its process meanwhile;
+    the reply, and the end reason stored (the end's own, or the death's if the daemon
+    saw the death before the end request: a miss)."""
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        with Client(daemon.socket) as x:
+            params = {"session_id": sid, "pid": child.pid, "liveness": "process"}
+            assert "result" in c.call("session.register", params)
+            db = daemon.state_dir / "test.sqlite3"
+            lock = sqlite3.connect(db, isolation_level=None)
+            lock.execute("BEGIN IMMEDIATE")  # the end's commit waits for the rollback
+            try:
+                req = {"jsonrpc": "2.0", "id": 1, "method": "session.end",
+                       "params": {"session_id": sid}}  # fmt: skip
+                x.send(json.dumps(req).encode() + b"\n")
+                assert daemon.proc is not None
+                with contextlib.suppress(AssertionError):  # best effort: the end is stored
+                    wait_for(lambda: _syscalls(daemon.proc.pid) & _SLEEPS, timeout=2)
+                child.kill()
+                child.wait()
+                wait_for(lambda: sid not in _listed(c))  # ended in memory, one way or other
+            finally:
+                lock.execute("ROLLBACK")
+                lock.close()
+            reply = x.reply()
+    finally:
+        child.kill()
+        child.wait()
+    wait_for(lambda: _end_reason(db, sid) is not None)
+    return reply, _end_reason(db, sid)
+
+
+def _listed(c: Client) -> set[str]:
+    return {s["session_id"] for s in c.call("session.list")["result"]["sessions"]}
+
+
+def _end_reason(db: Path, sid: str) -> str | None:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        row = conn.execute("SELECT end_reason FROM sessions WHERE session_id=?", (sid,))
+        found = row.fetchone()
+    return None if found is None else found[0]
+
+
+def test_an_end_whose_session_dies_during_its_commit_still_answers_ended(
+    daemon: DaemonHandle,
+) -> None:
+    """session.end stores the end, then applies it; a session that died (its process
+    exited) while the end was being stored is ended already: the end stands, and the
+    reply says so instead of SESSION_EXPIRED for an end that was committed."""
+    with Client(daemon.socket) as c:
+        for n in range(5):
+            reply, reason = _end_as_it_dies(daemon, c, f"w{n}")
+            if reason == "ended":  # the end was stored first: what this test is about
+                break
+        assert reason == "ended", "the death was always seen before the end request"
+
+    assert reply.get("result", {}).get("ended") is True, reply

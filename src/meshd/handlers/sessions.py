@@ -110,7 +110,7 @@ class SessionHandlers(Domain):
         and waking waiters cannot be undone, so a disk that refuses the write leaves
         the session exactly as it was (UNAVAILABLE, nothing acknowledged)."""
         svc = self.svc
-        svc.state.registry.get(p.session_id)
+        began = svc.state.registry.get(p.session_id).started_at
         handoff_id = None
         if p.handoff:  # the final handoff, stored in the same commit as the end
             handoff_id = svc.state.mailbox.write_handoff(p.session_id, p.handoff).id
@@ -118,6 +118,12 @@ class SessionHandlers(Domain):
         # commit, forgets the handoff (MeshState.forget): one place for both.
         svc.state.writes.append(("session.end", p.session_id, svc.clock.now(), "ended"))
         await svc.commit()
+        now = svc.state.registry.sessions.get(p.session_id)
+        if now is None or now.started_at != began:
+            # It ended meanwhile (its process died, it expired, another end), which
+            # released what it held; or it was registered anew, which this end must
+            # not touch. This end is stored all the same: it stands, and says so.
+            return m.EndResult(session_id=p.session_id, ended=True, handoff_id=handoff_id)
         released = [c.resource for c in svc.state.claims.list_claims(p.session_id)]
         svc.end_session(p.session_id, "ended", stored=True)  # releases exactly what it held
         # The end is stored; what it sets off (releases, grants to waiters) follows in
