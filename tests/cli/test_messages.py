@@ -381,6 +381,26 @@ class TestFollow:
         assert "not from the user" in event["framing"]
         assert states == {str(sent["id"]): "read"}
 
+    def test_follow_json_prints_claim_notices_in_the_inbox_item_shape(self, daemon: Daemon) -> None:
+        """SPEC §9: `inbox --follow --json` prints inbox items, one a line: a stolen claim
+        is a `notice` (as `inbox --json` shows the same id), its event kind under `event`.
+        Before: the raw event, kind `claim.stolen` and no `reply_to`."""
+        register(daemon, "a")
+        register(daemon, "b")
+        ok(mc(daemon, "claim", "res:audit-db", session="b"))
+        follower = Follower(daemon, "b", "--json", "--peek")
+        try:
+            follower.ready()
+            ok(mc(daemon, "steal", "res:audit-db", "--reason", "mine", session="a"))
+            line = json.loads(follower.line())
+        finally:
+            follower.stop()
+        listed = ok(mc(daemon, "inbox", "--json", "--peek", session="b")).json()
+        assert {"id", "kind", "from", "text", "created_at", "state", "reply_to"} <= set(line)
+        assert (line["kind"], line["event"], line["reply_to"]) == ("notice", "claim.stolen", None)
+        assert [(i["id"], i["kind"]) for i in listed] == [(line["id"], "notice")]
+        assert "stolen by a" in line["text"]
+
     def test_follow_prints_the_backlog_framed_and_peek_keeps_it(self, daemon: Daemon) -> None:
         """What waited is printed first (human, framed); --peek leaves it unread."""
         register(daemon, "a")

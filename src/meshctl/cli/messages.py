@@ -16,6 +16,9 @@ Decisions:
   as it arrives (one compact JSON object a line with ``--json``), acking every
   item once its reader has taken it, unless ``--peek``. It stops when its session ends
   (exit 0), reconnects when the daemon restarts, and runs until Ctrl-C.
+- ``inbox --follow --json`` prints every line in the inbox item shape (SPEC §9): an
+  event that is not an item (a claim loss, a preemption, a granted wait, changed
+  files) is a ``notice`` whose event kind is in ``event`` (see docs/CONFORMANCE.md).
 - ``--follow --respond`` also makes the follower the session's live responder:
   queries are printed, and a person answers them with ``meshctl reply QID TEXT``
   from another shell. The daemon then waits for that answer up to the asker's
@@ -152,6 +155,30 @@ def render_broadcast(result: Item) -> str:
 def json_line(obj: Any) -> str:
     """One compact JSON object on one line (``inbox --follow --json``)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+ITEM_KINDS = frozenset({"message", "query", "answer", "handoff", "notice", "broadcast"})
+"""The ``kind`` of an inbox item (SPEC §9 ``inbox --json``)."""
+
+
+def as_item(event: Item) -> dict[str, Any]:
+    """A pushed event in the inbox item shape, for ``inbox --follow --json`` (SPEC §9:
+    "one such object a line"). Items and queries pass as they are; any other event (a
+    claim loss, a preemption, a granted wait, changed files) is a ``notice`` whose own
+    kind moves to ``event``, with every item field present, so a script reads one
+    shape: the same item id is ``notice`` here and in ``inbox --json``."""
+    out = dict(event)
+    kind = str(out.get("kind", ""))
+    if kind not in ITEM_KINDS:
+        out["kind"], out["event"] = "notice", kind
+        out.setdefault("from", DAEMON_SENDER)
+        if not out.get("created_at"):
+            out["created_at"] = out.get("at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if not out.get("text"):
+            out["text"] = render_event(event).removeprefix(label(DAEMON_SENDER)).strip()
+    for key, default in (("id", None), ("state", None), ("reply_to", None)):
+        out.setdefault(key, default)
+    return out
 
 
 # --- send / reply -----------------------------------------------------------------------
@@ -377,7 +404,7 @@ class _Follower:
         if is_item and item_id in self.shown:
             return
         if self.state.json:
-            line = json_line(event)
+            line = json_line(as_item(event))
         else:
             line = _output.safe(render_event(_output.clean(event)), multiline=True)
         if not _output.deliver(line):
