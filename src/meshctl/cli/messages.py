@@ -173,7 +173,7 @@ def as_item(event: Item) -> dict[str, Any]:
         out["kind"], out["event"] = "notice", kind
         out.setdefault("from", DAEMON_SENDER)
         if not out.get("created_at"):
-            out["created_at"] = out.get("at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            out["created_at"] = out.get("at") or contract.rfc3339(time.time())
         if not out.get("text"):
             out["text"] = render_event(event).removeprefix(label(DAEMON_SENDER)).strip()
     for key, default in (("id", None), ("state", None), ("reply_to", None)):
