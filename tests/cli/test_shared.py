@@ -106,6 +106,19 @@ class TestSignal:
 
         assert run.code == 2, run
 
+    def test_the_payload_may_follow_the_name(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """SPEC §7 writes `signal emit NAME [payload]`: the payload as a second argument
+        is the same JSON as --payload (before: exit 2, "unexpected extra argument")."""
+        ok(meshctl("signal", "emit", "pos", '{"rows": 10}'))
+        both = meshctl("signal", "emit", "pos", "1", "--payload", "2")
+        bad = meshctl("signal", "emit", "pos", "not json")
+
+        got = ok(meshctl("signal", "wait", "pos", "--timeout", "5", "--json")).json()
+
+        assert (got["seq"], got["payload"]) == (1, {"rows": 10})
+        assert both.code == 2, both
+        assert bad.code == 2, bad
+
 
 class TestBoard:
     def test_post_watch_and_show(self, meshctl: Meshctl, daemon: Daemon, short_tmp: Any) -> None:

@@ -1,4 +1,4 @@
-"""``meshctl signal emit NAME [--payload JSON]`` | ``signal wait NAME [--after SEQ |
+"""``meshctl signal emit NAME [PAYLOAD | --payload JSON]`` | ``signal wait NAME [--after SEQ |
 --since D] [--timeout S]`` (SPEC §7, §9).
 
 Decisions:
@@ -9,8 +9,9 @@ Decisions:
 - ``wait`` with no ``--timeout`` waits until a signal comes (the daemon pushes
   it; nothing polls). A wait that runs out exits 75; ``--json`` then prints
   ``{"name", "received": false, "last_seq"}``.
-- ``--payload`` must be JSON (``'{"rows": 10}'``, ``'"text"'``, ``42``); a bare
-  word that is not JSON is a usage error rather than a guess.
+- The payload may follow NAME (SPEC §7 ``signal emit NAME [payload]``) or come with
+  ``--payload`` (SPEC §9); either way it must be JSON (``'{"rows": 10}'``,
+  ``'"text"'``, ``42``); a bare word that is not JSON is a usage error rather than a guess.
 - ``--since`` takes what every ``--since`` takes (``90s``, ``10m``, ``2h``, ``1d``,
   plain seconds, or an RFC 3339 time); it reaches the daemon as seconds back from now.
 """
@@ -57,16 +58,20 @@ def signal() -> None:
 @signal.command()
 @common_options
 @click.argument("name")
-@click.option("--payload", metavar="JSON", help="Any JSON value to carry.")
-def emit(name: str, payload: str | None) -> None:
+@click.argument("payload_arg", metavar="[PAYLOAD]", required=False)
+@click.option("--payload", metavar="JSON", help="Any JSON value to carry (or give it after NAME).")
+def emit(name: str, payload_arg: str | None, payload: str | None) -> None:
     """Emit NAME (its next sequence number); waiters are woken at once.
 
     \b
     Examples:
+      meshctl signal emit research-done:2026-11-29 '{"rows": 12}'
       meshctl signal emit research-done:2026-11-29 --payload '{"rows": 12}'
     """
+    if payload_arg is not None and payload is not None:
+        raise click.UsageError("give the payload once: after NAME or with --payload")
     state = get_state()
-    value = parse_payload(payload)
+    value = parse_payload(payload if payload is not None else payload_arg)
     with OwnSession(state, "signal", f"signal emit {name}") as own:
         params: dict[str, Any] = {"name": name, "payload": value}
         if not own.reg.get("disabled"):
