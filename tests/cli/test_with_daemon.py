@@ -279,6 +279,18 @@ class TestCall:
         assert run.json()["error"]["code"] == -32601
         assert run.json()["error"]["data"]["code"] == "METHOD_NOT_FOUND"
 
+    def test_call_waits_as_long_as_the_method_does(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """A raw call of a method that waits (signal.wait, claim.acquire with wait,
+        query.ask …) waits for the daemon's answer, not the client's 5 s default
+        (before: "no reply from meshd within 5.0 s", exit 75, while the daemon was
+        still rightly waiting)."""
+        params = '{"name": "never-emitted", "timeout": 6}'
+
+        run = meshctl("call", "signal.wait", params, env=daemon.env)
+
+        assert run.code == 0, run
+        assert run.json()["received"] is False
+
 
 # --- several profiles -------------------------------------------------------------
 

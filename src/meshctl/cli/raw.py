@@ -6,7 +6,10 @@ from stdin with ``-``; the result is printed as JSON whether or not ``--json``
 was given, since there is no human form to choose. Params that are not valid
 JSON, or not an object or array (JSON-RPC allows no other), are a usage error
 (exit 2) that says where the JSON broke; errors from the daemon exit as any
-other command's do.
+other command's do. A method that may wait (``claim.acquire`` with ``wait``,
+``signal.wait``, ``query.ask`` …) is given that long plus the usual reply time, as
+the commands that wrap it do: a raw call must not give up on a daemon that is
+rightly waiting.
 """
 
 from __future__ import annotations
@@ -19,6 +22,28 @@ import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
+
+#: Methods that may wait before replying: the param that says how long, and its
+#: default when not given (the protocol's; ``session.resume`` waits up to
+#: ``max_query_timeout``, 60 s by default).
+WAITS: dict[str, tuple[str, float]] = {
+    "claim.acquire": ("wait", 0.0),
+    "session.resume": ("wait", 60.0),
+    "query.ask": ("timeout", 10.0),
+    "broadcast.send": ("timeout", 10.0),
+    "handoff.request": ("timeout", 10.0),
+    "job.wait": ("timeout", 60.0),
+    "signal.wait": ("timeout", 10.0),
+}
+
+
+def may_wait(method: str, params: Any) -> float:
+    """How long ``method`` with ``params`` may wait before it replies (0: it does not)."""
+    name, default = WAITS.get(method, ("", 0.0))
+    value = params.get(name, default) if isinstance(params, dict) else default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return max(float(value), 0.0)
 
 
 def parse_params(text: str, source: str) -> dict[str, Any] | list[Any]:
@@ -58,5 +83,6 @@ def call(method: str, params_json: str | None) -> None:
     else:
         params = None
     state = get_state()
-    result = state.call(method, params)
+    waits = may_wait(method, params)
+    result = state.call(method, params, timeout=state.mesh().timeout + waits if waits else None)
     _output.write_json(result)
