@@ -203,7 +203,8 @@ def _reserve_slot(
         return key
     if state.json:
         _output.write_json(result)
-    click.echo(f"meshctl: job {name}: {held_text(_output.clean(result))}", err=True)
+    said = held_text(_output.clean(result)).removeprefix("meshctl: ")
+    click.echo(f"meshctl: job {name}: {said}", err=True)
     return False
 
 
