@@ -55,7 +55,8 @@ class QueryEvent(NamedTuple):
 
 
 class ClaimEvent(NamedTuple):
-    """A claim notice: ``claim.granted``, ``claim.expired``, ``claim.stolen``, ``claim.lost``.
+    """A claim notice: ``claim.granted``, ``claim.released``, ``claim.expired``,
+    ``claim.stolen``, ``claim.lost``.
 
     ``id``/``text``: the durable inbox notice that says the same (losses only).
     """
@@ -136,7 +137,7 @@ LOSSES = frozenset({"claim.expired", "claim.stolen", "claim.lost"})
 KINDS: dict[str, type[Any]] = {
     **dict.fromkeys(("message", "answer", "handoff", "notice", "broadcast"), ItemEvent),
     "query": QueryEvent,
-    **dict.fromkeys(("claim.granted", *sorted(LOSSES)), ClaimEvent),
+    **dict.fromkeys(("claim.granted", "claim.released", *sorted(LOSSES)), ClaimEvent),
     "file.changed": FileChangedEvent,
     "mesh.changed": MeshChangedEvent,
     "preempt": PreemptEvent,

@@ -98,7 +98,8 @@ def emit_everything(daemon: Any, tree: Path, child: subprocess.Popen[bytes]) -> 
     assert query is not None
     responder.call("query.answer", {"session_id": "b", "query_id": query["id"], "text": "late"})
     responder.close()
-    # a wait granted -> claim.granted; a steal -> claim.stolen; a ttl -> claim.expired
+    # a wait granted -> claim.granted; a steal -> claim.stolen; a ttl -> claim.expired;
+    # a release -> claim.released
     ok("claim.acquire", session_id="b", resources=["res:g"])
     waiting = threading.Thread(
         target=lambda: call(
@@ -111,6 +112,8 @@ def emit_everything(daemon: Any, tree: Path, child: subprocess.Popen[bytes]) -> 
     waiting.join()
     ok("claim.acquire", session_id="a", resources=["res:s"])
     ok("claim.steal", session_id="b", resources=["res:s"], reason="mine")
+    ok("claim.acquire", session_id="a", resources=["res:r"])
+    ok("claim.release", session_id="a", resources=["res:r"])  # -> claim.released
     ok("claim.acquire", session_id="a", resources=["res:t"], ttl=0.2)
     ok("board.changed", session_id="b", paths=[str(tree / "f.py")])  # -> file.changed
     wait_for(

@@ -306,6 +306,31 @@ class TestLossNotices:
         )
 
 
+class TestReleaseNotice:
+    def test_subscriber_is_told_its_claims_were_released(
+        self, daemon: DaemonHandle, c: Client
+    ) -> None:
+        """SPEC §6 lists ``released`` among the claim notices a subscribed connection
+        gets: a release made on another connection (the CLI acting for a library
+        session) is pushed as ``claim.released``, and nothing is kept in the inbox
+        (nothing was lost). Before: no event at all."""
+        listener = Client(daemon)
+        listener.call("events.subscribe", session_id="a")
+        token = c.call("claim.acquire", session_id="a", resources=["res:r1", "res:r2"])["token"]
+        c.call("claim.release", session_id="a", resources=["res:r1", "res:nothing"])
+        event = json.loads(listener.file.readline())["params"]
+        listener.close()
+
+        assert (event["kind"], event["session_id"], event["resources"], event["token"]) == (
+            "claim.released",
+            "a",
+            ["res:r1"],
+            token,
+        )
+        assert event["how"] == "released"
+        assert TestLossNotices.notices(c, "a") == []
+
+
 class TestRestart:
     def test_claims_and_tokens_survive_kill_9(self, daemon: DaemonHandle, c: Client) -> None:
         """Claims come back after kill -9 and new tokens are above every old one."""

@@ -24,7 +24,7 @@ AuditAction = Literal[
 #: Actions that end the claim they name (the store deletes its row); the last three
 #: only note what was asked or done (SPEC §5b) and name no claim.
 ENDING = frozenset({"release", "expire", "lose", "steal"})
-NoticeKind = Literal["granted", "expired", "stolen", "lost"]
+NoticeKind = Literal["granted", "released", "expired", "stolen", "lost"]
 CLEAN_ENDS = frozenset({"released", "ended"})
 MAX_PREVIOUS = 10_000  # unclean ends remembered for the next grantee; oldest forgotten first
 MAX_AHEAD = 20  # earlier waiters named in a held reply; a queue of 10,000 is not listed in full

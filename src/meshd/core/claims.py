@@ -317,6 +317,8 @@ class ClaimTable:
         now_wall = self.clock.now()
         for claim in gone:
             self._drop(claim, "release", now_wall, how="released")
+        if gone:  # SPEC §6: ``released`` is a claim notice too (not a loss: no inbox item)
+            self.outbox.losses(gone, "released", now_wall, how="released")
         self._settle()
         return [c.resource for c in gone]
 

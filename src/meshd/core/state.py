@@ -134,8 +134,8 @@ class MeshState:
             "session_id": n.session_id, "resources": list(n.resources), "token": n.token,
             "at": at, "how": n.how, "by": n.by, "reason": n.reason,
         }  # fmt: skip
-        if n.kind == "granted":
-            return CLAIM_EVENTS["granted"](**fields)
+        if n.kind in ("granted", "released"):  # told live, not kept: nothing was lost
+            return CLAIM_EVENTS[n.kind](**fields)
         text = loss_text(n)
         m = self.mailbox.notice(n.session_id, text, push=False)
         event = CLAIM_EVENTS[n.kind](

@@ -7,7 +7,8 @@ these (SPEC §3, §6). ``session_id`` names the session the event is about; the
 * ``message``, ``answer``, ``handoff``, ``notice``, ``broadcast``: a new inbox item
   (the fields of ``inbox --json``; ack it by ``id``);
 * ``query``: a question for the session's live responder (answer it by ``id``);
-* ``claim.granted`` (a wait was granted), ``claim.expired`` (a ttl ran out),
+* ``claim.granted`` (a wait was granted), ``claim.released`` (the session released
+  them), ``claim.expired`` (a ttl ran out),
   ``claim.stolen``, ``claim.lost`` (the session ended uncleanly): a claim notice.
   Losses are also durable notices in the holder's inbox (SPEC §5 ``claim.validate``);
   the event then carries that item's ``id`` and ``text``, so a follower that prints
@@ -123,6 +124,11 @@ class ClaimGrantedEvent(ClaimEvent, tag="claim.granted"):
     """A queued request was granted (the waiter also gets its reply)."""
 
 
+class ClaimReleasedEvent(ClaimEvent, tag="claim.released"):
+    """The session released the claims (``claim.release``, from any of its
+    connections); pushed to its subscribers only, never kept in its inbox."""
+
+
 class ClaimExpiredEvent(ClaimEvent, tag="claim.expired"):
     """The claims' ttl ran out; they are free."""
 
@@ -137,6 +143,7 @@ class ClaimLostEvent(ClaimEvent, tag="claim.lost"):
 
 CLAIM_EVENTS: dict[str, type[ClaimEvent]] = {
     "granted": ClaimGrantedEvent,
+    "released": ClaimReleasedEvent,
     "expired": ClaimExpiredEvent,
     "stolen": ClaimStolenEvent,
     "lost": ClaimLostEvent,
@@ -214,6 +221,7 @@ Event = (
     | BroadcastEvent
     | QueryEvent
     | ClaimGrantedEvent
+    | ClaimReleasedEvent
     | ClaimExpiredEvent
     | ClaimStolenEvent
     | ClaimLostEvent
