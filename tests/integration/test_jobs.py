@@ -182,6 +182,7 @@ class TestOnceJob:
         assert second.returncode == 75, second.stderr
         assert marker.read_text() == "run\n"
         assert "job report" in second.stderr
+        assert "job report: meshctl:" not in second.stderr  # one prefix, not two
         listed = json.loads(meshctl(env, "once", "--list", "--json").stdout)
         assert [(e["key"], e["state"]) for e in listed] == [(f"job:report:{day}", "done")]
 
