@@ -262,7 +262,8 @@ class TestParentChild:
 
 class TestFifo:
     def test_waiter_granted_on_release(self, tb: Table) -> None:
-        """A release wakes the waiter and the grant arrives as a notice."""
+        """A release wakes the waiter and the grant arrives as a notice (after the
+        holder's own ``released`` notice, SPEC §6)."""
         tb.grant("a", "file:/x")
         q = tb.acquire("b", "file:/x/y", wait=True, waiter_id="wb")
         assert isinstance(q, Queued)
@@ -271,8 +272,11 @@ class TestFifo:
         tb.release("a")
 
         notices = tb.t.drain().notices
-        assert [(n.kind, n.session_id, n.waiter_id) for n in notices] == [("granted", "b", "wb")]
-        assert notices[0].granted is not None
+        assert [(n.kind, n.session_id, n.waiter_id) for n in notices] == [
+            ("released", "a", None),
+            ("granted", "b", "wb"),
+        ]
+        assert notices[1].granted is not None
         assert ("b", "file:/x/y") in tb.holders()
 
     def test_no_barging_past_an_earlier_waiter(self, tb: Table) -> None:
