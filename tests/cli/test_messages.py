@@ -177,6 +177,13 @@ class TestRendering:
             "claim stolen port:8080 (token 4) by b — deploy"
         )
 
+    def test_release_notice_says_released_once(self) -> None:
+        """``claim.released`` (how: released) reads "claim released …", not "… released"."""
+        event = {"session_id": "a", "kind": "claim.released", "resources": ["res:r"], "token": 5}
+        text = render_event({**event, "how": "released", "at": "2026-12-01T00:00:00Z"})
+
+        assert text.endswith("] claim released res:r (token 5)")
+
     def test_variadic_options(self) -> None:
         """--files/--next take values up to the next option; nothing moves after --."""
         args = ["did X", "--files", "a.py", "b.py", "--branch", "m", "--next", "t", "--", "--files"]

@@ -116,8 +116,9 @@ def render_event(event: Item) -> str:
         text += " " + ", ".join(str(r) for r in resources)
     if event.get("token") is not None:
         text += f" (token {event['token']})"
+    said = kind.rpartition(".")[2]  # "claim.released": its how (released) is said already
     for key, word in (("how", ""), ("by", "by "), ("reason", "— ")):
-        if event.get(key):
+        if event.get(key) and not (key == "how" and event[key] == said):
             text += f" {word}{event[key]}"
     return text
 
