@@ -130,6 +130,7 @@ class TestJobRun:
         assert pending[0]["holders"][0]["task"] == "refactor auth"
         human = meshctl(env, "jobs")
         assert "NOT RUN (critical)" in human.stdout
+        assert "held by" not in human.stdout  # "held: S holds RES …", not "held by S holds"
         synced = meshctl(env, "sync", "--session", sid, "--json")
         assert [j["name"] for j in json.loads(synced.stdout)["deferred_jobs"]] == ["backup"]
         assert "Critical jobs NOT RUN" in meshctl(env, "sync", "--session", sid).stdout

@@ -129,7 +129,7 @@ class TestPreempt:
         held = [x["session_id"] for x in c.call("claim.list")["claims"]]
         c.close()
 
-        assert "low still hold res:x" in text
+        assert "low still holds res:x" in text  # one holder: holds
         assert "you may steal" in text
         assert held == ["low"]
 

@@ -94,7 +94,7 @@ def render_radar(rows: list[dict[str, Any]]) -> str:
         lines.append(f"    {_last(job)}; deferred {job.get('deferrals', 0)} times")
         for ev in job.get("pending") or []:
             held = _holders(ev.get("holders") or [])
-            lines.append(f"    NOT RUN (critical) {_when(ev)}: held by {held}")
+            lines.append(f"    NOT RUN (critical) {_when(ev)}: held: {held}")
         wait = job.get("would_wait_for") or []
         lines.append(f"    now it would wait for: {_holders(wait)}")
     return "\n".join(lines)

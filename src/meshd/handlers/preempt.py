@@ -132,7 +132,8 @@ class PreemptHandlers(Domain):
         resources = sorted({r for res in still.values() for r in res})
         text = (
             f"The grace of your preemption ran out: {', '.join(sorted(still))} still "
-            f"hold {', '.join(resources)}. Nothing was taken; you may steal "
+            f"hold{'s' if len(still) == 1 else ''} {', '.join(resources)}. Nothing was "
+            "taken; you may steal "
             "(meshctl steal RES --reason R)."
         )
         m = st.mailbox.notice(pre.by, text, push=False)
