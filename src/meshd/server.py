@@ -544,6 +544,15 @@ class Server:
         conn.detach = detach
         try:
             return await run(call, conn)
+        except asyncio.CancelledError:
+            if not c.closed:
+                raise
+            # The connection closed under a waiting call (the wait withdrew itself on
+            # the way out): end without raising. Raised on, each such call left a
+            # reference cycle (anyio's task_done keeps the error, whose traceback holds
+            # ~9 frames): 10,000 waits dropped at once were ~190,000 objects that only
+            # the collector frees, in one young collection of 0.3-1 s.
+            return None
         finally:
             c.inflight.release()
             if conn.detach is detach:
