@@ -86,3 +86,19 @@ async def test_an_end_stored_alone_takes_its_claims_rows_with_it(svc: Service) -
     await svc.store.commit([("session.put", again)])  # the id registered again
 
     assert svc.store.read_now(load_claims) == []
+
+
+async def test_a_pause_is_answered_once_its_releases_are_stored(svc: Service) -> None:
+    """SPEC §8: what a reply acknowledges is on disk. A pause releases the session's
+    claims; answered before those releases were stored (handed to the writer after
+    the reply), a kill -9 in between gave the paused session its claims back at the
+    next start. Read the file the moment the reply is there, before the loop turns."""
+    await call(svc, "session.register", {"session_id": "cli:a", "source": "cli", "task": "t"})
+    await call(svc, "claim.acquire", {"session_id": "cli:a", "resources": ["res:x"]})
+
+    reply = await call(svc, "session.pause", {"session_id": "cli:a", "note": "lunch"})
+
+    db = sqlite3.connect(svc.store.path)
+    held = db.execute("SELECT resource FROM claims WHERE session_id = 'cli:a'").fetchall()
+    assert reply.reserved == ["res:x"]
+    assert held == []

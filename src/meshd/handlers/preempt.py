@@ -166,7 +166,9 @@ class PreemptHandlers(Domain):
         self.notes[p.session_id] = p.note
         st.registry.heartbeat(p.session_id, Report(status="paused"))
         st.writes += self.claims.audit_rows(p.session_id, reserved, "pause", reason=p.note[:200])
-        svc.flush_background()  # the releases and the reservation (not durable) follow
+        # the releases are stored before the reply (SPEC §8: a kill -9 right after it
+        # must not give the paused session its claims back); the reservation is not durable
+        await svc.commit()
         return pp.PauseResult(
             session_id=p.session_id, reserved=reserved, first=first, handoff_id=handoff.id,
             note_id=note.id,
