@@ -75,6 +75,19 @@ class TestPreempt:
         assert [x["resource"] for x in held] == ["res:x"]  # nothing is taken by force
         assert ("preempt", "grace 300 s") in log
 
+    def test_a_preemptor_asking_twice_is_first_once(self, daemon: DaemonHandle) -> None:
+        """Two preemptions by one session (one key each): the pause names it once."""
+        c = setup(daemon, ("low", 0), ("boss", 5))
+        c.call("claim.acquire", session_id="low", resources=["res:a", "res:b"])
+        c.call("claim.preempt", session_id="boss", resources=["res:a"])
+        c.call("claim.preempt", session_id="boss", resources=["res:b"])
+
+        paused = c.call("session.pause", session_id="low", note="n")
+        c.close()
+
+        assert paused["reserved"] == ["res:a", "res:b"]
+        assert paused["first"] == ["boss"]
+
     def test_pause_hands_the_set_to_the_preemptor_then_resume_returns_the_note(
         self, daemon: DaemonHandle
     ) -> None:

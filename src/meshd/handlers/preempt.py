@@ -159,7 +159,8 @@ class PreemptHandlers(Domain):
         handoff = st.mailbox.write_handoff(p.session_id, p.note)
         paused = msgspec.structs.replace(s, status="paused")
         await self._store_first([("session.snapshot", paused)])
-        first = [pre.by for pre in self.pre.paused(p.session_id)]
+        # one preemptor asking for several keys apart is first once, in asking order
+        first = list(dict.fromkeys(pre.by for pre in self.pre.paused(p.session_id)))
         reserved = st.claims.pause(p.session_id, first)
         if s.status != "paused":
             self.before[p.session_id] = s.status
