@@ -132,15 +132,18 @@ class DaemonHandle:
     wrap: list[str] = field(default_factory=list)
     """A command prefix (``ip netns exec NS``: the fleet tests' hosts); it must exec."""
 
+    def meshd_argv(self) -> list[str]:
+        """How meshd is started; a subclass runs a launcher instead (one that sets a
+        limit or a debug flag up, then runs meshd with the arguments after its own)."""
+        return [sys.executable, "-m", "meshd"]
+
     def start(self, *, wait: bool = True) -> None:
         self.log = self.state_dir.parent / f"meshd-{self.profile}.log"
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [
                 *self.wrap,
-                sys.executable,
-                "-m",
-                "meshd",
+                *self.meshd_argv(),
                 "run",
                 "--profile",
                 self.profile,

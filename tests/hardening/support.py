@@ -9,7 +9,6 @@ hangs fails the test instead of hanging it.
 from __future__ import annotations
 
 import resource
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +52,7 @@ class LimitedDaemon(DaemonHandle):
 
     nofile: int = 64
 
-    def start(self, *, wait: bool = True) -> None:
-        self.log = self.state_dir.parent / f"meshd-{self.profile}.log"
+    def meshd_argv(self) -> list[str]:
         # The limit is set by a tiny launcher that then execs meshd, rather than by
         # preexec_fn, which is unsafe in a process that has threads.
         launcher = (
@@ -62,14 +60,7 @@ class LimitedDaemon(DaemonHandle):
             "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
             "os.execv(sys.executable, [sys.executable, '-m', 'meshd', *sys.argv[2:]])"
         )
-        argv = [sys.executable, "-c", launcher, str(self.nofile),
-                "run", "--profile", self.profile, "--log-level", "debug"]  # fmt: skip
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-            )
-        if wait:
-            self.wait_ready()
+        return [sys.executable, "-c", launcher, str(self.nofile)]
 
 
 def raise_own_nofile(n: int) -> None:

@@ -44,18 +44,8 @@ runpy.run_module("meshd", run_name="__main__", alter_sys=True)
 class GarbageCountingDaemon(DaemonHandle):
     out: Path = Path()
 
-    def start(self, *, wait: bool = True) -> None:
-        import subprocess
-
-        self.log = self.state_dir.parent / f"meshd-{self.profile}.log"
-        argv = [sys.executable, "-c", _LAUNCHER, str(self.out),
-                "run", "--profile", self.profile, "--log-level", "debug"]  # fmt: skip
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-            )
-        if wait:
-            self.wait_ready()
+    def meshd_argv(self) -> list[str]:
+        return [sys.executable, "-c", _LAUNCHER, str(self.out)]
 
 
 def _acquire(rid: int, sid: str, key: str) -> bytes:
