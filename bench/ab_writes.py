@@ -58,11 +58,16 @@ def start(place: Place, name: str, tree: Path, nogc: bool) -> tuple[Proc, str]:
     return proc, env["MESH_SOCKET"]
 
 
+def trees_of(argv: list[str]) -> dict[str, Path]:
+    """``LABEL=TREE`` arguments: each label's source tree, resolved."""
+    return {label: Path(tree).resolve() for label, tree in (a.split("=", 1) for a in argv)}
+
+
 def main(argv: list[str]) -> None:
     rounds = int(os.environ.get("AB_ROUNDS", "5"))
     dur = float(os.environ.get("AB_DUR", "2"))
     lat_n = int(os.environ.get("AB_LAT", "1000"))
-    trees = {a.split("=", 1)[0]: Path(a.split("=", 1)[1]).resolve() for a in argv}
+    trees = trees_of(argv)
     place = Place()
     echo, echo_path = start_echo(place)
     procs: dict[str, tuple[Proc, str, Proc, str]] = {}

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-from bench.ab_writes import start
+from bench.ab_writes import start, trees_of
 from bench.claims import _ok, acquire, deep, release
 from bench.common import LAT_CPUS, LineClient, Place, Proc, median, pct, pinned, time_roundtrips
 from bench.targets import pipeline, register_many
@@ -34,7 +33,7 @@ def main(argv: list[str]) -> None:
     rounds = int(os.environ.get("AB_ROUNDS", "5"))
     n = int(os.environ.get("AB_PAIRS", "200"))
     hist = int(os.environ.get("AB_HIST", "100000"))
-    trees = {a.split("=", 1)[0]: Path(a.split("=", 1)[1]).resolve() for a in argv}
+    trees = trees_of(argv)
     place = Place()
     procs: dict[str, tuple[Proc, LineClient]] = {}
     fresh: dict[str, list[float]] = {k: [] for k in trees}
