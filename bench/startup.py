@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import floors
-from bench.common import LAT_CPUS, PYTHON, median, pinned
+from bench.common import LAT_CPUS, PYTHON, median, pinned, start_meshd
+from bench.targets import register_many
 
 if TYPE_CHECKING:
     from bench.targets import Ctx
@@ -128,8 +129,23 @@ def _chain(
 
 
 def run(ctx: Ctx) -> None:
+    """Every command against a daemon of its own holding exactly the ten live sessions.
+
+    Not the shared bench daemon: earlier sections leave hundreds of sessions on it
+    (a full run lists thousands), and the peer lists its ten, so ``sessions active``
+    against ``status`` would compare listings of different sizes.
+    """
+    daemon, sock = start_meshd(ctx.place, "startup")
+    try:
+        register_many(sock, [ctx.me] + [f"live{i}" for i in range(9)])
+        _run(ctx, daemon.pid)
+    finally:
+        daemon.stop()
+
+
+def _run(ctx: Ctx, daemon_pid: int) -> None:
     g = "startup"
-    env = ctx.place.env("bench")
+    env = ctx.place.env("startup")
     env["MESH_SESSION"] = ctx.me
     meshctl = os.path.join(os.path.dirname(PYTHON), "meshctl")
     cmds = {"S": floors.s_argv(), **{k: [meshctl, *a] for k, a in HOT.items()}}
@@ -156,7 +172,7 @@ def run(ctx: Ctx) -> None:
         wall[key].append(figures[0])
         cpu[key].append(figures[1])
 
-    with pinned(LAT_CPUS, ctx.meshd.pid):
+    with pinned(LAT_CPUS, daemon_pid):
         for k, argv in cmds.items():
             for _ in range(2):  # warm-up: page cache, .pyc
                 timed(argv, peer.env if peer and k.startswith("peer") else env)
