@@ -14,7 +14,10 @@ Connection protocol (SPEC §3):
   ``concurrent`` (waits, asks), which answer when they are done; clients match
   replies by id. Every request runs in the connection's reading task; one that
   has to wait detaches (``conn.detach()``) and keeps that task, while a new one
-  reads on, so a request that never waits costs no task. At most
+  reads on, so a request that never waits costs no task. A request that waits for
+  a callback (a queued ``claim.acquire``) costs none either: its handler returns a
+  record (:class:`~meshd.protocol.jsonrpc.Later`) that is answered when settled and
+  withdrawn if the connection closes first. At most
   :data:`MAX_INFLIGHT` concurrent requests run at once per connection; past that
   the connection is not read until one finishes. A batch is answered as one
   array once its last element is done; an element that waits detaches the same
@@ -62,7 +65,17 @@ from msgspec import Raw
 from meshd.frames import FrameReader, FrameTooLong, OverBudget, PartialBudget
 from meshd.protocol.errors import INVALID_REQUEST, Forbidden, MeshError, MeshUnavailable
 from meshd.protocol.framing import DELIMITER, MAX_FRAME
-from meshd.protocol.jsonrpc import Call, Dispatcher, encoder, error_object, error_response, run
+from meshd.protocol.jsonrpc import (
+    Call,
+    Dispatcher,
+    Later,
+    encoder,
+    error_object,
+    error_response,
+    reply,
+    run,
+    start,
+)
 from meshd.protocol.trust import peer_credentials
 from meshd.service import Conn, Service
 
@@ -166,6 +179,8 @@ class Connection:
         self.last_frame = time.monotonic()
         """When the last whole frame arrived (the idle timeout counts from here)."""
         self.reader: FrameReader | None = None
+        self.later: set[Later] = set()
+        """Requests waiting as records (a queued claim), no task: withdrawn at close."""
 
     async def send(self, frame: bytes) -> None:
         """Write one reply frame (never blocks; see :meth:`write`)."""
@@ -411,6 +426,8 @@ class Server:
                 if c.reader is not None:
                     c.reader.release()
                     c.reader = None
+                while c.later:  # its waiting records withdraw, as its waiting tasks did
+                    c.later.pop().cancel()
                 self.connections.pop(conn.id, None)
                 self.service.connection_closed(conn)
             with anyio.CancelScope(shield=True):
@@ -530,20 +547,25 @@ class Server:
                 c.write(reply + DELIMITER, 0)
             return False
         detach = _Detach(self, c, None)
-        reply = await self._run(c, call, detach)
-        if reply is not None:
-            c.write(reply + DELIMITER, 0)
+        out = await self._run(c, call, detach)
+        if isinstance(out, Later):
+            self._later(c, call, out, None, 0)
+        elif out is not None:
+            c.write(out + DELIMITER, 0)
         return detach.fired
 
-    async def _run(self, c: Connection, call: Call, detach: _Detach) -> bytes | None:
-        """Run a ``concurrent`` call here, holding one of the connection's slots."""
+    async def _run(self, c: Connection, call: Call, detach: _Detach) -> bytes | Later | None:
+        """Run a ``concurrent`` call here, holding one of the connection's slots (a
+        :class:`Later` it returns keeps the slot until it is answered: :meth:`_later`)."""
         if not await self._slot(c):
             c.close()  # the client hung up while we were not reading it
             return None
         conn = c.conn
         conn.detach = detach
+        out: bytes | Later | None = None
         try:
-            return await run(call, conn)
+            out = await start(call, conn)
+            return out
         except asyncio.CancelledError:
             if not c.closed:
                 raise
@@ -554,9 +576,17 @@ class Server:
             # the collector frees, in one young collection of 0.3-1 s.
             return None
         finally:
-            c.inflight.release()
+            if not isinstance(out, Later):
+                c.inflight.release()
             if conn.detach is detach:
                 conn.detach = _stay
+
+    def _later(self, c: Connection, call: Call, later: Later, b: _Batch | None, i: int) -> None:
+        """Answer ``later`` once settled (``b``: as element ``i`` of that batch), like a
+        request that waited in a task, and free its slot; until then, closing the
+        connection withdraws it (:meth:`_handle`)."""
+        c.later.add(later)
+        later.bind(_Answer(c, call, b, i))
 
     async def _batch(self, c: Connection, b: _Batch) -> bool:
         """Start a batch's elements in order, from ``b.next``; True when one detached.
@@ -580,7 +610,11 @@ class Server:
             b.open += 1
             if call.handler.concurrent:
                 detach = _Detach(self, c, b)
-                b.replies[i] = await self._run(c, call, detach)
+                out = await self._run(c, call, detach)
+                if isinstance(out, Later):
+                    self._later(c, call, out, b, i)  # b.open stays counted until answered
+                    continue
+                b.replies[i] = out
             else:
                 detach = None
                 b.replies[i] = await run(call, c.conn)
@@ -650,6 +684,32 @@ class _Detach:
             self.c.tg.start_soon(
                 functools.partial(self.server._reader, resumed=True), self.c, self.batch
             )
+
+
+class _Answer:
+    """What a :class:`Later` of a connection does once settled: its reply written (or
+    its batch's, once the last element is done), its slot freed."""
+
+    __slots__ = ("b", "c", "call", "i")
+
+    def __init__(self, c: Connection, call: Call, b: _Batch | None, i: int) -> None:
+        self.c = c
+        self.call = call
+        self.b = b
+        self.i = i
+
+    def __call__(self, later: Later) -> None:
+        c, b = self.c, self.b
+        c.later.discard(later)
+        c.inflight.release()
+        frame = reply(self.call, later)
+        if b is None:
+            if frame is not None:
+                c.write(frame + DELIMITER, 0)
+            return
+        b.replies[self.i] = frame
+        b.open -= 1
+        Server._batch_done(c, b)
 
 
 class _Batch:

@@ -214,6 +214,12 @@ class Service:
                 raise
         self._after_commit(d, None)
 
+    def commit_soon(self) -> None:
+        """:meth:`commit` without waiting, for work that has no task (a queued claim's
+        timeout): the same foreground commit, then published and its waiters told."""
+        d = self.drain()
+        self.store.commit_soon(d.writes, functools.partial(self._settle, d))
+
     def _settle(self, d: Drained, error: BaseException | None) -> None:
         """Tell what a commit did: refused, its writes are forgotten (never acknowledged,
         so never there) and its waiters told; else as :meth:`_after_commit`."""

@@ -14,6 +14,7 @@ without a socket.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -241,14 +242,114 @@ class Dispatcher:
         return Call(req.method, h, params, rid, notify)
 
 
-async def run(call: Call, conn: Any) -> bytes | None:
-    """Call the handler; its result or its error as a reply frame (None to a notification)."""
+class Later:
+    """A reply that comes later, owed by a record instead of a waiting task.
+
+    A ``concurrent`` handler whose request must wait for something a callback will
+    tell (a queued claim: a grant after its commit, a timeout, a withdrawal) returns
+    one of these instead of awaiting: no task, no coroutine frames held while it
+    waits. Whoever tells the outcome calls :meth:`settle` once; the server's reply
+    is written then (:meth:`bind`). If the caller goes away first (its connection
+    closed), the server calls :meth:`cancel`, which runs :meth:`withdraw` (what a
+    subclass undoes) and answers nothing. A caller that runs in a task of its own
+    (a handler composed of others) awaits :meth:`outcome` instead.
+
+    In a storm of 10,000 queued acquires each used to be a task with five coroutine
+    frames, all tracked by the cyclic collector while they waited.
+    """
+
+    __slots__ = ("_sink", "done", "error", "result")
+
+    def __init__(self) -> None:
+        self._sink: Callable[[Later], None] | None = None
+        self.done = False
+        """Settled or cancelled: nothing more happens to it."""
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        """The outcome: ``result``, or ``error`` (answered as a failure). Once only."""
+        if self.done:
+            return
+        self.done = True
+        self.result, self.error = result, error
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink(self)
+
+    def bind(self, sink: Callable[[Later], None]) -> None:
+        """Call ``sink(self)`` once settled (now, if it is already)."""
+        if self.done:
+            sink(self)
+        else:
+            self._sink = sink
+
+    def cancel(self) -> None:
+        """Its caller went away: withdraw what it waits for; no reply."""
+        if not self.done:
+            self.done = True
+            self._sink = None
+            self.withdraw()
+
+    def withdraw(self) -> None:
+        """Undo the wait (a subclass's): called by :meth:`cancel`, never after :meth:`settle`."""
+
+    async def settled(self) -> None:
+        """Wait in this task until settled (cancelled meanwhile, it withdraws)."""
+        if not self.done:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def wake(_: Later) -> None:
+                if not fut.done():
+                    fut.set_result(None)
+
+            self.bind(wake)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+
+    async def outcome(self) -> Any:
+        """Wait in this task until settled: the result, or the error raised."""
+        await self.settled()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+async def start(call: Call, conn: Any) -> bytes | Later | None:
+    """Call the handler: its reply frame (None to a notification), or the :class:`Later`
+    it returned when its request has to wait (the caller answers it with :func:`reply`)."""
     h = call.handler
     try:
         result = await h.fn(call.params, conn) if h.is_async else h.fn(call.params, conn)
     except Exception as exc:
         return failure(call.method, call.rid, call.notify, exc)
+    if isinstance(result, Later):
+        return result
     return None if call.notify else encoder.encode(response(call.rid, result))
+
+
+def reply(call: Call, later: Later) -> bytes | None:
+    """The reply frame of a settled :class:`Later` (None to a notification)."""
+    if later.error is not None:
+        error = later.error
+        if not isinstance(error, Exception):
+            error = RuntimeError(repr(error))
+        return failure(call.method, call.rid, call.notify, error)
+    return None if call.notify else encoder.encode(response(call.rid, later.result))
+
+
+async def run(call: Call, conn: Any) -> bytes | None:
+    """Call the handler; its result or its error as a reply frame (None to a notification).
+
+    A :class:`Later` it returns is waited for here, in this task."""
+    out = await start(call, conn)
+    if not isinstance(out, Later):
+        return out
+    await out.settled()
+    return reply(call, out)
 
 
 def failure(method: str, rid: Id, notify: bool, exc: Exception) -> bytes | None:

@@ -267,6 +267,20 @@ class Store:
         if (refused := self._refusal(pending.error)) is not None:
             raise refused
 
+    def commit_soon(
+        self, writes: list[Write], then: Callable[[StorageUnavailable | None], None]
+    ) -> None:
+        """:meth:`commit` for a caller that does not wait in a task (a queued claim's
+        record): the same foreground commit, refused writes not kept, and ``then(error)``
+        run on the loop once it is committed or refused, as ``abandoned`` is."""
+        if not writes:
+            then(None)
+            return
+        waiter = (self._loop or asyncio.get_running_loop()).create_future()
+        self._enqueue(
+            _Pending(writes, waiter=waiter, on_done=lambda error: then(self._refusal(error)))
+        )
+
     def _refusal(self, error: BaseException | None) -> StorageUnavailable | None:
         """What a caller is told of a commit that failed with ``error`` (None: it did not)."""
         if error is None:
