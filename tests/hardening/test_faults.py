@@ -10,7 +10,9 @@ tests/integration/test_daemon.py.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import select
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -292,6 +294,20 @@ NOT_STORED = {  # change only what a restart forgets anyway (SPEC §8: not durab
 }
 
 
+def _acquire(rid: int, sid: str, keys: list[str], wait: float) -> bytes:
+    params = {"session_id": sid, "resources": keys, "wait": wait}
+    req = {"jsonrpc": "2.0", "id": rid, "method": "claim.acquire", "params": params}
+    return json.dumps(req).encode() + b"\n"
+
+
+def _waiting(c: Client) -> set[str]:
+    return {w["session_id"] for w in c.call("claim.list")["result"]["waiting"]}
+
+
+def _answered(c: Client) -> bool:
+    return bool(select.select([c.sock], [], [], 0)[0])
+
+
 def key_in(state: Path, name: str) -> str:
     return f"file:{state}/{name}"
 
@@ -442,6 +458,52 @@ class TestNothingRefusedTakesEffect:
         }
         assert during == padded  # memory: nothing refused took effect
         assert after == padded  # disk: the same
+
+    def test_a_wait_that_runs_out_is_held_though_what_it_let_go_was_refused(
+        self, mesh_env: MeshEnv, small_state: Path
+    ) -> None:
+        """a waits for {k1, k2} (k1 held), b for {k2} behind it; the disk is full when a's
+        wait runs out. b's grant, set off by a's withdrawal, is refused (UNAVAILABLE, b
+        holds nothing), and a is answered ``held``: its outcome was known whatever that
+        commit did (it was answered UNAVAILABLE)."""
+        d = DaemonHandle(env=mesh_env.env, socket=mesh_env.socket, state_dir=small_state)
+        d.start()
+        waits = (0.5, 1.0, 2.0, 4.0, 8.0)  # a longer wait if a ran out before b queued
+        ones = [key_in(small_state, f"one{n}") for n in range(len(waits))]
+        out: dict[str, Any] = {}
+        try:
+            with Client(d.socket) as c:
+                for sid in ("holder", "a", "b"):
+                    assert "result" in register(c, sid)
+                assert "result" in c.call(
+                    "claim.acquire", {"session_id": "holder", "resources": ones}
+                )
+                fill(small_state)
+                for i in range(2000):  # use up what room the WAL still has
+                    if "error" in register(c, f"pad{i}", big=True):
+                        break
+                for k1, wait in zip(ones, waits, strict=True):
+                    k2 = k1.replace("one", "two")
+                    with Client(d.socket) as a, Client(d.socket) as b:
+                        a.send(_acquire(1, "a", [k1, k2], wait))
+                        wait_for(lambda: "a" in _waiting(c) or _answered(a))
+                        b.send(_acquire(1, "b", [k2], 60))
+                        wait_for(lambda: "b" in _waiting(c) or _answered(b))
+                        if _answered(b):  # a ran out first: b was not behind it, a miss
+                            continue
+                        out = {"a": a.reply(), "b": b.reply(), "k2": k2}
+                        break
+                assert out, "a's wait always ran out before b queued behind it"
+                out["holders"] = [
+                    x["session_id"] for x in c.call("claim.list")["result"]["claims"]
+                    if x["resource"] == out["k2"]
+                ]  # fmt: skip
+        finally:
+            d.stop()
+
+        assert out["a"]["result"]["status"] == "held", out["a"]
+        assert out["b"]["error"]["data"]["code"] == "UNAVAILABLE", out["b"]
+        assert out["holders"] == []
 
     @staticmethod
     def holders_after_recovery(

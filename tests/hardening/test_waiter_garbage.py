@@ -6,9 +6,10 @@ that ended by raising the connection's cancellation left a reference cycle (anyi
 daemon's collector found ~190,000 objects at once and paused the loop for 0.3-1 s.
 
 The daemon runs here under a launcher that keeps whatever the collector finds
-(``gc.DEBUG_SAVEALL``) and, at exit, counts the frames of ``ClaimHandlers._wait``
-among it: a wait that ended cleanly is freed by its reference count and is never
-there. No timing: the count is exact.
+(``gc.DEBUG_SAVEALL``) and, at exit, counts what of the waits is among it: frames of
+a wait's task (``_wait``, the task form before the third pass), its record
+(``_Wait``) and reply sink (``_Answer``). A wait that ended cleanly is freed by its
+reference count and is never there. No timing: the count is exact.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ out = sys.argv.pop(1)
 def count():
     gc.collect()
     n = sum(1 for o in gc.garbage
-            if type(o).__name__ == "frame" and o.f_code.co_name == "_wait")
+            if type(o).__name__ in ("_Wait", "_Answer")
+            or type(o).__name__ == "frame" and o.f_code.co_name == "_wait")
     with open(out, "w") as f:
         f.write(str(n))
 atexit.register(count)
