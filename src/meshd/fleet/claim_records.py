@@ -1,6 +1,6 @@
 """What the fleet's claims bucket holds, and the rule that decides a claim there.
 
-Pure: no NATS, no I/O. :mod:`meshd.fleet.claims` reads and writes these records
+Pure: no NATS, no I/O. :mod:`meshd.fleet.claim_bucket` reads and writes these records
 with compare-and-set; this module says what a record means (docs/FLEET.md,
 "Fleet-wide claims"). One record per fleet resource touched, named
 :func:`record_name`; each lists
@@ -97,6 +97,12 @@ class Record:
         return Record(
             *(tuple(e for e in getattr(self, f) if f not in where or not drop(e)) for f in "hdq")
         )
+
+
+def set_value(keys: Iterable[Key], session: str, host: str, mode: Mode) -> bytes:
+    """The value of a set's commit record (``g.<gid>``) or wait record (``w.<gid>``):
+    its keys, session, host and mode, read back by a reconcile and by ``validate``."""
+    return json.dumps({"k": [k.text for k in keys], "s": session, "o": host, "m": mode}).encode()
 
 
 def clash(a: Mode, b: Mode) -> bool:

@@ -47,7 +47,8 @@ from meshd.store.claims import audit_page, load_claims, load_fencing
 
 if TYPE_CHECKING:
     from meshd.core.state import Event
-    from meshd.fleet.claims import FleetClaims, FleetGrant, FleetHeld
+    from meshd.fleet.claim_grants import FleetGrant, FleetHeld
+    from meshd.fleet.claims import FleetClaims
 
 HOME = os.path.expanduser("~")
 
@@ -310,7 +311,7 @@ class ClaimHandlers(Domain):
     ) -> pc.ClaimAcquireResult:  # fmt: skip
         """A fleet-wide set: decided in the fleet first (docs/FLEET.md), then recorded
         here with the fleet's token and committed before the reply."""
-        from meshd.fleet.claims import FleetGrant
+        from meshd.fleet.claim_grants import FleetGrant
         from meshd.fleet.link import FleetDown
 
         st = self.svc.state
@@ -369,7 +370,7 @@ class ClaimHandlers(Domain):
         cannot be reached (a reconnect, a server restart) and tries again once it is
         back; :class:`FleetDown` (UNAVAILABLE) only when the wait runs out first.
         Under ``"local"`` it is raised at once: the caller grants local-only."""
-        from meshd.fleet.claims import FleetHeld
+        from meshd.fleet.claim_grants import FleetHeld
         from meshd.fleet.link import FleetDown
 
         deadline = time.monotonic() + wait
@@ -397,7 +398,7 @@ class ClaimHandlers(Domain):
                     waiter = await fc.enqueue(sid, keys, mode)
                     continue  # try again at once, now with a place in line
                 # a lease that runs out changes no record: look again now and then
-                await fc.changed(events, min(left, fc.renew_every))
+                await fc.changed(events, min(left, fc.upkeep.renew_every))
                 self.svc.state.registry.get(sid)  # ended while waiting: stop
         finally:
             if waiter is not None and not granted:

@@ -1,0 +1,192 @@
+"""Reading and writing the fleet's claims bucket: compare-and-set, patient under load.
+
+The records mean what :mod:`meshd.fleet.claim_records` says (pure); this module is
+how one record is read, written over a revision, created or trimmed, through the
+link's KV bucket. It holds no state: :class:`meshd.fleet.claims.FleetClaims` (the
+requests) and :class:`meshd.fleet.claim_upkeep.ClaimUpkeep` (lease, reconcile,
+watch) both write through it.
+
+A write that times out may still have landed (a loaded server fsyncs every write),
+so each retry reads first and recognises its own entry; a try gives up after
+:data:`PATIENCE` seconds of timeouts or :data:`MAX_TRIES` lost races.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from meshd.fleet.claim_records import Entry, Record, Step
+from meshd.fleet.link import FleetDown, FleetLink, describe
+
+log = logging.getLogger("meshd.fleet.claims")
+
+BUCKET = "claims"
+MAX_TRIES = 200
+"""Compare-and-set attempts on one record before the request gives up (UNAVAILABLE):
+each failed attempt means another request made progress on that record."""
+
+TIMEOUTS: tuple[type[Exception], ...] = (TimeoutError, nats.errors.TimeoutError)
+PATIENCE = 10.0
+"""Seconds one step of an acquire keeps trying after requests time out (a loaded
+server fsyncing every write): a write that timed out may have landed, so each try
+reads first and recognises its own entry."""
+
+NATS_ERRORS: tuple[type[Exception], ...] = (
+    nats.errors.Error,
+    nats.js.errors.Error,
+    TimeoutError,
+    OSError,
+)
+
+FLEET_ERRORS: tuple[type[Exception], ...] = (FleetDown, *NATS_ERRORS)
+
+
+def gid_in(gids: set[str]) -> Callable[[Entry], bool]:
+    """An entry filter: the entries of these requests."""
+    return lambda e: e.gid in gids
+
+
+async def open_bucket(link: FleetLink) -> KeyValue:
+    """The claims bucket, bound; :class:`FleetDown` when the server cannot say."""
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        try:
+            return await link.kv(BUCKET, history=1)
+        except TIMEOUTS as exc:  # binding asks the server: patient under load too
+            if time.monotonic() > deadline:
+                raise FleetDown(describe(exc)) from exc
+        except NATS_ERRORS as exc:
+            raise FleetDown(describe(exc)) from exc
+
+
+async def read(kv: KeyValue, name: str) -> tuple[Record, int]:
+    """A record and its revision (0: it was never written)."""
+    try:
+        entry = await kv.get(name)
+    except nats.js.errors.KeyNotFoundError as exc:
+        rev = exc.entry.revision if exc.entry is not None else 0
+        return Record(), rev or 0
+    return Record.decode(entry.value), entry.revision or 0
+
+
+async def write(kv: KeyValue, name: str, record: Record, last: int) -> int:
+    """Compare-and-set ``record`` over revision ``last``: its new revision, or 0 if
+    someone was first."""
+    try:
+        return int(await kv.update(name, record.encode(), last=last))
+    except nats.js.errors.KeyWrongLastSequenceError:
+        return 0
+
+
+def lease_key(host: str) -> str:
+    """The KV key of ``host``'s lease (a dot would split the key)."""
+    return "l." + host.replace(".", "_d")
+
+
+async def alive(kv: KeyValue, host: str) -> bool:
+    """Whether ``host``'s lease is there; a read that times out counts as alive
+    (the safe answer: its entries are kept)."""
+    try:
+        await kv.get(lease_key(host))
+    except nats.js.errors.KeyNotFoundError:
+        return False
+    except TIMEOUTS:
+        return True
+    return True
+
+
+async def lease_now(kv: KeyValue, host: str) -> int:
+    """The revision of ``host``'s lease now (0: none): a previous run's lease is adopted."""
+    try:
+        return (await kv.get(lease_key(host))).revision or 0
+    except nats.js.errors.KeyNotFoundError as exc:  # a delete or purge marker has one
+        return (exc.entry.revision or 0) if exc.entry is not None else 0
+
+
+async def create(kv: KeyValue, name: str, value: bytes) -> int:
+    """Create ``name`` (a commit record ``g.<gid>``, whose revision is the token, or
+    a wait record ``w.<gid>``, the ticket). A create that timed out may have
+    landed; then the record is there with its revision."""
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        try:
+            return int(await kv.create(name, value))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            pass  # an earlier try that timed out created it
+        except TIMEOUTS:
+            if time.monotonic() > deadline:
+                raise
+        try:
+            return int((await kv.get(name)).revision or 0)
+        except nats.js.errors.KeyNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+        except TIMEOUTS:
+            if time.monotonic() > deadline:
+                raise
+
+
+async def undo(kv: KeyValue, steps: Iterable[Step], gid: str) -> None:
+    """Take ``gid``'s entries out of ``steps``' records (its holds and intents)."""
+    for step in steps:
+        where = "hq" if step.role == "hold" else "d"
+        await drop(kv, step.name, lambda e: e.gid == gid, where)
+
+
+async def drop(kv: KeyValue, name: str, gone: Callable[[Entry], bool], where: str = "hdq") -> None:
+    """Take every entry ``gone`` is true for out of record ``name`` (lists ``where``)."""
+    deadline = time.monotonic() + PATIENCE
+    for _ in range(MAX_TRIES):
+        try:  # each try reads first: a write of ours that timed out shows there
+            record, rev = await read(kv, name)
+            new = record.without(gone, where)
+            if new == record or await write(kv, name, new, rev):
+                return
+        except TIMEOUTS:
+            if time.monotonic() > deadline:
+                raise
+    raise FleetDown(f"{name}: too many concurrent changes")
+
+
+async def queue(kv: KeyValue, name: str, me: Entry) -> None:
+    """Add waiter ``me`` to record ``name``'s line."""
+    deadline = time.monotonic() + PATIENCE
+    for _ in range(MAX_TRIES):
+        try:  # adding the same entry again changes nothing: a retry is harmless
+            record, rev = await read(kv, name)
+            if await write(kv, name, record.adding("q", me), rev):
+                return
+        except TIMEOUTS:
+            if time.monotonic() > deadline:
+                raise
+    raise FleetDown(f"{name}: too many concurrent changes")
+
+
+async def scan(kv: KeyValue, pattern: str) -> dict[str, tuple[bytes | None, int]]:
+    """Every live key matching ``pattern`` with its value and revision."""
+    out: dict[str, tuple[bytes | None, int]] = {}
+    watcher = await kv.watch(pattern, ignore_deletes=True)
+    try:
+        async for entry in watcher:
+            if entry is None:
+                break
+            out[entry.key] = (entry.value, entry.revision or 0)
+            if not entry.delta:
+                break
+    finally:
+        await watcher.stop()  # type: ignore[no-untyped-call]
+    return out
+
+
+async def forget_wait(kv: KeyValue, gid: str) -> None:
+    """Delete ``gid``'s wait record (``w.<gid>``); a failure is only logged."""
+    try:
+        await kv.delete("w." + gid)
+    except NATS_ERRORS as exc:
+        log.debug("fleet: deleting wait record %s: %s", gid, describe(exc))

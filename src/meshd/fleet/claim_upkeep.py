@@ -1,0 +1,256 @@
+"""Keeping this host's fleet claims true to the bucket while the link lives.
+
+Requests (:class:`meshd.fleet.claims.FleetClaims`) take and give back claims; this
+module is the rest of the protocol docs/FLEET.md describes, which no request asks
+for: the host's lease key, kept alive, whose loss gives every fleet claim up before
+the server lets the lease go; the reconcile at each link-up, which matches the
+bucket with the lock table (a restart of meshd, claims taken while cut off,
+local-only sets to heal); and the watch on the records, which wakes waiters and
+notices claims another host took from this one. Fleet claims are refused until the
+reconcile is done (:attr:`ClaimUpkeep.ready`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from meshd.fleet import claim_bucket as bucket
+from meshd.fleet.claim_bucket import BUCKET, FLEET_ERRORS, gid_in
+from meshd.fleet.claim_grants import FleetGrant
+from meshd.fleet.claim_records import Mode, Record, record_resource, resource_of
+from meshd.fleet.link import FleetDown, describe
+from meshd.keys import Key
+
+if TYPE_CHECKING:
+    from meshd.fleet.claims import FleetClaims
+
+log = logging.getLogger("meshd.fleet.claims")
+
+
+class ClaimUpkeep:
+    """The lease, the reconcile and the watch of one host's :class:`FleetClaims`."""
+
+    def __init__(self, claims: FleetClaims, *, heartbeat: float) -> None:
+        self.claims = claims
+        self.link = claims.link
+        self.host = claims.host
+        self.lease_ttl = max(3, round(3 * heartbeat))
+        """Seconds the server keeps this host's lease after its last renewal."""
+        self.renew_every = self.lease_ttl / 3
+        self.lose_after = 2 * self.lease_ttl / 3
+        """Without a renewal for this long, this host gives its fleet claims up: before
+        the server lets the lease go, whatever the delays (docs/FLEET.md)."""
+        self.ready = False
+        """True once this host reconciled with the bucket since the link came up."""
+        self.lease_sent: float | None = None
+        self.problem: str | None = None
+        """Why fleet-wide claims are refused while the link is up (for ``fleet status``)."""
+        self._lease_rev = 0
+        self._ready = anyio.Event()
+        self._sweep_needed = False
+
+    async def until_ready(self) -> None:
+        """Return once fleet claims can be decided; :class:`FleetDown` if not soon."""
+        if not self.link.connected:
+            raise FleetDown(self.link.last_error or "the fleet link is down")
+        if not self.ready and self.problem:
+            raise FleetDown(self.problem)
+        if not self.ready:
+            with anyio.move_on_after(5):
+                await self._ready.wait()
+            if not self.ready:
+                raise FleetDown(
+                    self.problem or "the fleet link is up but this host has not reconciled yet"
+                )
+
+    async def watchdog(self) -> None:
+        """Check the lease's age regularly (:meth:`check_lease`); until cancelled."""
+        while True:
+            self.check_lease(time.monotonic())
+            await anyio.sleep(self.renew_every / 4)
+
+    async def serve(self) -> None:
+        """At each link-up: keep the lease, reconcile, then watch; until cancelled."""
+        while True:
+            await self.link.wait_connected()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._keep_lease, tg.cancel_scope)
+                    await self._reconcile()
+                    self.ready = True
+                    self._ready.set()
+                    tg.start_soon(self._watch)
+            except FLEET_ERRORS as exc:
+                log.warning("fleet claims: %s", describe(exc))
+            finally:
+                self.ready = False
+                self._ready = anyio.Event()
+            await anyio.sleep(self.renew_every if self.problem else 0.2)
+
+    async def _keep_lease(self, scope: anyio.CancelScope) -> None:
+        kv = await bucket.open_bucket(self.link)
+        js = self.link.jetstream()
+        subject = f"$KV.{self.link.bucket(BUCKET)}.{bucket.lease_key(self.host)}"
+        while self.link.connected:
+            sent = time.monotonic()
+            try:
+                ack = await js.publish(
+                    subject, self.host.encode(),
+                    headers={"Nats-Expected-Last-Subject-Sequence": str(self._lease_rev)},
+                    msg_ttl=self.lease_ttl,
+                )  # fmt: skip
+                self._lease_rev = ack.seq
+                self.lease_sent = sent
+                if self._sweep_needed and self.ready:
+                    # claims were given up while the link stayed up: their entries
+                    # would look alive to the others now that the lease is back
+                    self._sweep_needed = False
+                    await self._sweep_own(kv)
+            except nats.js.errors.APIError as exc:
+                if exc.err_code not in (10071, 10164):
+                    raise
+                self._lease_rev = await bucket.lease_now(kv, self.host)
+                if self.lease_sent is not None:
+                    self.lose_all("fleet")  # the lease ran out: the fleet may have let go
+                continue
+            await anyio.sleep(self.renew_every)
+        scope.cancel()
+
+    def check_lease(self, now: float) -> None:
+        """Give the fleet claims up when the lease may have run out (call regularly)."""
+        if self.lease_sent is not None and now - self.lease_sent > self.lose_after:
+            self.lease_sent = None
+            self.lose_all("fleet")
+
+    def lose_all(self, how: str) -> None:
+        """Every fleet claim of this host is lost (local-only ones are kept); their
+        entries are swept once the lease is back (:meth:`_keep_lease`)."""
+        for grant in list(self.claims.grants.values()):
+            self.claims.lose(grant, list(grant.keys), how)
+        self._sweep_needed = True
+
+    async def _reconcile(self) -> None:
+        """Match the bucket with this host's table after a link-up (docs/FLEET.md):
+        adopt this host's commit records that its table still holds (a restart of
+        meshd), drop the rest and every entry of this host nobody knows, tell the
+        holders of claims the fleet no longer has that they lost them, and ask the
+        fleet for the sets granted local-only while it was out of reach."""
+        while self.lease_sent is None:
+            await anyio.sleep(0.01)
+        kv = await bucket.open_bucket(self.link)
+        claims = self.claims
+        held: dict[tuple[str, str], tuple[Key, Mode, int]] = {}
+        alone: dict[tuple[str, int, Mode], list[Key]] = {}
+        for sid, k, mode, token in claims.local.fleet_claims():
+            if (sid, k.text) in claims.local_only:
+                alone.setdefault((sid, token, mode), []).append(k)
+            elif (sid, k.text) not in claims.by_claim:
+                held[(sid, k.text)] = (k, mode, token)
+                claims.high = max(claims.high, token)
+        await self._adopt(kv, held)
+        await self._sweep_own(kv)
+        lost: dict[tuple[str, int], list[str]] = {}
+        for (sid, res), (_k, _m, token) in held.items():
+            if (sid, res) not in claims.by_claim:
+                lost.setdefault((sid, token), []).append(res)
+        for (sid, token), resources in lost.items():
+            claims.local.fleet_lost(sid, resources, token, "fleet")
+        await self._check_not_reset(kv)
+        self.ready = True  # the heal below acquires like any request
+        for (sid, token, mode), keys in alone.items():
+            await self._heal(sid, token, mode, keys)
+
+    async def _check_not_reset(self, kv: KeyValue) -> None:
+        """Refuse fleet-wide claims while the bucket's last revision is below a token
+        already granted: the bucket was deleted (or replaced) and its revisions started
+        again at 1, so new tokens would go back. A resource that fences with tokens
+        refuses such lower tokens anyway (so this is about liveness, not safety); the
+        remedy is the operator's (docs/FLEET.md)."""
+        last = (await kv.status()).stream_info.state.last_seq or 0
+        if last < self.claims.high:
+            self.problem = (
+                f"the claims bucket {self.link.bucket(BUCKET)} is at revision {last}, below "
+                f"token {self.claims.high} already granted: it was deleted or replaced"
+            )
+            raise FleetDown(self.problem)
+        self.problem = None
+
+    async def _adopt(
+        self, kv: KeyValue, held: dict[tuple[str, str], tuple[Key, Mode, int]]
+    ) -> None:
+        """This host's commit records: kept where the table holds the set with that
+        token (a restart of meshd), deleted otherwise."""
+        for name, (value, rev) in (await bucket.scan(kv, "g.>")).items():
+            gid = name[2:]
+            doc: dict[str, Any] = json.loads(value or b"{}")
+            if doc.get("o") != self.host or gid in self.claims.grants:
+                continue
+            sid = str(doc.get("s"))
+            mine = {r: held[(sid, r)] for r in doc.get("k", ()) if (sid, r) in held}
+            if mine and all(t == rev for _, _, t in mine.values()):
+                self.claims.hold(FleetGrant(gid, sid, mine[next(iter(mine))][1], rev,
+                                            {r: k for r, (k, _, _) in mine.items()}))  # fmt: skip
+            else:
+                await kv.delete(name)
+
+    async def _sweep_own(self, kv: KeyValue) -> None:
+        """Drop every entry of this host that no grant or wait of it knows."""
+        for name, (value, _) in (await bucket.scan(kv, "k.>")).items():
+            stale = {
+                e.gid for e in Record.decode(value).entries()
+                if e.host == self.host and not self.claims.known(e.gid)
+            }  # fmt: skip
+            if stale:
+                await bucket.drop(kv, name, gid_in(stale))
+
+    async def _heal(self, sid: str, token: int, mode: Mode, keys: list[Key]) -> None:
+        """A set granted local-only: the fleet grants it now (it becomes fleet-wide,
+        with the fleet's token), or another host holds it and it is lost here."""
+        claims = self.claims
+        got = await claims.acquire(sid, keys, mode)
+        for k in keys:
+            claims.local_only.discard((sid, k.text))
+        if isinstance(got, FleetGrant):
+            claims.local.fleet_healed(sid, keys, token, got.token)
+        else:
+            claims.local.fleet_lost(sid, [k.text for k in keys], token, "fleet-conflict")
+
+    async def _watch(self) -> None:
+        """Wake waiters on a record's change; notice claims taken from this host."""
+        kv = await bucket.open_bucket(self.link)
+        watcher = await kv.watch("k.>")
+        try:
+            while self.link.connected:
+                try:
+                    entry = await watcher.updates(timeout=self.renew_every)  # type: ignore[no-untyped-call]
+                except (TimeoutError, nats.errors.TimeoutError):
+                    continue
+                if entry is None:
+                    continue
+                self.claims.wake(entry.key)
+                self._check_losses(entry.key, Record.decode(entry.value), entry.revision or 0)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    def _check_losses(self, name: str, record: Record, revision: int) -> None:
+        """Grants of this host that the record no longer lists were taken (a steal, or
+        another host dropped them as dead): they are lost here too."""
+        resource = resource_of(name)
+        if resource is None:
+            return
+        holders = {e.gid for e in record.h}
+        for grant in list(self.claims.grants.values()):
+            if grant.gid in holders or revision <= grant.revs.get(name, 0):
+                continue
+            gone = [r for r, k in grant.keys.items() if record_resource(k) == resource]
+            if gone:
+                self.claims.lose(grant, gone, "fleet-stolen")
