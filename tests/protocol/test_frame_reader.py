@@ -52,3 +52,72 @@ async def test_pipelined_frames_never_draw_on_the_partial_budget() -> None:
 
     assert got == frames
     assert budget.used == 0
+
+
+class _CountingSocket(socket.socket):
+    """A real socket that counts its receives."""
+
+    recvs = 0
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        self.recvs += 1
+        return super().recv(size, flags)
+
+
+async def test_a_client_that_waits_for_each_reply_costs_about_one_receive_a_frame() -> None:
+    """A client that sends its next request only after the reply (nearly every one)
+    never has it in when the reader looks: the reader's own early receive fails, and
+    it tries it less and less often, waiting for the loop's callback, which reads each
+    frame with one receive. It used to try first every time: two receives a frame,
+    one of them failing."""
+    a, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours = _CountingSocket(fileno=a.detach())
+    ours.setblocking(False)
+    reader = FrameReader(ours, PartialBudget())
+    try:
+        got: list[bytes] = []
+
+        async def read() -> None:
+            got.append(await reader.frame())
+
+        for i in range(40):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                for _ in range(3):  # the reader is waiting for its callback
+                    await anyio.lowlevel.checkpoint()
+                theirs.sendall(b'{"id":%d}\n' % i)
+            assert got[-1] == b'{"id":%d}' % i
+    finally:
+        reader.release()
+        ours.close()
+        theirs.close()
+
+    assert ours.recvs <= 40 + 40 // 5  # one per frame, and a few early tries that failed
+
+
+async def test_a_pipelining_client_is_read_without_waiting_for_the_callback() -> None:
+    """Bytes the callback finds while the frame loop is busy mean the client runs
+    ahead: the reader tries its own receive again before waiting, and every frame
+    still arrives, in order."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.setblocking(False)
+    reader = FrameReader(ours, PartialBudget())
+    got: list[bytes] = []
+
+    async def serve() -> None:
+        while len(got) < 20:
+            got.append(await reader.frame())
+            await anyio.lowlevel.checkpoint()  # busy: the callback reads meanwhile
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            for i in range(20):
+                theirs.sendall(b'{"id":%d}\n' % i)
+                await anyio.lowlevel.checkpoint()
+    finally:
+        reader.release()
+        ours.close()
+        theirs.close()
+
+    assert got == [b'{"id":%d}' % i for i in range(20)]
