@@ -89,8 +89,13 @@ def _refuse(raw: str, what: str, todo: str, **data: str) -> BadKey:
 
 def path_key(kind: str, path: str) -> Key:
     """Build a path key from an already canonical absolute path (no I/O)."""
-    parts = tuple(p for p in path.split("/") if p)
+    parts = _parts(path)
     return Key(kind, "/" + "/".join(parts), parts)
+
+
+def _parts(path: str) -> tuple[str, ...]:
+    """The components of an absolute path (``//`` and a trailing ``/`` add none)."""
+    return tuple(filter(None, path.split("/")))
 
 
 def canonical_key(raw: str, *, cwd: str | None = None, home: str, broad: bool = False) -> Key:
@@ -233,8 +238,8 @@ def _real(raw: str, path: str) -> str:
 def _path(raw: str, kind: str, value: str, home: str, broad: bool) -> Key:
     real = _real(raw, _expand(raw, value, home))
     key = path_key(kind, real)
-    if not broad:
-        home_parts = path_key(kind, _real(raw, home)).parts
+    if not broad:  # only the parts count: no Key is built for the home folder
+        home_parts = _parts(_real(raw, home))
         if key.parts == home_parts[: len(key.parts)]:
             if not key.parts:
                 what = "it is the whole filesystem"
