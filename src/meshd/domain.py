@@ -34,6 +34,13 @@ if TYPE_CHECKING:
     from meshd.service import Conn, Service
 
 
+NOTHING: tuple[list[Write], list[Event]] = ([], [])
+"""What :meth:`Domain.drain` returns when there is nothing to take: one pair for all,
+so never add to its lists (the service only reads them). Every durable request
+drains every domain once or twice, and nearly always finds nothing: two fresh lists
+per domain each time were a tenth of a register's own cost."""
+
+
 class Domain:
     """Base of every domain: ``self.svc`` is the service; override the hooks you need."""
 
@@ -56,9 +63,10 @@ class Domain:
 
         Called after every handler and every sweep; what it returns is committed
         with the rest and published once committed. Override only if the domain
-        keeps state of its own (the service skips domains that do not).
+        keeps state of its own (the service skips domains that do not). Return
+        :data:`NOTHING` when there is nothing.
         """
-        return [], []
+        return NOTHING
 
     def sweep(self) -> None:
         """Periodic work, every sweeper tick; leave writes and events for :meth:`drain`."""

@@ -31,7 +31,7 @@ from datetime import datetime
 
 from meshd.core.board import BoardState, FileNotice
 from meshd.core.state import Event, Write
-from meshd.domain import Domain
+from meshd.domain import NOTHING, Domain
 from meshd.handlers.shared import shared_of
 from meshd.keys import Key, canonical_key
 from meshd.protocol import board as pb
@@ -115,6 +115,8 @@ class BoardHandlers(Domain):
     # --- domain hooks ---------------------------------------------------------------
 
     def drain(self) -> tuple[list[Write], list[Event]]:
+        if not self._events and not self.board.writes:
+            return NOTHING
         events, self._events = self._events, []
         return self.board.drain(), events
 

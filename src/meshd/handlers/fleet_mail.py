@@ -28,7 +28,7 @@ from meshd.core.fleet_post import FleetPost
 from meshd.core.mail_records import Answer, Message, Request, clip
 from meshd.core.session_records import Session
 from meshd.core.state import Event, Write
-from meshd.domain import Domain
+from meshd.domain import NOTHING, Domain
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol.errors import (
     MeshError,
@@ -110,6 +110,8 @@ class FleetMail(Domain):
     def drain(self) -> tuple[list[Write], list[Event]]:
         """The mailbox's items for other hosts become outbox rows; the post's writes."""
         mb = self.svc.state.mailbox
+        if not mb.outbound and not self.post.writes:
+            return NOTHING
         if mb.outbound:
             out, mb.outbound = mb.outbound, []
             for host, m in out:

@@ -16,7 +16,7 @@ import anyio
 
 from meshd.core.jobs import JobBook, JobEvent, JobSpec
 from meshd.core.state import Event, Write
-from meshd.domain import Domain
+from meshd.domain import NOTHING, Domain
 from meshd.keys import from_canonical
 from meshd.protocol import jobs as pj
 from meshd.protocol.contract import rfc3339
@@ -60,6 +60,8 @@ class JobHandlers(Domain):
         self.book.restore(load_events(db), self._live)
 
     def drain(self) -> tuple[list[Write], list[Event]]:
+        if not self.book.writes:
+            return NOTHING
         writes, self.book.writes = self.book.writes, []
         return writes, []
 

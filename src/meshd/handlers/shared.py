@@ -27,7 +27,7 @@ from meshd.core.marks import Marks
 from meshd.core.notes import Notebook
 from meshd.core.signals import SignalBoard
 from meshd.core.state import Event, Write
-from meshd.domain import Domain
+from meshd.domain import NOTHING, Domain
 from meshd.protocol.errors import MeshDisabled
 from meshd.service import Service
 from meshd.store import shared as storage_shared
@@ -75,6 +75,9 @@ class SharedWork(Domain):
 
     def drain(self) -> tuple[list[Write], list[Event]]:
         """The cores' writes, committed with the service's next commit."""
+        if not (self.notes.writes or self.signals.writes or self.ledger.writes
+                or self.marks.writes):  # fmt: skip
+            return NOTHING
         writes: list[Write] = []
         for core in (self.notes, self.signals, self.ledger, self.marks):
             if core.writes:
