@@ -150,3 +150,61 @@ async def test_a_failing_on_done_wakes_the_rest_of_its_batch(short_tmp: Path) ->
         st.close()
 
     assert (st.commits, st.writes) == (1, 2)
+
+
+class TestSessionRecords:
+    """A session is stored without its default-valued fields (bench: daemon start), so
+    the defaults are part of the stored format."""
+
+    def test_defaults_are_pinned(self) -> None:
+        """A record written by an older meshd without a field reads back with today's
+        default: changing one would change what every stored session means."""
+        from meshd.core.session_records import Session
+
+        fields, values = Session.__struct_fields__, Session.__struct_defaults__
+        defaults = dict(zip(fields[len(fields) - len(values) :], values, strict=True))
+
+        assert defaults == {
+            "task": "", "status": "idle", "model": "", "provider": "", "pid": None,
+            "pid_start": None, "host": "", "cwd": None, "repo": None, "branch": None,
+            "worktree": None, "tools": (), "parent": None, "slot": None, "kanban_task": None,
+            "accept_queries": True, "accept_messages": True, "liveness": "heartbeat",
+            "expire_after": None, "bind": False, "started_at": 0.0, "last_heartbeat": 0.0,
+            "last_activity": 0.0, "last_hb_mono": 0.0, "grace_until": 0.0,
+            "unbound_at": None, "conn_id": None, "anchors": (), "rank": 0, "rank_by": None,
+            "rank_at": None, "activity": "",
+        }  # fmt: skip
+
+    async def test_a_session_reads_back_whole_from_its_short_record(self, short_tmp: Path) -> None:
+        """Written without its defaults, read back equal; a full record (as meshd wrote
+        before) still reads back too."""
+        import msgspec
+
+        from meshd.core.session_records import Session
+        from meshd.store.sessions import load_sessions
+
+        s = Session(
+            session_id="cli:a", profile="p", source="cli", task="t", cwd="/srv", bind=True,
+            tools=("Edit",), anchors=((12, None),), started_at=5.0,
+        )  # fmt: skip
+        full = Session(session_id="cli:b", profile="p", source="cli", accept_queries=False)
+        st = await open_store(short_tmp / "s.sqlite3")
+        try:
+            await st.commit([("session.put", s)])
+        finally:
+            st.stop()
+            st.close()
+        db = sqlite3.connect(short_tmp / "s.sqlite3")
+        old = msgspec.json.encode(msgspec.structs.asdict(full))
+        db.execute(
+            "INSERT INTO sessions(session_id, record, started_at) VALUES (?, ?, 0)", ("cli:b", old)
+        )
+        db.commit()
+        (record,) = db.execute("SELECT record FROM sessions WHERE session_id='cli:a'").fetchone()
+
+        assert msgspec.json.decode(record) == {
+            "session_id": "cli:a", "profile": "p", "source": "cli", "task": "t", "cwd": "/srv",
+            "tools": ["Edit"], "bind": True, "started_at": 5.0, "anchors": [[12, None]],
+        }  # fmt: skip
+        assert sorted(load_sessions(db), key=lambda x: x.session_id) == [s, full]
+        db.close()

@@ -295,6 +295,29 @@ class TestRestore:
             ("quiet", "expired"),
         ]
 
+    def test_restore_all_schedules_what_deadline_says(self, clock: ManualClock) -> None:
+        """restore_all computes deadlines inline: every session's entry is deadline(s)."""
+        st = Settings(stale_after=20, expire_after=600, heartbeat_interval=5)
+        old = Registry(clock, st, "p")
+        rows = [
+            old.register(reg(session_id="hb"))[0],
+            old.register(reg(session_id="own", expire_after=3))[0],
+            old.register(reg(session_id="bound", bind=True, conn_id=3))[0],
+            old.register(reg(session_id="pbound", liveness="process", pid=1, bind=True))[0],
+            old.register(reg(session_id="proc", liveness="process", pid=1))[0],
+        ]
+        rows[1].last_heartbeat = clock.now() + 50  # a clock that went back: no negative age
+        clock.advance(30)
+        new = Registry(clock, st, "p")
+        new.restore_all(iter(rows))
+
+        expected = sorted((new.deadline(s), s.session_id) for s in rows if s.session_id != "proc")
+        assert sorted(new._heap) == expected
+        assert [(s.session_id, s.grace_until > 0, s.unbound_at is not None) for s in rows] == [
+            ("hb", True, False), ("own", True, False), ("bound", True, True),
+            ("pbound", False, True), ("proc", False, False),
+        ]  # fmt: skip
+
     def test_ancestors_follow_parent_links(self, registry: Registry) -> None:
         registry.register(reg(session_id="root"))
         registry.register(reg(session_id="kid", parent="root"))

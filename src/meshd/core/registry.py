@@ -321,18 +321,34 @@ class Registry:
         grace = now_m + st.stale_after
         # A bound session's connection died with the old daemon: same grace as a closed one.
         unbound = now_m + st.stale_after - st.heartbeat_interval
-        table, deadline = self.sessions, self.deadline
-        restored = []
-        due = []
+        unbound_end = unbound + st.heartbeat_interval
+        expire, inf = st.expire_after, math.inf
+        table = self.sessions
+        restored: list[Session] = []
+        due: list[tuple[float, str]] = []
+        append, add_due = restored.append, due.append
+        # deadline() inlined (10,000 calls were a sixth of the restore); the tests
+        # check that every entry equals deadline(s).
         for s in sessions:
-            s.last_hb_mono = now_m - max(0.0, now_w - s.last_heartbeat)
+            age = now_w - s.last_heartbeat
+            s.last_hb_mono = hb = now_m - age if age > 0.0 else now_m
             s.conn_id = None
-            s.unbound_at = unbound if s.bind else None
-            s.grace_until = grace if s.liveness == "heartbeat" else 0.0
-            table[s.session_id] = compact(s)
-            restored.append(s)
-            if (d := deadline(s)) != math.inf:
-                due.append((d, s.session_id))
+            compact(s)
+            table[s.session_id] = s
+            append(s)
+            if s.liveness == "heartbeat":
+                s.grace_until = grace
+                d = max(hb + (s.expire_after or expire), grace)
+            else:
+                s.grace_until = 0.0
+                d = inf
+            if s.bind:
+                s.unbound_at = unbound
+                d = min(d, unbound_end)
+            else:
+                s.unbound_at = None
+            if d != inf:
+                add_due((d, s.session_id))
         self.presence.place_all(restored)
         if self._heap:
             for entry in due:

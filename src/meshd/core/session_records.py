@@ -29,8 +29,15 @@ MAX_PATH = 4096
 _SOURCE_RE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,64}$")
 
 
-class Session(msgspec.Struct, kw_only=True, gc=False):
+class Session(msgspec.Struct, kw_only=True, gc=False, omit_defaults=True):
     """One registered session. ``*_mono`` fields are on the daemon's monotonic clock.
+
+    Stored whole (:mod:`meshd.store.sessions`) without the fields that hold their
+    default: 380 bytes a row instead of 700 for a typical session, so a restart
+    reads, checks and decodes half as much (bench: daemon start). A default is
+    therefore part of the stored format -- a record written without ``bind`` reads
+    back with today's default -- so never change one (add a new field instead);
+    ``tests/core/test_registry.py`` pins them.
 
     Laid out for 10,000 of them: ``gc=False`` and tuples, not lists, for ``tools`` and
     ``anchors`` (a tuple of strings or ints leaves the collector's sight), so a live

@@ -2,13 +2,16 @@
 
 :mod:`meshd.core.registry` leaves ``("session.put", s)``, ``("session.snapshot", s)``
 and ``("session.end", sid, at, reason)`` writes; a session is stored whole as its
-msgspec-encoded record, so a new reported field needs no migration.
+msgspec-encoded record (its default-valued fields left out, see
+:class:`~meshd.core.session_records.Session`), so a new reported field needs no
+migration.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -68,15 +71,19 @@ def write_meta(db: sqlite3.Connection, key: str, value: Any) -> None:
     )
 
 
-def load_sessions(db: sqlite3.Connection) -> list[Session]:
-    """Every session that has not ended (an unreadable record is skipped and logged)."""
-    sessions = []
+def load_sessions(db: sqlite3.Connection) -> Iterator[Session]:
+    """Every session that has not ended (an unreadable record is skipped and logged).
+
+    Decoded one row at a time, as the caller takes them: the registry interns each
+    session's strings before the next is decoded, so the duplicates freed are reused
+    at once instead of 10,000 sessions' worth being allocated first (bench: start).
+    """
+    decode = _decode_session
     for (record,) in db.execute("SELECT record FROM sessions WHERE ended_at IS NULL"):
         try:
-            sessions.append(_decode_session(record))
+            yield decode(record)
         except msgspec.DecodeError:
             log.warning("skipping an unreadable session record")
-    return sessions
 
 
 def load_meta(db: sqlite3.Connection, key: str) -> Any:
