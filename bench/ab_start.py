@@ -57,13 +57,22 @@ def main() -> None:
     ap.add_argument("trees", nargs="+", metavar="LABEL=TREE")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--sessions", type=int, default=10_000)
+    ap.add_argument(
+        "--build-with",
+        metavar="LABEL",
+        help="build the database with this tree's meshd (default: this checkout's); "
+        "the stored format may differ between trees, and a database is read as it was written",
+    )
     args = ap.parse_args()
     trees = dict(t.split("=", 1) for t in args.trees)
     place = Place()
+    load = os.getloadavg()
     try:
         conf = "[defaults]\nsnapshot_interval = 2.0\n"
         env = place.env("template", conf)
-        proc = Proc(MESHD, env)  # this checkout's meshd builds the database
+        if args.build_with:
+            env["PYTHONPATH"] = f"{Path(trees[args.build_with]) / 'src'}{os.pathsep}{ROOT}"
+        proc = Proc(MESHD, env)  # this checkout's meshd (or --build-with's) builds the database
         try:
             wait_answering(env["MESH_SOCKET"], proc=proc.p)
             register_many(env["MESH_SOCKET"], [f"big{i}" for i in range(args.sessions)])
@@ -93,7 +102,9 @@ def main() -> None:
                         wall[label].append(w)
                         cpu[label].append(c)
         dw, dc = median(wall["D"]), median(cpu["D"])
-        print(f"{args.rounds} rounds, {args.sessions:,} sessions to restore, CPU 0")
+        built = f", database built by {args.build_with}" if args.build_with else ""
+        print(f"{args.rounds} rounds, {args.sessions:,} sessions to restore{built}, CPU 0")
+        print(f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
         for label, walls in wall.items():
             w, c = median(walls), median(cpu[label])
             print(

@@ -156,7 +156,7 @@ class Daemon:
     def open_store(self) -> None:
         """Open and migrate the database, then let every domain restore (blocking)."""
         self.store.open()
-        self.store.read_now(self.service.restore)
+        self.store.restore(self.service.restore)
 
     # --- listener -------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ writes before it replies, and hands the rest on: the core itself does no I/O.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -72,22 +71,20 @@ class Drained(msgspec.Struct):
     outcomes: list[Outcome]
 
 
-@dataclass
 class MeshState:
-    """Everything the daemon holds in memory for one profile."""
+    """Everything the daemon holds in memory for one profile.
 
-    clock: Clock
-    settings: Settings
-    profile: str
-    registry: Registry = field(init=False)
-    claims: ClaimTable = field(init=False)
-    mailbox: Mailbox = field(init=False)
-    writes: list[Write] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    #: Each session's latest claim losses, newest last (the heartbeat reports them).
-    losses: dict[str, deque[ClaimLoss]] = field(default_factory=dict)
+    (A plain class: as a dataclass it cost every daemon start 0.4 ms to build.)
+    """
 
-    def __post_init__(self) -> None:
+    def __init__(self, clock: Clock, settings: Settings, profile: str) -> None:
+        self.clock = clock
+        self.settings = settings
+        self.profile = profile
+        self.writes: list[Write] = []
+        self.events: list[Event] = []
+        #: Each session's latest claim losses, newest last (the heartbeat reports them).
+        self.losses: dict[str, deque[ClaimLoss]] = {}
         self.registry = Registry(self.clock, self.settings, self.profile)
         self.mailbox = Mailbox(self.clock, self.settings, self.registry)
         self.claims = ClaimTable(

@@ -7,7 +7,6 @@ events at start (:func:`load_events`, oldest first).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 
@@ -29,6 +28,8 @@ CREATE INDEX job_events_name_at ON job_events(name, at);
 
 
 def write_event(db: sqlite3.Connection, ev: JobEvent) -> None:
+    import json  # here, not at the top: most daemons start with no job events (bench: start)
+
     db.execute(
         "INSERT INTO job_events(name, kind, at, session_id, exit, outcome, holders) "
         "VALUES (?,?,?,?,?,?,?)",
@@ -48,7 +49,11 @@ def write_prune(db: sqlite3.Connection, cutoff: float) -> None:
 def load_events(db: sqlite3.Connection) -> list[JobEvent]:
     rows = db.execute(
         "SELECT name, kind, at, session_id, exit, outcome, holders FROM job_events ORDER BY id"
-    )
+    ).fetchall()
+    if not rows:
+        return []
+    import json  # see write_event
+
     return [
         JobEvent(name, kind, at, sid, exit, outcome, tuple(json.loads(holders)))
         for name, kind, at, sid, exit, outcome, holders in rows

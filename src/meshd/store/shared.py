@@ -9,7 +9,6 @@ in memory back at start; board posts stay on disk and are read on demand.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -116,6 +115,8 @@ def _signal_prune(db: sqlite3.Connection, cutoff: float) -> None:
 
 
 def _ledger_put(db: sqlite3.Connection, e: Entry) -> None:
+    import json  # here, not at the top: most daemons start with an empty ledger (bench: start)
+
     record = json.dumps({f: getattr(e, f) for f in Entry.__struct_fields__}, separators=(",", ":"))
     db.execute(
         "INSERT INTO ledger(key, record) VALUES (?, ?) "
@@ -192,6 +193,8 @@ def load(db: sqlite3.Connection) -> Loaded:
         out.signals.append(Signal(name, seq, payload, by, at))
     out.counters = dict(db.execute("SELECT name, seq FROM signal_counters").fetchall())
     for (record,) in db.execute("SELECT record FROM ledger"):
+        import json  # see _ledger_put
+
         out.ledger.append(Entry(**json.loads(record)))
     out.marks = list(db.execute("SELECT session_id, path, kind, at FROM board_marks"))
     return out
