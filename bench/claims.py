@@ -327,7 +327,12 @@ def _waiter(ctx: Ctx, e50: float | None, w1: float | None) -> None:
 
 
 def _ask(ctx: Ctx) -> None:
-    """query.ask round trip answered by a live responder process, all on one CPU."""
+    """query.ask round trip answered by a live responder process, all on one CPU.
+
+    Beside it, in alternate rounds, E3: the echo server relaying the same frames to the
+    same responder script (ask -> event -> answer -> reply), the least a daemon with a
+    responder in a third process can take (an info row; the target stays 3x E).
+    """
     import subprocess
 
     from bench.common import PYTHON, ROOT
@@ -337,31 +342,43 @@ def _ask(ctx: Ctx) -> None:
     n = 40 if ctx.quick else 400
     askers = [f"asker{i}" for i in range(n // 20 + 1)]  # under the per-minute budget
     register_many(ctx.sock, ["responder", *askers])
-    resp = subprocess.Popen(
-        [PYTHON, "-m", "bench.responder", ctx.sock, "responder"], cwd=ROOT,
-        env=ctx.place.child_env(),
-    )  # fmt: skip
-    c = LineClient(ctx.sock, timeout=30)
+    resps = [
+        subprocess.Popen([PYTHON, "-m", "bench.responder", path, "responder"], cwd=ROOT,
+                         env=ctx.place.child_env())
+        for path in (ctx.sock, ctx.echo_path)
+    ]  # fmt: skip
+    c, e = LineClient(ctx.sock, timeout=30), LineClient(ctx.echo_path, timeout=30)
     times: list[float] = []
+    relayed: list[float] = []
     try:
         time.sleep(0.5)
-        with pinned(LAT_CPUS, ctx.meshd.pid, resp.pid):
+        with pinned(LAT_CPUS, ctx.meshd.pid, ctx.echo.pid, *(r.pid for r in resps)):
             for k in range(n):
                 frame = rpc(ASK, {"session_id": askers[k // 20], "to": "responder",
                                   "question": "what are you doing?", "timeout": 5})  # fmt: skip
-                t = time.perf_counter()
-                reply = json.loads(c.roundtrip(frame))
-                times.append(time.perf_counter() - t)
-                by = reply.get("result", {}).get("answered_by")
-                if by != "session":
-                    raise RuntimeError(f"ask not answered by the live responder: {reply}")
+                for client, out in (
+                    ((c, times), (e, relayed)) if k // 20 % 2 else ((e, relayed), (c, times))
+                ):
+                    t = time.perf_counter()
+                    reply = json.loads(client.roundtrip(frame))
+                    out.append(time.perf_counter() - t)
+                    by = reply.get("result", {}).get("answered_by")
+                    if by != "session":
+                        raise RuntimeError(f"ask not answered by the live responder: {reply}")
     finally:
         c.close()
-        resp.terminate()
-        resp.wait()
+        e.close()
+        for r in resps:
+            r.terminate()
+            r.wait()
     ctx.add("claims", name="query.ask answered by a live responder p50", value=median(times),
             unit="s", floor="E p50", floor_value=e50, limit=3.0,
             note="responder: bench/responder.py, a stdlib script; all on one CPU")  # fmt: skip
+    ctx.add("claims", name="E3: the echo server relaying the same ask to the same responder p50",
+            value=median(relayed), unit="s", floor="E p50", floor_value=e50,
+            note="the ask's floor: three processes, four hops, no mesh work")  # fmt: skip
+    ctx.add("claims", name="query.ask / E3", value=median(times), unit="s", floor="E3 p50",
+            floor_value=median(relayed))  # fmt: skip
 
 
 def _fanout(path: str, socks: list[Any], frame: bytes, rounds: int) -> list[float]:

@@ -6,6 +6,12 @@ Each line is decoded as a JSON-RPC request and answered with its id and a small
 result, one frame per ``send``, exactly as meshd's server does, minus the work.
 Method ``fanout`` first writes one event line to every other connection: the
 floor for a broadcast.
+The ask's floor (E3, a relay through a third process): ``query.respond`` makes the
+connection the responder for ``session_id``; ``query.ask`` pushes a ``query`` event
+to the responder of ``to`` and is answered when ``query.answer`` comes back with
+that query's id (the asker's reply written first, then the answer's own). The same
+frames as meshd's ask, so ``bench/responder.py`` answers both; none of the mesh's
+work (no sessions, budgets, chains, timeouts).
 With ``--rows N`` a worker thread also writes N 300-byte rows to SQLite every
 ``--interval`` seconds: the floor for the event-loop stall during a snapshot.
 """
@@ -36,12 +42,47 @@ class Row(msgspec.Struct, gc=False):
     n: int
 
 
+class AskParams(msgspec.Struct):
+    session_id: str = ""
+    to: str = ""
+    question: str = ""
+    query_id: int = 0
+    text: str = ""
+
+
 decode = msgspec.json.Decoder(Req).decode
+decode_ask = msgspec.json.Decoder(AskParams).decode
 encode = msgspec.json.Encoder().encode
 
 
 STREAMS: set[anyio.abc.ByteStream] = set()
 EVENT = encode({"jsonrpc": "2.0", "method": "event", "params": {"kind": "message"}}) + b"\n"
+RESPONDERS: dict[str, anyio.abc.ByteStream] = {}
+ASKS: dict[int, tuple[anyio.abc.ByteStream, int | str | None]] = {}
+"""The relay's open asks: query id -> the asker's stream and request id."""
+
+
+async def relay(stream: anyio.abc.ByteStream, req: Req) -> bool:
+    """The ask floor's methods; True when ``req`` is answered later (an ask)."""
+    p = decode_ask(req.params)
+    if req.method == "query.respond":
+        RESPONDERS[p.session_id] = stream
+    elif req.method == "query.ask":
+        qid = len(ASKS) + 1
+        while qid in ASKS:
+            qid += 1
+        ASKS[qid] = (stream, req.id)
+        event = {"kind": "query", "id": qid, "session_id": p.to, "from": p.session_id,
+                 "text": p.question}  # fmt: skip
+        await RESPONDERS[p.to].send(
+            encode({"jsonrpc": "2.0", "method": "event", "params": event}) + b"\n"
+        )
+        return True
+    elif req.method == "query.answer":
+        asker, rid = ASKS.pop(p.query_id)
+        result = {"answer": p.text, "answered_by": "session", "query_id": p.query_id}
+        await asker.send(encode({"jsonrpc": "2.0", "id": rid, "result": result}) + b"\n")
+    return False
 
 
 async def handle(stream: anyio.abc.ByteStream) -> None:
@@ -51,6 +92,8 @@ async def handle(stream: anyio.abc.ByteStream) -> None:
         try:
             while True:
                 req = decode(await reader.receive_until(b"\n", 1 << 20))
+                if req.method.startswith("query.") and await relay(stream, req):
+                    continue
                 if req.method == "fanout":  # the broadcast floor: one line to everyone else
                     for other in list(STREAMS - {stream}):
                         await other.send(EVENT)

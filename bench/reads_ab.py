@@ -7,7 +7,9 @@ Starts the echo floor and one meshd per tree, sets each up alike (10 live sessio
 then measures round by round, each tree in turn, everything pinned to one CPU:
 ``session.list`` of 10 sessions raw and through ``Mesh.call`` (the tree's own client,
 in a worker process), ``claim.check`` of a free path beside the 10,000 claims,
-``query.ask`` answered by the responder, and E (the echo round trip) every round.
+``query.ask`` answered by the responder, and E (the echo round trip) every round;
+in the claims phase also E3, the echo server relaying the same ask to the same
+responder script (the least an ask through a third process takes; ``echo_server``).
 Prints medians over the rounds of each round's p50, and each as a ratio to E.
 """
 
@@ -116,6 +118,20 @@ class Variant:
         self.meshd.stop()
 
 
+def relayed(e: LineClient, n: int) -> list[float]:
+    """``n`` asks relayed by the echo server to its responder (floor E3)."""
+    frame = rpc(bc.ASK, {"session_id": "asker", "to": "responder",
+                         "question": "what are you doing?", "timeout": 5})  # fmt: skip
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        reply = json.loads(e.roundtrip(frame))
+        out.append(time.perf_counter() - t)
+        if reply.get("result", {}).get("answered_by") != "session":
+            raise RuntimeError(f"echo relay: not answered by the responder: {reply}")
+    return out
+
+
 def worker(sock: str) -> None:
     """Time ``Mesh.call("session.list")`` n times per line read; print the times."""
     from meshctl import Mesh
@@ -173,16 +189,25 @@ def main(argv: list[str] | None = None) -> None:
         keep(f"{v.name} {row}", times)
 
     n = args.n
+    echo_responder: subprocess.Popen[bytes] | None = None
     try:
         for phase in ("sessions", "claims"):
+            extra = []
             if phase == "claims":
                 for v in variants:
                     v.fill()
+                echo_responder = subprocess.Popen(
+                    [PYTHON, "-m", "bench.responder", echo_path, "responder"],
+                    env=variants[-1].env, cwd=ROOT,
+                )  # fmt: skip
+                extra.append(echo_responder.pid)
                 time.sleep(0.5)  # the responders subscribe
-            pids = [echo.pid, *(p for v in variants for p in v.pids)]
+            pids = [echo.pid, *extra, *(p for v in variants for p in v.pids)]
             with pinned(LAT_CPUS, *pids):
                 for r in range(args.rounds):
                     keep(f"E {phase}", time_roundtrips(e, hb, n))
+                    if phase == "claims":
+                        keep("E3", relayed(e, n // 8))
                     for v in variants if r % 2 else variants[::-1]:
                         if phase == "sessions":
                             timed(v, "list raw", lambda v=v: time_roundtrips(v.c, lst, n // 4))
@@ -196,6 +221,9 @@ def main(argv: list[str] | None = None) -> None:
                                   lambda v=v: v.ask(n // 8, "libresponder"))  # fmt: skip
                     print(f"{phase} round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
     finally:
+        if echo_responder is not None:
+            echo_responder.terminate()
+            echo_responder.wait()
         for v in variants:
             v.stop()
         e.close()
@@ -212,6 +240,10 @@ def report(acc: dict[str, list[float]], args: Any) -> None:
     for phase, names in rows.items():
         e = median(acc[f"E {phase}"])
         print(f"| E ({phase} phase) | {e * 1e6:.1f} µs | | |")
+        if phase == "claims":
+            e3 = median(acc["E3"])
+            print(f"| E3: the echo server relaying the ask (floor) | {e3 * 1e6:.1f} µs "
+                  f"({e3 / e:.2f}x E) | | |")  # fmt: skip
         for row in names:
             _row(acc, row, e)
         if phase == "sessions":  # the client's share of "list Mesh.call"
@@ -226,6 +258,9 @@ def _row(acc: dict[str, list[float]], row: str, e: float) -> None:
         f"| {row} p50 | {b * 1e6:.1f} µs ({b / e:.2f}x E) | {a * 1e6:.1f} µs ({a / e:.2f}x E) "
         f"| {a / b:.2f}x |"
     )
+    if row.startswith("ask"):
+        e3 = median(acc["E3"])
+        print(f"| {row}, to E3 | {b / e3:.2f}x E3 | {a / e3:.2f}x E3 | |")
     b, a = median(acc[f"before {row} cpu"]), median(acc[f"after {row} cpu"])
     print(f"| {row}: daemon CPU | {b * 1e6:.1f} µs | {a * 1e6:.1f} µs | {a / b:.2f}x |")
 
