@@ -1,10 +1,22 @@
-"""The blocking client's one connection: a Unix socket, the wire, and the events kept aside.
+"""The blocking client's connection: a Unix socket, the wire, and the events kept aside.
 
 :class:`Connection` is the only place the blocking client reads a socket. ``Mesh``
 holds one for plain calls (and replaces it when the daemon closed it, or in a forked
 child); a connection of its own serves pushed events -- ``meshctl inbox --follow``,
 ``meshctl top``, a live responder (``on_query``), ``on_preempt``, the Hermes plugin --
 so replies to plain calls and pushed events never share a socket.
+
+Threads share a connection without waiting on each other's calls. The daemon serves
+a connection's requests concurrently and answers a waiting one (a queued claim, an
+ask, a signal wait) whenever it is done (SPEC §3), so requests are matched to
+replies by ``id``: each call sends its request (one send at a time) and then waits
+for its reply. Whichever waiting thread finds nobody reading becomes the reader: it
+reads for everyone, hands each reply to the thread that asked for it, and when its
+own reply is in, wakes the others so one of them reads on. No thread of our own is
+started, so a single thread pays nothing for this beyond two uncontended locks.
+Everything stays on the one connection, so what the daemon ties to a connection --
+a ``bind`` session, ``events.subscribe``, ``query.respond``, the waits it withdraws
+when the connection closes -- is where it was.
 
 The first exchange on every connection is ``mesh.info``: the protocol major version
 must be ours and the daemon must serve the profile asked for (SPEC §3); its pid and
@@ -15,6 +27,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import _thread
 import os
 import socket as _socket
 import time
@@ -26,9 +39,22 @@ from meshd.protocol.errors import FrameTooLarge, MeshError, MeshTimeout, MeshUna
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
     from types import TracebackType
-    from typing import Any
+    from typing import Any, NoReturn
 
     from meshctl._sync import Mesh
+
+
+#: How many times this process is a forked child of the one that imported us: a
+#: connection opened before a fork belongs to the parent. Counted at fork rather than
+#: asked of ``os.getpid()`` on every call (a system call on each round trip).
+FORKS = [0]
+
+
+def _forked() -> None:
+    FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class Stale(Exception):
@@ -40,13 +66,34 @@ class Stale(Exception):
         self.size = size
 
 
+#: How far past its deadline a read may wait, to spare setting the socket's timeout
+#: (a system call) on every call: deadlines are failures' deadlines, not schedules.
+_SLACK = 0.05
+
+
+class _Waiter:
+    """One thread waiting on a connection: for the reply to request ``rid``, or (``rid``
+    None) for an event. ``gate`` is a lock it sleeps on while another thread reads
+    (made only then); the reader releases it to wake the thread."""
+
+    __slots__ = ("gate", "lost", "reply", "rid")
+
+    def __init__(self, rid: int | None) -> None:
+        self.rid = rid
+        self.reply: _conn.Reply | None = None
+        #: Why the reply will never come (the connection closed), raised to the caller.
+        self.lost: MeshError | None = None
+        self.gate: Any = None
+
+
 class Connection:
-    """One connection to the daemon: requests and their replies on the calling thread,
-    pushed events kept aside (:attr:`events`) for :meth:`next_event`.
+    """One connection to the daemon, shared by any number of threads: each call's reply
+    is read by whichever of them is reading (see the module's docstring); pushed events
+    are kept aside (:attr:`events`) for :meth:`next_event`.
 
     Opening connects (starting the daemon when ``autostart`` allows) and checks
     ``mesh.info``. Any failure closes the connection (:attr:`closed`); the caller
-    opens a new one. Not thread-safe: one thread at a time (``Mesh`` holds a lock).
+    opens a new one.
     """
 
     def __init__(
@@ -63,11 +110,26 @@ class Connection:
         self.events: deque[Any] = deque() if events is None else events
         #: The process that opened it: a forked child must open its own.
         self.pid = os.getpid()
+        #: :data:`FORKS` when it was opened (differs in a forked child).
+        self.forks = FORKS[0]
         self._proto = _conn.Protocol()
-        self._sock: _socket.socket | None = _spawn.connect_or_start(
-            profile, socket_path, autostart, timeout
-        )
+        # One request written at a time (and request ids taken in order).
+        self._send_lock = _thread.allocate_lock()
+        # Guards the reading role, the sleepers, and the hand-over of replies to them.
+        self._state = _thread.allocate_lock()
+        self._reading = False
+        self._pending: dict[int, _Waiter] = {}
+        self._sleeping: set[_Waiter] = set()
+        sock = _spawn.connect_or_start(profile, socket_path, autostart, timeout)
+        self._sock: _socket.socket | None = sock
+        self._recv_timeout = -1.0  # the reading handle's timeout, as last set
+        # Sends go through a second handle on the same socket: the reader sets its own
+        # handle's timeout to its deadline, which must not cut short another thread's
+        # send (a socket's timeout belongs to the Python object, not the socket).
+        self._out: _socket.socket | None = None
         try:
+            self._out = sock.dup()
+            self._out.settimeout(timeout)
             info = self.exchange("mesh.info", None, timeout).unwrap()
             _conn.check_daemon(info, _spawn.find_socket_str(profile, socket_path), profile)
         except Stale:
@@ -103,74 +165,225 @@ class Connection:
             ) from None
 
     def exchange(self, method: str, params: Any, timeout: float) -> _conn.Reply:
-        """Send one request and read until its reply; events meanwhile are kept aside.
+        """Send one request and wait for its reply; events meanwhile are kept aside.
 
         Raises :class:`Stale` when the daemon had closed the connection before the
-        request went out; MeshTimeout when no reply came in time (the connection is
-        closed, so a late reply cannot be taken for the next one's).
+        request went out; MeshUnavailable when it closed before the reply came;
+        MeshTimeout when no reply came in time -- the connection is then closed (as the
+        daemon is not answering), which withdraws what the request may still be waiting
+        for, and the other calls on it fail with MeshUnavailable.
         """
-        rid, frame = self._proto.request(method, params)
-        self._send(frame)
+        rid, waiter = self._post(method, params)
         deadline = time.monotonic() + timeout
-        while True:
-            msg = self._receive(deadline)
-            if msg is None:
-                self.close()
-                raise MeshTimeout(f"no reply from meshd within {timeout} s")
-            if isinstance(msg, _conn.Event):
-                self.events.append(msg.params)
-            elif msg.id == rid or msg.id is None:
-                return msg
+        state = self._state
+        try:
+            state.acquire()
+            if self._reading or waiter.reply is not None or waiter.lost is not None:
+                state.release()
+                answered = self._await(waiter, deadline)
+            else:  # the common case, inline: nobody reads, so this thread does
+                self._reading = True
+                state.release()
+                try:
+                    msg = self._receive(deadline)
+                    if msg.__class__ is _conn.Reply and msg.id == rid:  # ours, at once
+                        del self._pending[rid]
+                        waiter.reply = msg
+                        answered = True
+                    else:
+                        answered = self._read(waiter, deadline, msg)
+                finally:
+                    state.acquire()
+                    self._reading = False
+                    if self._sleeping:
+                        self._wake_all()
+                    state.release()
+        except BaseException:
+            self._pending.pop(rid, None)
+            raise
+        if not answered:
+            self._pending.pop(rid, None)
+            self.close(
+                f"meshd did not answer another call on this connection within {timeout} s "
+                "(the connection was closed); retry"
+            )
+            raise MeshTimeout(f"no reply from meshd within {timeout} s")
+        if waiter.lost is not None:
+            raise waiter.lost
+        assert waiter.reply is not None
+        return waiter.reply
+
+    def _post(self, method: str, params: Any) -> tuple[int, _Waiter]:
+        """Send a request (one sender at a time); its waiter is pending before it goes
+        out, since another thread may read its reply first."""
+        send_lock = self._send_lock
+        send_lock.acquire()
+        try:
+            rid, frame = self._proto.request(method, params)
+            waiter = _Waiter(rid)
+            self._pending[rid] = waiter
+            out = self._out
+            if out is None:
+                del self._pending[rid]
+                raise MeshUnavailable("this connection to meshd is closed")
+            try:
+                out.sendall(frame)
+            except OSError as exc:
+                self._pending.pop(rid, None)
+                self._send_failed(exc, len(frame))
+        finally:
+            send_lock.release()
+        return rid, waiter
 
     def next_event(self, timeout: float) -> dict[str, Any] | None:
         """The next pushed event, or None when none came within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
+        waiter: _Waiter | None = None
+        events = self.events
         while True:
-            while self.events:
-                event = self.events.popleft()
+            while events:
+                try:
+                    event = events.popleft()
+                except IndexError:  # another thread took it
+                    break
                 if isinstance(event, dict):
                     return event
-            msg = self._receive(deadline)
-            if msg is None:
+            if waiter is None:
+                waiter = _Waiter(None)
+            if not self._await(waiter, deadline):
                 return None
-            if isinstance(msg, _conn.Event):
+
+    # --- waiting: one reader at a time, the others asleep on their gates --------------
+
+    def _ready(self, waiter: _Waiter) -> bool:
+        if waiter.rid is None:
+            return bool(self.events)
+        return waiter.reply is not None or waiter.lost is not None
+
+    def _await(self, waiter: _Waiter, deadline: float) -> bool:
+        """Until ``waiter`` is ready (True) or the deadline (False): read the socket when
+        nobody else does, else sleep until the reader wakes this thread."""
+        state = self._state
+        while True:
+            state.acquire()
+            if self._ready(waiter):
+                state.release()
+                return True
+            if self._sock is None:
+                state.release()
+                raise MeshUnavailable("this connection to meshd is closed")
+            if not self._reading:
+                self._reading = True
+                state.release()
+                try:
+                    return self._read(waiter, deadline)
+                finally:
+                    state.acquire()
+                    self._reading = False
+                    if self._sleeping:
+                        self._wake_all()  # one of them reads on
+                    state.release()
+            gate = waiter.gate
+            if gate is None:
+                gate = waiter.gate = _thread.allocate_lock()
+                gate.acquire()
+            self._sleeping.add(waiter)
+            state.release()
+            left = deadline - time.monotonic()
+            if left > 0 and gate.acquire(True, left):
+                continue  # woken: ready, or the reader left and someone must read on
+            with state:
+                if waiter in self._sleeping:
+                    self._sleeping.discard(waiter)
+                else:  # woken just as the wait ran out: take the gate back
+                    gate.acquire(False)
+                return self._ready(waiter)
+
+    def _wake_all(self) -> None:
+        """Wake every sleeping thread (``_state`` held)."""
+        sleeping = self._sleeping
+        while sleeping:
+            sleeping.pop().gate.release()
+
+    def _read(
+        self, waiter: _Waiter, deadline: float, msg: _conn.Reply | _conn.Event | None = None
+    ) -> bool:
+        """As the reader: route ``msg`` (if given) and what arrives after it, until
+        ``waiter`` is ready (True) or the deadline (False)."""
+        if msg is None:
+            msg = self._next(waiter, deadline)
+        while msg is not None:
+            self._route(msg, waiter)
+            msg = self._next(waiter, deadline)
+        return self._ready(waiter)
+
+    def _route(self, msg: _conn.Reply | _conn.Event, mine: _Waiter) -> None:
+        """Hand ``msg`` to whoever waits for it (the reader's own reply needs no lock)."""
+        if isinstance(msg, _conn.Event):
+            with self._state:
                 self.events.append(msg.params)
+                for other in [w for w in self._sleeping if w.rid is None]:
+                    self._sleeping.discard(other)
+                    other.gate.release()
+            return
+        rid = msg.id
+        pending = self._pending
+        if rid is not None and rid == mine.rid:
+            pending.pop(rid, None)
+            mine.reply = msg
+            return
+        if not isinstance(rid, int):
+            # A parse or invalid-request error has no id: it answers the oldest request.
+            rid = min(pending, default=None) if rid is None else None
+        target = pending.pop(rid, None) if rid is not None else None
+        if target is None:
+            return  # the reply of a call that gave up
+        with self._state:
+            target.reply = msg
+            if target in self._sleeping:
+                self._sleeping.discard(target)
+                target.gate.release()
+
+    def _next(self, waiter: _Waiter, deadline: float) -> _conn.Reply | _conn.Event | None:
+        """The next message for the reader, or None once ``waiter`` is ready or at the
+        deadline."""
+        if self._ready(waiter):
+            return None
+        return self._receive(deadline)
 
     # --- the socket -------------------------------------------------------------------
 
-    def _socket(self) -> _socket.socket:
-        if self._sock is None:
-            raise MeshUnavailable("this connection to meshd is closed")
-        return self._sock
-
-    def _send(self, frame: bytes) -> None:
-        sock = self._socket()
-        try:
-            sock.sendall(frame)
-        except (BrokenPipeError, ConnectionResetError):
+    def _send_failed(self, exc: OSError, size: int) -> NoReturn:
+        """The send of a ``size``-byte request failed with ``exc``: close, and say why."""
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
             refusal = self._refusal()
-            self.close()
+            self.close(_conn.closed_before_reply(0))
             if refusal is not None:
                 raise FrameTooLarge(
-                    f"meshd refused a {len(frame)}-byte request: {refusal.message}; "
-                    "send less per call",
+                    f"meshd refused a {size}-byte request: {refusal.message}; send less per call",
                     refusal.data,
                 ) from None
-            raise Stale(len(frame)) from None
-        except TimeoutError:
-            self.close()
+            raise Stale(size) from None
+        if isinstance(exc, TimeoutError):
+            self.close(f"meshd did not read a request within {self.timeout} s; retry")
             raise MeshTimeout(f"meshd did not read a request within {self.timeout} s") from None
-        except OSError as exc:
-            self.close()
-            raise MeshUnavailable(f"lost the connection to meshd: {exc}; retry") from exc
+        message = f"lost the connection to meshd: {exc}; retry"
+        self.close(message)
+        raise MeshUnavailable(message) from exc
 
     def _refusal(self) -> MeshError | None:
-        """After a failed send: the -32600 the daemon may have sent before closing."""
+        """After a failed send: the -32600 the daemon may have sent before closing
+        (looked for only when no other thread is reading)."""
         sock = self._sock
         if sock is None:
             return None
+        with self._state:
+            if self._reading:
+                return None
+            self._reading = True
         try:
             sock.settimeout(0.05)
+            self._recv_timeout = 0.05
             while (msg := self._proto.next_message()) is None:
                 data = sock.recv(65536)
                 if not data:
@@ -178,6 +391,10 @@ class Connection:
                 self._proto.feed(data)
         except (OSError, MeshError):
             return None
+        finally:
+            with self._state:
+                self._reading = False
+                self._wake_all()
         if isinstance(msg, _conn.Reply) and msg.error is not None and msg.error.code == -32600:
             return msg.error
         return None
@@ -190,39 +407,63 @@ class Connection:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            sock = self._socket()
+            sock = self._sock
+            if sock is None:
+                raise MeshUnavailable("this connection to meshd is closed")
             try:
-                sock.settimeout(left)
+                # Setting a socket's timeout is a system call: keep the last one when it
+                # ends no earlier than the deadline and at most SLACK after it.
+                if not left <= self._recv_timeout <= left + _SLACK:
+                    self._recv_timeout = left + _SLACK / 2
+                    sock.settimeout(self._recv_timeout)
                 data = sock.recv(65536)
             except TimeoutError:
+                if deadline - time.monotonic() > 0:  # cut short by a shorter timeout
+                    continue
                 return None
             except OSError as exc:
-                self.close()
-                raise MeshUnavailable(f"lost the connection to meshd: {exc}; retry") from exc
+                message = f"lost the connection to meshd: {exc}; retry"
+                self.close(message)
+                raise MeshUnavailable(message) from exc
             if not data:
-                partial = proto.partial
-                self.close()
-                raise MeshUnavailable(_conn.closed_before_reply(partial))
+                message = _conn.closed_before_reply(proto.partial)
+                self.close(message)
+                raise MeshUnavailable(message)
             msg = proto.take(data)
         return msg
 
-    def close(self) -> None:
+    def close(self, why: str | None = None) -> None:
         """Close the connection (the daemon forgets its subscriptions). Idempotent.
 
-        In a forked child this closes only the child's copy of the socket (no
-        ``shutdown``): the parent keeps its connection.
+        Calls still waiting on it fail: with MeshUnavailable saying ``why``, else with
+        MeshError (it was closed on purpose). In a forked child this closes only the
+        child's copy of the socket (no ``shutdown``): the parent keeps its connection.
         """
-        sock, self._sock = self._sock, None
+        with self._state:
+            sock, self._sock = self._sock, None
+            out, self._out = self._out, None
+            pending = list(self._pending.values())
+            self._pending.clear()
+            for waiter in pending:
+                if why is None:
+                    waiter.lost = MeshError("the connection to meshd was closed (close())")
+                else:
+                    waiter.lost = MeshUnavailable(why)
+            self._wake_all()
         if sock is not None:
             if self.pid == os.getpid():
                 self._shutdown(sock)
             sock.close()
-        self._proto.clear()
+        if out is not None:
+            out.close()
+        if not self._reading:
+            self._proto.clear()
 
     @staticmethod
     def _shutdown(sock: Any) -> None:
-        """Shut both directions down; a socket the peer already dropped is fine.
-        (Not contextlib.suppress: contextlib costs start-up time on every command.)"""
+        """Shut both directions down (which also wakes a thread reading it); a socket
+        the peer already dropped is fine. (Not contextlib.suppress: contextlib costs
+        start-up time on every command.)"""
         try:
             sock.shutdown(_socket.SHUT_RDWR)
         except OSError:

@@ -1,11 +1,13 @@
 """``Mesh``: the blocking client. Standard library only; never starts or nests an event loop.
 
-Connection: one :class:`~meshctl._blocking.Connection` per :class:`Mesh`, guarded by a
-lock, so a plain call from any thread sends its request and reads its reply on that
-thread. The first exchange on every new connection is ``mesh.info``, whose
-``protocol_version`` must have our major version (SPEC §3); its pid and start time
-tell one daemon run from the next. The session (``Mesh.session``) is
-:class:`meshctl._sync_session.Session`.
+Connection: one :class:`~meshctl._blocking.Connection` per :class:`Mesh`, shared by
+every thread that calls it: requests are matched to replies by id, so a call that
+waits (a queued claim, an ask, a signal wait) does not hold up another thread's call,
+even the one that ends the wait. No thread of our own reads: the waiting callers take
+turns (see :mod:`meshctl._blocking`). The first exchange on every new connection is
+``mesh.info``, whose ``protocol_version`` must have our major version (SPEC §3); its
+pid and start time tell one daemon run from the next. The session (``Mesh.session``)
+is :class:`meshctl._sync_session.Session`.
 
 Resource handling: the socket opens lazily on the first call and is replaced when
 the daemon closed it (a daemon restart shows up as EPIPE on the next send, which is
@@ -13,12 +15,12 @@ safe to resend because the daemon never read it). ``close()`` (or leaving the ``
 block) closes it for good.
 
 Error handling: unreachable daemon -> MeshUnavailable (a sentence says what to do);
-no reply in time -> MeshTimeout (the connection is dropped, so a late reply cannot be
-mistaken for the next one); the daemon's ``error`` objects -> the class for their
-``data.code``. With ``fail_open=True`` an unreachable daemon makes calls return None
-instead, says so once through the ``meshctl`` logger (:mod:`meshctl._log` imports
-logging only when there is something to say), and reconnects with backoff (0.5 s
-doubling to 30 s) on later calls.
+no reply in time -> MeshTimeout (the connection is dropped, which withdraws what the
+request may still wait for, and other calls on it fail with MeshUnavailable); the
+daemon's ``error`` objects -> the class for their ``data.code``. With
+``fail_open=True`` an unreachable daemon makes calls return None instead, says so once
+through the ``meshctl`` logger (:mod:`meshctl._log` imports logging only when there is
+something to say), and reconnects with backoff (0.5 s doubling to 30 s) on later calls.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from collections import deque
 
 from meshctl import _conn, _paths, _session
-from meshctl._blocking import Connection, Stale
+from meshctl._blocking import FORKS, Connection, Stale
 from meshd.protocol import contract
 from meshd.protocol.errors import FrameTooLarge, MeshError, MeshTimeout, MeshUnavailable
 
@@ -73,7 +75,8 @@ class Mesh:
         self.timeout = timeout
         #: (pid, started_at) of the daemon this connection reached; changes on restart.
         self.daemon: tuple[Any, Any] = (None, None)
-        # threading.Lock itself, without importing threading (start-up cost)
+        # threading.Lock itself, without importing threading (start-up cost): held
+        # while (re)connecting and for the fail-open state, never during a call.
         self._lock = _thread.allocate_lock()
         self._conn: Connection | None = None
         self._closed = False
@@ -84,20 +87,23 @@ class Mesh:
     # --- public surface ----------------------------------------------------------
 
     def call(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
-        """Send one request and return its result (None when failing open)."""
-        with self._lock:
-            if self._closed:
-                raise MeshError("this Mesh is closed; create a new one")
-            if self._fail_open.waiting(time.monotonic()):
-                return None
-            try:
-                reply = self._exchange(method, params, timeout or self.timeout)
-            except (MeshUnavailable, MeshTimeout) as exc:
-                # A hung daemon (no reply in time) is as unavailable as a missing one.
-                if not self.fail_open:
-                    raise
+        """Send one request and return its result (None when failing open).
+
+        Safe from any number of threads at once; each call waits only for its own reply.
+        """
+        if self._closed:
+            raise MeshError("this Mesh is closed; create a new one")
+        if self._fail_open.waiting(time.monotonic()):
+            return None
+        try:
+            reply = self._exchange(method, params, timeout or self.timeout)
+        except (MeshUnavailable, MeshTimeout) as exc:
+            # A hung daemon (no reply in time) is as unavailable as a missing one.
+            if not self.fail_open:
+                raise
+            with self._lock:
                 self._fail_open.failed(exc, time.monotonic())
-                return None
+            return None
         return reply.unwrap()
 
     def ping(self) -> Any:
@@ -143,7 +149,8 @@ class Mesh:
         return Session(self, core, on_lost=on_lost, heartbeat_interval=heartbeat_interval)
 
     def close(self) -> None:
-        """Close the connection; the Mesh cannot be used again."""
+        """Close the connection; the Mesh cannot be used again. Calls still waiting on
+        other threads fail with MeshError."""
         with self._lock:
             self._closed = True
             self._drop()
@@ -169,29 +176,40 @@ class Mesh:
         """One request and its reply; reconnects once if the daemon closed the connection
         before reading the request (it never saw it: resending is safe)."""
         conn = self._conn
-        if conn is None or conn.closed or conn.pid != os.getpid():
-            conn = self._connect()
+        if conn is None or conn.closed or conn.forks != FORKS[0]:
+            conn = self._connect(conn)
         try:
             return conn.exchange(method, params, timeout)
         except Stale:
-            conn = self._connect()
+            conn = self._connect(conn)
         try:
             return conn.exchange(method, params, timeout)
         except Stale as again:
-            self._drop()
+            with self._lock:
+                if self._conn is conn:
+                    self._drop()
             raise self._closed_while_sending(again.size) from None
 
-    def _connect(self) -> Connection:
-        self._drop()
-        autostart = self.autostart and not self._fail_open.degraded
-        conn = Connection(
-            self.profile, self.socket_path, autostart=autostart, timeout=self.timeout,
-            events=self._events,
-        )  # fmt: skip
-        self._conn = conn
-        self.daemon = conn.daemon
-        self._fail_open.reached(self.profile)
-        return conn
+    def _connect(self, old: Connection | None) -> Connection:
+        """A usable connection in place of ``old``: the one another thread opened
+        meanwhile, else a new one (threads that find the connection gone at once open
+        one between them, not one each)."""
+        with self._lock:
+            if self._closed:
+                raise MeshError("this Mesh is closed; create a new one")
+            conn = self._conn
+            if conn is not None and conn is not old and not conn.closed and conn.forks == FORKS[0]:
+                return conn
+            self._drop()
+            autostart = self.autostart and not self._fail_open.degraded
+            conn = Connection(
+                self.profile, self.socket_path, autostart=autostart, timeout=self.timeout,
+                events=self._events,
+            )  # fmt: skip
+            self._conn = conn
+            self.daemon = conn.daemon
+            self._fail_open.reached(self.profile)
+            return conn
 
     def _closed_while_sending(self, size: int) -> MeshError:
         if size > _BIG_SEND:

@@ -215,22 +215,26 @@ class Session:
         with self._state:
             if not self.active:
                 return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
-            params = _claims.acquire_params(
-                str(self.session_id),
-                keys,
-                shared=shared,
-                reason=reason,
-                ttl=ttl,
-                wait=wait,
-                broad=broad,
-            )
-            timeout = _claims.wait_timeout(wait, self.mesh.timeout)
-            try:
-                result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
-            except (SessionExpired, UnknownSession) as exc:
-                self._reregister(exc)
-                params["session_id"] = self.session_id
-                result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
+            generation = self.registration
+        params = _claims.acquire_params(
+            str(self.session_id),
+            keys,
+            shared=shared,
+            reason=reason,
+            ttl=ttl,
+            wait=wait,
+            broad=broad,
+        )
+        timeout = _claims.wait_timeout(wait, self.mesh.timeout)
+        # Not under the session's lock: a claim may queue for minutes, and meanwhile the
+        # heartbeat thread and the session's other calls must go on (as in _mcall).
+        try:
+            result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
+        except (SessionExpired, UnknownSession) as exc:
+            with self._state:
+                self._recover(exc, generation)
+            params["session_id"] = self.session_id
+            result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
         if result is None:  # failing open
             return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
         with self._state:

@@ -118,8 +118,10 @@ def where(hermes_profile: str) -> tuple[str, str | None]:
 class Link:
     """Calls to meshd for hooks and tools: short timeouts, None while unreachable.
 
-    One :class:`meshctl.Mesh` (fail_open, no autostart) per Link; it is guarded by a
-    lock, so the heartbeat thread keeps a Link of its own and never delays a hook.
+    One :class:`meshctl.Mesh` (fail_open, no autostart) per Link. Hooks on several
+    threads share it (a call that waits, like an ask, holds up no other thread's call);
+    the heartbeat thread still keeps a Link of its own, so a hung daemon's timeout on a
+    hook's call (which closes that connection) never costs it a heartbeat.
     """
 
     def __init__(self, profile: str, socket: str | None, timeout: float = HOOK_TIMEOUT) -> None:

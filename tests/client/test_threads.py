@@ -1,0 +1,163 @@
+"""One ``Mesh`` shared by threads: a call that waits does not hold up the others.
+
+Hermes runs its hooks on several threads with one Mesh; a claim that queues, an ask,
+a signal wait must not stop a heartbeat -- nor the very call that would end the
+wait (the release it waits for, the answer to the question being asked). Each test
+here ends the waiting call through the *same* Mesh while it waits, so a Mesh that
+serialises calls fails the test (the wait runs out first), whatever the timing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from tests.support import wait_for
+
+from meshctl import AsyncMesh, Mesh
+from meshctl._blocking import Connection
+
+WAIT = 60.0
+"""Seconds the waiting call may wait: long enough for any loaded machine, and a
+serialising Mesh makes the other call wait all of it (the test then fails)."""
+
+
+class Background:
+    """Run ``fn`` on a thread; :meth:`result` joins it and returns (or raises) its outcome."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.value = fn()
+        except BaseException as exc:
+            self.error = exc
+
+    def result(self) -> Any:
+        self.thread.join(WAIT + 30)
+        assert not self.thread.is_alive(), "the waiting call never returned"
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def register(mesh: Mesh, sid: str) -> str:
+    mesh.call("session.register", {"session_id": sid, "liveness": "heartbeat", "task": sid})
+    return sid
+
+
+def queued(observer: Mesh, sid: str) -> bool:
+    listing = observer.call("claim.list")
+    return any(w["session_id"] == sid for w in listing.get("waiting", []))
+
+
+def test_a_queued_claim_does_not_hold_up_the_release_it_waits_for(daemon: Any) -> None:
+    """Thread A queues for a claim on the shared Mesh; the holder's release (and a
+    heartbeat) go through the same Mesh while A waits, and A is granted."""
+    with Mesh(timeout=5.0) as mesh, Mesh() as observer:
+        holder, waiter = register(mesh, "holder"), register(mesh, "waiter")
+        mesh.call("claim.acquire", {"session_id": holder, "resources": ["res:x"]})
+        a = Background(
+            lambda: mesh.call(
+                "claim.acquire",
+                {"session_id": waiter, "resources": ["res:x"], "wait": WAIT},
+                timeout=WAIT + 10,
+            )
+        )
+        wait_for(lambda: queued(observer, waiter), what="the waiter queued")
+
+        beat = mesh.call("session.heartbeat", {"session_id": holder})
+        released = mesh.call("claim.release", {"session_id": holder})
+
+        got = a.result()
+    assert beat["ok"] is True
+    assert released["released"] == ["res:x"]
+    assert got["status"] == "granted"
+
+
+def test_a_nested_ask_on_a_shared_mesh_gets_the_live_answer(daemon: Any) -> None:
+    """An ask waits on the shared Mesh; the responder answers through the same Mesh."""
+    with Mesh() as mesh:
+        asker, target = register(mesh, "asker"), register(mesh, "target")
+        with Connection.like(mesh) as live:
+            live.call("query.respond", {"session_id": target})
+
+            def respond() -> Any:
+                while (event := live.next_event(WAIT)) is not None:
+                    if event.get("kind") == "query":
+                        query_id = event["id"]
+                        return mesh.call(
+                            "query.answer",
+                            {"session_id": target, "query_id": query_id, "text": "tests pass"},
+                        )
+                return None
+
+            responder = Background(respond)
+            answer = mesh.call(
+                "query.ask",
+                {"session_id": asker, "to": target, "question": "status?", "timeout": WAIT},
+                timeout=WAIT + 10,
+            )
+            answered = responder.result()
+    assert answered is not None
+    assert answer["answer"] == "tests pass"
+    assert answer["answered_by"] == "session"
+    assert not answer.get("timed_out")
+
+
+def test_a_session_heartbeats_while_one_of_its_claims_waits(daemon: Any) -> None:
+    """``Session.claim(wait=…)`` on one thread does not block ``Session.heartbeat`` on
+    another, nor the release of the holder through the same Mesh."""
+    with Mesh() as mesh, Mesh() as observer:
+        holder = register(mesh, "holder")
+        mesh.call("claim.acquire", {"session_id": holder, "resources": ["res:y"]})
+        with mesh.session(task="waits", heartbeat_interval=3600) as s:
+            a = Background(lambda: s.claim("res:y", wait=WAIT))
+            wait_for(lambda: queued(observer, str(s.session_id)), what="the claim queued")
+
+            beat = s.heartbeat(status="blocked")
+            mesh.call("claim.release", {"session_id": holder})
+
+            claim = a.result()
+            assert claim.granted
+            claim.release()
+    assert beat is not None
+
+
+@pytest.mark.anyio
+async def test_async_mesh_serves_other_tasks_while_a_claim_queues(daemon: Any) -> None:
+    """AsyncMesh already matched replies by id (a reader task): the same scenario on
+    tasks, to keep it so."""
+    async with AsyncMesh() as mesh, AsyncMesh() as observer:
+        for sid in ("holder", "waiter"):
+            await mesh.call("session.register", {"session_id": sid, "task": sid})
+        await mesh.call("claim.acquire", {"session_id": "holder", "resources": ["res:z"]})
+        got: dict[str, Any] = {}
+
+        async def wait_for_it() -> None:
+            got.update(
+                await mesh.call(
+                    "claim.acquire",
+                    {"session_id": "waiter", "resources": ["res:z"], "wait": WAIT},
+                    timeout=WAIT + 10,
+                )
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_it)
+            with anyio.fail_after(30):
+                while not any(
+                    w["session_id"] == "waiter"
+                    for w in (await observer.call("claim.list")).get("waiting", [])
+                ):
+                    await anyio.sleep(0.02)
+            await mesh.call("session.heartbeat", {"session_id": "holder"})
+            await mesh.call("claim.release", {"session_id": "holder"})
+    assert got["status"] == "granted"
