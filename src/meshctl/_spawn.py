@@ -169,8 +169,12 @@ def connect_or_start(
         sock = _connect(path, timeout)
         if sock is not None:
             return sock
-        proc = _start(profile)
-        return _wait_ready(profile, socket_path, proc, timeout)
+        proc, how = _start(profile)
+        sock = _wait_ready(profile, socket_path, proc, timeout, how)
+        # Said only now: a daemon that exits at once (a config it refuses) gets the
+        # failure and its log instead (MeshUnavailable from _wait_ready).
+        _started(f"started meshd for profile {profile} ({how})")
+        return sock
 
 
 class _SpawnLock:
@@ -263,31 +267,29 @@ def _started(message: str) -> None:
         tell(message)
 
 
-def _start(profile: str) -> subprocess.Popen[bytes] | None:
-    """Start the daemon; the Popen when we started it directly (None via systemd)."""
+def _start(profile: str) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """Start the daemon: the Popen when we started it directly (None via systemd), and
+    how it was started, for the sentences about it."""
     via_systemd = os.environ.get("MESH_SPAWN", "auto") != "direct"
-    if via_systemd and _start_unit(profile):
-        return None
+    unit = f"meshd@{profile}.service"
+    if via_systemd and _start_unit(profile, unit):
+        return None, unit
     if via_systemd and _which("systemd-run") and _systemd_user():
         setenv = [f"--setenv={k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
         argv = ["systemd-run", "--user", "--collect", "--quiet", "--unit", f"meshd-{profile}"]
         if _quiet([*argv, *setenv, *_meshd_argv(profile)]) is not None:
-            _started(f"started meshd for profile {profile} (systemd-run --user)")
-            return None
-    return _start_detached(profile)
+            return None, "systemd-run --user"
+    proc = _start_detached(profile)
+    return proc, f"pid {proc.pid}, log {_paths.log_file(profile)}"
 
 
-def _start_unit(profile: str) -> bool:
+def _start_unit(profile: str, unit: str) -> bool:
     """Start the installed ``meshd@P.service``, unless the caller overrides the paths."""
     if any(name in os.environ for name in ("MESH_SOCKET", "MESH_STATE_DIR")):
         return False
-    unit = f"meshd@{profile}.service"
     if not _which("systemctl") or _quiet(["systemctl", "--user", "cat", unit]) is None:
         return False
-    if _quiet(["systemctl", "--user", "start", unit]) is None:
-        return False
-    _started(f"started meshd for profile {profile} ({unit})")
-    return True
+    return _quiet(["systemctl", "--user", "start", unit]) is not None
 
 
 def _start_detached(profile: str) -> subprocess.Popen[bytes]:
@@ -307,7 +309,6 @@ def _start_detached(profile: str) -> subprocess.Popen[bytes]:
             env=dict(os.environ),
         )
     _SPAWNED.append(proc)
-    _started(f"started meshd for profile {profile} (pid {proc.pid}, log {logfile})")
     return proc
 
 
@@ -321,8 +322,10 @@ def _wait_ready(
     socket_path: str | os.PathLike[str] | None,
     proc: subprocess.Popen[bytes] | None,
     timeout: float,
+    how: str,
 ) -> socket.socket:
-    """Wait, with backoff, until the new daemon answers ``mesh.ping``."""
+    """Wait, with backoff, until the new daemon answers ``mesh.ping``; MeshUnavailable
+    saying what happened (and the end of its log) when it exits or never answers."""
     deadline = time.monotonic() + START_TIMEOUT
     delay = 0.005
     while time.monotonic() < deadline:
@@ -335,21 +338,27 @@ def _wait_ready(
         if exited:
             # Ours exited; one started outside this lock (a service manager) may serve.
             assert proc is not None
-            raise _start_failed(profile, f"meshd exited with status {proc.returncode}")
+            raise _start_failed(profile, f"meshd exited with status {proc.returncode}", how)
         time.sleep(delay)
         delay = min(delay * 2, 0.25)
-    raise _start_failed(profile, f"meshd did not answer within {START_TIMEOUT:.0f} s")
+    raise _start_failed(profile, f"meshd did not answer within {START_TIMEOUT:.0f} s", how)
 
 
-def _start_failed(profile: str, what: str) -> MeshUnavailable:
+def _start_failed(profile: str, what: str, how: str) -> MeshUnavailable:
     logfile = _paths.log_file(profile)
     try:
         tail = logfile.read_text(errors="replace").splitlines()[-15:]
     except OSError:
         tail = []
     shown = "\n".join(f"  | {line}" for line in tail) or "  (the log is empty)"
+    started = f" (started with {how})"
+    journal = ""
+    if how.startswith(("meshd@", "systemd-run")):
+        name = how if how.startswith("meshd@") else f"meshd-{profile}"
+        journal = f"; its output is in `journalctl --user -u {name}`"
     return MeshUnavailable(
-        f"could not start meshd for profile {profile!r}: {what}; last lines of {logfile}:\n"
-        f"{shown}\nrun `meshd run --profile {profile} --log-level debug` to see why",
+        f"could not start meshd for profile {profile!r}{started}: {what}{journal}; "
+        f"last lines of {logfile}:\n{shown}\n"
+        f"run `meshd run --profile {profile} --log-level debug` to see why",
         {"profile": profile, "log": os.fspath(logfile)},
     )

@@ -21,3 +21,19 @@ def test_starting_the_daemon_is_said_on_stderr(meshctl: Meshctl, mesh_env: Any) 
     assert first.out.strip() == "No active sessions (profile test)."
     assert second.code == 0, second
     assert "started meshd" not in second.err
+
+
+def test_a_daemon_that_fails_to_start_is_not_said_to_have_started(
+    meshctl: Meshctl, mesh_env: Any
+) -> None:
+    """Say "started meshd" only once the daemon answered: one that exits at once (a config
+    it refuses) gets the failure and the end of its log, not a note that it started."""
+    mesh_env.write_config("[defaults]\nno_such_key = 1\n")
+    env = {**mesh_env.env, "MESH_SPAWN": "direct"}
+
+    run = meshctl("sessions", "active", env=env)
+
+    assert run.code != 0, run
+    assert "started meshd" not in run.err
+    assert "could not start meshd for profile 'test'" in run.err
+    assert "no_such_key" in run.err
