@@ -105,6 +105,18 @@ class TestSignal:
         run = meshctl("signal", "emit", "x", "--payload", "not json")
 
         assert run.code == 2, run
+        assert "--payload" in run.err
+
+    def test_a_positional_payload_that_is_not_json_is_named_as_given(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """The payload after NAME is PAYLOAD in the error, not an option never given."""
+        run = meshctl("signal", "emit", "x", "not json")
+
+        assert run.code == 2, run
+        assert "PAYLOAD" in run.err
+        assert "'not json' is not JSON" in run.err
+        assert "--payload" not in run.err
 
     def test_the_payload_may_follow_the_name(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """SPEC §7 writes `signal emit NAME [payload]`: the payload as a second argument

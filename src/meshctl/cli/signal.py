@@ -32,14 +32,16 @@ from meshctl.cli._own import OwnSession
 FOREVER = 31_536_000.0  # the protocol's largest timeout: a year
 
 
-def parse_payload(text: str | None) -> Any:
+def parse_payload(text: str | None, given_as: str) -> Any:
+    """The payload as JSON; a usage error naming it as the user gave it (``given_as``:
+    ``PAYLOAD`` after NAME, or ``--payload``)."""
     if text is None:
         return None
     try:
         return json.loads(text)
     except ValueError as exc:
         raise click.BadParameter(
-            f"{text!r} is not JSON (quote a string: '\"done\"')", param_hint="--payload"
+            f"{text!r} is not JSON (quote a string: '\"done\"')", param_hint=given_as
         ) from exc
 
 
@@ -71,7 +73,10 @@ def emit(name: str, payload_arg: str | None, payload: str | None) -> None:
     if payload_arg is not None and payload is not None:
         raise click.UsageError("give the payload once: after NAME or with --payload")
     state = get_state()
-    value = parse_payload(payload if payload is not None else payload_arg)
+    if payload is not None:
+        value = parse_payload(payload, "--payload")
+    else:
+        value = parse_payload(payload_arg, "PAYLOAD")
     with OwnSession(state, "signal", f"signal emit {name}") as own:
         params: dict[str, Any] = {"name": name, "payload": value}
         if not own.reg.get("disabled"):
