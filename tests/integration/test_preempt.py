@@ -128,6 +128,27 @@ class TestPreempt:
         assert ("pause", "") in log
         assert ("resume", "") in log
 
+    def test_resumed_claims_keep_the_reason_they_were_taken_with(
+        self, daemon: DaemonHandle
+    ) -> None:
+        """Resume re-takes the paused claims with their own reason -- none stays none --
+        not "resume" (the resume itself is in the audit log as its own action)."""
+        c = setup(daemon, ("low", 0), ("other", 0))
+        c.call("claim.acquire", session_id="low", resources=["res:a"])
+        c.call("claim.acquire", session_id="other", resources=["res:b"], reason="training")
+        reasons = {}
+        for sid in ("low", "other"):
+            c.call("session.pause", session_id=sid, note="n")
+            resumed = c.call("session.resume", session_id=sid, wait=5)
+            assert resumed["status"] == "resumed"
+            claims = c.call("claim.list", session_id=sid)["claims"]
+            reasons[sid] = [x["reason"] for x in claims]
+        log = audit(c, "low")
+        c.close()
+
+        assert reasons == {"low": [""], "other": ["training"]}
+        assert ("resume", "") in log
+
     def test_grace_expiry_tells_the_preemptor(
         self, mesh_env: MeshEnv, daemon: DaemonHandle
     ) -> None:

@@ -209,6 +209,9 @@ class Reservation(msgspec.Struct):
     keys: tuple[Key, ...]
     mode: Mode
     first: set[str]
+    reason: str = ""
+    """What the paused claims were taken for (their distinct reasons, in order), given
+    back to them on resume: a claim taken with no reason has none after it either."""
 
     @property
     def holder(self) -> str:

@@ -59,6 +59,7 @@ from meshd.core.claim_records import (
     Waiting,
 )
 from meshd.core.path_trie import PathTrie
+from meshd.protocol.claims import REASON_MAX
 
 if TYPE_CHECKING:
     from meshd.core.clock import Clock
@@ -113,11 +114,11 @@ class ClaimTable:
                 return r.admits(b)
         return False
 
-    def reservation(self, owner: str) -> tuple[tuple[Key, ...], Mode, tuple[str, ...]] | None:
-        """A paused session's reserved set: its keys, mode, and the preemptors still
-        to be served first; None if it holds no reservation."""
+    def reservation(self, owner: str) -> tuple[tuple[Key, ...], Mode, tuple[str, ...], str] | None:
+        """A paused session's reserved set: its keys, mode, the preemptors still to be
+        served first, and the reason its claims had; None if it holds no reservation."""
         r = self._reserved.get(RESERVED + owner)
-        return None if r is None else (r.keys, r.mode, tuple(sorted(r.first)))
+        return None if r is None else (r.keys, r.mode, tuple(sorted(r.first)), r.reason)
 
     def check(self, keys: Iterable[Key], session_id: str | None = None) -> tuple[Claim, ...]:
         """Claims overlapping ``keys`` held by sessions unrelated to ``session_id``."""
@@ -265,7 +266,8 @@ class ClaimTable:
             self._drop(claim, "release", now_wall, how="paused")
         mode: Mode = "exclusive" if any(c.mode == "exclusive" for c in mine) else "shared"
         keys = tuple(c.key for c in mine)
-        r = Reservation(owner, keys, mode, set(first) - {owner})
+        reason = "; ".join(dict.fromkeys(c.reason for c in mine if c.reason))[:REASON_MAX]
+        r = Reservation(owner, keys, mode, set(first) - {owner}, reason)
         self._reserved[r.holder] = r
         self._grant(Request(r.holder, keys, mode, f"reserved for {owner}"), now_mono,
                     now_wall, how="reserve")  # fmt: skip

@@ -190,12 +190,12 @@ class PreemptHandlers(Domain):
             await self._resumed(sid)
             return pp.ResumeResult(session_id=sid, status="resumed", note=note or "",
                                    reservation=how)  # fmt: skip
-        keys, mode, _first = held
+        keys, mode, _first, reason = held
         wait = min(p.wait if p.wait is not None else st.settings.max_query_timeout,
                    st.settings.max_query_timeout)  # fmt: skip
         t0 = time.monotonic()
         reply = await self.claims.acquire_keys(
-            sid, keys, mode=mode, reason="resume", wait=wait, conn=conn
+            sid, keys, mode=mode, reason=reason, wait=wait, conn=conn
         )
         if reply.status != "granted":
             return pp.ResumeResult(

@@ -17,7 +17,8 @@ from meshd.protocol.methods import MethodSpec, Params, Result, Seconds, SessionI
 Mode = Literal["exclusive", "shared"]
 Resource = Annotated[str, Meta(min_length=1, max_length=4096)]
 Resources = Annotated[list[Resource], Meta(min_length=1, max_length=256)]
-Reason = Annotated[str, Meta(max_length=200)]
+REASON_MAX = 200
+Reason = Annotated[str, Meta(max_length=REASON_MAX)]
 WaitSeconds = Annotated[float, Meta(ge=0, le=3600)]
 
 
