@@ -89,9 +89,12 @@ def _until(ctl: LineClient, done: Callable[[int], bool], timeout: float = 600.0)
     return time.perf_counter() - t0
 
 
-def storm(path: str, n: int, tag: str, pid: int = 0) -> tuple[float, float, float, float]:
+def storm(
+    path: str, n: int, tag: str, pid: int = 0, mark: Callable[[str], None] | None = None
+) -> tuple[float, float, float, float]:
     """Queue ``n`` waiters on one key, then drop their connections: wall seconds of
-    enqueue and cancel, and the daemon's (``pid``) CPU seconds for each."""
+    enqueue and cancel, and the daemon's (``pid``) CPU seconds for each. ``mark(phase)``
+    is called as each phase ends (``bench.storm_gc`` reads the daemon's counts there)."""
     from bench.targets import end_many, pipeline, register_many
 
     ids = [f"{tag}w{i}" for i in range(n)]
@@ -112,6 +115,8 @@ def storm(path: str, n: int, tag: str, pid: int = 0) -> tuple[float, float, floa
         c.roundtrip(b"")  # its waits are queued (no polling of mesh.info, O(sessions))
     enqueue = time.perf_counter() - t0
     assert _waiters(ctl) == n
+    if mark is not None:
+        mark("enqueue")
     cpu1 = cpu_ns(pid) if pid else 0.0
     t1 = time.perf_counter()
     for c in conns:
@@ -119,6 +124,8 @@ def storm(path: str, n: int, tag: str, pid: int = 0) -> tuple[float, float, floa
     _until(ctl, lambda w: w == 0)
     cancel = time.perf_counter() - t1
     cpu2 = cpu_ns(pid) if pid else 0.0
+    if mark is not None:
+        mark("cancel")
     pipeline(ctl, [release(holder, [key])])
     ctl.close()
     end_many(path, [holder, *ids])
