@@ -688,13 +688,15 @@ class _Detach:
 
 class _Answer:
     """What a :class:`Later` of a connection does once settled: its reply written (or
-    its batch's, once the last element is done), its slot freed."""
+    its batch's, once the last element is done), its slot freed. It keeps the request's
+    method and id, not the :class:`Call` (whose decoded params a waiting request has
+    no more use for: fewer objects for the collector to track per waiter)."""
 
-    __slots__ = ("b", "c", "call", "i")
+    __slots__ = ("b", "c", "i", "method", "notify", "rid")
 
     def __init__(self, c: Connection, call: Call, b: _Batch | None, i: int) -> None:
         self.c = c
-        self.call = call
+        self.method, self.rid, self.notify = call.method, call.rid, call.notify
         self.b = b
         self.i = i
 
@@ -702,7 +704,7 @@ class _Answer:
         c, b = self.c, self.b
         c.later.discard(later)
         c.inflight.release()
-        frame = reply(self.call, later)
+        frame = reply(later, self.method, self.rid, self.notify)
         if b is None:
             if frame is not None:
                 c.write(frame + DELIMITER, 0)

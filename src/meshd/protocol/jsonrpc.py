@@ -331,14 +331,16 @@ async def start(call: Call, conn: Any) -> bytes | Later | None:
     return None if call.notify else encoder.encode(response(call.rid, result))
 
 
-def reply(call: Call, later: Later) -> bytes | None:
-    """The reply frame of a settled :class:`Later` (None to a notification)."""
+def reply(later: Later, method: str, rid: Id, notify: bool) -> bytes | None:
+    """The reply frame of a settled :class:`Later` to request ``rid`` of ``method``
+    (None to a notification). Not the :class:`Call`: a waiting request keeps only these,
+    not its decoded params."""
     if later.error is not None:
         error = later.error
         if not isinstance(error, Exception):
             error = RuntimeError(repr(error))
-        return failure(call.method, call.rid, call.notify, error)
-    return None if call.notify else encoder.encode(response(call.rid, later.result))
+        return failure(method, rid, notify, error)
+    return None if notify else encoder.encode(response(rid, later.result))
 
 
 async def run(call: Call, conn: Any) -> bytes | None:
@@ -349,7 +351,7 @@ async def run(call: Call, conn: Any) -> bytes | None:
     if not isinstance(out, Later):
         return out
     await out.settled()
-    return reply(call, out)
+    return reply(out, call.method, call.rid, call.notify)
 
 
 def failure(method: str, rid: Id, notify: bool, exc: Exception) -> bytes | None:
