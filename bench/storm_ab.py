@@ -7,6 +7,7 @@ goes first; each round measures, for each daemon, the prober's ping p99 on the i
 daemon, then during a storm of ``n`` waiters, and the storm's enqueue and cancel (wall
 and daemon CPU). The figure that counts is each round's storm/idle ratio; the medians
 of those are printed per side. Used for the before/after in docs/PERFORMANCE.md.
+``--quiet 0.9`` waits for a quiet second of the machine before each side's turn.
 """
 
 from __future__ import annotations
@@ -43,12 +44,42 @@ def _start(place: Place, name: str, src: str | None) -> tuple[Proc, str]:
     return proc, env["MESH_SOCKET"]
 
 
+def _idle_share(seconds: float = 1.0) -> float:
+    """The share of all CPUs' time that was idle over the next ``seconds`` (/proc/stat)."""
+
+    def read() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, all
+
+    i0, t0 = read()
+    time.sleep(seconds)
+    i1, t1 = read()
+    return (i1 - i0) / max(1, t1 - t0)
+
+
+def _wait_quiet(share: float, patience: float) -> float:
+    """Wait until a second of the machine is at least ``share`` idle, for at most
+    ``patience`` seconds: the quiet-machine ratio is the one the target means, and
+    other processes' load inflates the idle p99 it is divided by. The share seen last."""
+    deadline = time.monotonic() + patience
+    while True:
+        seen = _idle_share()
+        if seen >= share or time.monotonic() > deadline:
+            return seen
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.storm_ab", description=__doc__)
     ap.add_argument("--base", required=True, help="src folder of the baseline (A)")
     ap.add_argument("--also", action="append", default=[], help="src folder of a side C, D, …")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument(
+        "--quiet", type=float, default=0.0, metavar="SHARE",
+        help="before each side's turn, wait (up to --patience s) until a second of the "
+        "machine is this share idle (0.9: 90 %%); each round line says what it was",
+    )  # fmt: skip
+    ap.add_argument("--patience", type=float, default=120.0)
     args = ap.parse_args()
     raise_nofile(4096)
     place = Place()
@@ -66,6 +97,7 @@ def main() -> None:
             order = list(sides)[r % len(sides) :] + list(sides)[: r % len(sides)]
             for side in order:
                 proc, path = sides[side]
+                quiet = _wait_quiet(args.quiet, args.patience) if args.quiet else None
                 with Prober(path) as idle:
                     time.sleep(1.0)
                 with Prober(path) as busy:
@@ -84,7 +116,8 @@ def main() -> None:
                     f"round {r} {side}: idle p99 {i99 * 1e3:.2f} ms, storm p99 {s99 * 1e3:.2f} ms"
                     f" ({s99 / i99:.2f}x), worst {worst * 1e3:.0f} ms,"
                     f" enqueue {figures[0]:.2f} s (cpu {figures[2]:.2f} s),"
-                    f" cancel {figures[1]:.2f} s (cpu {figures[3]:.2f} s)",
+                    f" cancel {figures[1]:.2f} s (cpu {figures[3]:.2f} s)"
+                    + ("" if quiet is None else f", machine {quiet:.0%} idle before"),
                     flush=True,
                 )
     finally:
