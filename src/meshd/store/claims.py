@@ -53,6 +53,18 @@ CREATE INDEX audit_at ON audit(at);
 
 DDL_TTL = "ALTER TABLE claims ADD COLUMN ttl REAL;"
 
+DDL_DROP_ENDED = (
+    "DELETE FROM claims WHERE session_id IN "
+    "(SELECT session_id FROM sessions WHERE ended_at IS NOT NULL);"
+)
+"""Claim rows of ended sessions, which an end stored before it took them with it
+(``sessions.write_end``) left behind when a kill -9 came before its releases were
+stored. Restore skips them while the session is ended, but the same id registered
+again clears ``ended_at``, and they came back to life at the next start beside
+whoever took the key meanwhile. No row of an ended session is live since: an end
+and the deletion of its rows are one transaction, and an ended session is granted
+nothing."""
+
 FENCING_KEY = "fencing_reserve_until"
 _AUDIT_COLUMNS = ("at", "action", "session_id", "resource", "mode", "token", "reason", "how", "by")
 
