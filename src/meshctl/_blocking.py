@@ -290,8 +290,13 @@ class Connection:
             self._sleeping.add(waiter)
             state.release()
             left = deadline - time.monotonic()
-            if left > 0 and gate.acquire(True, left):
-                continue  # woken: ready, or the reader left and someone must read on
+            try:
+                if left > 0 and gate.acquire(True, left):
+                    continue  # woken: ready, or the reader left and someone must read on
+            except BaseException:  # interrupted (KeyboardInterrupt): not asleep any more
+                with state:
+                    self._sleeping.discard(waiter)
+                raise
             with state:
                 if waiter in self._sleeping:
                     self._sleeping.discard(waiter)
@@ -431,6 +436,16 @@ class Connection:
                 raise MeshUnavailable(message)
             msg = proto.take(data)
         return msg
+
+    def abandon(self) -> None:
+        """In a forked child: let go of the parent's connection without a lock (another
+        thread of the parent may have held one at the fork) and without ``shutdown``
+        (the parent keeps using the socket). Waiting calls were the parent's threads'."""
+        sock, self._sock = self._sock, None
+        out, self._out = self._out, None
+        for s in (sock, out):
+            if s is not None:
+                s.close()
 
     def close(self, why: str | None = None) -> None:
         """Close the connection (the daemon forgets its subscriptions). Idempotent.

@@ -177,6 +177,8 @@ class Mesh:
         before reading the request (it never saw it: resending is safe)."""
         conn = self._conn
         if conn is None or conn.closed or conn.forks != FORKS[0]:
+            if conn is not None and conn.forks != FORKS[0]:
+                self._forked(conn)
             conn = self._connect(conn)
         try:
             return conn.exchange(method, params, timeout)
@@ -189,6 +191,15 @@ class Mesh:
                 if self._conn is conn:
                     self._drop()
             raise self._closed_while_sending(again.size) from None
+
+    def _forked(self, conn: Connection) -> None:
+        """First call in a forked child: the parent's connection and lock are not ours
+        (a parent thread may have held the lock at the fork, and would never release
+        it here). Right after a fork the child has one thread, so replacing them is safe."""
+        self._lock = _thread.allocate_lock()
+        if self._conn is conn:
+            self._conn = None
+        conn.abandon()
 
     def _connect(self, old: Connection | None) -> Connection:
         """A usable connection in place of ``old``: the one another thread opened

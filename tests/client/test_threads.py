@@ -9,6 +9,8 @@ serialises calls fails the test (the wait runs out first), whatever the timing.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -161,3 +163,30 @@ async def test_async_mesh_serves_other_tasks_while_a_claim_queues(daemon: Any) -
             await mesh.call("session.heartbeat", {"session_id": "holder"})
             await mesh.call("claim.release", {"session_id": "holder"})
     assert got["status"] == "granted"
+
+
+def test_a_child_forked_while_a_parent_thread_held_the_mesh_lock_can_call(daemon: Any) -> None:
+    """A fork copies a lock held by another thread of the parent (say, one connecting)
+    as held, and nobody in the child releases it: the child's first call replaces the
+    Mesh's lock and drops the parent's connection without taking its locks."""
+    mesh = Mesh(autostart=False)
+    mesh.ping()
+    conn = mesh._conn
+    assert conn is not None
+    with mesh._lock, conn._state:  # as if another thread were connecting or routing
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            code = 1
+            try:
+                # a deadlocked child dies of the alarm instead of hanging the test
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(30)
+                code = 0 if mesh.ping()["pong"] else 1
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    pong = mesh.ping()
+    mesh.close()
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert pong["pong"] is True
