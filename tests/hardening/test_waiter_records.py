@@ -11,8 +11,10 @@ connection withdraws it. Each waits for states it can see, never for time.
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
+import pytest
 from tests.conftest import DaemonHandle
 from tests.hardening.support import Client, wait_for
 
@@ -128,3 +130,69 @@ def test_a_grant_answered_to_a_record_survives_kill_9(daemon: DaemonHandle) -> N
 
     assert holders == ["a"]
     assert valid is True
+
+
+def test_a_batch_with_queued_acquires_is_answered_once_in_element_order_after_the_last(
+    daemon: DaemonHandle,
+) -> None:
+    """A batch of two queued acquires, a ping, and the release that grants the first:
+    one array, after the second's wait ran out, every element once and in order; a
+    frame sent after the batch is answered before it (the connection reads on)."""
+    with Client(daemon.socket) as c:
+        key = _setup(daemon, c, "a", "b")
+        batch = [
+            json.loads(_req(1, "claim.acquire", session_id="a", resources=[key], wait=60)),
+            json.loads(_req(2, "mesh.ping")),
+            json.loads(_req(3, "claim.acquire", session_id="b", resources=[key], wait=0.2)),
+            json.loads(_req(4, "claim.release", session_id="holder")),
+        ]
+        c.send(json.dumps(batch).encode() + b"\n" + _req(5, "mesh.ping") + b"\n")
+        first, second = c.reply(), c.reply()
+        c.send(_req(6, "mesh.ping") + b"\n")
+        third = c.reply()
+
+    assert first["id"] == 5
+    assert [r["id"] for r in second] == [1, 2, 3, 4]
+    assert second[0]["result"]["status"] == "granted"
+    assert second[2]["result"]["status"] == "held"
+    assert third["id"] == 6  # nothing else was written before it (no second answer)
+
+
+@pytest.mark.slow
+def test_sigterm_with_10000_records_waiting_ends_each_cleanly(daemon: DaemonHandle) -> None:
+    """10,000 queued acquires on 80 connections, the key let go (shared: all of them are
+    granted) and SIGTERM while those grants are being answered: every line a client
+    gets is a whole grant, then its connection ends; the daemon exits 0 without a
+    traceback, and what it answered is there after the restart."""
+    sids = [f"w{j}" for j in range(80)]
+    waiters: list[Client] = []
+    try:
+        with Client(daemon.socket) as c:
+            key = _setup(daemon, c, *sids)
+            for sid in sids:
+                w = Client(daemon.socket)
+                waiters.append(w)
+                w.send(b"".join(
+                    _req(i, "claim.acquire", session_id=sid, resources=[key], wait=600,
+                         mode="shared") + b"\n"
+                    for i in range(125)
+                ))  # fmt: skip
+            wait_for(lambda: len(_waiting(c)) == 10_000, timeout=300)
+            assert "result" in c.call("claim.release", {"session_id": "holder"})
+            answered = {sids[0]: [waiters[0].reply()]}  # grants are being answered now
+        code = daemon.stop(signal.SIGTERM)
+        for sid, w in zip(sids, waiters, strict=True):
+            while (line := w.line()) is not None:
+                answered.setdefault(sid, []).append(json.loads(line))
+    finally:
+        for w in waiters:
+            w.close()
+    logs = daemon.logs()
+    daemon.start()
+    with Client(daemon.socket) as c:
+        holders = set(_holders(c, key))
+
+    assert code == 0
+    assert "Traceback" not in logs
+    assert {r["result"]["status"] for rs in answered.values() for r in rs} == {"granted"}
+    assert set(answered) <= holders  # whoever was told granted holds the key still
