@@ -198,6 +198,11 @@ class Connection:
                     if self._sleeping:
                         self._wake_all()
                     state.release()
+        except MeshUnavailable:
+            self._pending.pop(rid, None)
+            if waiter.lost is not None:  # closed by another thread: its reason is the news
+                raise waiter.lost from None
+            raise
         except BaseException:
             self._pending.pop(rid, None)
             raise

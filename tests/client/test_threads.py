@@ -9,6 +9,7 @@ serialises calls fails the test (the wait runs out first), whatever the timing.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -19,7 +20,7 @@ import anyio
 import pytest
 from tests.support import wait_for
 
-from meshctl import AsyncMesh, Mesh
+from meshctl import AsyncMesh, Mesh, MeshTimeout, MeshUnavailable
 from meshctl._blocking import Connection
 
 WAIT = 60.0
@@ -189,4 +190,49 @@ def test_a_child_forked_while_a_parent_thread_held_the_mesh_lock_can_call(daemon
     mesh.close()
 
     assert os.waitstatus_to_exitcode(status) == 0
+    assert pong["pong"] is True
+
+
+def test_many_threads_each_get_their_own_replies_among_waits(daemon: Any) -> None:
+    """Eight threads on one Mesh, each asking about its own session between short waits
+    (signal waits that run out, so readers come and go): every reply is the asker's."""
+    threads, rounds = 8, 40
+    with Mesh(timeout=30.0) as mesh:
+        sids = [register(mesh, f"t{i}") for i in range(threads)]
+        wrong: list[tuple[str, Any]] = []
+
+        def work(sid: str) -> None:
+            for r in range(rounds):
+                if r % 4 == 0:
+                    got = mesh.call("signal.wait", {"name": f"never-{sid}", "timeout": 0.02})
+                    if got.get("received"):
+                        wrong.append((sid, got))
+                info = mesh.call("session.get", {"session_id": sid})
+                if info.get("session_id") != sid:
+                    wrong.append((sid, info))
+
+        workers = [Background(functools.partial(work, sid)) for sid in sids]
+        for w in workers:
+            w.result()
+    assert wrong == []
+
+
+def test_a_call_that_times_out_closes_the_connection_for_all_and_the_next_call_reconnects(
+    daemon: Any,
+) -> None:
+    """No reply in time means the daemon is not answering: the connection is closed
+    (withdrawing what the request waits for), a call waiting on it from another thread
+    fails with MeshUnavailable saying why, and the next call opens a new connection."""
+    with Mesh() as mesh:
+        mesh.ping()
+        first = mesh._conn
+        a = Background(
+            lambda: mesh.call("signal.wait", {"name": "a", "timeout": WAIT}, timeout=WAIT + 10)
+        )
+        with pytest.raises(MeshTimeout):
+            mesh.call("signal.wait", {"name": "b", "timeout": WAIT}, timeout=0.2)
+        with pytest.raises(MeshUnavailable, match="did not answer another call"):
+            a.result()
+        pong = mesh.ping()
+        assert mesh._conn is not first
     assert pong["pong"] is True
