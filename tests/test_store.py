@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -208,3 +209,31 @@ class TestSessionRecords:
         }  # fmt: skip
         assert sorted(load_sessions(db), key=lambda x: x.session_id) == [s, full]
         db.close()
+
+
+async def test_stop_closes_the_bell_and_wakes_every_batch(short_tmp: Path) -> None:
+    """The writer hands finished batches back through a pipe the loop watches (its
+    bell); every caller is woken, in order, and stopping the store closes the pipe
+    (a daemon that restarts its store in-process must not leak descriptors)."""
+    before = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else set()
+    st = await open_store(short_tmp / "s.sqlite3")
+    order: list[int] = []
+
+    async def write(i: int) -> None:
+        await st.commit([("meta.set", f"k{i}", i)])
+        order.append(i)
+
+    try:
+        for i in range(50):  # one by one: a batch each, each rung and woken
+            await write(i)
+        async with anyio.create_task_group() as tg:
+            for i in range(50, 250):
+                tg.start_soon(write, i)
+    finally:
+        st.stop()
+        st.close()
+
+    assert order[:50] == list(range(50))
+    assert sorted(order) == list(range(250))
+    if before:
+        assert set(os.listdir("/proc/self/fd")) <= before
