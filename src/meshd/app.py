@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import SocketListener, TaskGroup
 
-from meshd import __version__, config, eventloop, sdnotify, singleton, socketfile
+from meshd import __version__, config, eventloop, sdnotify, socketfile
 from meshd.core.clock import SystemClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState, Write
@@ -46,15 +46,10 @@ from meshd.handlers.sessions import SessionHandlers
 from meshd.handlers.shared import SharedWork
 from meshd.handlers.signals import SignalHandlers
 from meshd.handlers.watch import WatchHandlers
-from meshd.paths import (
-    PathError,
-    ProfilePaths,
-    check_socket_length,
-    ensure_private_dir,
-    ensure_socket_dir,
-)
+from meshd.paths import PathError, ProfilePaths, ensure_socket_dir
 from meshd.server import Server
 from meshd.service import Service
+from meshd.startup import Begun, Listening, StartupError, listen, prepare, record
 from meshd.store import Store, StoreError
 
 log = logging.getLogger("meshd")
@@ -80,10 +75,6 @@ DOMAINS: tuple[type[Domain], ...] = (
     FleetDomain,  # the [fleet] link (SPEC §12); others find it with svc.domain(FleetDomain)
 )
 """Every domain the daemon serves, in schema and restore order (one line to add one)."""
-
-
-class StartupError(Exception):
-    """meshd cannot start; the message says why and what to do."""
 
 
 def setup_logging(level: str) -> None:
@@ -126,8 +117,13 @@ def raise_fd_limit() -> None:
 class Daemon:
     """One profile's daemon: owns the store, the state, the server and the tasks."""
 
-    def __init__(self, paths: ProfilePaths, settings: Settings) -> None:
+    def __init__(
+        self, paths: ProfilePaths, settings: Settings, listening: Listening | None = None
+    ) -> None:
         self.paths = paths
+        self._listening = listening
+        """The socket :mod:`meshd.startup` bound before this module loaded (or None:
+        :meth:`run` binds it)."""
         self.store = Store(paths.database)
         self.state = MeshState(SystemClock(), settings, paths.profile)
         self.service = Service(self.state, self.store, paths, domains=DOMAINS, reload=self.reload)
@@ -163,23 +159,15 @@ class Daemon:
     def _serving(self, path: Path) -> None:
         """Remember which socket file is ours, and record it for clients (SPEC §2)."""
         self._served = path
-        self._listener_ino = path.stat().st_ino
-        tmp = self.paths.socket_record.with_suffix(".socket.tmp")
-        tmp.write_text(f"{path}\n")
-        tmp.replace(self.paths.socket_record)
+        self._listener_ino = record(self.paths, path)
 
-    async def _bind(self, *, starting: bool = False) -> SocketListener:
-        """Bind the socket path, replacing it only when it is free (see :mod:`meshd.socketfile`).
-
-        ``starting``: nothing is served yet, so the probe of the path (which may
-        wait :data:`~meshd.socketfile.PROBE_TIMEOUT` for a wedged daemon) runs on
-        the loop; later (the socket guard) it runs in a worker thread.
-        """
+    async def _bind(self) -> SocketListener:
+        """Bind the socket path again, replacing it only when it is free (the socket
+        guard; see :mod:`meshd.socketfile`). The probe and the bind run in a worker
+        thread: a wedged daemon at the path may keep the probe waiting
+        :data:`~meshd.socketfile.PROBE_TIMEOUT`."""
         path = self._served
-        if starting:
-            problem = socketfile.occupant(path)
-        else:
-            problem = await anyio.to_thread.run_sync(socketfile.occupant, path)
+        problem = await anyio.to_thread.run_sync(socketfile.occupant, path)
         if problem is not None:
             raise StartupError(f"cannot listen on {path}: {problem}")
         try:
@@ -191,18 +179,19 @@ class Daemon:
         self._listener = listener
         return listener
 
-    async def listener(self, *, starting: bool = False) -> SocketListener:
-        adopted = sdnotify.listen_fds()
-        if adopted:
+    async def listener(self) -> SocketListener:
+        """The socket bound (or adopted) at start (:func:`meshd.startup.listen`), for the loop."""
+        if self._listening is None:
+            self._listening = listen(self.paths)
+        bound = self._listening
+        if bound.adopted:
             log.info("adopted the socket passed by systemd")
-            listener = await SocketListener.from_socket(adopted[0])
-            name = adopted[0].getsockname()
-            self._adopted = True
-            self._listener = listener
-            if isinstance(name, str) and name:
-                self._serving(Path(name))
-            return listener
-        return await self._bind(starting=starting)
+        self._adopted = bound.adopted
+        self._served = bound.path
+        self._listener_ino = bound.ino
+        listener = await SocketListener.from_socket(bound.sock)
+        self._listener = listener
+        return listener
 
     async def _guard_socket(self) -> None:
         """Keep the socket reachable (SPEC §2): logout clean-up must not orphan the daemon.
@@ -308,7 +297,7 @@ class Daemon:
         # waits in the listen backlog -- nothing is accepted, so no request is read
         # before every domain has restored -- instead of polling for a socket that
         # is not there yet (an auto-starting client; the benchmark's prober).
-        listener = await self.listener(starting=True)
+        listener = await self.listener()
         try:
             # On the loop itself: nothing is served yet, so nobody waits for it, and
             # the hand-offs to a worker thread and back were start-up time (a
@@ -382,42 +371,25 @@ class Daemon:
             pass
 
 
-def prepare(profile: str) -> tuple[ProfilePaths, Settings, int]:
-    """Everything that can refuse to start, before any event loop runs."""
-    try:
-        paths = ProfilePaths.resolve(profile)
-        settings = config.load(paths.config, profile)
-        ensure_private_dir(paths.state)
-        if not os.environ.get("LISTEN_FDS"):
-            ensure_socket_dir(paths.socket.parent)
-            check_socket_length(paths.socket)
-    except (PathError, config.ConfigError) as exc:
-        raise StartupError(str(exc)) from exc
-    try:
-        lock_fd = singleton.acquire(paths.lock, paths.socket)
-    except singleton.AlreadyRunning as exc:
-        raise StartupError(str(exc)) from exc
-    except OSError as exc:
-        raise StartupError(f"cannot take the profile lock {paths.lock}: {exc.strerror}") from exc
-    return paths, settings, lock_fd
+def run(begun: Begun | str) -> int:
+    """Run the daemon in the foreground until SIGTERM/SIGINT; the exit status.
 
-
-def run(profile: str) -> int:
-    """Run the daemon in the foreground until SIGTERM/SIGINT; the exit status."""
+    ``begun``: what :mod:`meshd.startup` did before this module loaded (the
+    ``meshd run`` path), or a profile name to do it now.
+    """
+    if isinstance(begun, str):
+        begun = Begun(begun)
     try:
-        loop = eventloop.choose()
-    except eventloop.LoopChoiceError as exc:
-        raise StartupError(str(exc)) from exc
-    paths, settings, _lock_fd = prepare(profile)
-    raise_fd_limit()
-    daemon = Daemon(paths, settings)
-    daemon.loop_name = loop
-    try:
-        anyio.run(daemon.run, backend_options=eventloop.backend_options(loop))
+        raise_fd_limit()
+        daemon = Daemon(begun.paths, begun.settings, begun.listening)
+        daemon.loop_name = begun.loop
+        anyio.run(daemon.run, backend_options=eventloop.backend_options(begun.loop))
     except StartupError:
         raise
     except KeyboardInterrupt:
         pass
+    finally:
+        begun.listening.discard(begun.paths)  # a start that failed before run() took it
     return 0
 
 

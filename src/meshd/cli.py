@@ -61,16 +61,25 @@ def parse(argv: list[str], environ: Mapping[str, str]) -> dict[str, str] | None:
 def serve(profile: str, log_level: str) -> NoReturn:
     """``meshd run``'s body: serve ``profile`` until SIGTERM or SIGINT, then exit.
 
+    Whatever can refuse the start -- and the socket -- comes first
+    (:mod:`meshd.startup`), before the daemon's own modules load: a client that
+    connects meanwhile waits for its answer instead of polling for the socket.
     The cyclic garbage collector is off until the daemon serves, when
     :meth:`meshd.app.Daemon.run` freezes what start-up made and turns it back on.
     """
     gc.disable()
-    from meshd import app
+    from meshd import startup
 
-    app.setup_logging(log_level)
     try:
-        code = app.run(profile)
-    except app.StartupError as exc:
+        begun = startup.Begun(profile)
+        try:
+            from meshd import app
+        except BaseException:
+            begun.listening.discard(begun.paths)
+            raise
+        app.setup_logging(log_level)
+        code = app.run(begun)
+    except startup.StartupError as exc:
         import click  # for a refusal only: its echo (ANSI codes stripped off a terminal)
 
         click.echo(f"meshd: {exc}", err=True)

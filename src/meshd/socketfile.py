@@ -22,12 +22,16 @@ import os
 import socket
 import stat
 from pathlib import Path
-
-import anyio
-from anyio.abc import SocketListener
+from typing import TYPE_CHECKING
 
 from meshd.protocol.trust import peer_credentials
 
+if TYPE_CHECKING:
+    from anyio.abc import SocketListener
+
+BACKLOG = 65536
+"""Connections that may wait to be accepted (anyio's largest); a client that
+connects during the restore waits here (see :class:`meshd.app.Daemon`)."""
 PROBE_TIMEOUT = 1.0
 """Seconds a probe waits to connect to a socket found at the path."""
 _FREE = (errno.ECONNREFUSED, errno.ENOENT)
@@ -74,15 +78,43 @@ def occupant(path: Path) -> str | None:
     )
 
 
-async def bind(path: Path) -> SocketListener:
-    """Listen at ``path`` (mode 0600), replacing a stale socket there in one rename."""
+def _listen(path: Path) -> socket.socket:
+    """A listening socket at ``path``, mode 0600 (blocking: a bind and a chmod)."""
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        raw.setblocking(False)
+        raw.bind(os.fspath(path))
+        os.chmod(path, 0o600)
+        raw.listen(BACKLOG)
+    except BaseException:
+        raw.close()
+        raise
+    return raw
+
+
+def listen_now(path: Path) -> socket.socket:
+    """Listen at ``path`` (mode 0600), replacing a stale socket there in one rename.
+
+    Blocking, and without anyio: at start-up, before the event loop and the
+    daemon's own modules (:mod:`meshd.startup`). The socket is wrapped for the loop
+    later (``SocketListener.from_socket``).
+    """
     tmp = temp_path(path)
     tmp.unlink(missing_ok=True)
-    listener = await anyio.create_unix_listener(tmp, mode=0o600)
+    raw = _listen(tmp)
     try:
         os.rename(tmp, path)
     except BaseException:
-        await listener.aclose()
+        raw.close()
         tmp.unlink(missing_ok=True)
         raise
-    return listener
+    return raw
+
+
+async def bind(path: Path) -> SocketListener:
+    """:func:`listen_now` from the event loop, its blocking part in a worker thread."""
+    import anyio
+    from anyio.abc import SocketListener
+
+    raw = await anyio.to_thread.run_sync(listen_now, path)
+    return await SocketListener.from_socket(raw)
