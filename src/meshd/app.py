@@ -3,7 +3,8 @@
 Start-up order matters and each step can refuse to start with a message that
 says what to do: paths and config → the profile flock → the listener (adopted
 from systemd, or bound at the socket path with mode 0600 in a 0700 folder; it
-accepts nothing yet, connections wait in its backlog) → the database (open,
+accepts nothing yet, connections wait in its backlog) -- these three in
+:mod:`meshd.startup`, before this module loads -- → the database (open,
 migrate, restore; a failure removes the socket again) → tasks (writer, server,
 sweeper, process watcher, socket guard, signals, watchdog) → ``READY=1``.
 
