@@ -9,6 +9,7 @@ clock, sessions registered and changed through the core (heartbeats, ranks, clai
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,26 @@ class TestChangesAreSeen:
         mesh.state.drain()
         assert set(await mesh.listed()) == {"a"}
         assert await mesh.raw() == mesh.expected()
+
+
+class TestMs:
+    """``listing.ms`` is ``round(max(0.0, x), 3)`` exactly: the listing's durations."""
+
+    def test_equal_to_round_everywhere_tried(self) -> None:
+        import random
+
+        rnd = random.Random(17)
+        values = [0.0, -0.0, -1.5, 1e-9, 0.0005, 0.0015, 0.0025, 1.0005, 2.675, 1e11, 1e12, 3e15]
+        values += [rnd.uniform(0, 10) for _ in range(50_000)]
+        values += [rnd.uniform(0, 1e9) for _ in range(50_000)]
+        values += [10 ** rnd.uniform(-6, 13) for _ in range(50_000)]
+        # exact ties and their neighbours (the halves round to even, or are not halves)
+        for k in (rnd.randrange(10**10) for _ in range(20_000)):
+            half = (k + 0.5) / 1000
+            values += [half, math.nextafter(half, 0), math.nextafter(half, math.inf)]
+        # what listings compute: a wall clock minus an earlier one
+        now = 1_764_560_000.0
+        values += [now + rnd.uniform(0, 1e5) - now for _ in range(50_000)]
+
+        wrong = [x for x in values if listing.ms(x) != round(max(0.0, x), 3)]
+        assert wrong == []

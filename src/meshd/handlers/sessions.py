@@ -9,7 +9,7 @@ import msgspec
 from meshd.core.registry import Registration, Report, Session
 from meshd.domain import Domain
 from meshd.handlers.fleet import FleetDomain
-from meshd.handlers.listing import Listing, claim_infos, session_info
+from meshd.handlers.listing import Listing, claim_infos, ms, session_info
 from meshd.pidwatch import alive, start_time
 from meshd.protocol import methods as m
 from meshd.protocol.contract import REPORTED, rfc3339
@@ -177,11 +177,11 @@ class SessionHandlers(Domain):
         return session_info(
             s,
             s.host,
-            age_s=round(max(0.0, now_wall - s.last_heartbeat), 3),
+            age_s=ms(now_wall - s.last_heartbeat),
             stale=reg.is_stale(s, now_mono),
             claims=claim_infos(held[:claims]),
             claims_total=len(held),
-            idle_s=round(max(0.0, now_wall - s.last_activity), 3),
+            idle_s=ms(now_wall - s.last_activity),
         )
 
     def list(self, p: m.ListParams, conn: Conn) -> m.ListResult | msgspec.Raw:
