@@ -290,6 +290,85 @@ class TestQueries:
 
         assert (r["answered_by"], r["timed_out"]) == ("status", False)
 
+    def test_the_askers_reply_goes_before_the_answers_own(
+        self, daemon: DaemonHandle, c: Client
+    ) -> None:
+        """An ask answered in time is replied to before the ``query.answer`` that answered
+        it (the asker is the one waiting): one connection asks as a and answers as b."""
+        c.call("query.respond", session_id="b")
+        ask = c.send("query.ask", {"session_id": "a", "to": "b", "question": "?", "timeout": 10})
+        ev = c.next_event()
+        ans = c.send("query.answer", {"session_id": "b", "query_id": ev["id"], "text": "here"})
+        first, second = c.read(), c.read()
+
+        assert (first["id"], first["result"]["answer"]) == (ask, "here")
+        assert (second["id"], second["result"]["query_id"], second["result"]["late"]) == (
+            ans,
+            ev["id"],
+            False,
+        )
+
+    def test_asks_in_a_batch_and_pipelined(self, daemon: DaemonHandle, c: Client) -> None:
+        """A waiting ask holds up neither the connection nor its batch's other elements;
+        the batch is answered as one array once the ask is."""
+        got: list[dict[str, Any]] = []
+        rc, t = responder(daemon, "b", lambda r, ev: got.append(ev))
+        batch = [
+            {"jsonrpc": "2.0", "id": 1, "method": "query.ask",
+             "params": {"session_id": "a", "to": "b", "question": "?", "timeout": 10}},
+            {"jsonrpc": "2.0", "id": 2, "method": "mesh.ping"},
+        ]  # fmt: skip
+        c.sock.sendall(json.dumps(batch).encode() + b"\n")
+        assert c.call("mesh.ping") is not None  # served while the batch's ask waits
+        t.join(5)
+        rc.call("query.answer", session_id="b", query_id=got[0]["id"], text="done")
+        replies = json.loads(c.file.readline())
+        rc.close()
+
+        assert [r["id"] for r in replies] == [1, 2]
+        assert (replies[0]["result"]["answered_by"], replies[0]["result"]["answer"]) == (
+            "session",
+            "done",
+        )
+
+    def test_asker_gone_before_the_answer(self, daemon: DaemonHandle, c: Client) -> None:
+        """The asker's connection closes while its ask waits: the answer that comes later
+        is taken (not late: nobody waits for it), and the daemon goes on serving asks."""
+        got: list[dict[str, Any]] = []
+        rc, t = responder(daemon, "b", lambda r, ev: got.append(ev))
+        asker = Client(daemon)
+        asker.send("query.ask", {"session_id": "a", "to": "b", "question": "?", "timeout": 30})
+        t.join(5)
+        asker.close()
+        c.call("mesh.ping")  # ordering: the close is seen by the daemon on its own schedule
+        late = rc.call("query.answer", session_id="b", query_id=got[0]["id"], text="too late?")
+        rc.close()
+        r = c.call("query.ask", session_id="a", to="b", question="?", timeout=5)
+
+        assert (late["query_id"], late["late"]) == (got[0]["id"], False)
+        assert (r["answered_by"], r["timed_out"]) == ("status", False)
+
+    def test_target_ends_while_asked(self, daemon: DaemonHandle, c: Client) -> None:
+        """The target session ends while its responder has the question: the ask answers
+        at once with the status answer, not timed out."""
+        got: list[dict[str, Any]] = []
+        rc, t = responder(daemon, "b", lambda r, ev: got.append(ev))
+        rid = c.send("query.ask", {"session_id": "a", "to": "b", "question": "?", "timeout": 30})
+        t.join(5)
+        other = Client(daemon)
+        other.call("session.end", session_id="b")
+        r = c.reply(rid)["result"]
+        other.close()
+        rc.close()
+
+        assert len(got) == 1
+        assert (r["answered_by"], r["timed_out"], r["from"], r["answer"]) == (
+            "status",
+            False,
+            "b",
+            "b has ended.",
+        )
+
 
 class TestBroadcastAndHandoffs:
     def test_collect_mixes_live_and_silent(self, daemon: DaemonHandle, c: Client) -> None:

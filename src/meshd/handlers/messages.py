@@ -6,7 +6,10 @@ The rules live in :mod:`meshd.core.mailbox`; this module waits and stores:
   handlers. A query goes as an ``event`` of kind ``query`` to the connections
   that called ``query.respond`` for the target (the responder channel), and the
   ask waits for ``query.answer`` at most its timeout (a timer on the loop),
-  then takes the status answer: an ask never hangs past its timeout.
+  then takes the status answer: an ask never hangs past its timeout. A local
+  ``query.ask`` waits as a record (:class:`_Ask`, a
+  :class:`~meshd.protocol.jsonrpc.Later`), not a task: the ``query.answer`` that
+  answers it writes the asker's reply before its own.
 * A responder or subscriber counts until its connection closes
   (:meth:`MessageHandlers.connection_closed`).
 * History (``inbox --all``, handoff list/show, sent states) is read from SQLite on
@@ -41,6 +44,7 @@ from meshd.protocol import fleet_mail as wire
 from meshd.protocol import messages as mm
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import MeshDisabled, MeshError, NotFound
+from meshd.protocol.jsonrpc import Later
 from meshd.service import Conn, Service
 from meshd.store import messages as sm
 
@@ -62,6 +66,42 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+class _Ask(Later):
+    """One local ``query.ask`` waiting for its answer: a record and a timer, no task.
+
+    Answered (:meth:`finish`) when the core wakes its query (answered, or a party
+    ended) or at its deadline; withdrawn when the asker's connection closes first
+    (the query then stays with the desk until swept, as a cancelled wait left it).
+    A task per ask cost a spawn, a reader task to take over the connection, and a
+    pass of the loop to resume it: about a fifth of the daemon's CPU per ask.
+    """
+
+    __slots__ = ("owner", "query_id", "timer")
+
+    def __init__(self, owner: MessageHandlers, query_id: int) -> None:
+        super().__init__()
+        self.owner = owner
+        self.query_id = query_id
+        self.timer: asyncio.TimerHandle | None = None
+
+    def finish(self) -> None:
+        """The outcome now: its answer, or the status answer (timed out, or ended)."""
+        if self.done:
+            return
+        self.owner._asks.pop(self.query_id, None)
+        if self.timer is not None:
+            self.timer.cancel()
+        try:
+            self.settle(ask_result(self.owner.mb.finish(self.query_id)))
+        except MeshError as exc:
+            self.settle(error=exc)
+
+    def withdraw(self) -> None:
+        self.owner._asks.pop(self.query_id, None)
+        if self.timer is not None:
+            self.timer.cancel()
+
+
 class MessageHandlers(Domain):
     name = "messages"
 
@@ -71,6 +111,10 @@ class MessageHandlers(Domain):
         self.mb.wake = self._wake
         self._waits: dict[int, _Wait] = {}
         """The wait of each query an ask waits for (one wait per query: its asker's)."""
+        self._asks: dict[int, _Ask] = {}
+        """The local ``query.ask`` records waiting, by query id."""
+        self._answered: list[_Ask] | None = None
+        """While :meth:`answer` runs: the asks its answer woke, answered right after."""
         self.fleet = svc.domain(FleetMail)
 
     def install(self) -> None:
@@ -131,6 +175,19 @@ class MessageHandlers(Domain):
         return [c.resource for c in self.svc.state.claims.list_claims(sid)]
 
     def _wake(self, query_id: int) -> None:
+        """The core's word that waiting on ``query_id`` is over (called inside the core).
+
+        An ask woken by ``query.answer`` is answered as soon as the core is done (its
+        reply written before the responder's); one woken otherwise (a party ended) in
+        the next pass of the loop, as a waiting task would have been.
+        """
+        ask = self._asks.pop(query_id, None)
+        if ask is not None:
+            if self._answered is not None:
+                self._answered.append(ask)
+            else:
+                asyncio.get_running_loop().call_soon(ask.finish)
+            return
         w = self._waits.pop(query_id, None)
         if w is not None:
             w.pending.discard(query_id)
@@ -227,7 +284,7 @@ class MessageHandlers(Domain):
 
     # --- queries ------------------------------------------------------------------------
 
-    async def ask(self, p: mm.AskParams, conn: Conn) -> mm.AskResult:
+    async def ask(self, p: mm.AskParams, conn: Conn) -> mm.AskResult | Later:
         self._enabled()
         host = self.fleet.remote_host(p.to)
         if host is not None:  # a session of another host: request/reply (docs/FLEET.md)
@@ -238,12 +295,30 @@ class MessageHandlers(Domain):
             p.session_id, p.to, p.question, timeout=p.timeout, claims=self.claims_of(p.to)
         )
         await self.commit()
-        conn.detach()  # the connection goes on serving while this waits
-        ans = r if isinstance(r, Answer) else (await self.wait_answers([r]))[0]
-        return ask_result(ans)
+        if isinstance(r, Answer):
+            return ask_result(r)
+        return self._wait_ask(r)  # answered later; the connection reads on meanwhile
+
+    def _wait_ask(self, q: Query) -> _Ask:
+        """The record that answers the ask of pending query ``q`` (see :meth:`_wake`)."""
+        ask = _Ask(self, q.id)
+        if q.answer is not None or q.ended:  # over already: answered in the next pass
+            asyncio.get_running_loop().call_soon(ask.finish)
+            return ask
+        self._asks[q.id] = ask
+        left = max(0.0, q.deadline - self.svc.clock.monotonic())
+        ask.timer = asyncio.get_running_loop().call_later(left, ask.finish)
+        return ask
 
     async def answer(self, p: mm.AnswerParams, conn: Conn) -> mm.AnswerResult:
-        late = self.mb.answer(p.session_id, p.query_id, p.text)
+        woken: list[_Ask] = []
+        self._answered = woken
+        try:
+            late = self.mb.answer(p.session_id, p.query_id, p.text)
+        finally:
+            self._answered = None
+            for ask in woken:  # the asker's reply first: it is the one waiting
+                ask.finish()
         if late is None:
             return mm.AnswerResult(query_id=p.query_id)
         await self.commit()
