@@ -181,11 +181,15 @@ def main(argv: list[str] | None = None) -> None:
             out.append(clock() - t)
         return out
 
-    def timed(v: Variant, row: str, fn: Callable[[], list[float]]) -> None:
-        """The row's round trips, and the daemon's CPU per request meanwhile."""
-        cpu = cpu_ns(v.meshd.pid)
+    def timed(v: Variant, row: str, fn: Callable[[], list[float]], other: int = 0) -> None:
+        """The row's round trips, and the daemon's CPU per request meanwhile (and that
+        of process ``other``: the responder, for the ask)."""
+        cpu, cpu_other = cpu_ns(v.meshd.pid), cpu_ns(other) if other else 0.0
         times = fn()
         acc.setdefault(f"{v.name} {row} cpu", []).append((cpu_ns(v.meshd.pid) - cpu) / len(times))
+        if other:
+            used = (cpu_ns(other) - cpu_other) / len(times)
+            acc.setdefault(f"{v.name} {row} other cpu", []).append(used)
         keep(f"{v.name} {row}", times)
 
     n = args.n
@@ -207,7 +211,12 @@ def main(argv: list[str] | None = None) -> None:
                 for r in range(args.rounds):
                     keep(f"E {phase}", time_roundtrips(e, hb, n))
                     if phase == "claims":
+                        assert echo_responder is not None
+                        c0, r0 = cpu_ns(echo.pid), cpu_ns(echo_responder.pid)
                         keep("E3", relayed(e, n // 8))
+                        acc.setdefault("E3 cpu", []).append((cpu_ns(echo.pid) - c0) / (n // 8))
+                        used = (cpu_ns(echo_responder.pid) - r0) / (n // 8)
+                        acc.setdefault("E3 responder cpu", []).append(used)
                     for v in variants if r % 2 else variants[::-1]:
                         if phase == "sessions":
                             timed(v, "list raw", lambda v=v: time_roundtrips(v.c, lst, n // 4))
@@ -216,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
                             keep(f"{v.name} list: json.loads of the reply", decode(v, n // 4))
                         else:
                             timed(v, "claim.check", lambda v=v: time_roundtrips(v.c, probe, n))
-                            timed(v, "ask", lambda v=v: v.ask(n // 8))
+                            timed(v, "ask", lambda v=v: v.ask(n // 8), v.responder.pid)
                             timed(v, "ask, library responder",
                                   lambda v=v: v.ask(n // 8, "libresponder"))  # fmt: skip
                     print(f"{phase} round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
@@ -244,6 +253,9 @@ def report(acc: dict[str, list[float]], args: Any) -> None:
             e3 = median(acc["E3"])
             print(f"| E3: the echo server relaying the ask (floor) | {e3 * 1e6:.1f} µs "
                   f"({e3 / e:.2f}x E) | | |")  # fmt: skip
+            srv, resp = median(acc["E3 cpu"]), median(acc["E3 responder cpu"])
+            print(f"| E3: server CPU, responder CPU per ask | {srv * 1e6:.1f} µs, "
+                  f"{resp * 1e6:.1f} µs | | |")  # fmt: skip
         for row in names:
             _row(acc, row, e)
         if phase == "sessions":  # the client's share of "list Mesh.call"
@@ -263,6 +275,9 @@ def _row(acc: dict[str, list[float]], row: str, e: float) -> None:
         print(f"| {row}, to E3 | {b / e3:.2f}x E3 | {a / e3:.2f}x E3 | |")
     b, a = median(acc[f"before {row} cpu"]), median(acc[f"after {row} cpu"])
     print(f"| {row}: daemon CPU | {b * 1e6:.1f} µs | {a * 1e6:.1f} µs | {a / b:.2f}x |")
+    if f"after {row} other cpu" in acc:
+        b, a = median(acc[f"before {row} other cpu"]), median(acc[f"after {row} other cpu"])
+        print(f"| {row}: responder CPU | {b * 1e6:.1f} µs | {a * 1e6:.1f} µs | {a / b:.2f}x |")
 
 
 if __name__ == "__main__":
