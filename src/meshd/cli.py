@@ -74,10 +74,11 @@ def serve(profile: str, log_level: str) -> NoReturn:
         begun = startup.Begun(profile)
         try:
             from meshd import app
-        except BaseException:
+
+            app.setup_logging(log_level)
+        except BaseException:  # a broken install, an interrupt: no socket left behind
             begun.listening.discard(begun.paths)
             raise
-        app.setup_logging(log_level)
         code = app.run(begun)
     except startup.StartupError as exc:
         import click  # for a refusal only: its echo (ANSI codes stripped off a terminal)
