@@ -34,7 +34,7 @@ from meshd.paths import ProfilePaths
 from meshd.pidwatch import PidWatcher
 from meshd.protocol import contract
 from meshd.protocol import methods as m
-from meshd.protocol.errors import MethodNotFound
+from meshd.protocol.errors import MeshError, MethodNotFound
 from meshd.protocol.jsonrpc import Handler, encoder, notification
 from meshd.resolver import Resolver
 from meshd.store import Store
@@ -228,6 +228,37 @@ class Service:
             for dom in self._forgetters:
                 dom.forget(d.writes)
         self._after_commit(d, error)
+
+    async def store_first(
+        self, writes: list[Write], apply: Callable[[], T], refused: Callable[[], None] | None = None
+    ) -> T:
+        """Commit ``writes``, *then* ``apply()`` them in memory; return what it returns.
+
+        For changes that cannot be taken back once applied (a freed key is handed on, a
+        message acknowledged): a commit the disk refuses changes nothing (``refused()``
+        undoes what was set up before, and StorageUnavailable is raised). A caller
+        cancelled in the commit (its connection closed) does not take the writes back:
+        they land all the same, so ``apply()`` then runs once they did, and what it set
+        off is stored in the background -- memory never lags the disk.
+        """
+
+        def abandoned(error: BaseException | None) -> None:
+            try:
+                if error is None:
+                    apply()
+                    self.flush_background()
+                elif refused is not None:
+                    refused()
+            except Exception:  # the caller is gone: nobody else to tell
+                log.exception("applying a commit whose caller went away failed")
+
+        try:
+            await self.store.commit(writes, abandoned)
+        except MeshError:  # refused: StorageUnavailable
+            if refused is not None:
+                refused()
+            raise
+        return apply()
 
     def flush_background(self) -> None:
         """Queue what background work (sweeps, deaths) wrote; publish once committed."""

@@ -608,15 +608,20 @@ class ClaimHandlers(Domain):
             return pc.ClaimReleaseResult()
         now_w = svc.clock.now()
         stored = {(c.resource, c.token) for c in mine}
-        await svc.store.commit([("claim.audit", _release_record(c, now_w)) for c in mine])
-        released = st.claims.release(p.session_id, [c.key for c in mine])
-        out = st.claims.outbox  # the release records are stored already: not twice
-        out.audit = [
-            r for r in out.audit
-            if not (r.action == "release" and r.session_id == p.session_id
-                    and (r.resource, r.token) in stored)
-        ]  # fmt: skip
-        svc.flush_background()  # whom it let go: their grants answer them once stored
+
+        def apply() -> list[str]:
+            released = st.claims.release(p.session_id, [c.key for c in mine])
+            out = st.claims.outbox  # the release records are stored already: not twice
+            out.audit = [
+                r for r in out.audit
+                if not (r.action == "release" and r.session_id == p.session_id
+                        and (r.resource, r.token) in stored)
+            ]  # fmt: skip
+            svc.flush_background()  # whom it let go: their grants answer them once stored
+            return released
+
+        writes: list[Write] = [("claim.audit", _release_record(c, now_w)) for c in mine]
+        released = await svc.store_first(writes, apply)
         if (fc := self.fleet()) is not None:
             await fc.release(p.session_id, [(c.resource, c.token) for c in mine])
         return pc.ClaimReleaseResult(released=released)

@@ -112,8 +112,12 @@ class JobHandlers(Domain):
     async def _stored(self, ev: JobEvent) -> JobEvent:
         """Store first, then apply: a run the disk refused to record neither starts,
         ends (waking ``job.wait``) nor defers in memory."""
-        await self.svc.store.commit([("job.event", ev)])
-        return self.book.apply(ev)
+        return await self.svc.store_first([("job.event", ev)], lambda: self._apply(ev))
+
+    def _apply(self, ev: JobEvent) -> JobEvent:
+        applied = self.book.apply(ev)
+        self._wake()  # a run that ended: its waiters
+        return applied
 
     async def start(self, p: pj.JobStartParams, conn: Conn) -> pj.JobEventResult:
         self._spec(p.name)
@@ -121,9 +125,7 @@ class JobHandlers(Domain):
         return _event(await self._stored(self.book.start_event(p.name, p.session_id)))
 
     async def end(self, p: pj.JobEndParams, conn: Conn) -> pj.JobEventResult:
-        ev = await self._stored(self.book.end_event(p.name, p.session_id, p.exit))
-        self._wake()
-        return _event(ev)
+        return _event(await self._stored(self.book.end_event(p.name, p.session_id, p.exit)))
 
     async def defer(self, p: pj.JobDeferParams, conn: Conn) -> pj.JobEventResult:
         spec = self._spec(p.name)

@@ -269,13 +269,16 @@ class MessageHandlers(Domain):
         a read the disk refused (UNAVAILABLE) leaves every item as it was."""
         mb, now = self.mb, self.svc.clock.now()
         ids, writes = mb.plan_inbox(sid, peek=peek, limit=limit, only=only, now=now)
-        await self.svc.store.commit(writes)
-        return mb.inbox(sid, peek=peek, limit=limit, only=ids, now=now, stored=True)
+        return await self.svc.store_first(
+            writes, lambda: mb.inbox(sid, peek=peek, limit=limit, only=ids, now=now, stored=True)
+        )
 
     async def ack(self, p: mm.AckParams, conn: Conn) -> mm.AckResult:
-        now = self.svc.clock.now()
-        await self.svc.store.commit(self.mb.ack_writes(p.session_id, p.ids, now=now))
-        done = self.mb.ack(p.session_id, p.ids, now=now, stored=True)
+        now, mb = self.svc.clock.now(), self.mb
+        done = await self.svc.store_first(
+            mb.ack_writes(p.session_id, p.ids, now=now),
+            lambda: mb.ack(p.session_id, p.ids, now=now, stored=True),
+        )
         return mm.AckResult(acked=done)
 
     async def status(self, p: mm.StatusParams, conn: Conn) -> mm.StatusResult:

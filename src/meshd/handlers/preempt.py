@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -31,7 +31,6 @@ from meshd.handlers.claims import ClaimHandlers
 from meshd.handlers.shared import shared_of
 from meshd.protocol import preempt as pp
 from meshd.protocol.contract import rfc3339
-from meshd.protocol.errors import MeshError
 from meshd.protocol.events import PreemptEvent, PreemptExpiredEvent
 from meshd.protocol.methods import Status
 from meshd.service import Conn, Service
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from meshd.core.claim_records import Claim
 
 STATUSES = frozenset(get_args(Status))
+T = TypeVar("T")
 
 
 class PreemptHandlers(Domain):
@@ -106,8 +106,9 @@ class PreemptHandlers(Domain):
             audit += self.claims.audit_rows(h.session_id, h.resources, "preempt",
                                             by=p.session_id, reason=p.reason,
                                             how=f"grace {grace:g} s")  # fmt: skip
-        await self._store_first(audit, undo=lambda: self.pre.drop(pre.id))
-        st.events.extend(events)
+        await self._store_first(
+            audit, lambda: st.events.extend(events), undo=lambda: self.pre.drop(pre.id)
+        )
         svc.flush_background()
         return pp.PreemptResult(
             status="asked", holders=holders, rank=me.rank, grace_s=grace,
@@ -158,15 +159,20 @@ class PreemptHandlers(Domain):
         await work.commit()
         handoff = st.mailbox.write_handoff(p.session_id, p.note)
         paused = msgspec.structs.replace(s, status="paused")
-        await self._store_first([("session.snapshot", paused)])
-        # one preemptor asking for several keys apart is first once, in asking order
-        first = list(dict.fromkeys(pre.by for pre in self.pre.paused(p.session_id)))
-        reserved = st.claims.pause(p.session_id, first)
-        if s.status != "paused":
-            self.before[p.session_id] = s.status
-        self.notes[p.session_id] = p.note
-        st.registry.heartbeat(p.session_id, Report(status="paused"))
-        st.writes += self.claims.audit_rows(p.session_id, reserved, "pause", reason=p.note[:200])
+
+        def apply() -> tuple[list[str], list[str]]:
+            # one preemptor asking for several keys apart is first once, in asking order
+            first = list(dict.fromkeys(pre.by for pre in self.pre.paused(p.session_id)))
+            reserved = st.claims.pause(p.session_id, first)
+            if s.status != "paused":
+                self.before[p.session_id] = s.status
+            self.notes[p.session_id] = p.note
+            st.registry.heartbeat(p.session_id, Report(status="paused"))
+            st.writes += self.claims.audit_rows(p.session_id, reserved, "pause",
+                                                reason=p.note[:200])  # fmt: skip
+            return first, reserved
+
+        first, reserved = await self._store_first([("session.snapshot", paused)], apply)
         # the releases are stored before the reply (SPEC §8: a kill -9 right after it
         # must not give the paused session its claims back); the reservation is not durable
         await svc.commit()
@@ -218,26 +224,30 @@ class PreemptHandlers(Domain):
             status = _status(self.before.get(sid, "idle"))
             rows = self.claims.audit_rows(sid, [], "resume")
             await self._store_first([("session.snapshot", msgspec.structs.replace(
-                s, status=status)), *rows])  # fmt: skip
-            st.registry.heartbeat(sid, Report(status=status))
+                s, status=status)), *rows], lambda: st.registry.heartbeat(sid, Report(
+                status=status)))  # fmt: skip
         self.before.pop(sid, None)
         self.notes.pop(sid, None)
 
     async def _store_first(
-        self, writes: list[Write], undo: Callable[[], None] | None = None
-    ) -> None:
-        """Commit ``writes`` with what the mailbox wrote meanwhile, before anything is
-        applied: a refused write changes nothing (the mailbox forgets its items)."""
+        self, writes: list[Write], apply: Callable[[], T], undo: Callable[[], None] | None = None
+    ) -> T:
+        """Commit ``writes`` with what the mailbox wrote meanwhile, then ``apply()``: a
+        refused write changes nothing (the mailbox forgets its items, ``undo()``); a
+        caller cancelled meanwhile still applies what landed (:meth:`Service.store_first`)."""
         st = self.svc.state
         mail, pushes = st.mailbox.drain()
-        try:
-            await self.svc.store.commit([*mail, *writes])
-        except MeshError:
+
+        def refused() -> None:
             st.mailbox.forget(mail)
             if undo is not None:
                 undo()
-            raise
-        st.events.extend(Event(*push) for push in pushes)
+
+        def stored() -> T:
+            st.events.extend(Event(*push) for push in pushes)
+            return apply()
+
+        return await self.svc.store_first([*mail, *writes], stored, refused)
 
     def connection_closed(self, conn: Conn) -> None:
         """Forget the preemptions of sessions that are gone (checked lazily here): the cost

@@ -140,8 +140,8 @@ class SessionHandlers(Domain):
         s = svc.state.registry.get(p.session_id)
         previous, by, at = s.rank, p.by or "a person", svc.clock.now()
         ranked = msgspec.structs.replace(s, rank=p.rank, rank_by=by, rank_at=at)
-        await svc.store.commit([("session.snapshot", ranked)])
-        if svc.state.prioritize(ranked) is None:
+        stored = [("session.snapshot", ranked)]
+        if await svc.store_first(stored, lambda: svc.state.prioritize(ranked)) is None:
             svc.state.registry.get(p.session_id)  # ended meanwhile: SESSION_EXPIRED
         await svc.commit()  # grants the new order made, stored before the reply
         return m.PrioritizeResult(
