@@ -230,7 +230,11 @@ class Service:
         self._after_commit(d, error)
 
     async def store_first(
-        self, writes: list[Write], apply: Callable[[], T], refused: Callable[[], None] | None = None
+        self,
+        writes: list[Write],
+        apply: Callable[[], T],
+        refused: Callable[[], None] | None = None,
+        gone: Callable[[T], None] | None = None,
     ) -> T:
         """Commit ``writes``, *then* ``apply()`` them in memory; return what it returns.
 
@@ -238,15 +242,18 @@ class Service:
         message acknowledged): a commit the disk refuses changes nothing (``refused()``
         undoes what was set up before, and StorageUnavailable is raised). A caller
         cancelled in the commit (its connection closed) does not take the writes back:
-        they land all the same, so ``apply()`` then runs once they did, and what it set
-        off is stored in the background -- memory never lags the disk.
+        they land all the same, so ``apply()`` then runs once they did, what it set off
+        is stored in the background, and ``gone(applied)`` does without waiting what the
+        caller would have done next -- memory never lags the disk.
         """
 
         def abandoned(error: BaseException | None) -> None:
             try:
                 if error is None:
-                    apply()
+                    applied = apply()
                     self.flush_background()
+                    if gone is not None:
+                        gone(applied)
                 elif refused is not None:
                     refused()
             except Exception:  # the caller is gone: nobody else to tell

@@ -620,8 +620,12 @@ class ClaimHandlers(Domain):
             svc.flush_background()  # whom it let go: their grants answer them once stored
             return released
 
+        def gone(_released: list[str]) -> None:  # cancelled: out of the fleet in the background
+            if (fc := self.fleet()) is not None:
+                fc.release_soon(p.session_id, [(c.resource, c.token) for c in mine])
+
         writes: list[Write] = [("claim.audit", _release_record(c, now_w)) for c in mine]
-        released = await svc.store_first(writes, apply)
+        released = await svc.store_first(writes, apply, gone=gone)
         if (fc := self.fleet()) is not None:
             await fc.release(p.session_id, [(c.resource, c.token) for c in mine])
         return pc.ClaimReleaseResult(released=released)

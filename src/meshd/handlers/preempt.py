@@ -223,9 +223,17 @@ class PreemptHandlers(Domain):
         if s is not None and s.status == "paused":
             status = _status(self.before.get(sid, "idle"))
             rows = self.claims.audit_rows(sid, [], "resume")
-            await self._store_first([("session.snapshot", msgspec.structs.replace(
-                s, status=status)), *rows], lambda: st.registry.heartbeat(sid, Report(
-                status=status)))  # fmt: skip
+            back = msgspec.structs.replace(s, status=status)
+
+            def apply() -> None:
+                st.registry.heartbeat(sid, Report(status=status))
+                self._forget_pause(sid)
+
+            await self._store_first([("session.snapshot", back), *rows], apply)
+        self._forget_pause(sid)
+
+    def _forget_pause(self, sid: str) -> None:
+        """``sid`` resumed: the status it had before the pause and its note go."""
         self.before.pop(sid, None)
         self.notes.pop(sid, None)
 
