@@ -15,6 +15,7 @@ import json
 import select
 import sqlite3
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,17 +76,25 @@ def _one_try(daemon: DaemonHandle, c: Client, n: int, wait: float) -> dict[str, 
     return None if missed else reply
 
 
+Try = Callable[[DaemonHandle, Client, int, float], Any]
+
+
+def _until_set(daemon: DaemonHandle, c: Client, one_try: Try) -> tuple[Any, int]:
+    """Register holder, a and b, then ``one_try`` with longer waits until a's wait ran
+    out only once the writer was locked: its reply, and which try (the keys' number)."""
+    for sid in ("holder", "a", "b"):
+        assert "result" in c.call("session.register", {"session_id": sid})
+    for n, wait in enumerate((1.0, 2.0, 4.0, 8.0)):  # a longer wait if the lock came late
+        reply = one_try(daemon, c, n, wait)
+        if reply is not None:
+            return reply, n
+        assert "result" in c.call("claim.release", {"session_id": "b"})
+    raise AssertionError("a's wait always ran out before the writer was locked")
+
+
 def test_a_grant_carried_by_a_cancelled_commit_is_still_given(daemon: DaemonHandle) -> None:
     with Client(daemon.socket) as c:
-        for sid in ("holder", "a", "b"):
-            assert "result" in c.call("session.register", {"session_id": sid})
-        reply = None
-        for n, wait in enumerate((1.0, 2.0, 4.0, 8.0)):  # a longer wait if the lock came late
-            reply = _one_try(daemon, c, n, wait)
-            if reply is not None:
-                break
-            assert "result" in c.call("claim.release", {"session_id": "b"})
-        assert reply is not None, "a's wait always ran out before the writer was locked"
+        reply, n = _until_set(daemon, c, _one_try)
         holds = _holders(c, f"res:two{n}")
 
     assert reply.get("result", {}).get("status") == "granted", reply
@@ -162,3 +171,57 @@ def test_an_end_whose_session_dies_during_its_commit_still_answers_ended(
         assert reason == "ended", "the death was always seen before the end request"
 
     assert reply.get("result", {}).get("ended") is True, reply
+
+
+def _refused_try(daemon: DaemonHandle, c: Client, n: int, wait: float) -> Any:
+    """a waits for {k1, k2} (k1 held), b for {k2} behind it; a's wait runs out while the
+    writer is locked, which grants b (in memory) in a commit the lock then refuses
+    (``busy_timeout``); b's connection closes before that. a's reply (once the commit
+    is refused), or None when a's wait ran out before the lock: try a longer wait."""
+    k1, k2 = f"res:rone{n}", f"res:rtwo{n}"
+    assert c.call("claim.acquire", {"session_id": "holder", "resources": [k1]})["result"]
+    with Client(daemon.socket, timeout=60) as a, Client(daemon.socket) as b:
+        a.send(_acquire(1, "a", [k1, k2], wait))
+        wait_for(lambda: "a" in _waiting(c) or _answered(a))
+        b.send(_acquire(1, "b", [k2], 60))
+        wait_for(lambda: "b" in _waiting(c) or _answered(b))  # b queued behind a
+        if _answered(b):
+            b.reply()  # a ran out first, b was granted at once: a miss
+            return None
+        lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")  # held until the daemon's commit gives up
+        try:
+            wait_for(lambda: "b" in _holders(c, k2))  # a ran out: b let go, in memory
+            if _answered(a) or _answered(b):  # that commit was done before the lock
+                return None
+            before = _connections(c)
+            b.close()  # b's wait is withdrawn while its grant is being committed
+            wait_for(lambda: _connections(c) < before)
+            reply = a.reply()  # answered once the commit was refused (busy_timeout)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+    return reply
+
+
+def test_a_refused_grant_is_taken_back_when_its_waiter_left_meanwhile(
+    daemon: DaemonHandle,
+) -> None:
+    """A grant whose commit the disk refuses holds nothing, even when its waiter's
+    connection closed while it was being committed (nobody is told): memory agrees
+    with the disk. It was kept: b held k2 in memory only, so b asking again was told
+    ``granted`` (already held) for a claim no restart would bring back."""
+    with Client(daemon.socket) as c:
+        reply, n = _until_set(daemon, c, _refused_try)
+        k2 = f"res:rtwo{n}"
+        holds = _holders(c, k2)
+        again = c.call("claim.acquire", {"session_id": "b", "resources": [k2]})["result"]
+    daemon.kill()  # b was told granted: that must be on disk
+    daemon.start()
+    with Client(daemon.socket) as c:
+        after = _holders(c, k2)
+
+    assert reply["result"]["status"] == "held", reply
+    assert holds == set()
+    assert again["status"] == "granted"
+    assert after == {"b"}

@@ -553,23 +553,31 @@ class ClaimHandlers(Domain):
         """Answer the queued requests the last commit granted or withdrew.
 
         A wait that ran out is answered ``held`` even if that commit was refused: it
-        was withdrawn in memory either way, and the refused writes were others'."""
+        was withdrawn in memory either way, and the refused writes were others'. A
+        refused grant is taken back whether or not its waiter is still there to be
+        told: one whose connection closed meanwhile kept a claim the disk never had,
+        which its session asking again was told it held (``already_held``)."""
         waits = self.waits
         for o in outcomes:
             waiter_id = o.waiter_id
-            w = waits.pop(waiter_id, None) if waiter_id else None
-            if w is None:
+            if not waiter_id:
                 continue
+            w = waits.pop(waiter_id, None)
             if isinstance(o, Cancelled):
+                if w is None:
+                    continue
                 if error is None or o.why == "timeout":
                     w.answer(o.held)
                     continue
-            elif error is None:
+            else:
                 assert o.granted is not None  # a waiter's notice carries its grant
-                w.answer(o.granted)
-                continue
-            elif o.granted is not None:
-                self._take_back(o.granted)  # told UNAVAILABLE: holds nothing
+                if error is None:
+                    if w is not None:
+                        w.answer(o.granted)
+                    continue
+                self._take_back(o.granted)  # refused: holds nothing
+                if w is None:
+                    continue
             w.settle(error=error if isinstance(error, MeshError) else MeshError(str(error)))
 
     async def steal(self, p: pc.ClaimStealParams, conn: Conn) -> pc.ClaimAcquireResult:
