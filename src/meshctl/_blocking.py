@@ -228,9 +228,9 @@ class Connection:
             waiter = _Waiter(rid)
             self._pending[rid] = waiter
             out = self._out
-            if out is None:
-                del self._pending[rid]
-                raise MeshUnavailable("this connection to meshd is closed")
+            if out is None:  # closed by another thread (a timeout): never sent, so
+                del self._pending[rid]  # the caller may send it on a new connection
+                raise Stale(len(frame))
             try:
                 out.sendall(frame)
             except OSError as exc:
@@ -365,6 +365,8 @@ class Connection:
 
     def _send_failed(self, exc: OSError, size: int) -> NoReturn:
         """The send of a ``size``-byte request failed with ``exc``: close, and say why."""
+        if self._sock is None:  # another thread closed it under the send: not sent whole
+            raise Stale(size) from None
         if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
             refusal = self._refusal()
             self.close(_conn.closed_before_reply(0))
