@@ -229,6 +229,8 @@ def test_a_call_that_times_out_closes_the_connection_for_all_and_the_next_call_r
         a = Background(
             lambda: mesh.call("signal.wait", {"name": "a", "timeout": WAIT}, timeout=WAIT + 10)
         )
+        assert first is not None
+        wait_for(lambda: first._pending, what="A's wait sent on the first connection")
         with pytest.raises(MeshTimeout):
             mesh.call("signal.wait", {"name": "b", "timeout": WAIT}, timeout=0.2)
         with pytest.raises(MeshUnavailable, match="did not answer another call"):
