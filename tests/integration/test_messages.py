@@ -320,7 +320,7 @@ class TestQueries:
         ]  # fmt: skip
         c.sock.sendall(json.dumps(batch).encode() + b"\n")
         assert c.call("mesh.ping") is not None  # served while the batch's ask waits
-        t.join(5)
+        t.join(60)
         rc.call("query.answer", session_id="b", query_id=got[0]["id"], text="done")
         replies = json.loads(c.file.readline())
         rc.close()
@@ -338,15 +338,15 @@ class TestQueries:
         rc, t = responder(daemon, "b", lambda r, ev: got.append(ev))
         asker = Client(daemon)
         asker.send("query.ask", {"session_id": "a", "to": "b", "question": "?", "timeout": 30})
-        t.join(5)
+        t.join(60)
         asker.close()
         c.call("mesh.ping")  # ordering: the close is seen by the daemon on its own schedule
         late = rc.call("query.answer", session_id="b", query_id=got[0]["id"], text="too late?")
+        again = c.call("query.ask", session_id="b", to="a", question="?", timeout=5)
         rc.close()
-        r = c.call("query.ask", session_id="a", to="b", question="?", timeout=5)
 
         assert (late["query_id"], late["late"]) == (got[0]["id"], False)
-        assert (r["answered_by"], r["timed_out"]) == ("status", False)
+        assert (again["answered_by"], again["timed_out"]) == ("status", False)
 
     def test_target_ends_while_asked(self, daemon: DaemonHandle, c: Client) -> None:
         """The target session ends while its responder has the question: the ask answers
@@ -354,7 +354,7 @@ class TestQueries:
         got: list[dict[str, Any]] = []
         rc, t = responder(daemon, "b", lambda r, ev: got.append(ev))
         rid = c.send("query.ask", {"session_id": "a", "to": "b", "question": "?", "timeout": 30})
-        t.join(5)
+        t.join(60)
         other = Client(daemon)
         other.call("session.end", session_id="b")
         r = c.reply(rid)["result"]
