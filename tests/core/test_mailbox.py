@@ -401,6 +401,35 @@ class TestAsk:
 
         assert isinstance(mb.ask("a", "b", "?", timeout=1), Answer)
 
+    def test_a_responder_leaving_with_a_question_gives_the_status_answer_now(
+        self, mb: Mailbox, clock: ManualClock
+    ) -> None:
+        """The question was pushed to that connection alone: when the session's last
+        responder leaves, the asker is woken with the status answer (not timed out)
+        instead of waiting out its timeout; another responder of it keeps it open."""
+        woken: list[int] = []
+        mb.desk.wake = woken.append
+        q = live_ask(mb, "a", "b", conn=7, timeout=30)
+        mb.respond("b", 8)
+        mb.connection_closed(7)
+        assert woken == []  # connection 8 still responds for b
+        mb.connection_closed(8)
+        clock.advance(1)
+
+        assert woken == [q.id]
+        ans = mb.finish(q.id)
+        assert (ans.answered_by, ans.timed_out, ans.elapsed_s) == ("status", False, 1.0)
+
+    def test_an_answer_after_the_responder_left_is_late(self, mb: Mailbox) -> None:
+        """Once the asker had the status answer, an answer still given goes to its inbox."""
+        q = live_ask(mb, "a", "b", conn=7)
+        mb.connection_closed(7)
+        mb.finish(q.id)
+        late = mb.answer("b", q.id, "done after all")
+
+        assert late is not None
+        assert [late] == mb.unread("a")
+
     def test_a_close_forgets_only_that_connection(self, mb: Mailbox) -> None:
         """Closing one connection leaves the others' subscriptions and responders; a
         session that ended before its connection closed is forgotten without error."""

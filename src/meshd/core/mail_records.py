@@ -92,6 +92,13 @@ class Query(msgspec.Struct):
     answer: str | None = None
     finished: bool = False
     ended: bool = False
+    no_responder: bool = False
+    """The target's last live responder left before answering (status answer now)."""
+
+    @property
+    def over(self) -> bool:
+        """Nothing more can come: answered, a party ended, or no responder left."""
+        return self.answer is not None or self.ended or self.no_responder
 
 
 class Answer(msgspec.Struct, frozen=True):

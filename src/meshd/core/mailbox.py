@@ -195,7 +195,12 @@ class Mailbox:
         return bool(self._responders.get(sid))
 
     def connection_closed(self, conn_id: int) -> None:
-        """Forget a closed connection as subscriber and responder."""
+        """Forget a closed connection as subscriber and responder.
+
+        A session left with no live responder has its open questions answered by
+        the status responder now (:meth:`QueryDesk.responder_gone`): nobody else was
+        given them, so their askers would otherwise wait out the whole timeout.
+        """
         for table, mine in (
             (self._subscribers, self._subscribed),
             (self._responders, self._responding),
@@ -206,6 +211,8 @@ class Mailbox:
                     conns.discard(conn_id)
                     if not conns:
                         del table[sid]
+                        if table is self._responders:
+                            self.desk.responder_gone(sid)
 
     def session_ended(self, sid: str) -> list[int]:
         """Close the queries to and from ``sid``; forget its responders.

@@ -56,6 +56,23 @@ class QueryDesk:
                     self.wake(q.id)
         return woken
 
+    def responder_gone(self, sid: str) -> list[int]:
+        """``sid``'s last live responder left: its open questions get the status answer.
+
+        The questions were pushed to that connection alone, so no answer can come;
+        their askers are told now (``answered_by: "status"``, not timed out, as when
+        there is no live responder at all) instead of at their deadline. An answer
+        that still comes (``query.answer`` names the query) is taken as a late one.
+        Returns the ids of the queries whose waiters were woken.
+        """
+        woken = []
+        for q in list(self.queries.values()):
+            if q.target == sid and q.answer is None and not q.ended and not q.finished:
+                q.no_responder = True
+                woken.append(q.id)
+                self.wake(q.id)
+        return woken
+
     def sweep(self, now: float) -> None:
         """Forget closed queries (one never finished by then was abandoned by its waiter)."""
         for q in [q for q in self.queries.values() if now >= q.close_at]:
@@ -234,7 +251,7 @@ class QueryDesk:
         if q.answer is not None:
             return Answer(q.id, q.answer, "session", False, q.target, elapsed)
         target = self.mb.registry.sessions.get(q.target)
-        timed_out = not q.ended
+        timed_out = not (q.ended or q.no_responder)
         return self._status_answer(
             q.id,
             target,

@@ -202,7 +202,7 @@ class MessageHandlers(Domain):
         the wait's own work (bench: query.ask). Cancelling the task (its connection
         closed) cancels the await as before; the timer and the waits go either way.
         """
-        pending = {q.id for q in queries if q.answer is None and not q.ended}
+        pending = {q.id for q in queries if not q.over}
         if pending:
             loop = asyncio.get_running_loop()
             w = _Wait(set(pending), loop.create_future())
@@ -305,7 +305,7 @@ class MessageHandlers(Domain):
     def _wait_ask(self, q: Query) -> _Ask:
         """The record that answers the ask of pending query ``q`` (see :meth:`_wake`)."""
         ask = _Ask(self, q.id)
-        if q.answer is not None or q.ended:  # over already: answered in the next pass
+        if q.over:  # over already: answered in the next pass
             asyncio.get_running_loop().call_soon(ask.finish)
             return ask
         self._asks[q.id] = ask
