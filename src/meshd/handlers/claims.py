@@ -485,10 +485,14 @@ class ClaimHandlers(Domain):
             )  # fmt: skip
 
     def _take_back(self, g: Granted) -> None:
-        """Release what grant ``g`` newly gave (its commit failed: not acknowledged)."""
+        """Release what grant ``g`` newly gave (its commit failed: not acknowledged).
+
+        A grant of keys all held already (a refresh) gave nothing: there is nothing to
+        release (``release`` refuses an empty list, and that answered INTERNAL)."""
         new = [c.key for c in g.claims if c.resource not in g.held_before]
-        self.svc.state.claims.release(g.session_id, new)
-        self.svc.flush_background()
+        if new:
+            self.svc.state.claims.release(g.session_id, new)
+            self.svc.flush_background()
 
     def _queue(self, q: Queued, wait: float) -> _Wait:
         """The record that answers queued request ``q`` within ``wait`` seconds."""

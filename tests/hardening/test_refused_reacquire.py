@@ -1,0 +1,40 @@
+"""A claim acquired again by its holder when the disk refuses the commit.
+
+Acquiring keys a session holds already refreshes them (a ``refresh`` audit record),
+which must be stored before the reply like any grant. Refused, the request is
+answered UNAVAILABLE and the session keeps what it held. The taking back of the
+refused grant released "the keys it newly gave" -- none -- and ``release`` refuses an
+empty list: the request was answered INTERNAL with a traceback in the log. The writer
+is refused by a real SQLite write lock the test holds until the daemon's
+``busy_timeout`` runs out.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from tests.conftest import DaemonHandle
+from tests.hardening.support import Client
+
+
+def test_a_refused_refresh_is_unavailable_and_the_claim_is_kept(daemon: DaemonHandle) -> None:
+    key = "res:kept"
+    params = {"session_id": "s", "resources": [key]}
+    with Client(daemon.socket, timeout=60) as c:
+        assert "result" in c.call("session.register", {"session_id": "s"})
+        token = c.call("claim.acquire", params)["result"]["token"]
+        lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")  # held until the daemon's commit gives up
+        try:
+            c.send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "claim.acquire",
+                               "params": params}).encode() + b"\n")  # fmt: skip
+            again = c.reply()
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        claims = c.call("claim.list")["result"]["claims"]
+
+    assert again["error"]["data"]["code"] == "UNAVAILABLE", again
+    assert [(x["session_id"], x["resource"], x["token"]) for x in claims] == [("s", key, token)]
+    assert "Traceback" not in daemon.logs()
