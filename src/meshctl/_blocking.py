@@ -187,7 +187,7 @@ class Connection:
                 try:
                     msg = self._receive(deadline)
                     if msg.__class__ is _conn.Reply and msg.id == rid:  # ours, at once
-                        del self._pending[rid]
+                        self._pending.pop(rid, None)  # (another thread's close may have)
                         waiter.reply = msg
                         answered = True
                     else:
@@ -213,10 +213,10 @@ class Connection:
                 "(the connection was closed); retry"
             )
             raise MeshTimeout(f"no reply from meshd within {timeout} s")
-        if waiter.lost is not None:
-            raise waiter.lost
-        assert waiter.reply is not None
-        return waiter.reply
+        if waiter.reply is not None:  # answered: a close that came after changes nothing
+            return waiter.reply
+        assert waiter.lost is not None
+        raise waiter.lost
 
     def _post(self, method: str, params: Any) -> tuple[int, _Waiter]:
         """Send a request (one sender at a time); its waiter is pending before it goes
@@ -344,7 +344,8 @@ class Connection:
             return
         if not isinstance(rid, int):
             # A parse or invalid-request error has no id: it answers the oldest request.
-            rid = min(pending, default=None) if rid is None else None
+            rid = min(list(pending), default=None) if rid is None else None  # a copy:
+            # other threads add to it while this one reads
         target = pending.pop(rid, None) if rid is not None else None
         if target is None:
             return  # the reply of a call that gave up

@@ -238,3 +238,26 @@ def test_a_call_that_times_out_closes_the_connection_for_all_and_the_next_call_r
         pong = mesh.ping()
         assert mesh._conn is not first
     assert pong["pong"] is True
+
+
+def test_a_reply_read_while_another_thread_closes_is_still_returned(daemon: Any) -> None:
+    """Another thread's ``close()`` (or its timeout) can clear the pending table between
+    the reader getting its own reply and taking it off that table: the call returns
+    the reply it has -- it was answered -- instead of a raw KeyError. The interleaving
+    is made certain by closing from inside the read, right after the reply is in."""
+    with Mesh() as mesh:
+        mesh.ping()
+        conn = mesh._conn
+        assert conn is not None
+        receive = conn._receive
+
+        def receive_then_close(deadline: float) -> Any:
+            msg = receive(deadline)
+            conn.close("closed by another thread")
+            return msg
+
+        conn._receive = receive_then_close  # type: ignore[method-assign]
+        pong = conn.exchange("mesh.ping", None, 5.0).unwrap()
+        conn._receive = receive  # type: ignore[method-assign]
+        assert pong["pong"] is True
+        assert mesh.ping()["pong"] is True  # and the next call opens a new connection
