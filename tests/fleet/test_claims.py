@@ -330,8 +330,14 @@ def test_a_steal_across_hosts_tells_the_holder(fleet_hosts: HostFactory) -> None
     assert got["token"] > old
     assert not validate(h1, "account:ops", old)["valid"]
     wait_for(lambda: h1.call("claim.list")["claims"] == [], what="h1 to hear of the steal")
-    lost = [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"]
-    assert [(e["resource"], e["how"]) for e in lost] == [("account:ops", "fleet-stolen")]
+
+    def lost() -> list[tuple[str, str]]:
+        entries = h1.call("audit.log")["entries"]
+        return [(e["resource"], e["how"]) for e in entries if e["action"] == "lose"]
+
+    # The loss is stored in the background once memory has it: wait for the row.
+    wait_for(lost, timeout=30, what="h1's audit log to have the loss")
+    assert lost() == [("account:ops", "fleet-stolen")]
 
 
 FAST = "[defaults]\nheartbeat_interval = 1\n"  # lease 3 s: given up here after 2 s
