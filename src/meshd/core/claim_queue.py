@@ -31,8 +31,11 @@ if TYPE_CHECKING:
 Ref = tuple[str, ...]
 
 
-class Request(msgspec.Struct, frozen=True):
-    """What one acquire asks for."""
+class Request(msgspec.Struct, frozen=True, gc=False):
+    """What one acquire asks for.
+
+    ``gc=False`` (plain values and keys, never part of a cycle): 10,000 queued requests
+    are 10,000 objects fewer for the cyclic collector to walk."""
 
     session_id: str
     keys: tuple[Key, ...]
