@@ -18,7 +18,8 @@ from tests.conftest import DaemonHandle
 from tests.support import CLOSED, TIMEOUT, Client, wait_for
 
 __all__ = [  # the shared client and wait are tests.support's; these names stay importable here
-    "CLOSED", "Client", "LimitedDaemon", "is_reply", "ping", "raise_own_nofile", "session_ids",
+    "CLOSED", "Client", "LimitedDaemon", "held_key", "is_reply", "ping", "raise_own_nofile",
+    "session_ids",
     "wait_for",
 ]  # fmt: skip
 
@@ -34,6 +35,15 @@ def session_ids(path: Path) -> set[str]:
     with Client(path) as c:
         r = c.call("session.list")
     return {s["session_id"] for s in r["result"]["sessions"]}
+
+
+def held_key(daemon: DaemonHandle, c: Client, *waiters: str) -> str:
+    """A key held by session ``holder``; ``waiters`` registered too."""
+    key = f"file:{daemon.state_dir}/k"
+    for sid in ("holder", *waiters):
+        assert "result" in c.call("session.register", {"session_id": sid})
+    assert "result" in c.call("claim.acquire", {"session_id": "holder", "resources": [key]})
+    return key
 
 
 def is_reply(value: Any) -> bool:

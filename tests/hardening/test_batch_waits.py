@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from tests.conftest import DaemonHandle
-from tests.hardening.support import Client, wait_for
+from tests.hardening.support import Client, held_key, wait_for
 
 
 def _acquire(rid: int, sid: str, key: str, wait: float = 0) -> dict[str, Any]:
@@ -26,22 +26,13 @@ def _acquire(rid: int, sid: str, key: str, wait: float = 0) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rid, "method": "claim.acquire", "params": params}
 
 
-def _held_key(daemon: DaemonHandle, c: Client, *waiters: str) -> str:
-    """A key held by session ``holder``; ``waiters`` registered too."""
-    key = f"file:{daemon.state_dir}/k"
-    for sid in ("holder", *waiters):
-        assert "result" in c.call("session.register", {"session_id": sid})
-    assert "result" in c.call("claim.acquire", {"session_id": "holder", "resources": [key]})
-    return key
-
-
 def _waiting(c: Client) -> list[Any]:
     return list(c.call("claim.list")["result"]["waiting"])
 
 
 def test_batch_waits_are_withdrawn_when_the_connection_closes(daemon: DaemonHandle) -> None:
     with Client(daemon.socket) as c:
-        key = _held_key(daemon, c, "waiter")
+        key = held_key(daemon, c, "waiter")
         batch = [_acquire(i, "waiter", key, wait=30) for i in range(20)]
         with Client(daemon.socket) as gone:
             gone.send(json.dumps(batch).encode() + b"\n")
@@ -58,7 +49,7 @@ def test_a_waiting_batch_does_not_hold_up_the_next_frames(daemon: DaemonHandle) 
     """The batch waits; a ping sent after it on the same connection is answered first,
     and the batch's reply comes once its element is granted."""
     with Client(daemon.socket) as c, Client(daemon.socket) as b:
-        key = _held_key(daemon, c, "waiter")
+        key = held_key(daemon, c, "waiter")
         b.send(json.dumps([_acquire(1, "waiter", key, wait=30)]).encode() + b"\n")
         wait_for(lambda: _waiting(c))
         b.send(b'{"jsonrpc":"2.0","id":2,"method":"mesh.ping"}\n')
@@ -77,7 +68,7 @@ def test_elements_after_a_waiting_one_run_at_once(daemon: DaemonHandle) -> None:
     both waits are queued while the first still waits; the one reply lists all three
     in the batch's order, though the second was done first."""
     with Client(daemon.socket) as c, Client(daemon.socket) as b:
-        key = _held_key(daemon, c, "w1", "w2", "free")
+        key = held_key(daemon, c, "w1", "w2", "free")
         free = f"file:{daemon.state_dir}/free"
         batch = [
             _acquire(1, "w1", key, wait=30),
@@ -101,7 +92,7 @@ def test_elements_after_a_waiting_one_run_at_once(daemon: DaemonHandle) -> None:
 def test_a_batch_that_runs_out_answers_held(daemon: DaemonHandle) -> None:
     """A wait that runs out inside a batch: ``held`` in its place, the rest answered."""
     with Client(daemon.socket) as c, Client(daemon.socket) as b:
-        key = _held_key(daemon, c, "waiter")
+        key = held_key(daemon, c, "waiter")
         batch = [
             _acquire(1, "waiter", key, wait=0.01),
             {"jsonrpc": "2.0", "id": 2, "method": "mesh.ping"},

@@ -16,20 +16,11 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle
-from tests.hardening.support import Client, wait_for
+from tests.hardening.support import Client, held_key, wait_for
 
 
 def _req(rid: int, method: str, **params: Any) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).encode()
-
-
-def _setup(daemon: DaemonHandle, c: Client, *waiters: str) -> str:
-    """A key held by session ``holder``; ``waiters`` registered too."""
-    key = f"file:{daemon.state_dir}/k"
-    for sid in ("holder", *waiters):
-        assert "result" in c.call("session.register", {"session_id": sid})
-    assert "result" in c.call("claim.acquire", {"session_id": "holder", "resources": [key]})
-    return key
 
 
 def _waiting(c: Client) -> list[str]:
@@ -47,7 +38,7 @@ def test_a_queued_acquire_is_answered_after_the_requests_behind_it(
     """Pipelined on one connection: a waiting acquire, a ping, the holder's release.
     The ping and the release are answered first; the grant comes once committed."""
     with Client(daemon.socket) as c:
-        key = _setup(daemon, c, "a")
+        key = held_key(daemon, c, "a")
         c.send(
             _req(1, "claim.acquire", session_id="a", resources=[key], wait=60) + b"\n"
             + _req(2, "mesh.ping") + b"\n"
@@ -65,7 +56,7 @@ def test_a_short_wait_behind_a_long_one_runs_out_first(daemon: DaemonHandle) -> 
     """One timer serves every deadline: a wait queued after a 60 s one, with a shorter
     deadline, is answered ``held`` on its own, and the long one stays queued."""
     with Client(daemon.socket) as c, Client(daemon.socket) as a, Client(daemon.socket) as b:
-        key = _setup(daemon, c, "a", "b")
+        key = held_key(daemon, c, "a", "b")
         a.send(_req(1, "claim.acquire", session_id="a", resources=[key], wait=60) + b"\n")
         wait_for(lambda: _waiting(c) == ["a"])
         b.send(_req(1, "claim.acquire", session_id="b", resources=[key], wait=0.2) + b"\n")
@@ -82,7 +73,7 @@ def test_many_waits_run_out_and_each_is_answered_once(daemon: DaemonHandle) -> N
     """Fifty waits on one connection with deadlines in no order: fifty ``held``
     answers, one per request id, and nothing left queued."""
     with Client(daemon.socket) as c, Client(daemon.socket) as w:
-        key = _setup(daemon, c, "a")
+        key = held_key(daemon, c, "a")
         waits = [0.05 * ((i * 7) % 10 + 1) for i in range(50)]
         w.send(b"".join(
             _req(i, "claim.acquire", session_id="a", resources=[key], wait=t) + b"\n"
@@ -98,7 +89,7 @@ def test_many_waits_run_out_and_each_is_answered_once(daemon: DaemonHandle) -> N
 
 def test_closing_withdraws_the_wait_and_the_key_goes_to_the_next(daemon: DaemonHandle) -> None:
     with Client(daemon.socket) as c, Client(daemon.socket) as b:
-        key = _setup(daemon, c, "a", "b")
+        key = held_key(daemon, c, "a", "b")
         with Client(daemon.socket) as a:
             a.send(_req(1, "claim.acquire", session_id="a", resources=[key], wait=60) + b"\n")
             wait_for(lambda: _waiting(c) == ["a"])
@@ -117,7 +108,7 @@ def test_a_grant_answered_to_a_record_survives_kill_9(daemon: DaemonHandle) -> N
     """Commit before reply: the grant a queued request is told of is on disk, so a
     kill -9 the moment the reply is read keeps it, with its fencing token."""
     with Client(daemon.socket) as c, Client(daemon.socket) as a:
-        key = _setup(daemon, c, "a")
+        key = held_key(daemon, c, "a")
         a.send(_req(1, "claim.acquire", session_id="a", resources=[key], wait=60) + b"\n")
         wait_for(lambda: _waiting(c) == ["a"])
         assert "result" in c.call("claim.release", {"session_id": "holder"})
@@ -139,7 +130,7 @@ def test_a_batch_with_queued_acquires_is_answered_once_in_element_order_after_th
     one array, after the second's wait ran out, every element once and in order; a
     frame sent after the batch is answered before it (the connection reads on)."""
     with Client(daemon.socket) as c:
-        key = _setup(daemon, c, "a", "b")
+        key = held_key(daemon, c, "a", "b")
         batch = [
             json.loads(_req(1, "claim.acquire", session_id="a", resources=[key], wait=60)),
             json.loads(_req(2, "mesh.ping")),
@@ -168,7 +159,7 @@ def test_sigterm_with_10000_records_waiting_ends_each_cleanly(daemon: DaemonHand
     waiters: list[Client] = []
     try:
         with Client(daemon.socket) as c:
-            key = _setup(daemon, c, *sids)
+            key = held_key(daemon, c, *sids)
             for sid in sids:
                 w = Client(daemon.socket)
                 waiters.append(w)
