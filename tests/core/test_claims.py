@@ -824,6 +824,36 @@ class TestRelease:
 
         assert tb.holders() == {("a", "file:/a/b")}
 
+    def test_claims_of_looks_up_exactly_those_in_listing_order(self, tb: Table) -> None:
+        """What a release names, among many a session holds: each once, exact matches
+        only, in the listing's order (oldest grant first), whatever the order asked."""
+        for i in range(50):
+            tb.grant("a", f"port:{i + 1}")
+        tb.grant("a", "file:/a", "file:/a/b")
+        tb.grant("b", "port:99")
+        listing = tb.t.list_claims("a")
+
+        got = tb.t.claims_of("a", ["file:/a/b", "port:7", "port:7", "port:99", "file:/a/b/c"])
+
+        assert got == tuple(c for c in listing if c.resource in {"port:7", "file:/a/b"})
+        assert tb.t.claims_of("nobody", ["port:7"]) == ()
+
+    def test_a_grant_to_a_session_holding_many_keeps_the_rest(self, tb: Table) -> None:
+        """A grant looks only at the keys it names: the session's other claims keep
+        their tokens, a key held again in its mode keeps its own."""
+        for i in range(20):
+            tb.grant("a", f"port:{i + 1}")
+        before = {c.resource: c.token for c in tb.t.list_claims("a")}
+
+        again = tb.acquire("a", "port:3", "port:40")
+
+        assert isinstance(again, Granted)
+        assert not again.already_held
+        assert again.held_before == frozenset({"port:3"})
+        after = {c.resource: c.token for c in tb.t.list_claims("a")}
+        assert {r: t for r, t in after.items() if r != "port:40"} == before
+        assert after["port:40"] == again.token
+
     def test_clean_release_leaves_no_previous(self, tb: Table) -> None:
         """After a clean release the next holder sees no 'previous'."""
         tb.grant("a", "port:1")

@@ -133,6 +133,17 @@ class ClaimTable:
         """Every live claim, or one session's, oldest grant first."""
         return self._held.listing(session_id)
 
+    def claims_of(self, session_id: str, resources: Iterable[str]) -> tuple[Claim, ...]:
+        """``session_id``'s live claims on exactly ``resources``, ordered as
+        :meth:`list_claims` orders them: looked up, not picked out of everything the
+        session holds (a release of one key by a session holding 10,000 sorted them all)."""
+        mine = self._by_session.get(session_id)
+        if not mine:
+            return ()
+        found = [mine[r] for r in set(resources) if r in mine]
+        found.sort(key=lambda c: (c.token, c.resource))
+        return tuple(found)
+
     def waiting(self, session_id: str | None = None) -> tuple[Waiting, ...]:
         """Queued requests in serving order (rank, then arrival), or one session's."""
         if session_id is None:
@@ -459,7 +470,8 @@ class ClaimTable:
     ) -> Granted:
         """Record the whole set as held; keys already held in this mode keep their token.
         New keys get ``token`` if given (the fleet's), else the next from the counter."""
-        mine = dict(self._by_session.get(req.session_id, {}))
+        held = self._by_session.get(req.session_id, {})  # changed below: look first
+        mine = {k.text: held[k.text] for k in req.keys if k.text in held}
         kept = frozenset(
             k.text for k in req.keys if k.text in mine and mine[k.text].mode == req.mode
         )

@@ -612,10 +612,11 @@ class ClaimHandlers(Domain):
             return pc.ClaimReleaseResult()
         # Store first, then apply: a freed key is handed on at once (waiters, other
         # acquires), so a release the disk refused could not be taken back.
-        texts = None if keys is None else {k.text for k in keys}
-        mine = [
-            c for c in st.claims.list_claims(p.session_id) if texts is None or c.resource in texts
-        ]
+        mine = (
+            st.claims.list_claims(p.session_id)
+            if keys is None
+            else st.claims.claims_of(p.session_id, [k.text for k in keys])
+        )
         if not mine:
             return pc.ClaimReleaseResult()
         now_w = svc.clock.now()
