@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.mailbox import Handoff, Mailbox, Message, item_of
+from meshd.core.mail_records import Handoff, Message, item_of
+from meshd.core.mailbox import Mailbox
 from meshd.core.registry import Registration, Registry
 from meshd.core.settings import Settings
 from meshd.store import Store

@@ -10,7 +10,8 @@ from tests.core.test_mailbox import make, reg
 
 from meshd.core.clock import ManualClock
 from meshd.core.fleet_post import SEEN_DAYS, FleetPost, Outgoing
-from meshd.core.mailbox import Answer, Mailbox, Query
+from meshd.core.mail_records import Answer, Query
+from meshd.core.mailbox import Mailbox
 from meshd.protocol.errors import (
     BudgetExceeded,
     Cycle,

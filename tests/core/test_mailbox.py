@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.mailbox import (
+from meshd.core.mail_records import (
     Answer,
     Handoff,
-    Mailbox,
     Message,
     Query,
     item_of,
     responder_channel,
 )
+from meshd.core.mailbox import Mailbox
 from meshd.core.registry import Registration, Registry
 from meshd.core.settings import Settings
 from meshd.protocol.errors import (

@@ -1,7 +1,8 @@
 """The mailbox's records (SPEC §6): items, handoffs, queries, answers, and their wire shapes.
 
-Plain data and pure helpers shared by :mod:`meshd.core.mailbox`,
-:mod:`meshd.core.queries`, the store (:mod:`meshd.store.messages`) and the handlers.
+Plain data and pure helpers shared by :mod:`meshd.core.mailbox` and its parts
+(:mod:`meshd.core.mail_items`, :mod:`meshd.core.handoffs`, :mod:`meshd.core.queries`),
+the store (:mod:`meshd.store.messages`) and the handlers.
 """
 
 from __future__ import annotations
