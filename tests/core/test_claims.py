@@ -787,6 +787,19 @@ class TestTtl:
         assert tb.t.expire_ttls() == []
         assert tb.t.next_deadline() == tb.clock.monotonic() + 2
 
+    def test_unrefresh_puts_back_the_ttl_and_reason(self, tb: Table) -> None:
+        """A refresh whose commit was refused is undone: the claim keeps its old
+        deadline and reason (and token); a new key of the same grant is not touched."""
+        tb.grant("a", "port:1", ttl=10, reason="first")
+        g = tb.grant("a", "port:1", "port:2", ttl=100, reason="second")
+        tb.t.unrefresh(g.refreshed)
+
+        (c1,) = [c for c in tb.t.list_claims() if c.resource == "port:1"]
+        assert (c1.reason, c1.ttl, c1.deadline) == ("first", 10, tb.clock.monotonic() + 10)
+        assert {c.resource for c in g.refreshed} == {"port:1"}
+        tb.clock.advance(10)
+        assert [n.resources for n in tb.t.expire_ttls()] == [("port:1",)]
+
     def test_expiry_wakes_waiters_and_reports_previous(self, tb: Table) -> None:
         """A waiter gets the key when a ttl frees it, and learns how the last holder went."""
         tb.grant("a", "port:1", ttl=5)

@@ -38,3 +38,30 @@ def test_a_refused_refresh_is_unavailable_and_the_claim_is_kept(daemon: DaemonHa
     assert again["error"]["data"]["code"] == "UNAVAILABLE", again
     assert [(x["session_id"], x["resource"], x["token"]) for x in claims] == [("s", key, token)]
     assert "Traceback" not in daemon.logs()
+
+
+def test_a_refused_refresh_leaves_the_ttl_and_reason_it_had(daemon: DaemonHandle) -> None:
+    """The refresh's new ttl and reason were never stored: memory keeps the old ones
+    too (before, the claim ran on the refused ttl and reason until the next restart)."""
+    key = "res:ttl"
+    with Client(daemon.socket, timeout=60) as c:
+        assert "result" in c.call("session.register", {"session_id": "s"})
+        first = {"session_id": "s", "resources": [key], "ttl": 3600, "reason": "nightly"}
+        assert "result" in c.call("claim.acquire", first)
+        before = c.call("claim.list")["result"]["claims"]
+        again = {"session_id": "s", "resources": [key], "ttl": 120, "reason": "changed"}
+        lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")  # held until the daemon's commit gives up
+        try:
+            c.send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "claim.acquire",
+                               "params": again}).encode() + b"\n")  # fmt: skip
+            refused = c.reply()
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        after = c.call("claim.list")["result"]["claims"]
+
+    assert refused["error"]["data"]["code"] == "UNAVAILABLE", refused
+    assert [x["reason"] for x in before] == ["nightly"]
+    assert [x["reason"] for x in after] == ["nightly"]
+    assert after[0]["expires_in_s"] > 3000  # the hour it was given, not the refused 2 min

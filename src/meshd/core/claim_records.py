@@ -68,13 +68,16 @@ class Waiting(msgspec.Struct, frozen=True):
 
 
 class Granted(msgspec.Struct, frozen=True):
-    """The whole set is held. ``held_before``: resources already held in this mode."""
+    """The whole set is held. ``held_before``: resources already held in this mode;
+    ``refreshed``: those claims as they were before this grant refreshed them (their
+    ttl and reason), put back if the grant's commit is refused."""
 
     session_id: str
     token: int
     claims: tuple[Claim, ...]
     already_held: bool = False
     held_before: frozenset[str] = frozenset()
+    refreshed: tuple[Claim, ...] = ()
     previous: tuple[Previous, ...] = ()
     stolen: tuple[Claim, ...] = ()
     waiter_id: str | None = None

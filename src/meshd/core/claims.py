@@ -480,13 +480,14 @@ class ClaimTable:
         elif token is None:
             token = self._issue()
         deadline = None if req.ttl is None else now_mono + req.ttl
-        claims, previous = [], []
+        claims, previous, refreshed = [], [], []
         for key in req.keys:
             old = mine.get(key.text)
             if old is not None and key.text in kept:
                 claim = replace(
                     old, reason=req.reason or old.reason, ttl=req.ttl, deadline=deadline
                 )
+                refreshed.append(old)
             else:
                 claim = Claim(
                     req.session_id, key, req.mode, token, req.reason, now_wall, req.ttl, deadline
@@ -509,9 +510,20 @@ class ClaimTable:
             tuple(claims),
             already_held=len(kept) == len(req.keys),
             held_before=kept,
+            refreshed=tuple(refreshed),
             previous=tuple(previous),
             waiter_id=waiter_id,
         )
+
+    def unrefresh(self, claims: Iterable[Claim]) -> None:
+        """Put back claims as they were before a refresh whose commit was refused (their
+        ttl, deadline and reason; the disk still has them so): nothing refused takes
+        effect. A claim no longer held with the same token since is left alone."""
+        for old in claims:
+            now = self._by_session.get(old.session_id, {}).get(old.resource)
+            if now is not None and now.token == old.token and now.mode == old.mode:
+                self._unput(now, blocks_still=True)
+                self._held.put(old)
 
     def _issue(self) -> int:
         before = self.fencing.reserve_until

@@ -485,11 +485,13 @@ class ClaimHandlers(Domain):
             )  # fmt: skip
 
     def _take_back(self, g: Granted) -> None:
-        """Release what grant ``g`` newly gave (its commit failed: not acknowledged).
+        """Undo grant ``g`` (its commit failed: not acknowledged): release what it newly
+        gave, and put the claims it refreshed back as they were (ttl, reason).
 
-        A grant of keys all held already (a refresh) gave nothing: there is nothing to
-        release (``release`` refuses an empty list, and that answered INTERNAL)."""
+        A grant of keys all held already (a refresh) gave nothing new: there is nothing
+        to release (``release`` refuses an empty list, and that answered INTERNAL)."""
         new = [c.key for c in g.claims if c.resource not in g.held_before]
+        self.svc.state.claims.unrefresh(g.refreshed)
         if new:
             self.svc.state.claims.release(g.session_id, new)
             self.svc.flush_background()
