@@ -13,9 +13,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 from tests.conftest import DaemonHandle
 from tests.hardening.support import Client
+
+
+def _acquire_refused_by_the_disk(c: Client, daemon: DaemonHandle, params: dict[str, Any]) -> Any:
+    """The reply to ``claim.acquire`` with ``params`` while the test holds the database's
+    write lock, until the daemon's commit gives up (its ``busy_timeout``)."""
+    lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        c.send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "claim.acquire",
+                           "params": params}).encode() + b"\n")  # fmt: skip
+        return c.reply()
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
 
 
 def test_a_refused_refresh_is_unavailable_and_the_claim_is_kept(daemon: DaemonHandle) -> None:
@@ -24,15 +39,7 @@ def test_a_refused_refresh_is_unavailable_and_the_claim_is_kept(daemon: DaemonHa
     with Client(daemon.socket, timeout=60) as c:
         assert "result" in c.call("session.register", {"session_id": "s"})
         token = c.call("claim.acquire", params)["result"]["token"]
-        lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
-        lock.execute("BEGIN IMMEDIATE")  # held until the daemon's commit gives up
-        try:
-            c.send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "claim.acquire",
-                               "params": params}).encode() + b"\n")  # fmt: skip
-            again = c.reply()
-        finally:
-            lock.execute("ROLLBACK")
-            lock.close()
+        again = _acquire_refused_by_the_disk(c, daemon, params)
         claims = c.call("claim.list")["result"]["claims"]
 
     assert again["error"]["data"]["code"] == "UNAVAILABLE", again
@@ -50,15 +57,7 @@ def test_a_refused_refresh_leaves_the_ttl_and_reason_it_had(daemon: DaemonHandle
         assert "result" in c.call("claim.acquire", first)
         before = c.call("claim.list")["result"]["claims"]
         again = {"session_id": "s", "resources": [key], "ttl": 120, "reason": "changed"}
-        lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
-        lock.execute("BEGIN IMMEDIATE")  # held until the daemon's commit gives up
-        try:
-            c.send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "claim.acquire",
-                               "params": again}).encode() + b"\n")  # fmt: skip
-            refused = c.reply()
-        finally:
-            lock.execute("ROLLBACK")
-            lock.close()
+        refused = _acquire_refused_by_the_disk(c, daemon, again)
         after = c.call("claim.list")["result"]["claims"]
 
     assert refused["error"]["data"]["code"] == "UNAVAILABLE", refused

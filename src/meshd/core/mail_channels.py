@@ -10,6 +10,10 @@ session exists and tells its query desk when a session's last responder leaves.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Channels:
@@ -47,13 +51,8 @@ class Channels:
             (self.responders, self._responding),
         ):
             for sid in mine.pop(conn_id, ()):
-                conns = table.get(sid)
-                if conns is not None:
-                    conns.discard(conn_id)
-                    if not conns:
-                        del table[sid]
-                        if table is self.responders:
-                            responder_gone(sid)
+                if _unlink(table, sid, conn_id) and table is self.responders:
+                    responder_gone(sid)
 
     def session_ended(self, sid: str) -> None:
         """Forget ``sid``'s subscribers and responders."""
@@ -62,11 +61,7 @@ class Channels:
             (self.responders, self._responding),
         ):
             for conn_id in table.pop(sid, ()):
-                sids = mine.get(conn_id)
-                if sids is not None:
-                    sids.discard(sid)
-                    if not sids:
-                        del mine[conn_id]
+                _unlink(mine, conn_id, sid)
 
     def counts(self) -> tuple[int, int]:
         """How many (responder, subscriber) connections, summed over sessions."""
@@ -74,3 +69,16 @@ class Channels:
             sum(len(c) for c in self.responders.values()),
             sum(len(c) for c in self.subscribers.values()),
         )
+
+
+def _unlink(index: dict[K, set[V]], key: K, member: V) -> bool:
+    """Take ``member`` out of ``index[key]``, dropping the set once empty; True when
+    this emptied it (the two indexes mirror each other: each side unlinks the other)."""
+    members = index.get(key)
+    if members is None:
+        return False
+    members.discard(member)
+    if members:
+        return False
+    del index[key]
+    return True
