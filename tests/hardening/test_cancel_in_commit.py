@@ -46,6 +46,19 @@ def _answered(c: Client) -> bool:
     return bool(select.select([c.sock], [], [], 0)[0])
 
 
+def _b_queued_behind_a(c: Client, a: Client, b: Client, keys: list[str], wait: float) -> bool:
+    """a waits ``wait`` s for both keys (the first is held), then b for the second behind
+    a. False when a's wait ran out first and b was granted at once (a miss: try longer)."""
+    a.send(_acquire(1, "a", keys, wait))
+    wait_for(lambda: "a" in _waiting(c) or _answered(a))
+    b.send(_acquire(1, "b", keys[1:], 60))
+    wait_for(lambda: "b" in _waiting(c) or _answered(b))  # b queued behind a
+    if _answered(b):
+        b.reply()
+        return False
+    return True
+
+
 def _one_try(daemon: DaemonHandle, c: Client, n: int, wait: float) -> dict[str, Any] | None:
     """a waits for {k1, k2} (k1 held), b for {k2} behind it; a's wait runs out while the
     writer is locked, which grants b (in memory) in a's commit; a's connection closes
@@ -54,12 +67,7 @@ def _one_try(daemon: DaemonHandle, c: Client, n: int, wait: float) -> dict[str, 
     k1, k2 = f"res:one{n}", f"res:two{n}"
     assert c.call("claim.acquire", {"session_id": "holder", "resources": [k1]})["result"]
     with Client(daemon.socket) as a, Client(daemon.socket) as b:
-        a.send(_acquire(1, "a", [k1, k2], wait))
-        wait_for(lambda: "a" in _waiting(c) or _answered(a))
-        b.send(_acquire(1, "b", [k2], 60))
-        wait_for(lambda: "b" in _waiting(c) or _answered(b))  # b queued behind a
-        if _answered(b):
-            b.reply()  # a ran out first, b was granted at once: a miss
+        if not _b_queued_behind_a(c, a, b, [k1, k2], wait):
             return None
         lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
         lock.execute("BEGIN IMMEDIATE")  # the writer cannot commit until the rollback
@@ -181,12 +189,7 @@ def _refused_try(daemon: DaemonHandle, c: Client, n: int, wait: float) -> Any:
     k1, k2 = f"res:rone{n}", f"res:rtwo{n}"
     assert c.call("claim.acquire", {"session_id": "holder", "resources": [k1]})["result"]
     with Client(daemon.socket, timeout=60) as a, Client(daemon.socket) as b:
-        a.send(_acquire(1, "a", [k1, k2], wait))
-        wait_for(lambda: "a" in _waiting(c) or _answered(a))
-        b.send(_acquire(1, "b", [k2], 60))
-        wait_for(lambda: "b" in _waiting(c) or _answered(b))  # b queued behind a
-        if _answered(b):
-            b.reply()  # a ran out first, b was granted at once: a miss
+        if not _b_queued_behind_a(c, a, b, [k1, k2], wait):
             return None
         lock = sqlite3.connect(daemon.state_dir / "test.sqlite3", isolation_level=None)
         lock.execute("BEGIN IMMEDIATE")  # held until the daemon's commit gives up
