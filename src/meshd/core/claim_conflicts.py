@@ -16,7 +16,7 @@ a waiter overlaps one of its claims).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from meshd.core.claim_records import MAX_AHEAD, Claim, Held, Mode
@@ -49,6 +49,16 @@ class Conflicts:
         self._waiters = queue.waiters
         self._by_session = by_session
         self.related = related
+
+    def overlapping(self, keys: Iterable[Key], session_id: str | None) -> tuple[Claim, ...]:
+        """Claims overlapping ``keys`` held by sessions unrelated to ``session_id`` (any
+        session's if None), oldest grant first: what ``claim.check`` answers."""
+        found: dict[tuple[str, str], Claim] = {}
+        for key in keys:
+            for claim in self._trie.claims_over(key):
+                if session_id is None or not self.related(session_id, claim.session_id):
+                    found[(claim.session_id, claim.resource)] = claim
+        return tuple(sorted(found.values(), key=lambda c: (c.since, c.token, c.resource)))
 
     def first_blocker(self, req: Request, order: Order) -> Ref | None:
         """One thing that keeps ``req`` (served at ``order``) from being granted now:

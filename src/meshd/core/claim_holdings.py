@@ -17,7 +17,7 @@ from meshd.core.claim_records import CLEAN_ENDS, MAX_PREVIOUS, Previous
 from meshd.core.path_trie import PathTrie
 
 if TYPE_CHECKING:
-    from meshd.core.claim_records import Claim
+    from meshd.core.claim_records import Claim, Mode
     from meshd.keys import Key
 
 W = TypeVar("W")
@@ -73,6 +73,21 @@ class Holdings(Generic[W]):
         else:
             claims = (c for mine in self.by_session.values() for c in mine.values())
         return tuple(sorted(claims, key=lambda c: (c.token, c.resource)))
+
+    def of(self, session_id: str, resources: Iterable[str]) -> tuple[Claim, ...]:
+        """``session_id``'s claims on exactly ``resources``, ordered as :meth:`listing`
+        orders them: looked up, not picked out of all the session holds."""
+        mine = self.by_session.get(session_id)
+        if not mine:
+            return ()
+        found = [mine[r] for r in set(resources) if r in mine]
+        found.sort(key=lambda c: (c.token, c.resource))
+        return tuple(found)
+
+    def holds_all(self, session_id: str, keys: Iterable[Key], mode: Mode) -> bool:
+        """Whether ``session_id`` holds every one of ``keys`` in ``mode`` already."""
+        mine = self.by_session.get(session_id, {})
+        return all(k.text in mine and mine[k.text].mode == mode for k in keys)
 
     def valid(self, key: Key, token: int, now_mono: float) -> bool:
         """Whether ``token`` still holds ``key``: a claim whose ttl ran out by

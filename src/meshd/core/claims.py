@@ -16,12 +16,13 @@ ttl deadlines, ``now()`` is what people read); keys arrive already canonical
 * One fencing token per grant, from :class:`Fencing`, which asks the store to
   persist blocks ("tokens up to N may be issued") so tokens never go back.
 
-The table is four objects: :class:`~meshd.core.claim_holdings.Holdings` (the
+The table is five objects: :class:`~meshd.core.claim_holdings.Holdings` (the
 claims held now, four indexes), :class:`~meshd.core.claim_queue.WaitQueue` (the
 waiters and what each is parked on: why enqueue, cancel and wake cost O(log n)
 with 10,000 waiters on one key), :class:`~meshd.core.claim_conflicts.Conflicts`
-(who blocks a request, deadlock), and this module's :class:`ClaimTable`, which
-decides: grants, drops, steals, pauses, and the outbox.
+(who blocks a request, deadlock), :class:`~meshd.core.claim_reservations.Reservations`
+(paused sessions' reserved sets, whom each admits), and this module's
+:class:`ClaimTable`, which decides: grants, drops, steals, pauses, and the outbox.
 
 Every change leaves plain records in :attr:`ClaimTable.outbox` -- audit records for
 the log, notices for holders and waiters, cancelled waits, the fencing block to
@@ -41,7 +42,6 @@ from meshd.core.claim_holdings import Holdings
 from meshd.core.claim_queue import Request, Waiter, WaitQueue
 from meshd.core.claim_records import (
     CLEAN_ENDS,
-    RESERVED,
     AuditAction,
     Cancelled,
     Claim,
@@ -55,11 +55,10 @@ from meshd.core.claim_records import (
     Outbox,
     Outcome,
     Queued,
-    Reservation,
     Waiting,
 )
+from meshd.core.claim_reservations import Reservations
 from meshd.core.path_trie import PathTrie
-from meshd.protocol.claims import REASON_MAX
 
 if TYPE_CHECKING:
     from meshd.core.clock import Clock
@@ -97,7 +96,8 @@ class ClaimTable:
         self._by_session = self._held.by_session
         self._waiters = self._queue.waiters
         self._conflicts = Conflicts(self._trie, self._queue, self._by_session, self.related)
-        self._reserved: dict[str, Reservation] = {}  # by holder ("reserved:<owner>")
+        self._reservations = Reservations(self._queue, self._by_session)
+        self._reserved = self._reservations.by_holder  # (the same dict) empty: none paused
 
     # --- queries ----------------------------------------------------------------
 
@@ -107,27 +107,16 @@ class ClaimTable:
         it covers them: earlier waiters there do not count, SPEC §5b)."""
         if a == b or b in self.ancestors(a) or a in self.ancestors(b):
             return True
-        if self._reserved:
-            if (r := self._reserved.get(b)) is not None:
-                return r.admits(a)
-            if (r := self._reserved.get(a)) is not None:
-                return r.admits(b)
-        return False
+        return bool(self._reserved) and self._reservations.admits(a, b)
 
     def reservation(self, owner: str) -> tuple[tuple[Key, ...], Mode, tuple[str, ...], str] | None:
         """A paused session's reserved set: its keys, mode, the preemptors still to be
         served first, and the reason its claims had; None if it holds no reservation."""
-        r = self._reserved.get(RESERVED + owner)
-        return None if r is None else (r.keys, r.mode, tuple(sorted(r.first)), r.reason)
+        return self._reservations.view(owner)
 
     def check(self, keys: Iterable[Key], session_id: str | None = None) -> tuple[Claim, ...]:
         """Claims overlapping ``keys`` held by sessions unrelated to ``session_id``."""
-        found: dict[tuple[str, str], Claim] = {}
-        for key in keys:
-            for claim in self._trie.claims_over(key):
-                if session_id is None or not self.related(session_id, claim.session_id):
-                    found[(claim.session_id, claim.resource)] = claim
-        return tuple(sorted(found.values(), key=lambda c: (c.since, c.token, c.resource)))
+        return self._conflicts.overlapping(keys, session_id)
 
     def list_claims(self, session_id: str | None = None) -> tuple[Claim, ...]:
         """Every live claim, or one session's, oldest grant first."""
@@ -137,12 +126,7 @@ class ClaimTable:
         """``session_id``'s live claims on exactly ``resources``, ordered as
         :meth:`list_claims` orders them: looked up, not picked out of everything the
         session holds (a release of one key by a session holding 10,000 sorted them all)."""
-        mine = self._by_session.get(session_id)
-        if not mine:
-            return ()
-        found = [mine[r] for r in set(resources) if r in mine]
-        found.sort(key=lambda c: (c.token, c.resource))
-        return tuple(found)
+        return self._held.of(session_id, resources)
 
     def waiting(self, session_id: str | None = None) -> tuple[Waiting, ...]:
         """Queued requests in serving order (rank, then arrival), or one session's."""
@@ -203,7 +187,7 @@ class ClaimTable:
         """
         now_mono, now_wall = self.clock.monotonic(), self.clock.now()
         req = Request(session_id, _unique(keys), mode, reason, ttl)
-        if self._holds_all(req):
+        if self._held.holds_all(session_id, req.keys, mode):
             return self._grant(req, now_mono, now_wall)
         order = self._queue.next_order(self.rank_of(session_id))
         blocker = self._conflicts.first_blocker(req, order)
@@ -270,26 +254,21 @@ class ClaimTable:
         mine = list(self._by_session.get(owner, {}).values())
         if not mine:
             return []
-        if RESERVED + owner in self._reserved:
+        if self._reservations.holds(owner):
             self.unreserve(owner)
         now_mono, now_wall = self.clock.monotonic(), self.clock.now()
         for claim in mine:
             self._drop(claim, "release", now_wall, how="paused")
-        mode: Mode = "exclusive" if any(c.mode == "exclusive" for c in mine) else "shared"
-        keys = tuple(c.key for c in mine)
-        reason = "; ".join(dict.fromkeys(c.reason for c in mine if c.reason))[:REASON_MAX]
-        r = Reservation(owner, keys, mode, set(first) - {owner}, reason)
-        self._reserved[r.holder] = r
-        self._grant(Request(r.holder, keys, mode, f"reserved for {owner}"), now_mono,
+        r = self._reservations.reserve(owner, mine, first)
+        self._grant(Request(r.holder, r.keys, r.mode, f"reserved for {owner}"), now_mono,
                     now_wall, how="reserve")  # fmt: skip
-        for sid in (owner, *r.first):
-            self._queue.mark_session(sid)
+        self._reservations.mark(r)
         self._settle()
         return [c.resource for c in mine]
 
     def unreserve(self, owner: str) -> list[str]:
         """Drop ``owner``'s reserved set (it resumed, or ended); returns its resources."""
-        r = self._reserved.pop(RESERVED + owner, None)
+        r = self._reservations.drop(owner)
         if r is None:
             return []
         gone = list(self._by_session.get(r.holder, {}).values())
@@ -298,17 +277,6 @@ class ClaimTable:
             self._drop(claim, "release", now_wall, how="unreserved")
         self._settle()
         return [c.resource for c in gone]
-
-    def _served_first(self, session_id: str, keys: Iterable[Key]) -> None:
-        """``session_id`` was granted keys: a reserved set it was admitted to first
-        now admits the next (at last its owner), whose waits are looked at again."""
-        for r in list(self._reserved.values()):
-            if session_id in r.first and any(k.overlaps(x) for k in keys for x in r.keys):
-                r.first.discard(session_id)
-                if not r.first:
-                    for claim in self._by_session.get(r.holder, {}).values():
-                        self._queue.release_ref(("c", claim.session_id, claim.resource))
-                    self._queue.mark_session(r.owner)
 
     # --- release, expiry, cancel ------------------------------------------------
 
@@ -352,7 +320,7 @@ class ClaimTable:
             self.outbox.losses(gone, "lost", now_wall, how=how)
         if self._reserved:  # a paused session that ends drops its reservation
             self.unreserve(session_id)
-            self._served_first(session_id, [k for r in self._reserved.values() for k in r.keys])
+            self._reservations.ended(session_id)
         self._settle()
         return [c.resource for c in gone]
 
@@ -454,10 +422,6 @@ class ClaimTable:
 
     # --- internals: grant and drop ----------------------------------------------
 
-    def _holds_all(self, req: Request) -> bool:
-        mine = self._by_session.get(req.session_id, {})
-        return all(k.text in mine and mine[k.text].mode == req.mode for k in req.keys)
-
     def _grant(
         self,
         req: Request,
@@ -503,7 +467,7 @@ class ClaimTable:
         if len(kept) < len(req.keys):
             self._queue.mark_relatives(req.session_id)
             if self._reserved:
-                self._served_first(req.session_id, req.keys)
+                self._reservations.served(req.session_id, req.keys)
         return Granted(
             req.session_id,
             token,

@@ -1,0 +1,82 @@
+"""The lock table's reserved sets (SPEC §5b): what paused sessions released, and for whom.
+
+Split from :mod:`meshd.core.claims` (the table) by object: :class:`Reservations`
+keeps each paused session's :class:`~meshd.core.claim_records.Reservation` -- the
+keys its claims were on and who may pass it (the preemptors still to be served
+first, then only the owner) -- and tells the queue whom to look at again when that
+changes. The table holds each set as the claims of the pseudo-session
+``reserved:<owner>`` and decides when to pause, resume and grant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from meshd.core.claim_records import RESERVED, Reservation
+from meshd.protocol.claims import REASON_MAX
+
+if TYPE_CHECKING:
+    from meshd.core.claim_queue import WaitQueue
+    from meshd.core.claim_records import Claim, Mode
+    from meshd.keys import Key
+
+
+class Reservations:
+    """The reserved sets of one profile, by holder (``reserved:<owner>``)."""
+
+    def __init__(self, queue: WaitQueue, by_session: dict[str, dict[str, Claim]]) -> None:
+        self.queue = queue
+        self.by_session = by_session  # the holdings' index: the sets' claims, by holder
+        self.by_holder: dict[str, Reservation] = {}
+
+    def admits(self, a: str, b: str) -> bool:
+        """Whether one of the two is a reserved set that admits the other now (so the
+        other passes it, and it covers the other: earlier waiters there do not count)."""
+        if (r := self.by_holder.get(b)) is not None:
+            return r.admits(a)
+        if (r := self.by_holder.get(a)) is not None:
+            return r.admits(b)
+        return False
+
+    def view(self, owner: str) -> tuple[tuple[Key, ...], Mode, tuple[str, ...], str] | None:
+        """``owner``'s set: its keys, mode, the preemptors still to be served first,
+        and the reason its claims had; None if it holds no reservation."""
+        r = self.by_holder.get(RESERVED + owner)
+        return None if r is None else (r.keys, r.mode, tuple(sorted(r.first)), r.reason)
+
+    def holds(self, owner: str) -> bool:
+        return RESERVED + owner in self.by_holder
+
+    def reserve(self, owner: str, claims: list[Claim], first: Iterable[str]) -> Reservation:
+        """Record the set ``owner``'s ``claims`` (released by its pause) leave behind:
+        exclusive if any of them was, their distinct reasons joined (capped)."""
+        mode: Mode = "exclusive" if any(c.mode == "exclusive" for c in claims) else "shared"
+        keys = tuple(c.key for c in claims)
+        reason = "; ".join(dict.fromkeys(c.reason for c in claims if c.reason))[:REASON_MAX]
+        r = Reservation(owner, keys, mode, set(first) - {owner}, reason)
+        self.by_holder[r.holder] = r
+        return r
+
+    def mark(self, r: Reservation) -> None:
+        """Look again at the waits of whom ``r`` admits (its owner and preemptors)."""
+        for sid in (r.owner, *r.first):
+            self.queue.mark_session(sid)
+
+    def drop(self, owner: str) -> Reservation | None:
+        return self.by_holder.pop(RESERVED + owner, None)
+
+    def served(self, session_id: str, keys: Iterable[Key]) -> None:
+        """``session_id`` was granted keys: a reserved set it was admitted to first
+        now admits the next (at last its owner), whose waits are looked at again."""
+        for r in list(self.by_holder.values()):
+            if session_id in r.first and any(k.overlaps(x) for k in keys for x in r.keys):
+                r.first.discard(session_id)
+                if not r.first:
+                    for claim in self.by_session.get(r.holder, {}).values():
+                        self.queue.release_ref(("c", claim.session_id, claim.resource))
+                    self.queue.mark_session(r.owner)
+
+    def ended(self, session_id: str) -> None:
+        """``session_id`` ended: no set waits for it to be served first any more."""
+        self.served(session_id, [k for r in self.by_holder.values() for k in r.keys])
