@@ -60,7 +60,17 @@ def test_cli_never_loads_the_store() -> None:
     """Every CLI command module: the store (and the daemon's server) stay unloaded."""
     loaded = loaded_after(IMPORT_ALL.format(package="meshctl.cli"))
 
-    daemon_side = ("meshd.store", "meshd.server", "meshd.service", "meshd.handlers", "meshd.app")
+    daemon_side = (
+        "meshd.store",
+        "meshd.server",
+        "meshd.admission",
+        "meshd.connection",
+        "meshd.turns",
+        "meshd.replies",
+        "meshd.service",
+        "meshd.handlers",
+        "meshd.app",
+    )
     assert {m for m in loaded if m.startswith(daemon_side)} == set()
 
 

@@ -1,4 +1,4 @@
-"""Bursts take turns (meshd.server.Turns): a few pipelined frames per pass of the loop.
+"""Bursts take turns (meshd.turns.Turns): a few pipelined frames per pass of the loop.
 
 The event loop is deterministic without I/O: each ``asyncio.sleep(0)`` is one pass,
 so these count frames per pass, not time.
@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from meshd.server import Turns
+from meshd.turns import Turns
 
 
 @pytest.fixture
