@@ -43,7 +43,7 @@ How the pieces fit (the interface for the fleet parts: registry, claims, message
   ``FleetDown`` means "the fleet is out of reach now" (UNAVAILABLE, or local-only
   under ``on_partition = "local"``).
 
-* **Hooks in the handlers.** Claims: ``meshd/handlers/claims.py`` decides per key;
+* **Hooks in the handlers.** Claims: ``meshd/handlers/claim_fleet.py`` decides per key;
   a key is fleet-wide when ``fleet is not None`` and its kind is in
   ``fleet.cfg.shared_kinds`` (or it is a ``file:`` key under one of
   ``fleet.cfg.shared_paths``, already canonical). Messages:
