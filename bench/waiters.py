@@ -10,7 +10,9 @@ same is done with N/10 waiters, and the target is near-linear cost: 10x the
 waiters within 15x the time. A prober
 thread pings on a kept connection throughout, and its p99 is compared with the
 same prober's p99 on the idle daemon just before: nobody's storm may stall
-everybody. Medians over the rounds; the daemon and this process are pinned the
+everybody. The prober is a process of its own (see :class:`Prober`), and the pings
+sent while the waiters queue and while they are withdrawn get info rows of their own.
+Medians over the rounds; the daemon and this process are pinned the
 same way for the idle and the storm measurement. The daemon's CPU time for each
 phase is reported beside the wall time: on a shared, loaded machine it is the
 steadier measure of how the cost grows.
@@ -19,6 +21,9 @@ steadier measure of how the cost grows.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +32,8 @@ from typing import TYPE_CHECKING
 from bench.claims import acquire, release
 from bench.common import (
     CLIENT_CPUS,
+    PYTHON,
+    ROOT,
     SERVER_CPUS,
     LineClient,
     all_cpus,
@@ -44,31 +51,66 @@ PER_CONNECTION = 100  # under the daemon's 128 requests in flight per connection
 
 
 class Prober:
-    """Pings on a kept connection until stopped; keeps every round-trip time."""
+    """Pings on a kept connection until stopped; keeps every round-trip time.
+
+    The pinging runs in a process of its own (``python -m bench.waiters PATH``), not a
+    thread of the process that drives the storm: a thread would share that process's
+    GIL, and while the driver builds frames or parses replies a ping's reply would wait
+    up to the 5 ms switch interval for the GIL. Measured on an idle daemon: a prober
+    thread beside a busy main thread read p99 8-15 ms against 0.27-0.29 ms alone; that
+    is the harness's lock, not the daemon's stall. The process is pinned with this one
+    (it inherits the affinity), so the storm's driver and the prober share a CPU the
+    same way for the idle and the storm measurement.
+    """
 
     def __init__(self, path: str) -> None:
-        self.c = LineClient(path, timeout=60)
+        self.path = path
         self.times: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        frame = rpc("mesh.ping")
-        clock = time.perf_counter
-        while not self._stop.is_set():
-            t = clock()
-            self.c.roundtrip(frame)
-            self.times.append(clock() - t)
-            time.sleep(0.0005)
+        self.samples: list[tuple[float, float]] = []
+        """(start, round trip) of each ping, ``time.perf_counter`` seconds (the same
+        monotonic clock in every process on Linux): where in a storm the slow ones were."""
+        self._proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Prober:
-        self._thread.start()
+        self._proc = subprocess.Popen(
+            [PYTHON, "-m", "bench.waiters", self.path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline() != b"ready\n":  # connected and pinging
+            raise RuntimeError("the prober did not start")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.c.close()
+        proc = self._proc
+        assert proc is not None
+        out, _ = proc.communicate(b"stop\n", timeout=120)
+        pairs = (line.split() for line in out.splitlines())
+        self.samples = [(float(t), float(x)) for t, x in pairs]
+        self.times = [x for _, x in self.samples]
+
+
+def _probe(path: str) -> None:
+    """The prober process: ping, sleep 0.5 ms, again, until a line arrives on stdin;
+    then print each ping's start and round-trip time (seconds), one ping a line."""
+    c = LineClient(path, timeout=60)
+    frame = rpc("mesh.ping")
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    times: list[tuple[float, float]] = []
+    clock = time.perf_counter
+    c.roundtrip(frame)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while not stop.is_set():
+        t = clock()
+        c.roundtrip(frame)
+        times.append((t, clock() - t))
+        time.sleep(0.0005)
+    c.close()
+    sys.stdout.write("".join(f"{t!r} {x!r}\n" for t, x in times))
 
 
 def _waiters(ctl: LineClient) -> int:
@@ -103,6 +145,8 @@ def storm(
     ctl = LineClient(path, timeout=60)
     key = f"file:/bench/storm/{tag}"
     pipeline(ctl, [acquire(holder, [key])])
+    if mark is not None:
+        mark("registered")
     conns = []
     cpu0 = cpu_ns(pid) if pid else 0.0
     t0 = time.perf_counter()
@@ -149,8 +193,18 @@ def run(ctx: Ctx) -> None:
             with Prober(path) as idle:
                 time.sleep(1.0)
             for size, n in (("small", small), ("big", big)):
+                marks: dict[str, float] = {}
+
+                def mark(phase: str, marks: dict[str, float] = marks) -> None:
+                    marks[phase] = time.perf_counter()
+
                 with Prober(path) as busy:
-                    figures = storm(path, n, f"{size}{r}", proc.pid)
+                    figures = storm(path, n, f"{size}{r}", proc.pid, mark=mark)
+                for phase, t0, t1 in (("enqueue", "registered", "enqueue"),
+                                      ("cancel", "enqueue", "cancel")):  # fmt: skip
+                    during = [x for t, x in busy.samples if marks[t0] <= t < marks[t1]]
+                    if during:
+                        got.setdefault(f"{phase} p99 {size}", []).append(pct(during, 0.99))
                 for what, x in zip(("enqueue", "cancel", "enqueue cpu", "cancel cpu"), figures,
                                    strict=True):  # fmt: skip
                     got.setdefault(f"{what} {size}", []).append(x)
@@ -169,6 +223,14 @@ def run(ctx: Ctx) -> None:
         ctx.add(g, name=f"{big:,} waiters on one key: {label[what]} (10x the waiters)",
                 value=m[f"{what} big"], unit="s", floor=f"{what}@{small:,}",
                 floor_value=m[f"{what} small"], limit=15.0)  # fmt: skip
+    for phase, what in (("enqueue", "while they queue"), ("cancel", "while they are withdrawn")):
+        if f"{phase} p99 big" in m:
+            ctx.add(g, name=f"mesh.ping p99 {what} ({big:,} waiters)", unit="s",
+                    value=m[f"{phase} p99 big"])  # fmt: skip
     ctx.add(g, name="mesh.ping p99, idle daemon", value=m["idle p99"], unit="s", note="floor")
     ctx.add(g, name=f"mesh.ping p99 during the {big:,}-waiter storm", value=m["storm p99"],
             unit="s", floor="idle p99", floor_value=m["idle p99"], limit=2.0)  # fmt: skip
+
+
+if __name__ == "__main__":
+    _probe(sys.argv[1])
