@@ -172,6 +172,17 @@ class Connection:
         self.closed = True
         self.tg.cancel_scope.cancel()
 
+    def withdraw(self) -> None:
+        """It closed: withdraw each request still waiting as a record (no reply). Each
+        on its own: one whose withdrawal raises is logged, and the rest still leave the
+        queues (raised on, they stayed queued for good, ahead of everyone after them)."""
+        later = self.later
+        while later:
+            try:
+                later.pop().cancel()
+            except Exception:
+                log.exception("connection %d: withdrawing a waiting request failed", self.conn.id)
+
     def busy(self) -> bool:
         """Whether the daemon owes this connection something: a running wait or ask,
         or replies and events it has not taken yet."""

@@ -172,8 +172,7 @@ class Server:
                 if c.reader is not None:
                     c.reader.release()
                     c.reader = None
-                while c.later:  # its waiting records withdraw, as its waiting tasks did
-                    c.later.pop().cancel()
+                c.withdraw()  # its waiting records withdraw, as its waiting tasks did
                 self.connections.pop(conn.id, None)
                 self.service.connection_closed(conn)
             with anyio.CancelScope(shield=True):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -25,6 +26,8 @@ from meshd.protocol.jsonrpc import Later
 if TYPE_CHECKING:
     from meshd.core.state import Outcome
     from meshd.service import Conn, Service
+
+log = logging.getLogger("meshd.claims")
 
 
 class _Wait(Later):
@@ -119,8 +122,11 @@ class ClaimWaits:
         while deadlines and deadlines[0][0] <= now:
             _, wid = heapq.heappop(deadlines)
             if wid in waits:
-                # None: granted just now, its commit in flight; resolve answers it
-                withdrawn |= claims.cancel_waiter(wid, why="timeout") is not None
+                try:  # one that raises must not keep the rest (and the timer) from running
+                    # None: granted just now, its commit in flight; resolve answers it
+                    withdrawn |= claims.cancel_waiter(wid, why="timeout") is not None
+                except Exception:
+                    log.exception("running out queued claim request %s failed", wid)
         if withdrawn:
             self.svc.commit_soon()
         self._arm(loop)
@@ -150,26 +156,34 @@ class ClaimWaits:
         was withdrawn in memory either way, and the refused writes were others'. A
         refused grant is taken back whether or not its waiter is still there to be
         told: one whose connection closed meanwhile kept a claim the disk never had,
-        which its session asking again was told it held (``already_held``)."""
+        which its session asking again was told it held (``already_held``).
+
+        Each outcome is told on its own: one whose answer raises (a reply that cannot
+        be written) is logged, and the ones after it are still answered. Raised out of
+        this loop, it left every later waiter of that commit unanswered until its
+        connection closed. (A ``try`` costs nothing until something raises.)"""
         waits = self.waits
         for o in outcomes:
             waiter_id = o.waiter_id
             if not waiter_id:
                 continue
-            w = waits.pop(waiter_id, None)
-            if isinstance(o, Cancelled):
-                if w is None:
-                    continue
-                if error is None or o.why == "timeout":
-                    w.answer(o.held)
-                    continue
-            else:
-                assert o.granted is not None  # a waiter's notice carries its grant
-                if error is None:
-                    if w is not None:
-                        w.answer(o.granted)
-                    continue
-                self._take_back(o.granted)  # refused: holds nothing
-                if w is None:
-                    continue
-            w.settle(error=error if isinstance(error, MeshError) else MeshError(str(error)))
+            try:
+                w = waits.pop(waiter_id, None)
+                if isinstance(o, Cancelled):
+                    if w is None:
+                        continue
+                    if error is None or o.why == "timeout":
+                        w.answer(o.held)
+                        continue
+                else:
+                    assert o.granted is not None  # a waiter's notice carries its grant
+                    if error is None:
+                        if w is not None:
+                            w.answer(o.granted)
+                        continue
+                    self._take_back(o.granted)  # refused: holds nothing
+                    if w is None:
+                        continue
+                w.settle(error=error if isinstance(error, MeshError) else MeshError(str(error)))
+            except Exception:
+                log.exception("answering queued claim request %s failed", waiter_id)
