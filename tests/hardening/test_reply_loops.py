@@ -69,6 +69,7 @@ def test_a_failing_answer_leaves_the_next_waits_answered(daemon: DaemonHandle) -
         os.kill(daemon.proc.pid, signal.SIGCONT)
 
     second = reply(waits["second"])  # on main: never (until its connection closed)
+    first = reply(waits["first"])
     still = waiters(c)
     for x in (*waits.values(), c):
         x.close()
@@ -76,4 +77,30 @@ def test_a_failing_answer_leaves_the_next_waits_answered(daemon: DaemonHandle) -
     assert second["result"]["status"] == "held"
     assert [h["session_id"] for h in second["result"]["holders"]] == ["holder"]
     assert still == 1  # the odd waiter waits on
-    assert "answering queued claim request" in daemon.logs()
+    assert first["error"]["data"]["code"] == "INTERNAL"  # told, if not what it was owed
+
+
+def test_a_reply_that_cannot_be_written_is_answered_internal(daemon: DaemonHandle) -> None:
+    """A result the encoder refuses is a bug, answered INTERNAL like any other (and
+    logged); the connection goes on. It raised out of the frame loop instead, which
+    closed the connection under every request it had."""
+    tree = daemon.state_dir.parent / "tree"
+    tree.mkdir()
+    odd = os.path.join(os.fsencode(tree), b"\xff")  # not UTF-8
+    os.mkdir(odd)
+    os.symlink(odd, tree / "link")
+    c = RpcClient(daemon)
+    for sid in ("holder", "odd"):
+        c.call("session.register", session_id=sid, liveness="heartbeat")
+    c.call("claim.acquire", session_id="holder", resources=[f"file:{tree}"])
+    w = RpcClient(daemon)
+    send(w, "claim.acquire", session_id="odd", resources=[f"file:{tree}/link/a"], wait=120)
+    wait_for(lambda: waiters(c) == 1)
+
+    listed = c.raw("claim.list")  # lists the odd waiter: cannot be written
+    pong = c.call("mesh.ping")
+    for x in (w, c):
+        x.close()
+
+    assert listed["error"]["data"]["code"] == "INTERNAL"
+    assert pong["pong"] is True

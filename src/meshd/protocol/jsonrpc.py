@@ -328,7 +328,12 @@ async def start(call: Call, conn: Any) -> bytes | Later | None:
         return failure(call.method, call.rid, call.notify, exc)
     if isinstance(result, Later):
         return result
-    return None if call.notify else encoder.encode(response(call.rid, result))
+    if call.notify:
+        return None
+    try:
+        return encoder.encode(response(call.rid, result))
+    except Exception as exc:  # a result the encoder refuses: a bug, answered as one
+        return failure(call.method, call.rid, call.notify, exc)
 
 
 def reply(later: Later, method: str, rid: Id, notify: bool) -> bytes | None:
@@ -340,7 +345,12 @@ def reply(later: Later, method: str, rid: Id, notify: bool) -> bytes | None:
         if not isinstance(error, Exception):
             error = RuntimeError(repr(error))
         return failure(method, rid, notify, error)
-    return None if notify else encoder.encode(response(rid, later.result))
+    if notify:
+        return None
+    try:
+        return encoder.encode(response(rid, later.result))
+    except Exception as exc:  # as in start(): INTERNAL, not a reply never written
+        return failure(method, rid, notify, exc)
 
 
 async def run(call: Call, conn: Any) -> bytes | None:
