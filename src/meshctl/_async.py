@@ -176,16 +176,20 @@ class AsyncMesh:
 
     async def call(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
         """Send one request and return its result (None when failing open)."""
-        if self._fail_open.waiting(time.monotonic()):
+        fail_open = self._fail_open
+        if fail_open.degraded and fail_open.waiting(time.monotonic()):
             return None
         try:
-            return await self._call(method, params, timeout)
+            result = await self._call(method, params, timeout)
         except (MeshUnavailable, MeshTimeout) as exc:
             # A hung daemon (no reply in time) is as unavailable as a missing one.
             if not self.fail_open:
                 raise
-            self._fail_open.failed(exc, time.monotonic())
+            fail_open.failed(exc, time.monotonic())
             return None
+        if fail_open.degraded:  # answered on the connection a timeout left open
+            fail_open.reached(self.profile)
+        return result
 
     async def _call(self, method: str, params: Any, timeout: float | None) -> Any:
         rid, frame = self._ids.request(method, params)

@@ -169,9 +169,14 @@ class Connection:
 
         Raises :class:`Stale` when the daemon had closed the connection before the
         request went out; MeshUnavailable when it closed before the reply came;
-        MeshTimeout when no reply came in time -- the connection is then closed (as the
-        daemon is not answering), which withdraws what the request may still be waiting
-        for, and the other calls on it fail with MeshUnavailable.
+        MeshTimeout when no reply came in time. A timeout gives up this call's reply
+        only: its id is forgotten, so its reply, if it still comes, is read and dropped
+        (:meth:`_route`), and the other threads' calls on the connection carry on. The
+        connection is not closed for it: that failed every other call waiting on it
+        (a claim queued for minutes, an ask) for one short timeout of one thread.
+        What the request set off in the daemon may still happen (a queued claim stays
+        queued until its own ``wait`` runs out): give a call that waits a timeout
+        longer than its wait, as the library's own calls do.
         """
         rid, waiter = self._post(method, params)
         deadline = time.monotonic() + timeout
@@ -207,11 +212,7 @@ class Connection:
             self._pending.pop(rid, None)
             raise
         if not answered:
-            self._pending.pop(rid, None)
-            self.close(
-                f"meshd did not answer another call on this connection within {timeout} s "
-                "(the connection was closed); retry"
-            )
+            self._pending.pop(rid, None)  # its reply, if it comes, goes to nobody
             raise MeshTimeout(f"no reply from meshd within {timeout} s")
         if waiter.reply is not None:  # answered: a close that came after changes nothing
             return waiter.reply
@@ -348,7 +349,7 @@ class Connection:
             # other threads add to it while this one reads
         target = pending.pop(rid, None) if rid is not None else None
         if target is None:
-            return  # the reply of a call that gave up
+            return  # the reply of a call that gave up (timed out): dropped
         with self._state:
             target.reply = msg
             if target in self._sleeping:

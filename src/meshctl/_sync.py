@@ -15,9 +15,9 @@ safe to resend because the daemon never read it). ``close()`` (or leaving the ``
 block) closes it for good.
 
 Error handling: unreachable daemon -> MeshUnavailable (a sentence says what to do);
-no reply in time -> MeshTimeout (the connection is dropped, which withdraws what the
-request may still wait for, and other calls on it fail with MeshUnavailable); the
-daemon's ``error`` objects -> the class for their ``data.code``. With
+no reply in time -> MeshTimeout (that call's reply only is given up: the connection
+stays, and other threads' calls on it carry on; its late reply is read and dropped);
+the daemon's ``error`` objects -> the class for their ``data.code``. With
 ``fail_open=True`` an unreachable daemon makes calls return None instead, says so once
 through the ``meshctl`` logger (:mod:`meshctl._log` imports logging only when there is
 something to say), and reconnects with backoff (0.5 s doubling to 30 s) on later calls.
@@ -93,7 +93,8 @@ class Mesh:
         """
         if self._closed:
             raise MeshError("this Mesh is closed; create a new one")
-        if self._fail_open.waiting(time.monotonic()):
+        fail_open = self._fail_open
+        if fail_open.degraded and fail_open.waiting(time.monotonic()):
             return None
         try:
             reply = self._exchange(method, params, timeout or self.timeout)
@@ -102,8 +103,11 @@ class Mesh:
             if not self.fail_open:
                 raise
             with self._lock:
-                self._fail_open.failed(exc, time.monotonic())
+                fail_open.failed(exc, time.monotonic())
             return None
+        if fail_open.degraded:  # answered on the connection a timeout left open
+            with self._lock:
+                fail_open.reached(self.profile)
         return reply.unwrap()
 
     def ping(self) -> Any:

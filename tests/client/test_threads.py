@@ -10,6 +10,7 @@ serialises calls fails the test (the wait runs out first), whatever the timing.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal
 import threading
@@ -20,7 +21,7 @@ import anyio
 import pytest
 from tests.support import wait_for
 
-from meshctl import AsyncMesh, Mesh, MeshTimeout, MeshUnavailable
+from meshctl import AsyncMesh, Mesh, MeshTimeout
 from meshctl._blocking import Connection
 
 WAIT = 60.0
@@ -217,27 +218,114 @@ def test_many_threads_each_get_their_own_replies_among_waits(daemon: Any) -> Non
     assert wrong == []
 
 
-def test_a_call_that_times_out_closes_the_connection_for_all_and_the_next_call_reconnects(
-    daemon: Any,
+def holds(observer: Mesh, sid: str, resource: str) -> bool:
+    listing = observer.call("claim.list", {"session_id": sid})
+    return any(c["resource"] == resource for c in listing.get("claims", []))
+
+
+def test_a_call_that_times_out_abandons_only_its_own_reply(daemon: Any) -> None:
+    """A call that times out gives up its own reply, not the connection: another
+    thread's call waiting on the same Mesh carries on and gets its own reply, calls
+    before and after go through, and the timed-out call's late reply (a grant the
+    daemon made after the caller gave up) is read and dropped, given to nobody."""
+    with Mesh(timeout=5.0) as mesh, Mesh() as observer:
+        for sid in ("h1", "h2", "a", "b"):
+            register(observer, sid)
+        observer.call("claim.acquire", {"session_id": "h1", "resources": ["res:one"]})
+        observer.call("claim.acquire", {"session_id": "h2", "resources": ["res:two"]})
+        before = mesh.ping()
+        first = mesh._conn
+        b = Background(
+            lambda: mesh.call(
+                "claim.acquire",
+                {"session_id": "b", "resources": ["res:two"], "wait": WAIT},
+                timeout=WAIT + 10,
+            )
+        )
+        wait_for(lambda: queued(observer, "b"), what="b's wait sent on the shared Mesh")
+        with pytest.raises(MeshTimeout):
+            mesh.call(
+                "claim.acquire",
+                {"session_id": "a", "resources": ["res:one"], "wait": WAIT},
+                timeout=0.3,
+            )
+        during = mesh.ping()
+        observer.call("claim.release", {"session_id": "h1"})  # a's late grant is sent
+        wait_for(lambda: holds(observer, "a", "res:one"), what="a granted after it gave up")
+        after = mesh.ping()  # read past the late reply
+        observer.call("claim.release", {"session_id": "h2"})
+        got = b.result()
+        kept = mesh._conn is first
+        abandoned = first is not None and first._pending
+    assert (before["pong"], during["pong"], after["pong"]) == (True, True, True)
+    assert got["status"] == "granted"
+    assert [c["resource"] for c in got["claims"]] == ["res:two"]  # its own, not a's
+    assert kept  # nothing was closed
+    assert not abandoned  # the late reply was dropped, the id forgotten
+
+
+def test_a_timeout_failing_open_leaves_the_other_threads_calls_alone(
+    daemon: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """No reply in time means the daemon is not answering: the connection is closed
-    (withdrawing what the request waits for), a call waiting on it from another thread
-    fails with MeshUnavailable saying why, and the next call opens a new connection."""
-    with Mesh() as mesh:
+    """With ``fail_open`` a call that times out still returns None and the Mesh degrades
+    (SPEC §10: a hung daemon is as unavailable as a missing one), but another thread's
+    call already waiting gets its reply; once the backoff is over, calls go through
+    the same connection again and the Mesh says it is reachable again."""
+    with Mesh(fail_open=True) as mesh, Mesh() as observer:
+        for sid in ("h2", "a", "b"):
+            register(observer, sid)
+        observer.call("claim.acquire", {"session_id": "h2", "resources": ["res:two"]})
+        observer.call("claim.acquire", {"session_id": "h2", "resources": ["res:one"]})
         mesh.ping()
         first = mesh._conn
-        a = Background(
-            lambda: mesh.call("signal.wait", {"name": "a", "timeout": WAIT}, timeout=WAIT + 10)
+        b = Background(
+            lambda: mesh.call(
+                "claim.acquire",
+                {"session_id": "b", "resources": ["res:two"], "wait": WAIT},
+                timeout=WAIT + 10,
+            )
         )
-        assert first is not None
-        wait_for(lambda: first._pending, what="A's wait sent on the first connection")
-        with pytest.raises(MeshTimeout):
-            mesh.call("signal.wait", {"name": "b", "timeout": WAIT}, timeout=0.2)
-        with pytest.raises(MeshUnavailable, match="did not answer another call"):
-            a.result()
-        pong = mesh.ping()
-        assert mesh._conn is not first
-    assert pong["pong"] is True
+        wait_for(lambda: queued(observer, "b"), what="b's wait sent on the shared Mesh")
+        with caplog.at_level(logging.WARNING, "meshctl"):
+            timed_out = mesh.call(
+                "claim.acquire",
+                {"session_id": "a", "resources": ["res:one"], "wait": WAIT},
+                timeout=0.3,
+            )
+            observer.call("claim.release", {"session_id": "h2", "resources": ["res:two"]})
+            got = b.result()
+            wait_for(lambda: mesh.ping() is not None, what="calls go through again")
+        kept = mesh._conn is first
+    assert timed_out is None
+    assert got["status"] == "granted"
+    assert kept
+    assert "continuing without it (fail_open)" in caplog.text
+    assert "reachable again" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_async_mesh_failing_open_is_reachable_again_after_a_timeout(
+    daemon: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """AsyncMesh gives up a timed-out call's reply only, as Mesh now does; failing open
+    it degrades, and says it is reachable again once a call goes through on the
+    connection it kept (before, it stayed degraded: only a new connection said so)."""
+    async with AsyncMesh(fail_open=True) as mesh:
+        await mesh.call("session.register", {"session_id": "h", "task": "h"})
+        await mesh.call("session.register", {"session_id": "a", "task": "a"})
+        await mesh.call("claim.acquire", {"session_id": "h", "resources": ["res:q"]})
+        with caplog.at_level(logging.WARNING, "meshctl"):
+            timed_out = await mesh.call(
+                "claim.acquire",
+                {"session_id": "a", "resources": ["res:q"], "wait": WAIT},
+                timeout=0.3,
+            )
+            with anyio.fail_after(30):
+                while await mesh.call("mesh.ping") is None:
+                    await anyio.sleep(0.05)
+    assert timed_out is None
+    assert "continuing without it (fail_open)" in caplog.text
+    assert "reachable again" in caplog.text
 
 
 def test_a_reply_read_while_another_thread_closes_is_still_returned(daemon: Any) -> None:
