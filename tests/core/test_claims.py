@@ -621,6 +621,51 @@ class TestReservedSet:
         assert tb.t.pause("idle", ["boss"]) == []
         assert tb.t.reservation("idle") is None
 
+    def test_a_wait_queued_before_the_pause_is_withdrawn_not_granted(self, tb: Table) -> None:
+        """Pausing releases everything the session has going: its claims into the
+        reserved set, its queued waits withdrawn (answered ``held``). Left queued, a
+        wait was granted while the session was paused, holding a key nobody could have
+        while it did no work."""
+        tb.grant("low", "res:x")
+        tb.grant("other", "res:y")
+        tb.acquire("low", "res:y", wait=True, waiter_id="w")
+        tb.t.drain()
+
+        tb.t.pause("low", [])
+        out = tb.t.drain()
+        tb.release("other")
+
+        assert [(c.waiter_id, c.why) for c in out.cancelled] == [("w", "paused")]
+        assert [h.session_id for h in out.cancelled[0].held.holders] == ["other"]
+        assert tb.granted() == []
+        assert tb.t.waiting() == ()
+        assert ("low", "res:y") not in tb.holders()
+
+    def test_a_session_paused_holding_nothing_has_its_waits_withdrawn_too(self, tb: Table) -> None:
+        tb.grant("other", "res:y")
+        tb.acquire("idle", "res:y", wait=True, waiter_id="w")
+        tb.t.drain()
+
+        assert tb.t.pause("idle", []) == []
+        out = tb.t.drain()
+        tb.release("other")
+
+        assert [(c.waiter_id, c.why) for c in out.cancelled] == [("w", "paused")]
+        assert tb.granted() == []
+
+    def test_a_wait_made_while_paused_is_served(self, tb: Table) -> None:
+        """Only what was queued before the pause goes: asking while paused (resume
+        queues so for its reserved set) is asking anew, served as usual."""
+        tb.grant("low", "res:x")
+        tb.grant("other", "res:y")
+        tb.t.pause("low", [])
+        tb.acquire("low", "res:y", wait=True, waiter_id="w")
+        tb.t.drain()
+
+        tb.release("other")
+
+        assert tb.granted() == ["low"]
+
 
 class TestCancel:
     def test_cancelled_waiter_is_never_granted(self, tb: Table) -> None:

@@ -184,6 +184,46 @@ class TestPreempt:
         assert resumed["note"] == "halfway"
 
 
+class TestPausedWaits:
+    def test_a_claim_queued_before_the_pause_is_answered_held_and_never_granted(
+        self, daemon: DaemonHandle
+    ) -> None:
+        """SPEC §5b is silent on a pausing session's queued waits: they are withdrawn
+        at the pause and answered ``held`` (docs/CONFORMANCE.md). Left queued, the
+        wait was granted while the session was paused."""
+        c = setup(daemon, ("low", 0), ("other", 0))
+        c.call("claim.acquire", session_id="low", resources=["res:x"])
+        c.call("claim.acquire", session_id="other", resources=["res:y"])
+        got: dict[str, Any] = {}
+        w = Client(daemon)
+        t = threading.Thread(target=wait_for_y, args=(w, got), daemon=True)
+        t.start()
+        wait_for(functools.partial(waiting, c, "low"))
+
+        c.call("session.pause", session_id="low", note="stopping here")
+        c.call("claim.release", session_id="other")  # left queued, low got res:y here
+        t.join(30)
+        held = [x["resource"] for x in c.call("claim.list", session_id="low")["claims"]]
+        queue = c.call("claim.list")["waiting"]
+        resumed = c.call("session.resume", session_id="low", wait=5)
+        w.close()
+        c.close()
+
+        assert got["low"]["status"] == "held"
+        assert [h["session_id"] for h in got["low"]["holders"]] == ["other"]
+        assert held == []  # not granted res:y while paused
+        assert queue == []
+        assert resumed["resources"] == ["res:x"]  # what it held comes back; not res:y
+
+
+def wait_for_y(w: Client, got: dict[str, Any]) -> None:
+    """Queue low for res:y; its reply (if one comes before the test closes it)."""
+    try:
+        got["low"] = w.call("claim.acquire", session_id="low", resources=["res:y"], wait=60)
+    except (OSError, ValueError, AssertionError):
+        pass
+
+
 def wait_in(w: Client, sid: str, got: dict[str, Any]) -> None:
     """Queue for res:x; the reply (if one comes before the test closes the connection)."""
     try:

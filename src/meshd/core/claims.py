@@ -250,7 +250,11 @@ class ClaimTable:
         """``owner`` pauses (SPEC §5b): its claims are released into a reserved set that
         admits the preemptors ``first`` until each has been granted on it, then only
         ``owner`` (its :meth:`acquire` passes every earlier waiter there). Returns
-        the resources. A session holding nothing reserves nothing."""
+        the resources. A session holding nothing reserves nothing. Its queued waits
+        are withdrawn (``held``, why ``paused``): granted while it did no work, a key
+        was kept from everyone. What it asks for while paused (resume) is served."""
+        for waiter_id in list(self._queue.of.get(owner, {})):
+            self.cancel_waiter(waiter_id, why="paused")
         mine = list(self._by_session.get(owner, {}).values())
         if not mine:
             return []
