@@ -172,12 +172,13 @@ class Connection:
         self.closed = True
         self.tg.cancel_scope.cancel()
 
-    def withdraw(self) -> None:
-        """It closed: withdraw each request still waiting as a record (no reply). Each
-        on its own: one whose withdrawal raises is logged, and the rest still leave the
-        queues (raised on, they stayed queued for good, ahead of everyone after them)."""
+    def withdraw(self, most: int | None = None) -> None:
+        """Withdraw requests still waiting as records (no reply): ``most`` of them, else
+        all (it closed). Each on its own: one whose withdrawal raises is logged, and the
+        rest still leave the queues (raised on, they stayed queued for good, ahead of
+        everyone after them)."""
         later = self.later
-        while later:
+        for _ in range(len(later) if most is None else min(most, len(later))):
             try:
                 later.pop().cancel()
             except Exception:

@@ -264,8 +264,7 @@ class Server:
         await self.turns.wait()
         later = c.later
         while later and not c.closed:
-            for _ in range(min(WITHDRAW_PER_TURN, len(later))):
-                later.pop().cancel()
+            c.withdraw(WITHDRAW_PER_TURN)
             if later:
                 await self.turns.wait()
 
