@@ -27,10 +27,10 @@ TTL_RANGE: dict[str, Any] = {"open_min": True}
 WAIT_RANGE: dict[str, Any] = {"maximum": 3600}
 
 
-def disabled(result: Any) -> bool:
+def disabled(result: Any, done: str = "nothing was claimed") -> bool:
     """Say so on stderr when the mesh is switched off (the command then succeeds)."""
     if isinstance(result, dict) and result.get("disabled"):
-        _output.note("the mesh is disabled (enabled = false in config); nothing was claimed")
+        _output.note(f"the mesh is disabled (enabled = false in config); {done}")
         return True
     return False
 
@@ -96,9 +96,13 @@ def acquire(state: State, params: dict[str, Any], wait: float) -> dict[str, Any]
 def _ran_out(result: dict[str, Any], wait: float) -> None:
     """Say plainly that a wait ended without the grant (a deadlock refusal says itself)."""
     if wait > 0 and result.get("status") == "held" and not result.get("deadlock"):
+        from meshctl.cli._output import note
         from meshctl.cli._waiting import ran_out
 
-        ran_out(wait, "still held")
+        if not result.get("holders") and not result.get("ahead"):  # withdrawn: its session ended
+            note(f"the wait was withdrawn after {result.get('waited_s', 0):g} s: its session ended")
+            return
+        ran_out(wait, "still held", result.get("waited_s"))
 
 
 # --- release --------------------------------------------------------------------------
@@ -128,7 +132,7 @@ def check(state: State, resources: tuple[str, ...], all_profiles: bool) -> int:
     if state.session:
         params["session_id"] = state.session
     result = dict(state.call(_claims.CHECK, params) or {})
-    if disabled(result):
+    if disabled(result, "no claim was checked"):
         _output.emit(state.json, result, None)
         return _output.EXIT_OK
     if all_profiles:

@@ -138,6 +138,10 @@ def end(state: State, *, handoff: str | None) -> None:
     if handoff is not None:
         params["handoff"] = handoff
     result = state.call("session.end", params)
+    if result.get("disabled"):
+        disabled_note(result)
+        _output.emit(state.json, result, None)
+        return
     _output.emit(state.json, result, lambda: _ended(result))
 
 

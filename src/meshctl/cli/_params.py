@@ -87,14 +87,14 @@ def argument_for(path: str, ctx: click.Context | None) -> str | None:
     if match is None or ctx is None:
         return None
     field = match.group(1)
-    if field == "session_id":
-        return "--session (MESH_SESSION)"
     name = _ALIASES.get(field, field)
-    for param in ctx.command.params:
+    for param in ctx.command.params:  # the command's own: register --id, prioritize ID
         if param.name == name:
             if isinstance(param, click.Option):
                 return max(param.opts, key=len)
             return param.human_readable_name
+    if field == "session_id" and ctx.command.name != "call":  # call: the user's own JSON
+        return "--session (MESH_SESSION)"
     return None
 
 

@@ -86,10 +86,17 @@ def _read(detail: Callable[[], str], last: str) -> str:
     return f"; {safe(text)}" if text else ""
 
 
-def ran_out(seconds: float, what: str) -> None:
-    """Say plainly, on stderr, that a wait of ``seconds`` ended without ``what``."""
+def ran_out(seconds: float, what: str, took: Any = None) -> None:
+    """Say plainly, on stderr, that a wait of ``seconds`` ended without ``what``.
+
+    ``took``: how long the daemon says it waited. The daemon caps every wait at
+    ``max_query_timeout`` (SPEC §2), so a wait asked for longer ran out sooner, and
+    the note says the time it ran, not the time asked for.
+    """
     from meshctl.cli._output import note
 
+    if isinstance(took, int | float) and took < seconds - 0.5:
+        seconds = round(took, 1)
     note(f"the wait ran out after {seconds:g} s; {what}")
 
 

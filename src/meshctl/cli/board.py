@@ -160,6 +160,10 @@ def project_arg(value: str | None) -> str:
     return value
 
 
+#: What a mark's kind says in ``board show`` ("cli:a watches ~/p/src").
+_VERBS = {"watch": "watches", "read": "read"}
+
+
 def render_show(result: Mapping[str, Any]) -> str:
     project = result.get("project")
     where = _output.tilde(project) or project or "every project"
@@ -183,7 +187,9 @@ def render_show(result: Mapping[str, Any]) -> str:
     watching: Sequence[Mapping[str, Any]] = result.get("watching") or []
     if watching:
         lines.append("Watching or read:")
-        lines += [f"- {m.get('session_id')} {m.get('kind')}s {m.get('path')}" for m in watching]
+        for m in watching:
+            verb = _VERBS.get(str(m.get("kind")), str(m.get("kind")))
+            lines.append(f"- {m.get('session_id')} {verb} {m.get('path')}")
     if len(lines) == 1:
         lines.append("Nothing on it yet.")
     return "\n".join(lines)

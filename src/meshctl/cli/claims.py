@@ -209,14 +209,17 @@ def render_log(entries: list[dict[str, Any]], home: str | None = None) -> str:
     lines = []
     for e in entries:
         what = _claims.show_resource(str(e.get("resource", "")), home)
-        bits = [f"token {e.get('token')}"] if e.get("token") is not None else []
-        if e.get("mode"):
-            bits.append(str(e["mode"]))
+        bits = []
+        if e.get("token"):  # token 0: a row that names no claim (a rank, a pause)
+            bits = [f"token {e.get('token')}"]
+            if e.get("mode"):
+                bits.append(str(e["mode"]))
         if e.get("how") and e.get("how") != e.get("action"):
             bits.append(str(e["how"]))
         if e.get("by"):
             bits.append(f"by {e['by']}")
-        line = f"{_time.ago(e.get('at'))} {e.get('action')} {what} {e.get('session_id')}"
+        where = f" {what}" if what else ""
+        line = f"{_time.ago(e.get('at'))} {e.get('action')}{where} {e.get('session_id')}"
         line += f" ({', '.join(bits)})" if bits else ""
         if e.get("reason"):
             line += f" — {e['reason']}"

@@ -9,7 +9,8 @@ running daemon (never started for it).
 bash ``~/.local/share/bash-completion/completions/meshctl`` (bash-completion ≥ 2
 loads it on first use), zsh ``~/.zfunc/_meshctl`` (add ``fpath+=~/.zfunc`` before
 ``compinit`` in ``~/.zshrc``), fish ``~/.config/fish/completions/meshctl.fish``.
-It writes no rc file; ``show`` prints the script for those who source it themselves.
+It writes no rc file; ``show`` prints the script for those who source it themselves
+(with ``--json``, inside the one JSON document: ``{"shell", "script"}``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,13 @@ def show(shell: str | None) -> None:
     Examples:
       eval "$(meshctl completion show bash)"
     """
-    click.echo(_script(shell or _default_shell()), nl=False)
+    state = get_state()
+    shell = shell or _default_shell()
+    script = _script(shell)
+    if state.json:  # SPEC §9: one JSON document, the script inside it
+        _output.emit(True, {"shell": shell, "script": script}, None)
+        return
+    click.echo(script, nl=False)
 
 
 @completion.command()

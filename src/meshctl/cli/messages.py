@@ -90,7 +90,8 @@ def _what(item: Item) -> str:
 def render_item(item: Item, me: str | None = None) -> str:
     """One inbox item or pushed query: framed header line, then the text indented."""
     when = f", {_time.ago(item['created_at'])}" if item.get("created_at") else ""
-    head = f"#{item.get('id')} {label(str(item.get('from', '?')), me)} {_what(item)}{when}:"
+    number = f"#{item['id']} " if item.get("id") is not None else ""  # a pushed notice has none
+    head = f"{number}{label(str(item.get('from', '?')), me)} {_what(item)}{when}:"
     return f"{head}\n{indent(str(item.get('text', '')))}"
 
 
@@ -455,7 +456,8 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
     with waiting(f"asking {_output.safe(to)}", timeout, session_detail(state.mesh(), to)):
         result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
     if result.get("timed_out"):
-        ran_out(timeout, f"{to} did not answer; the answer is from what {to} reported")
+        what = f"{to} did not answer; the answer is from what {to} reported"
+        ran_out(timeout, what, result.get("elapsed_s"))
     _output.hand_over(
         state.json,
         result,

@@ -7,8 +7,10 @@ Decisions:
   as SPEC §9 asks: the emit is recorded as that session's, and the wait lives as
   long as it does, so ``--timeout`` is not capped by ``max_query_timeout``.
 - ``wait`` with no ``--timeout`` waits until a signal comes (the daemon pushes
-  it; nothing polls). A wait that runs out exits 75; ``--json`` then prints
-  ``{"name", "received": false, "last_seq"}``.
+  it; nothing polls). A wait that runs out exits 75; ``--json`` then prints SPEC
+  §9's shape with nothing in it (``seq``, ``payload``, ``emitted_by``,
+  ``emitted_at`` null, so a script reads ``.seq`` either way) and
+  ``"received": false, "last_seq"``.
 - The payload may follow NAME (SPEC §7 ``signal emit NAME [payload]``) or come with
   ``--payload`` (SPEC §9); either way it must be JSON (``'{"rows": 10}'``,
   ``'"text"'``, ``42``); a bare word that is not JSON is a usage error rather than a guess.
@@ -30,6 +32,8 @@ from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import OwnSession
 
 FOREVER = 31_536_000.0  # the protocol's largest timeout: a year
+#: SPEC §9's ``signal wait --json`` fields beside ``name`` (null when none came).
+_SIGNAL_FIELDS = ("seq", "payload", "emitted_by", "emitted_at")
 
 
 def parse_payload(text: str | None, given_as: str) -> Any:
@@ -119,10 +123,11 @@ def wait(name: str, after: int | None, since: float | None, timeout: float | Non
         with waiting(f"waiting for signal {name}{newer}", timeout):
             result = own.mesh.call("signal.wait", params, timeout=own.mesh.timeout + limit)
     if not result.get("received"):
-        doc = {"name": name, "received": False, "last_seq": result.get("last_seq", 0)}
+        doc = {"name": name, **dict.fromkeys(_SIGNAL_FIELDS), "received": False}
+        doc["last_seq"] = result.get("last_seq", 0)
         _output.emit(state.json, doc, None)
         ran_out(limit, f"no signal {name} came (last seq {doc['last_seq']})")
         return _output.EXIT_TEMPFAIL
-    doc = {k: result.get(k) for k in ("name", "seq", "payload", "emitted_by", "emitted_at")}
+    doc = {"name": result.get("name"), **{k: result.get(k) for k in _SIGNAL_FIELDS}}
     _output.emit(state.json, doc, lambda: render_signal(_output.clean(doc)))
     return _output.EXIT_OK

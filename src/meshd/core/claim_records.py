@@ -19,10 +19,20 @@ if TYPE_CHECKING:
 Mode = Literal["exclusive", "shared"]
 EndHow = Literal["released", "ended", "expired", "died"]
 AuditAction = Literal[
-    "grant", "refresh", "release", "expire", "lose", "steal", "preempt", "pause", "resume"
+    "grant",
+    "refresh",
+    "release",
+    "expire",
+    "lose",
+    "steal",
+    "preempt",
+    "pause",
+    "resume",
+    "rank",
 ]
-#: Actions that end the claim they name (the store deletes its row); the last three
-#: only note what was asked or done (SPEC §5b) and name no claim.
+#: Actions that end the claim they name (the store deletes its row); the last four
+#: only note what was asked or done (SPEC §5b: a rank set, a preemption asked, a
+#: pause, a resume) and name no claim.
 ENDING = frozenset({"release", "expire", "lose", "steal"})
 NoticeKind = Literal["granted", "released", "expired", "stolen", "lost"]
 CLEAN_ENDS = frozenset({"released", "ended"})

@@ -6,7 +6,9 @@ import sqlite3
 
 import msgspec
 
+from meshd.core.claim_records import AuditRecord
 from meshd.core.registry import Registration, Report, Session
+from meshd.core.state import Write
 from meshd.domain import Domain
 from meshd.handlers.fleet import FleetDomain
 from meshd.handlers.listing import Listing, claim_infos, ms, session_info
@@ -110,6 +112,9 @@ class SessionHandlers(Domain):
         and waking waiters cannot be undone, so a disk that refuses the write leaves
         the session exactly as it was (UNAVAILABLE, nothing acknowledged)."""
         svc = self.svc
+        if not svc.state.settings.enabled and p.session_id not in svc.state.registry.sessions:
+            # The id a disabled register handed out (SPEC §2): its end is a no-op too.
+            return m.EndResult(session_id=p.session_id, ended=False, disabled=True)
         began = svc.state.registry.get(p.session_id).started_at
         handoff_id = None
         if p.handoff:  # the final handoff, stored in the same commit as the end
@@ -140,7 +145,9 @@ class SessionHandlers(Domain):
         s = svc.state.registry.get(p.session_id)
         previous, by, at = s.rank, p.by or "a person", svc.clock.now()
         ranked = msgspec.structs.replace(s, rank=p.rank, rank_by=by, rank_at=at)
-        stored = [("session.snapshot", ranked)]
+        how = f"rank {p.rank} (was {previous})"  # SPEC §5b: all of it in the audit log
+        row = AuditRecord(at, "rank", p.session_id, "", "exclusive", 0, how=how, by=by)
+        stored: list[Write] = [("session.snapshot", ranked), ("claim.audit", row)]
         if await svc.store_first(stored, lambda: svc.state.prioritize(ranked)) is None:
             svc.state.registry.get(p.session_id)  # ended meanwhile: SESSION_EXPIRED
         await svc.commit()  # grants the new order made, stored before the reply

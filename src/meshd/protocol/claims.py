@@ -200,11 +200,22 @@ class AuditLogParams(Params):
 
 
 class AuditEntry(Result):
-    """One grant, refresh, release, expire, lose or steal."""
+    """One grant, refresh, release, expire, lose or steal; or, naming no claim (token
+    0, no resource for ``rank`` and ``resume``), a rank set, a preemption, a pause or
+    a resume (SPEC §5b: "All of it is in the audit log")."""
 
     at: str
     action: Literal[
-        "grant", "refresh", "release", "expire", "lose", "steal", "preempt", "pause", "resume"
+        "grant",
+        "refresh",
+        "release",
+        "expire",
+        "lose",
+        "steal",
+        "preempt",
+        "pause",
+        "resume",
+        "rank",
     ]
     session_id: str
     resource: str

@@ -168,6 +168,7 @@ class EndResult(Result):
     ended: bool
     released: list[str] = []
     handoff_id: int | None = None
+    disabled: bool = False
 
 
 class PrioritizeParams(Params):

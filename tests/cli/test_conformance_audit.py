@@ -1,0 +1,222 @@
+"""Second conformance audit: SPEC statements driven through the real ``meshctl`` and a
+real daemon, each a defect found by using the CLI as a user would (docs/CONFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+from tests.support import wait_for
+
+from .conftest import Meshctl, Run
+
+Daemon = Any
+MeshEnv = Any
+
+
+def ok(run: Run) -> Run:
+    assert run.code == 0, run
+    return run
+
+
+def as_(daemon: Daemon, session: str | None = None) -> dict[str, str]:
+    env = dict(daemon.env)
+    if session is not None:
+        env["MESH_SESSION"] = session
+    return env
+
+
+def register(meshctl: Meshctl, daemon: Daemon, sid: str, *extra: str) -> str:
+    args = ("register", "--task", "t", "--id", sid, "--pid", str(os.getpid()), *extra)
+    return ok(meshctl(*args, env=daemon.env)).out.strip()
+
+
+class TestJsonEverywhere:
+    def test_completion_show_json_is_one_document(self, meshctl: Meshctl) -> None:
+        """SPEC §9: ``--json`` on every command prints exactly one JSON document; the
+        completion script is carried in it, not printed bare."""
+        run = ok(meshctl("completion", "show", "bash", "--json"))
+
+        doc = run.json()
+        assert doc["shell"] == "bash"
+        assert "_meshctl_completion" in doc["script"]
+
+
+class TestRefusalNamesTheArgument:
+    def test_a_bad_register_id_names_id_not_session(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """The id the user typed after ``--id`` is what the usage error names."""
+        run = meshctl("register", "--task", "t", "--id", "bad id", env=daemon.env)
+
+        assert run.code == 2, run
+        assert run.err.startswith("meshctl: --id: "), run
+        assert "MESH_SESSION" not in run.err
+
+    def test_a_bad_id_argument_names_the_argument(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        for args in (("prioritize", "bad id", "--rank", "1"), ("sessions", "show", "bad id")):
+            run = meshctl(*args, env=daemon.env)
+
+            assert run.code == 2, run
+            assert run.err.startswith("meshctl: ID: "), run
+
+    def test_raw_call_does_not_blame_session(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """``meshctl call`` sends the user's own JSON: the refusal keeps the wire path."""
+        run = meshctl("call", "session.get", '{"session_id": 5}', "--json", env=daemon.env)
+
+        assert run.code != 0, run
+        assert "--session" not in run.err
+        assert run.json()["error"]["data"]["path"] == "$.session_id"
+
+
+class TestWords:
+    def test_board_show_says_watches(self, meshctl: Meshctl, daemon: Daemon, tmp_path: Any) -> None:
+        register(meshctl, daemon, "cli:w")
+        ok(meshctl("board", "watch", str(tmp_path), env=as_(daemon, "cli:w")))
+
+        shown = ok(meshctl("board", "show", str(tmp_path), env=daemon.env)).out
+
+        assert f"- cli:w watches {tmp_path}" in shown
+        assert "watchs" not in shown
+
+    def test_follow_shows_no_none_id_for_a_changed_file_notice(
+        self, meshctl: Meshctl, daemon: Daemon, tmp_path: Any
+    ) -> None:
+        """A ``file.changed`` event is not an inbox item: ``inbox --follow`` shows it
+        without an ``#None`` for the id it does not have."""
+        register(meshctl, daemon, "cli:reader")
+        register(meshctl, daemon, "cli:writer")
+        ok(meshctl("board", "watch", str(tmp_path), env=as_(daemon, "cli:reader")))
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "meshctl.cli", "inbox", "--follow"],
+            env=as_(daemon, "cli:reader"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert follower.stderr is not None
+            assert follower.stdout is not None
+            wait_for(lambda: "following" in follower.stderr.readline(), what="the follower")
+            ok(meshctl("board", "changed", str(tmp_path / "a.py"), env=as_(daemon, "cli:writer")))
+            head, body = follower.stdout.readline(), follower.stdout.readline()
+        finally:
+            follower.terminate()
+            follower.communicate(timeout=10)
+
+        assert head.startswith("[from cli:writer"), head
+        assert "#None" not in head
+        assert "cli:writer changed a.py" in body, body
+
+
+class TestDisabled:
+    def test_end_is_a_no_op_when_disabled(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """SPEC §2: with ``enabled = false`` register succeeds as a no-op; the ``end``
+        that closes the same script is a no-op too (exit 0, ``disabled: true``), not
+        an unknown-session error."""
+        mesh_env.write_config("[defaults]\nenabled = false\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        sid = ok(meshctl("register", "--task", "t", env=daemon.env)).out.strip()
+
+        ended = meshctl("end", "--session", sid, "--json", env=daemon.env)
+        human = meshctl("end", "--session", sid, env=daemon.env)
+
+        assert ended.code == 0, ended
+        assert ended.json()["disabled"] is True
+        assert human.code == 0, human
+        assert "disabled" in human.err
+
+    def test_check_does_not_say_it_claimed(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        mesh_env.write_config("[defaults]\nenabled = false\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+
+        run = ok(meshctl("check", "res:db", env=daemon.env))
+
+        assert "disabled" in run.err
+        assert "claimed" not in run.err
+
+
+class TestAuditLog:
+    def test_a_rank_set_is_in_the_audit_log(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """SPEC §5b: priorities, preemption and pause -- "All of it is in the audit
+        log": ``prioritize`` leaves a row with the rank, who set it and when."""
+        register(meshctl, daemon, "cli:hi")
+        ok(meshctl("prioritize", "cli:hi", "--rank", "10", env=daemon.env))
+
+        rows = ok(meshctl("log", "--json", env=daemon.env)).json()
+        human = ok(meshctl("log", env=daemon.env)).out
+
+        ranked = [r for r in rows if r["action"] == "rank"]
+        assert len(ranked) == 1, rows
+        assert ranked[0]["session_id"] == "cli:hi"
+        assert ranked[0]["how"] == "rank 10 (was 0)"
+        assert ranked[0]["by"]
+        assert "rank cli:hi (rank 10 (was 0), by " in human, human
+
+
+class TestSignalTimeout:
+    def test_a_timed_out_wait_has_the_signal_fields(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """SPEC §9's ``signal wait`` shape holds on a timeout too (exit 75): the same
+        keys, null, so a script reads ``.seq`` either way."""
+        run = meshctl("signal", "wait", "never", "--timeout", "0.2", "--json", env=daemon.env)
+
+        assert run.code == 75, run
+        doc = run.json()
+        assert doc["name"] == "never"
+        for key in ("seq", "payload", "emitted_by", "emitted_at"):
+            assert key in doc, doc
+            assert doc[key] is None, doc
+        assert doc["received"] is False
+
+
+class TestWaitSaysWhatHappened:
+    def test_a_capped_wait_says_how_long_it_waited(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """``--wait`` is capped by ``max_query_timeout`` (SPEC §2); the note says the
+        time the wait ran, not the time asked for."""
+        mesh_env.write_config("[defaults]\nmax_query_timeout = 0.5\n")
+        env = daemon.env
+        ok(meshctl("daemon", "reload", env=env))
+        for sid in ("cli:a", "cli:b"):
+            ok(meshctl("register", "--task", "t", "--id", sid, "--pid", str(os.getpid()), env=env))
+        ok(meshctl("claim", "res:db", "--session", "cli:a", env=env))
+
+        run = meshctl("claim", "res:db", "--wait", "30", "--session", "cli:b", env=env)
+
+        assert run.code == 75, run
+        assert "the wait ran out after 0.5 s" in run.err, run
+
+    def test_a_wait_withdrawn_by_its_session_end_says_so(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §5: a waiter is cancelled when its session ends. The waiting ``claim``
+        then answers at once (exit 75) and says the wait was withdrawn, not that it
+        ran out after the time asked."""
+        register(meshctl, daemon, "cli:holder")
+        register(meshctl, daemon, "cli:waiter")
+        ok(meshctl("claim", "res:db", env=as_(daemon, "cli:holder")))
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "meshctl.cli", "claim", "res:db", "--wait", "60"],
+            env=as_(daemon, "cli:waiter"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(
+            lambda: daemon.call("claim.list", {})["result"].get("waiting"),
+            what="the queued wait",
+        )
+
+        ok(meshctl("end", env=as_(daemon, "cli:waiter")))
+        out, err = waiting.communicate(timeout=30)
+
+        assert waiting.returncode == 75, (out, err)
+        assert "withdrawn" in err, err
+        assert "session ended" in err, err
+        assert "ran out after 60" not in err
