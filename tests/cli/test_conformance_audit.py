@@ -220,3 +220,24 @@ class TestWaitSaysWhatHappened:
         assert "withdrawn" in err, err
         assert "session ended" in err, err
         assert "ran out after 60" not in err
+
+
+class TestPauseIsClean:
+    def test_a_dropped_reservation_is_no_unclean_previous(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §5: ``previous`` is for a last holder that did not release cleanly. A
+        paused session (SPEC §5b: a checkpoint at a safe point) that ends drops its
+        reserved set; the next grantee is not warned of an unclean end."""
+        for sid in ("cli:low", "cli:high", "cli:next"):
+            register(meshctl, daemon, sid)
+        ok(meshctl("prioritize", "cli:high", "--rank", "5", env=daemon.env))
+        ok(meshctl("claim", "res:db", env=as_(daemon, "cli:low")))
+        ok(meshctl("preempt", "res:db", env=as_(daemon, "cli:high")))
+        ok(meshctl("pause", "--note", "at a safe point", env=as_(daemon, "cli:low")))
+        ok(meshctl("end", env=as_(daemon, "cli:low")))
+
+        got = ok(meshctl("claim", "res:db", "--json", env=as_(daemon, "cli:next")))
+
+        assert got.json()["previous"] is None, got
+        assert "did not release it cleanly" not in got.err

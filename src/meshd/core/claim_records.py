@@ -35,7 +35,9 @@ AuditAction = Literal[
 #: pause, a resume) and name no claim.
 ENDING = frozenset({"release", "expire", "lose", "steal"})
 NoticeKind = Literal["granted", "released", "expired", "stolen", "lost"]
-CLEAN_ENDS = frozenset({"released", "ended"})
+#: Ends that leave the next grantee no ``previous``: a release, an end, and SPEC §5b's
+#: checkpoint (a pause, and the reserved set dropped when its session resumes or ends).
+CLEAN_ENDS = frozenset({"released", "ended", "paused", "unreserved"})
 MAX_PREVIOUS = 10_000  # unclean ends remembered for the next grantee; oldest forgotten first
 MAX_AHEAD = 20  # earlier waiters named in a held reply; a queue of 10,000 is not listed in full
 
