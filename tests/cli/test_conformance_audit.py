@@ -241,3 +241,22 @@ class TestPauseIsClean:
 
         assert got.json()["previous"] is None, got
         assert "did not release it cleanly" not in got.err
+
+
+class TestErrorCodes:
+    def test_an_unknown_job_keeps_the_not_found_code(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """SPEC §3: a mesh error has a fixed numeric code for its ``data.code``; the
+        unknown job's NOT_FOUND carries the daemon's (as ``reply`` does), not -32000."""
+        mesh_env.write_config('[jobs.backup]\nresources = ["res:disk"]\n')
+        ok(meshctl("daemon", "reload", env=daemon.env))
+
+        run = meshctl("job", "run", "nosuch", "--json", "--", "true", env=daemon.env)
+        raw = daemon.call("job.get", {"name": "nosuch"})
+
+        assert run.code == 1, run
+        error = run.json()["error"]
+        assert error["data"]["code"] == "NOT_FOUND"
+        assert error["data"]["known"] == ["backup"]
+        assert error["code"] == raw["error"]["code"]

@@ -233,6 +233,7 @@ def _known(state: Any, name: str) -> dict[str, Any]:
             f"no job named {name!r} is declared"
             + (f"; known jobs: {', '.join(known)}" if known else "; none is declared"),
             "NOT_FOUND",
+            code=exc.code,  # the daemon's NOT_FOUND code, as every other refusal keeps
             data={"name": name, "known": known},
             hint="declare it as a [jobs.NAME] table in config.toml, then `meshctl daemon reload`",
         ) from exc
