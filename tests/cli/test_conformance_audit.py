@@ -260,3 +260,26 @@ class TestErrorCodes:
         assert error["data"]["code"] == "NOT_FOUND"
         assert error["data"]["known"] == ["backup"]
         assert error["code"] == raw["error"]["code"]
+
+
+class TestCheckWarning:
+    def test_the_json_warning_is_the_sentence_check_prints(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §5: ``check``'s answer reads as a human warning. ``--json``'s
+        ``warnings`` carry the very sentence the human form prints after ``held:``
+        (the key as written, the claim's reason), not another wording of it."""
+        register(meshctl, daemon, "cli:holder")
+        register(meshctl, daemon, "cli:sharer")
+        register(meshctl, daemon, "cli:me")
+        ok(meshctl("claim", "res:db", "--reason", "migrating", env=as_(daemon, "cli:holder")))
+        ok(meshctl("claim", "port:8080", "--shared", env=as_(daemon, "cli:sharer")))
+        me = as_(daemon, "cli:me")
+
+        for key in ("res:db", "port:8080"):
+            human = meshctl("check", key, env=me)
+            doc = meshctl("check", key, "--json", env=me).json()
+
+            assert human.code == 75, human
+            assert doc["warnings"] == [human.out.strip().removeprefix("held: ")], (doc, human)
+        assert doc["warnings"][0].startswith("cli:sharer is sharing port:8080 ")

@@ -34,14 +34,21 @@ def holder(st: MeshState, c: Claim) -> pc.ClaimHolder:
 
 
 def warning(st: MeshState, c: Claim) -> str:
-    """The human sentence: "cli:… is editing ~/p (branch x) since 14:02 — task"."""
+    """The human sentence: "cli:… is editing ~/p (branch x) since 14:02 — refactor".
+
+    The same sentence ``meshctl check`` prints after ``held:`` (``meshctl.
+    _claims.holder_line``): a shared claim "is sharing", a path "is editing", any
+    other key "holds" it, named as the key is written (``res:db``); after the dash
+    the claim's reason, else the holder's task.
+    """
     s = st.registry.sessions.get(c.session_id)
-    verb = "editing" if c.key.is_path else "holding"
+    verb = "is sharing" if c.mode == "shared" else "is editing" if c.key.is_path else "holds"
+    shown = describe(c.key, home=HOME) if c.key.is_path else c.resource
     branch = f" (branch {s.branch})" if s is not None and s.branch else ""
     since = datetime.fromtimestamp(c.since).strftime("%H:%M")
-    what = (s.task if s is not None and s.task else "") or c.reason
+    what = c.reason or (s.task if s is not None else "")
     tail = f" — {what}" if what else ""
-    return f"{c.session_id} is {verb} {describe(c.key, home=HOME)}{branch} since {since}{tail}"
+    return f"{c.session_id} {verb} {shown}{branch} since {since}{tail}"
 
 
 def previous(p: Previous) -> pc.ClaimPrevious:
