@@ -218,7 +218,7 @@ class TestWaitSaysWhatHappened:
 
         assert waiting.returncode == 75, (out, err)
         assert "withdrawn" in err, err
-        assert "session ended" in err, err
+        assert "session ended or paused" in err, err
         assert "ran out after 60" not in err
 
 

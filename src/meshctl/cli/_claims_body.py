@@ -99,8 +99,9 @@ def _ran_out(result: dict[str, Any], wait: float) -> None:
         from meshctl.cli._output import note
         from meshctl.cli._waiting import ran_out
 
-        if not result.get("holders") and not result.get("ahead"):  # withdrawn: its session ended
-            note(f"the wait was withdrawn after {result.get('waited_s', 0):g} s: its session ended")
+        if not result.get("holders") and not result.get("ahead"):  # withdrawn, not run out
+            waited = result.get("waited_s", 0)
+            note(f"the wait was withdrawn after {waited:g} s: its session ended or paused")
             return
         ran_out(wait, "still held", result.get("waited_s"))
 
