@@ -283,3 +283,40 @@ class TestCheckWarning:
             assert human.code == 75, human
             assert doc["warnings"] == [human.out.strip().removeprefix("held: ")], (doc, human)
         assert doc["warnings"][0].startswith("cli:sharer is sharing port:8080 ")
+
+
+class TestClockWords:
+    def test_a_preemption_says_until_when_not_ago(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """The grace's end is said as a clock time: the deadline comes in whole
+        seconds, and a 1 s grace read "ends 0s ago" the moment it was asked."""
+        mesh_env.write_config("[defaults]\npreempt_grace = 1\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        register(meshctl, daemon, "cli:low")
+        register(meshctl, daemon, "cli:boss")
+        ok(meshctl("prioritize", "cli:boss", "--rank", "3", env=daemon.env))
+        ok(meshctl("claim", "res:gpu", env=as_(daemon, "cli:low")))
+
+        asked = ok(meshctl("preempt", "res:gpu", env=as_(daemon, "cli:boss")))
+
+        assert "grace 1 s, until " in asked.out, asked
+        assert "ago" not in asked.out
+
+    def test_one_deferral_is_one_time(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        mesh_env.write_config(
+            '[jobs.backup]\nresources = ["res:disk"]\npolicy = "skip"\ncritical = true\n'
+        )
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        register(meshctl, daemon, "cli:holder")
+        ok(meshctl("claim", "res:disk", env=as_(daemon, "cli:holder")))
+        skipped = meshctl("job", "run", "backup", "--", "true", env=daemon.env)
+
+        radar = ok(meshctl("jobs", env=daemon.env)).out
+        sync = ok(meshctl("sync", env=as_(daemon, "cli:holder"))).out
+
+        assert skipped.code == 75, skipped
+        assert "deferred 1 time\n" in radar, radar
+        assert "backup: deferred 1 time," in sync, sync

@@ -91,7 +91,7 @@ def render_radar(rows: list[dict[str, Any]]) -> str:
         lines.append(_head(job))
         if run := job.get("running"):
             lines.append(f"    running, started {_when(run)} (session {run.get('session_id')})")
-        lines.append(f"    {_last(job)}; deferred {job.get('deferrals', 0)} times")
+        lines.append(f"    {_last(job)}; deferred {_times(job.get('deferrals', 0))}")
         for ev in job.get("pending") or []:
             held = _holders(ev.get("holders") or [])
             lines.append(f"    NOT RUN (critical) {_when(ev)}: held: {held}")
@@ -300,3 +300,8 @@ def _wait_loop(mesh: Any, name: str, deadline: float) -> dict[str, Any]:
         )
         if not result.get("timed_out") or time.monotonic() >= deadline:
             return result
+
+
+def _times(n: Any) -> str:
+    """``1 time``, ``3 times`` (``meshctl jobs`` and ``sync``)."""
+    return f"{n} time" if n == 1 else f"{n} times"

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from meshctl import _claims
-from meshctl.cli import _output, _time
+from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._params import Seconds
 
@@ -56,9 +56,10 @@ def _preempted(result: dict[str, Any]) -> str:
         lines.append(f"held: reason rank: your rank {result.get('rank', 0)} does not out-rank them")
         return "\n".join(lines)
     grace = f"{float(result.get('grace_s') or 0):g} s"
-    return "\n".join(
-        [f"asked: {w}" for w in who] + [f"grace {grace}, ends {_time.ago(result.get('deadline'))}"]
-    )
+    # The wall clock, not "in 4m": the deadline comes in whole seconds, so a relative
+    # time read "ends 0s ago" for a 1 s grace and "in 4m" for 300 s.
+    until = _claims.clock(result.get("deadline"))
+    return "\n".join([f"asked: {w}" for w in who] + [f"grace {grace}, until {until}"])
 
 
 @click.command()

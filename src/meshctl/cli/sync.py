@@ -78,7 +78,8 @@ def render_sync(doc: Doc, home: str | None = None) -> str:
                 f"{h.get('session_id')} on {h.get('resource')}" for h in last.get("holders") or []
             )
             times = len(job.get("pending") or [])
-            lines.append(f"  {job.get('name')}: deferred {times} times, last held by {who or '?'}")
+            said = f"{times} time" if times == 1 else f"{times} times"
+            lines.append(f"  {job.get('name')}: deferred {said}, last held by {who or '?'}")
     return "\n".join(lines)
 
 
