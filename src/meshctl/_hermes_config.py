@@ -123,6 +123,52 @@ def set_enabled(text: str, name: str, enabled: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What ``hermes plugins enable NAME --no-allow-tool-override`` writes under
+#: ``plugins.entries.NAME`` (and nothing a person configured).
+_ENABLE_ENTRY = re.compile(r"^\s+allow_tool_override:\s*(false|true)\s*$")
+_ENTRIES = re.compile(r"^(\s+)entries:\s*(#.*)?$")
+
+
+def drop_entry(text: str, name: str) -> str:
+    """``text`` without ``plugins.entries.NAME`` when it holds only what
+    ``hermes plugins enable`` wrote there (``allow_tool_override``), so an uninstall
+    leaves no trace of the plugin; an entry a person added settings to is kept."""
+    lines = text.splitlines()
+    span = _block(lines)
+    if span is None:
+        return text
+    first, end = span
+    for i in range(first, end):
+        m = _ENTRIES.match(lines[i])
+        if m is None:
+            continue
+        body = _under(lines, i, end)
+        for j in range(i + 1, body):
+            if lines[j].split(" #", maxsplit=1)[0].strip() != f"{name}:":
+                continue
+            k = _under(lines, j, body)
+            own = [x for x in lines[j + 1 : k] if x.strip()]
+            if not own or not all(_ENABLE_ENTRY.match(x) for x in own):
+                return text
+            del lines[j:k]
+            if _under(lines, i, body - (k - j)) == i + 1:
+                lines[i] = f"{m.group(1)}entries: {{}}"
+            return "\n".join(lines) + "\n"
+        return text
+    return text
+
+
+def _under(lines: list[str], at: int, end: int) -> int:
+    """Index past the last line nested under line ``at`` (deeper than it)."""
+    depth = len(lines[at]) - len(lines[at].lstrip())
+    past, j = at + 1, at + 1
+    while j < end and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > depth):
+        if lines[j].strip():
+            past = j + 1
+        j += 1
+    return past
+
+
 def is_enabled(text: str, name: str) -> bool:
     """Whether ``name`` is in ``plugins.enabled`` and not in ``plugins.disabled``."""
     lines = text.splitlines()

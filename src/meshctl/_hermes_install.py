@@ -270,6 +270,8 @@ def _edit_config(home: Path, enabled: bool) -> bool:
             return False
         text = ""
     edited = _hermes_config.set_enabled(text, PLUGIN_KEY, enabled)
+    if not enabled:  # and the entry `hermes plugins enable` wrote at install
+        edited = _hermes_config.drop_entry(edited, PLUGIN_KEY)
     if edited == text:
         return False
     fd, tmp = tempfile.mkstemp(dir=home, prefix=".config.yaml.")
@@ -337,7 +339,8 @@ def uninstall(name: str, home: Path) -> dict[str, Any]:
         shutil.rmtree(dest)
         removed = True
     # Not `hermes plugins disable`: it would add the key to plugins.disabled, a line we
-    # never wrote. Taking it out of plugins.enabled undoes what install did.
+    # never wrote. Taking it out of plugins.enabled (and plugins.entries, where
+    # `hermes plugins enable` put allow_tool_override) undoes what install did.
     disabled = _edit_config(home, False)
     return {"hermes_profile": name, "hermes_home": str(home), "removed": removed,
             "disabled": disabled}  # fmt: skip

@@ -96,6 +96,37 @@ class TestForeignAndUninstall:
         assert (other / "plugin.yaml").read_text() == "name: theirs\n"
         assert config.read_text() == before
 
+    def test_uninstall_after_hermes_enabled_it_leaves_no_trace_in_config(
+        self, hermes: Hermes
+    ) -> None:
+        """`hermes plugins enable` also wrote plugins.entries.meshd: uninstall takes it out
+        with the rest, and keeps what the person wrote."""
+        config = hermes.home / "config.yaml"
+        hermes.install()
+        assert "allow_tool_override" in config.read_text()
+        config.write_text(config.read_text() + "# mine\n")
+
+        done = hermes.meshctl("hermes", "uninstall")
+
+        assert done.returncode == 0, done.stderr
+        text = config.read_text()
+        assert "meshd" not in text
+        assert "# mine" in text
+        assert "meshd" not in plugins(hermes)
+
+    def test_uninstall_keeps_an_entry_the_person_configured(self, hermes: Hermes) -> None:
+        config = hermes.home / "config.yaml"
+        hermes.install()
+        text = config.read_text().replace(
+            "allow_tool_override: false", "allow_tool_override: false\n      note: mine"
+        )
+        config.write_text(text)
+
+        done = hermes.meshctl("hermes", "uninstall")
+
+        assert done.returncode == 0, done.stderr
+        assert "note: mine" in config.read_text()
+
     def test_status_flags_an_outdated_copy_and_install_updates_it(
         self, hermes: Hermes, daemon: DaemonHandle
     ) -> None:
