@@ -26,8 +26,10 @@ _SPACE = re.compile(r"\s+")
 
 def one_line(text: str, limit: int = MAX_TASK) -> str:
     """``text`` on one line, cut to ``limit`` characters."""
-    flat = _SPACE.sub(" ", text).strip()
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    head = text[: limit * 8]  # a pasted megabyte costs a hook nothing
+    flat = _SPACE.sub(" ", head).strip()
+    whole = len(text) == len(head)
+    return flat if len(flat) <= limit and whole else flat[: limit - 1] + "…"
 
 
 def sender_label(sender: str) -> str:
