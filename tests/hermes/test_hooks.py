@@ -51,8 +51,8 @@ invoke_hook("on_session_end", session_id=S, task_id="t-1", turn_id="turn-1", com
 snap("turn_end")
 deadline = time.monotonic() + 10
 while time.monotonic() < deadline:
-    me = {s["session_id"]: s for s in rpc("session.list")["sessions"]}[S]
-    if me["last_heartbeat"] > me["last_activity"]:
+    me = {s["session_id"]: s for s in rpc("session.list")["sessions"]}.get(S)
+    if me is None or me["last_heartbeat"] > me["last_activity"]:
         break
     time.sleep(0.1)
 snap("idle_beat")
@@ -70,12 +70,12 @@ snap("final")
 
 
 def run_hooks(
-    h: Hermes, platform: str = "cli", sid: str = "20261130_120000_aaaaaa"
+    h: Hermes, daemon: DaemonHandle, platform: str = "cli", sid: str = "20261130_120000_aaaaaa"
 ) -> dict[str, Any]:
     child = "20261130_120001_bbbbbb"
     code = f"import sys; PLATFORM = {platform!r}\n" + SCRIPT
     done = h.python(f"import sys; sys.argv = ['x', {sid!r}, {child!r}]\n" + code)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:] + daemon.logs()[-5000:]
     steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return {s["step"]: s["sessions"] for s in steps}
 
@@ -92,7 +92,7 @@ class TestLifecycle:
         hermes.install()
         sid, child = "20261130_120000_aaaaaa", "20261130_120001_bbbbbb"
 
-        steps = run_hooks(hermes, sid=sid)
+        steps = run_hooks(hermes, daemon, sid=sid)
 
         start = steps["start"][sid]
         assert (start["source"], start["status"], start["model"]) == ("cli", "idle", "fake-model")
@@ -102,6 +102,7 @@ class TestLifecycle:
         assert steps["pre_tool"][sid]["status"] == "tool-running"
         assert steps["pre_tool"][sid]["tools"] == ["terminal"]
         assert steps["turn_end"][sid]["status"] == "waiting-for-user"
+        assert sid in steps["idle_beat"], daemon.logs()[-5000:]
         idle = steps["idle_beat"][sid]
         assert idle["last_heartbeat"] > idle["last_activity"], "heartbeats must not move activity"
         assert steps["child"][child]["source"] == "subagent"
@@ -114,7 +115,7 @@ class TestLifecycle:
     ) -> None:
         hermes.install()
 
-        steps = run_hooks(hermes, platform="telegram")
+        steps = run_hooks(hermes, daemon, platform="telegram")
 
         [start] = steps["start"].values()
         assert start["source"] == "gateway:telegram"
@@ -123,13 +124,13 @@ class TestLifecycle:
 
     def test_cron_and_kanban_sources(self, daemon: DaemonHandle, hermes: Hermes) -> None:
         hermes.install()
-        cron = run_hooks(hermes, platform="cron", sid="cron_daily_20261130")
+        cron = run_hooks(hermes, daemon, platform="cron", sid="cron_daily_20261130")
         hermes.env["HERMES_KANBAN_TASK"] = "t_42"
 
-        kanban = run_hooks(hermes, sid="20261130_130000_cccccc")
+        kanban = run_hooks(hermes, daemon, sid="20261130_130000_cccccc")
 
         assert cron["start"]["cron_daily_20261130"]["source"] == "cron"
-        assert cron["turn_end"]["cron_daily_20261130"]["status"] == "idle"
+        assert "cron_daily_20261130" not in cron["turn_end"], "a cron run is over at its end"
         k = kanban["start"]["20261130_130000_cccccc"]
         assert (k["source"], k["kanban_task"]) == ("kanban", "t_42")
 
@@ -307,3 +308,61 @@ def test_a_tool_claim_has_a_ttl_that_activity_refreshes(
     before, after = json.loads(done.stdout.strip().splitlines()[-1])
     assert 0 < before <= 6
     assert after > before - 2.2 + 1, "the second turn re-armed the ttl"
+
+
+DOWN_TURN = r"""
+import json, sys, model_tools
+from hermes_cli.plugins import invoke_hook
+A, B = "20261130_200000_aaaaaaaa", "20261130_200001_bbbbbbbb"
+invoke_hook("on_session_start", session_id=A, model="m", platform="telegram")
+print("registered", flush=True)
+sys.stdin.readline()  # the daemon is stopped now
+turn = dict(task_id="t", turn_id="u", conversation_history=[], model="m", platform="telegram")
+invoke_hook("on_session_start", session_id=B, model="m", platform="telegram")
+invoke_hook("pre_llm_call", session_id=B, user_message="how is the deploy going?",
+            is_first_turn=True, sender_id="", **turn)
+invoke_hook("on_session_end", session_id=B, completed=True, interrupted=False, **turn)
+print("turned", flush=True)
+sys.stdin.readline()  # the test has seen B come back
+"""
+
+
+def test_a_turn_taken_while_the_daemon_was_down_shows_once_it_is_back(
+    fast_beats: None, daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """A gateway chat answers while meshd is stopped; when meshd is back, the plugin's
+    heartbeat thread registers that chat as it is (waiting for its user, with its
+    request as task), not as a blank idle session."""
+    import subprocess
+
+    from tests.support import wait_for
+
+    hermes.install()
+    proc = subprocess.Popen(
+        [str(hermes.bin / "python"), "-c", DOWN_TURN], env=hermes.environ(True),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "registered"
+        daemon.stop()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "turned"
+        daemon.start()
+
+        def b() -> Any:
+            return daemon.call("session.get", {"session_id": "20261130_200001_bbbbbbbb"}).get(
+                "result"
+            )
+
+        back = wait_for(b, timeout=60, what="the chat registered again")
+    finally:
+        proc.stdin.write("done\n")
+        proc.stdin.flush()
+        _, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 0, err[-3000:]
+    assert (back["source"], back["status"]) == ("gateway:telegram", "waiting-for-user")
+    assert back["task"] == "how is the deploy going?"

@@ -50,11 +50,13 @@ def hooks(rt: Runtime) -> dict[str, Hook]:
         **_: Any,
     ) -> dict[str, str] | None:
         t = rt.track(session_id, platform, str(model or ""))
-        if t is None or not t.registered:
+        if t is None:
             return None
-        task = _text.one_line(str(user_message or "")) if not t.group else None
+        task = None  # a group chat's messages are not one person's task; a cron
+        if not t.group and t.source != "cron":  # run's prompt is Hermes's, not the job's
+            task = _text.one_line(str(user_message or ""))
         rt.report(session_id, status="thinking", task=task or None)
-        if t.group:
+        if t.group or not t.registered:
             return None  # multi-party chats get no mesh context (SPEC §6)
         notes = [rt.presence_note(t)] if is_first_turn else []
         text = rt.deliver(t, [n for n in notes if n])
@@ -68,12 +70,12 @@ def hooks(rt: Runtime) -> dict[str, Hook]:
         **_: Any,
     ) -> None:
         t = rt.track(session_id)
-        if t is None or not t.registered:
+        if t is None:
             return
         rt.report(
             session_id, status="tool-running", tools=[tool_name], activity=f"running {tool_name}"
         )
-        if tool_name in WRITE_TOOLS and not t.group:
+        if tool_name in WRITE_TOOLS and t.registered and not t.group:
             rt.check_write(t, tool_name, args or {}, tool_call_id)
 
     def post_tool_call(
@@ -102,11 +104,12 @@ def hooks(rt: Runtime) -> dict[str, Hook]:
 
     def post_llm_call(session_id: str = "", platform: str = "", **_: Any) -> None:
         t = rt.sessions.get(session_id)
-        if t is not None and t.registered:
+        if t is not None:
             rt.report(session_id, status=_after_turn(platform or t.platform))
 
     def on_session_end(session_id: str = "", platform: str = "", **_: Any) -> None:
-        post_llm_call(session_id=session_id, platform=platform)
+        if not rt.run_over(session_id):
+            post_llm_call(session_id=session_id, platform=platform)
 
     def on_session_finalize(session_id: str = "", reason: str = "", **_: Any) -> None:
         rt.end(session_id, reason or "ended")

@@ -20,6 +20,7 @@ liveness and the process's pid, so the daemon expires it at once if Hermes dies.
 from __future__ import annotations
 
 import contextvars
+import json
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -48,6 +49,39 @@ def source_of(session_id: str, platform: str) -> str:
     if platform in ("", "cli", "tui"):
         return platform or "cli"
     return f"gateway:{platform}"
+
+
+def hermes_home() -> str:
+    """This process's Hermes home, as Hermes resolves it (a profile's folder)."""
+    try:
+        import importlib
+
+        return str(importlib.import_module("hermes_constants").get_hermes_home())
+    except Exception:
+        return os.environ.get("HERMES_HOME") or os.path.expanduser("~/.hermes")
+
+
+def cron_task(session_id: str) -> str:
+    """The task of a Hermes cron run: its job's name (``cron_<job id>_<time>``).
+
+    Never the prompt Hermes assembles for the run: that starts with Hermes's own
+    instructions to the model and may carry a pre-run script's output or another
+    job's report, which are not the session's words (SPEC §6). The job is read from
+    ``$HERMES_HOME/cron/jobs.json`` (read only: Hermes's ``load_jobs`` may rewrite it).
+    """
+    job_id = session_id.removeprefix("cron_").rsplit("_", 2)[0]
+    name = ""
+    try:
+        with open(os.path.join(hermes_home(), "cron", "jobs.json"), encoding="utf-8-sig") as f:
+            data = json.load(f)
+        jobs = data.get("jobs", []) if isinstance(data, dict) else data
+        for job in jobs if isinstance(jobs, list) else []:
+            if isinstance(job, dict) and job.get("id") == job_id:
+                name = str(job.get("name") or "")
+                break
+    except (OSError, ValueError):
+        pass
+    return _text.one_line(f"cron job {name or job_id}")
 
 
 def working_dir() -> str:
@@ -127,7 +161,6 @@ class Runtime:
         self.sessions: dict[str, Tracked] = {}
         self.parents: dict[str, str] = {}
         self.groups: set[str] = set()
-        self.ended: set[str] = set()
         self.last_session: str | None = None
         self.interval = 5.0
         self._lock = threading.RLock()
@@ -147,10 +180,11 @@ class Runtime:
             t = self.sessions.get(session_id)
             if t is None:
                 t = Tracked(session_id, source_of(session_id, platform), platform)
+                if t.source == "cron":
+                    t.task = cron_task(session_id)
                 t.parent = self.parents.get(session_id)
                 t.group = session_id in self.groups
                 self.sessions[session_id] = t
-                self.ended.discard(session_id)
             if model and not t.model:
                 t.model = model
             if t.source != "subagent":
@@ -196,12 +230,14 @@ class Runtime:
     def report(self, session_id: str, **fields: Any) -> None:
         """Report a status change (moves ``last_activity``); registers first when needed."""
         t = self.sessions.get(session_id)
-        if t is None or not t.registered:
+        if t is None:
             return
-        if fields.get("status"):
-            t.status = str(fields["status"])
+        if fields.get("status"):  # kept even while unregistered: a later registration
+            t.status = str(fields["status"])  # (daemon back) says where the session is
         if fields.get("task"):
             t.task = str(fields["task"])
+        if not t.registered:
+            return
         params = {"session_id": session_id, **{k: v for k, v in fields.items() if v is not None}}
         self.link.call("session.heartbeat", params, forgotten=lambda: self._again(t, params))
 
@@ -212,11 +248,24 @@ class Runtime:
 
     def end(self, session_id: str, reason: str = "ended") -> None:
         """``on_session_finalize`` / ``subagent_stop``: end it on the mesh (releases claims)."""
-        with self._lock:
+        with self._lock:  # nothing of an ended session is kept (a gateway runs for weeks)
             t = self.sessions.pop(session_id, None)
-            self.ended.add(session_id)
+            self.parents.pop(session_id, None)
+            self.groups.discard(session_id)
         if t is not None and t.registered:
             self.link.call("session.end", {"session_id": session_id, "reason": reason})
+
+    def run_over(self, session_id: str) -> bool:
+        """``on_session_end`` of a run that was the whole session: a cron job's (ended here).
+
+        A cron run is one turn and Hermes never finalizes it: in a gateway's ticker it
+        would otherwise stay on the mesh, idle and heartbeated, for good.
+        """
+        t = self.sessions.get(session_id)
+        if t is None or t.source != "cron":
+            return False
+        self.end(session_id, "cron job finished")
+        return True
 
     def subagent(self, parent: str | None, child: str | None) -> None:
         """Remember a delegated child's parent, so it registers with the link."""
