@@ -366,3 +366,53 @@ def test_a_turn_taken_while_the_daemon_was_down_shows_once_it_is_back(
     assert proc.returncode == 0, err[-3000:]
     assert (back["source"], back["status"]) == ("gateway:telegram", "waiting-for-user")
     assert back["task"] == "how is the deploy going?"
+
+
+HUNG = r"""
+import json, sys, time, model_tools
+from hermes_cli.plugins import invoke_hook
+import hermes_plugins.meshd._client as client
+import hermes_plugins.meshd._plugin as plugin
+S = "20261130_210000_cccccc"
+invoke_hook("on_session_start", session_id=S, model="m", platform="cli")
+print("registered", flush=True)
+sys.stdin.readline()  # the daemon is stopped (SIGSTOP): it accepts, it never answers
+invoke_hook("pre_tool_call", tool_name="terminal", args={"command": "ls"}, session_id=S,
+            task_id="t", tool_call_id="c", turn_id="u")
+link = plugin._RUNTIMES["rt"].link
+print(json.dumps({"paused_for": link._paused_until - time.monotonic(),
+                  "pause": client.PAUSE_AFTER_TIMEOUT}), flush=True)
+"""
+
+
+def test_a_hung_daemon_costs_one_hook_the_timeout_then_calls_pause(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """A daemon that accepts and never answers: the hook that waited out the timeout
+    pauses every later call for PAUSE_AFTER_TIMEOUT, so the agent loop is not held up
+    again a moment later (it was paused 0.5 s only: the client's fail-open turned the
+    timeout into "unreachable")."""
+    import signal
+    import subprocess
+
+    hermes.install()
+    assert daemon.proc is not None
+    proc = subprocess.Popen(
+        [str(hermes.bin / "python"), "-c", HUNG], env=hermes.environ(True),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "registered"
+        daemon.proc.send_signal(signal.SIGSTOP)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 0, err[-3000:]
+    doc = json.loads(line)
+    assert doc["paused_for"] > doc["pause"] / 2

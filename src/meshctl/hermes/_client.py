@@ -7,8 +7,10 @@ environment of its own that has no session-mesh), else the installed ``meshctl``
 
 Hermes gives hooks no timeout (0.19.0), so every call here has a short one, the
 daemon is never started from inside Hermes, and an unreachable daemon makes every
-call return None at once: the client fails open and retries with backoff, so a
+call return None at once: the Link fails open and retries with backoff, so a
 daemon that is down costs a hook one failed ``connect`` now and then, nothing more.
+A daemon that accepts but does not answer (stopped, hung) costs one hook the
+timeout, then every call is skipped for at least ``PAUSE_AFTER_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 HOOK_TIMEOUT = 0.5
 #: How long the last answer to "is the mesh there?" is trusted (tools' check_fn).
 AVAILABLE_TTL = 2.0
-#: After a reply timed out, calls return None at once for this long.
+#: After a reply timed out, calls return None at once for this long (then doubling).
 PAUSE_AFTER_TIMEOUT = 5.0
 #: While the daemon is unreachable, calls are skipped for this long, doubling up to the max.
 BACKOFF_FIRST = 0.5
@@ -118,7 +120,7 @@ def where(hermes_profile: str) -> tuple[str, str | None]:
 class Link:
     """Calls to meshd for hooks and tools: short timeouts, None while unreachable.
 
-    One :class:`meshctl.Mesh` (fail_open, no autostart) per Link. Hooks on several
+    One :class:`meshctl.Mesh` (no autostart) per Link. Hooks on several
     threads share it (a call that waits, like an ask, holds up no other thread's call);
     the heartbeat thread still keeps a Link of its own, so a hung daemon's timeout on a
     hook's call (which closes that connection) never costs it a heartbeat.
@@ -128,8 +130,10 @@ class Link:
         self.lib = library()
         self.profile = profile
         self.socket = socket
+        # Not the client's own fail_open: it turns a hung daemon's timeout into the same
+        # None as an unreachable one, and this Link pauses longer after a timeout.
         self.mesh: Any = self.lib.Mesh(
-            profile, socket, autostart=False, fail_open=True, timeout=timeout
+            profile, socket, autostart=False, fail_open=False, timeout=timeout
         )
         self.disabled = False
         self._checked_at = -AVAILABLE_TTL
@@ -168,16 +172,18 @@ class Link:
             if forgotten is not None:
                 forgotten()
             return None
-        except lib.MeshTimeout:
-            self._pause(PAUSE_AFTER_TIMEOUT)
+        except lib.MeshTimeout:  # hung: a long pause, doubling like the backoff
+            self._backoff = max(self._backoff, PAUSE_AFTER_TIMEOUT)
+            self._pause(self._backoff)
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+            return None
+        except lib.MeshUnavailable:
+            self._pause(self._backoff)
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
             return None
         except lib.MeshError:
             return None
-        if result is None:  # unreachable (the client fails open): back off
-            self._pause(self._backoff)
-            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
-        else:
-            self._backoff = BACKOFF_FIRST
+        self._backoff = BACKOFF_FIRST
         return result
 
     @property
