@@ -13,17 +13,19 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _text
-from ._runtime import INTERACTIVE, WRITE_TOOLS, Runtime
+from ._runtime import INTERACTIVE, WRITE_TOOLS, Runtime, in_background_agent
 
 log = logging.getLogger("meshd.hermes")
 Hook = Callable[..., Any]
 
 
 def _safe(fn: Hook) -> Hook:
-    """Never let a mesh problem become a Hermes problem."""
+    """Never let a mesh problem become a Hermes problem; skip Hermes's background agents."""
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Any:
+        if in_background_agent():
+            return None  # a review fork or the curator: not the session's turn
         try:
             return fn(**kwargs)
         except Exception:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextvars
 import json
 import os
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -49,6 +50,25 @@ def source_of(session_id: str, platform: str) -> str:
     if platform in ("", "cli", "tui"):
         return platform or "cli"
     return f"gateway:{platform}"
+
+
+def in_background_agent() -> bool:
+    """Whether this thread runs one of Hermes's background agents, not a session's turn.
+
+    Hermes's memory/skill review fork runs after a turn under the *parent's* session
+    id and platform, on a thread of its own, and so does the skill curator's agent;
+    their hooks would report the review prompt as the session's task and hand the
+    session's inbox to the fork. Hermes marks both with the write origin
+    ``background_review`` (a ContextVar set at each of their turns; 0.19.0's
+    ``tools.skill_provenance``). Never imports anything: no fork, no module.
+    """
+    mod = sys.modules.get("tools.skill_provenance")
+    if mod is None:
+        return False
+    try:
+        return bool(mod.get_current_write_origin() == "background_review")
+    except Exception:
+        return False
 
 
 def hermes_home() -> str:
