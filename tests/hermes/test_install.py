@@ -163,6 +163,23 @@ def test_all_profiles_reach_every_profile(hermes: Hermes, tmp_path: Path) -> Non
     assert (root / "profiles" / "worker1" / "plugins" / "meshd" / "plugin.yaml").exists()
 
 
+def test_install_says_how_to_start_each_profiles_daemon(hermes: Hermes) -> None:
+    """The plugin never starts meshd: after --all-profiles, a profile whose daemon is
+    not running (a Kanban worker's assignee) is named with the command that starts it."""
+    root = Path(hermes.env["HOME"]) / ".hermes"
+    (root / "profiles" / "worker1").mkdir(parents=True)
+    env = {k: v for k, v in hermes.env.items() if k not in ("HERMES_HOME", "MESH_SOCKET")}
+    h = Hermes(home=root, bin=hermes.bin, env=env)
+
+    installed = h.meshctl("hermes", "install", "--all-profiles", path=False)
+    status = h.meshctl("hermes", "status", "--all-profiles", path=False)
+
+    assert installed.returncode == 0, installed.stderr
+    assert "`meshctl daemon start --profile worker1`" in installed.stdout
+    assert "`meshctl daemon start --profile default`" in installed.stdout
+    assert "`meshctl daemon start --profile worker1`" in status.stdout
+
+
 def test_the_entry_point_loads_the_plugin_when_session_mesh_is_in_hermes_env(
     hermes: Hermes, daemon: DaemonHandle, short_tmp: Path
 ) -> None:

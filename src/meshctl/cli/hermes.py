@@ -59,6 +59,7 @@ def install(all_profiles: bool, hermes_home: str | None) -> None:
       meshctl hermes install --all-profiles
     """
     from meshctl import _hermes_install as hi
+    from meshctl._spawn import daemon_running
 
     state = get_state()
     done = []
@@ -67,6 +68,8 @@ def install(all_profiles: bool, hermes_home: str | None) -> None:
             done.append(hi.install(name, home, _mesh_profile(name), state.socket))
         except hi.InstallError as exc:
             raise _output.Failure(str(exc), "HERMES_INSTALL") from exc
+    for d in done:
+        d["daemon_reachable"] = bool(daemon_running(d["profile"], d["socket"]))
 
     def human() -> str:
         lines = []
@@ -78,9 +81,22 @@ def install(all_profiles: bool, hermes_home: str | None) -> None:
                 f"(via {d['enabled_by']}); mesh profile {d['profile']}."
             )
         lines.append("New Hermes sessions join the mesh; restart a running gateway.")
+        idle = {(d["profile"], d["socket"]) for d in done if not d["daemon_reachable"]}
+        lines += [_start_hint(profile, socket) for profile, socket in sorted(idle, key=str)]
         return "\n".join(lines)
 
     _output.emit(state.json, done, human)
+
+
+def _start_hint(profile: str, socket: str | None) -> str:
+    """How to start the daemon a Hermes profile's sessions talk to (the plugin never does:
+    a Kanban worker or a second profile's chat would otherwise stay off the mesh unseen)."""
+    where = f" --socket {socket}" if socket else ""
+    return (
+        f"meshd for mesh profile {profile} is not running, and Hermes never starts it: "
+        f"`meshctl daemon start --profile {profile}{where}` (or `meshctl service install "
+        f"--profile {profile}` to have it from login on)."
+    )
 
 
 @hermes.command()
@@ -153,6 +169,8 @@ def status(all_profiles: bool, hermes_home: str | None) -> None:
                     else f", daemon NOT reachable (profile {r['profile']})"
                 )
             lines.append(f"{r['hermes_profile']} ({r['hermes_home']}): {state_}")
+            if r["installed"] and not r["daemon_reachable"]:
+                lines.append("  " + _start_hint(r["profile"], r["socket"]))
         return "\n".join(lines)
 
     _output.emit(state.json, rows, human)
