@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -208,6 +209,45 @@ class TestRefusals:
         assert why in info.value.message
         assert info.value.data["code"] == "BAD_KEY"
         assert info.value.data["key"] == raw[:200] + ("…" if len(raw) > 200 else "")
+
+
+class TestNotUtf8:
+    """Names are bytes on Linux: one that is not UTF-8 cannot be stored or sent."""
+
+    @pytest.fixture
+    def odd(self, root: Path) -> Path:
+        """``root/caf\\xe9`` (Latin-1), a real folder, and ``root/link`` to it."""
+        os.mkdir(os.path.join(os.fsencode(root), b"caf\xe9"))
+        os.symlink(os.path.join(os.fsencode(root), b"caf\xe9"), root / "link")
+        return root
+
+    @pytest.mark.parametrize(
+        "raw", ["file:{r}/link/a", "{r}/link", "repo:{r}/link", "branch:{r}/link:main",
+                "file:{r}/link/../link/b"],
+    )  # fmt: skip
+    def test_a_key_resolving_into_it_is_refused(self, odd: Path, raw: str) -> None:
+        with pytest.raises(BadKey) as err:
+            key(raw.format(r=odd), odd)
+
+        assert 'whose component "caf\\xe9" is not UTF-8' in str(err.value)
+        assert err.value.data["component"] == "caf\\xe9"
+        str(err.value).encode("utf-8")  # the message itself can be sent
+        json.dumps(err.value.data, ensure_ascii=False).encode("utf-8")
+
+    def test_a_key_beside_it_is_not(self, odd: Path) -> None:
+        assert key(f"file:{odd}/cafe", odd).value == f"{odd}/cafe"
+
+    def test_a_home_not_named_in_utf8_refuses_no_other_key(self, odd: Path) -> None:
+        """The home folder is only compared with, never sent."""
+        home = os.fsdecode(os.path.join(os.fsencode(odd), b"caf\xe9"))
+        assert canonical_key(f"file:{odd}/x", home=home).value == f"{odd}/x"
+
+    def test_a_key_given_with_lone_surrogates_is_refused_escaped(self, root: Path) -> None:
+        """Never off the wire (JSON is UTF-8), but a caller in-process could."""
+        with pytest.raises(BadKey, match="not UTF-8") as err:
+            key("res:caf\udce9", root)
+
+        assert err.value.data["key"] == "res:caf\\xe9"
 
 
 class TestRoundTrip:

@@ -239,6 +239,14 @@ def _fleet_paths(path: Path, raw: list[str]) -> tuple[str, ...]:
         real = os.path.realpath(p)
         if real == "/":
             raise ConfigError(f"{path}: key `fleet.shared_paths`: `/` would share every file")
+        try:  # fleet.status sends it; a key under it is refused BAD_KEY anyway (keys.py)
+            real.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = real.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise ConfigError(
+                f'{path}: key `fleet.shared_paths`: {item!r} resolves to "{shown}", '
+                "a name that is not UTF-8; rename it or share another folder"
+            ) from None
         folders.append(real)
     return tuple(dict.fromkeys(folders))
 

@@ -17,8 +17,14 @@ Kinds::
 
 Refused with :class:`~meshd.protocol.errors.BadKey` (the message names the key,
 says what is wrong and what to do): relative paths, empty values, unknown kinds,
-control and bidi-override characters, keys over 4096 bytes, and -- unless
+control and bidi-override characters, keys over 4096 bytes, paths that resolve
+(through a link, or as written) to a name that is not UTF-8, and -- unless
 ``broad`` -- ``file:/``, the home folder and the folders above it.
+
+Why the UTF-8 rule: Linux file names are bytes, and Python reads one that is not
+UTF-8 as a string with lone surrogates (``surrogateescape``). Such a key could be
+neither stored (SQLite refuses it: the grant's commit failed) nor written as JSON
+(a reply listing it failed), so it is refused here, where the user learns why.
 """
 
 from __future__ import annotations
@@ -83,8 +89,40 @@ class Key:
 
 
 def _refuse(raw: str, what: str, todo: str, **data: str) -> BadKey:
-    shown = raw if len(raw) <= 200 else raw[:200] + "…"
+    shown = _escaped(raw if len(raw) <= 200 else raw[:200] + "…")
     return BadKey(f"bad resource key {shown!r}: {what}; {todo}", {"key": shown, **data})
+
+
+def _escaped(text: str) -> str:
+    """``text`` as it can be shown and sent: a byte that is not UTF-8 (a lone
+    surrogate, as Python reads it from a file name) becomes ``\\xff``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
+def _utf8(raw: str, real: str) -> str:
+    """``real``, refused when a component of it is not UTF-8 (see the module doc).
+
+    The check costs one encode, which the length check needs anyway."""
+    try:
+        size = len(real.encode("utf-8"))
+    except UnicodeEncodeError:
+        bad = next(n for n in real.split("/") if _escaped(n) != n)
+        raise _refuse(
+            raw,
+            f'it resolves to "{_escaped(real)}", whose component "{_escaped(bad)}" is not '
+            "UTF-8, so the key could be neither stored nor sent",
+            "rename that file or folder to UTF-8, or claim a path outside it",
+            component=_escaped(bad),
+        ) from None
+    if size > MAX_KEY_BYTES:
+        raise _refuse(
+            raw, f"it resolves to more than {MAX_KEY_BYTES} bytes", "claim a shorter path"
+        )
+    return real
 
 
 def path_key(kind: str, path: str) -> Key:
@@ -112,7 +150,11 @@ def canonical_key(raw: str, *, cwd: str | None = None, home: str, broad: bool = 
         raise _refuse(str(raw), "it is empty", "give a key such as file:/path or port:8080")
     if _CONTROL_RE.search(raw):
         raise _refuse(raw, "it contains control or bidi-override characters", "remove them")
-    if len(raw.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+    try:
+        size = len(raw.encode("utf-8"))
+    except UnicodeEncodeError:  # never off the wire (JSON is UTF-8): a caller's bug
+        raise _refuse(raw, "it is not UTF-8", "give the key as UTF-8 text") from None
+    if size > MAX_KEY_BYTES:
         raise _refuse(raw, f"it is longer than {MAX_KEY_BYTES} bytes", "claim a shorter key")
     if raw[0] in "/~":
         return _path(raw, "file", raw, home, broad)
@@ -224,19 +266,16 @@ def realpath(path: str) -> str:
 
 
 def _real(raw: str, path: str) -> str:
+    """``path`` resolved, not yet checked (the home folder is only compared, never
+    sent: a home that is not UTF-8 must not refuse every other key)."""
     try:
-        real = realpath(path)  # non-strict: a path that does not exist yet is fine
+        return realpath(path)  # non-strict: a path that does not exist yet is fine
     except (OSError, ValueError) as exc:
         raise _refuse(raw, f"the path cannot be resolved ({exc})", "check the path") from exc
-    if len(real.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
-        raise _refuse(
-            raw, f"it resolves to more than {MAX_KEY_BYTES} bytes", "claim a shorter path"
-        )
-    return real
 
 
 def _path(raw: str, kind: str, value: str, home: str, broad: bool) -> Key:
-    real = _real(raw, _expand(raw, value, home))
+    real = _utf8(raw, _real(raw, _expand(raw, value, home)))
     key = path_key(kind, real)
     if not broad:  # only the parts count: no Key is built for the home folder
         home_parts = _parts(_real(raw, home))
@@ -258,7 +297,7 @@ def _branch(raw: str, value: str, home: str) -> Key:
         raise _refuse(raw, "it is not branch:/repo:NAME", "write e.g. branch:/home/u/project:main")
     if name != name.strip():
         raise _refuse(raw, "the branch name starts or ends with spaces", "remove them")
-    real = _real(raw, _expand(raw, repo, home))
+    real = _utf8(raw, _real(raw, _expand(raw, repo, home)))
     return Key("branch", f"{path_key('repo', real).value}:{name}")
 
 

@@ -110,6 +110,25 @@ def test_shared_paths_cover_their_descendants_across_hosts(
     assert acquire(h1, a, f"file:{shared}/repo/src/a.py")["status"] == "held"
 
 
+def test_a_key_into_a_folder_not_named_in_utf8_is_refused(
+    fleet_hosts: HostFactory, tmp_path: Any
+) -> None:
+    """Under ``shared_paths``, through a link into a folder whose name is not UTF-8:
+    refused BAD_KEY before the bucket (it went there, and came back UNAVAILABLE)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.mkdir(os.path.join(os.fsencode(shared), b"caf\xe9"))
+    os.symlink(os.path.join(os.fsencode(shared), b"caf\xe9"), shared / "link")
+    (h1,) = fleet_hosts(1, fleet_extra=f'shared_paths = ["{shared}"]')
+    key = f"file:{shared}/link/a"
+
+    reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": register(h1), "resources": [key]})
+
+    assert reply["error"]["data"]["code"] == "BAD_KEY", reply
+    assert '"caf\\xe9" is not UTF-8' in reply["error"]["message"]
+    assert h1.call("claim.list")["claims"] == []
+
+
 def test_shared_mode_across_hosts(fleet_hosts: HostFactory) -> None:
     h1, h2, h3 = fleet_hosts(3)
     a, b, c = register(h1), register(h2), register(h3)

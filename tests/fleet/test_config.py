@@ -94,6 +94,18 @@ def test_broken_table_is_a_config_error(short_tmp: Path, text: str, expect: str)
     assert expect in str(err.value)
 
 
+def test_a_shared_path_into_a_folder_not_named_in_utf8_is_refused(short_tmp: Path) -> None:
+    """It resolved to a string that could not be sent (fleet.status) nor matched by
+    any key (those are refused BAD_KEY): refused at load, naming it escaped."""
+    os.mkdir(os.path.join(os.fsencode(short_tmp), b"caf\xe9"))
+    os.symlink(os.path.join(os.fsencode(short_tmp), b"caf\xe9"), short_tmp / "link")
+    with pytest.raises(config.ConfigError, match="not UTF-8") as err:
+        load(short_tmp, f"[fleet]\nurl = 'nats://x:1'\nshared_paths = ['{short_tmp}/link']\n")
+
+    assert '"caf\\xe9"' not in str(err.value)  # the whole path, escaped once
+    assert 'caf\\xe9", a name that is not UTF-8' in str(err.value)
+
+
 def test_creds_and_nkey_together_refused(short_tmp: Path) -> None:
     (short_tmp / "a").write_text("x")
     with pytest.raises(config.ConfigError, match="give one, not both"):
