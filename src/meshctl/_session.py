@@ -16,7 +16,7 @@ import os
 
 from meshctl import _claims
 from meshctl import _log as log
-from meshd.protocol.contract import REPORTED
+from meshd.protocol.contract import REPORTED, reportable
 from meshd.protocol.errors import MeshError
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
@@ -94,7 +94,7 @@ class SessionCore:
             "task": task,
             "liveness": liveness,
             "pid": os.getpid(),
-            "cwd": os.getcwd(),
+            "cwd": reportable(os.getcwd()),
             **fields,
         }
         if bind:

@@ -91,6 +91,7 @@ def register_params(
         pid = ppid  # the caller of meshctl, not meshctl itself (it exits at once)
     params: dict[str, Any] = {"task": task, "liveness": liveness, "host": host}
     from meshctl.cli._git import git_place
+    from meshd.protocol.contract import reportable  # a name not in UTF-8, escaped
 
     place = git_place(cwd) if cwd else None
     optional = {
@@ -101,10 +102,10 @@ def register_params(
         "parent": parent,
         "slot": slot,
         "status": status,
-        "cwd": cwd,
-        "repo": place and place.repo,
+        "cwd": cwd and reportable(cwd),
+        "repo": place and place.repo and reportable(place.repo),
         "branch": place and place.branch,
-        "worktree": place and place.worktree,
+        "worktree": place and place.worktree and reportable(place.worktree),
         "accept_queries": None if queries else False,
         "accept_messages": None if messages else False,
     }

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshctl.cli import _output
 from meshctl.cli._context import State
+from meshd.protocol.contract import reportable
 from meshd.protocol.errors import MeshError
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def own_params(state: State, source: str, task: str) -> dict[str, Any]:
         "host": socket.gethostname(),
     }
     with contextlib.suppress(OSError):
-        params["cwd"] = os.getcwd()
+        params["cwd"] = reportable(os.getcwd())
     if state.session:
         params["parent"] = state.session
     return params

@@ -104,6 +104,15 @@ def cron_task(session_id: str) -> str:
     return _text.one_line(f"cron job {name or job_id}")
 
 
+def _reportable(path: str | None) -> str | None:
+    """A reported path with a name that is not UTF-8 shown escaped (``caf\\xe9``):
+    JSON carries only UTF-8 (meshd.protocol.contract.reportable, which the plugin
+    does not carry)."""
+    if path is None:
+        return None
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def working_dir() -> str:
     """Where this process's tools work: ``TERMINAL_CWD`` when Hermes set one, else cwd."""
     cwd = os.environ.get("TERMINAL_CWD", "")
@@ -218,8 +227,9 @@ class Runtime:
         repo, branch, worktree = _client.git_place(cwd)
         params: dict[str, Any] = {
             "session_id": t.session_id, "source": t.source, "task": t.task,
-            "status": t.status, "model": t.model, "pid": os.getpid(), "cwd": cwd,
-            "repo": repo, "branch": branch, "worktree": worktree, "liveness": "heartbeat",
+            "status": t.status, "model": t.model, "pid": os.getpid(),
+            "cwd": _reportable(cwd), "repo": _reportable(repo), "branch": branch,
+            "worktree": _reportable(worktree), "liveness": "heartbeat",
         }  # fmt: skip
         if t.parent:
             params["parent"] = t.parent

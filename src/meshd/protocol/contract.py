@@ -28,6 +28,21 @@ REPORTED_PATHS = ("cwd", "repo", "worktree")
 """The reported fields that are absolute paths."""
 
 
+def reportable(path: str) -> str:
+    """``path`` as a session reports it: a name that is not UTF-8 (bytes, which Python
+    reads with lone surrogates) shown escaped, ``/srv/caf\\xe9``.
+
+    JSON carries only UTF-8, so such a cwd failed the whole registration in the
+    client's encoder. A reported path is only shown and compared, never claimed, so
+    the escaped spelling is enough (a claim under it is refused BAD_KEY instead:
+    escaped, it would name another path)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
 def check_profile(name: str) -> str:
     """Return ``name`` if it is a valid profile name, else raise ``ValueError``."""
     if not PROFILE_RE.match(name) or name in {".", ".."}:
