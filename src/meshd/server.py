@@ -258,11 +258,16 @@ class Server:
         """The peer left with requests of it still waiting (up to 128): withdraw them,
         :data:`WITHDRAW_PER_TURN` a turn, so 100 clients hanging up at once do not stall
         the loop for all their waits in one pass (pings waited 25-80 ms while 100 closes
-        withdrew 10,000 waits at once). A grant that comes meanwhile is answered to a
-        peer that left, as one a moment before its close would have been; what is left
-        when the connection closes is withdrawn by its ``finally`` (:meth:`_handle`)."""
-        await self.turns.wait()
+        withdrew 10,000 waits at once). Each is told at once that its caller left
+        (:meth:`Later.leave`): meanwhile none is granted, neither by a release nor by the
+        withdrawal of an earlier wait of the same connection (SPEC §5: a waiter is
+        cancelled when its connection closes; a session held keys its departed client
+        never heard of). What is left when the connection closes is withdrawn by its
+        ``finally`` (:meth:`_handle`)."""
         later = c.later
+        for x in later:
+            x.leave()
+        await self.turns.wait()
         while later and not c.closed:
             c.withdraw(WITHDRAW_PER_TURN)
             if later:

@@ -691,6 +691,23 @@ class TestCancel:
 
         assert ("c", "port:2") in tb.holders()
 
+    def test_a_leaving_waiter_is_withdrawn_when_it_comes_up_not_granted(self, tb: Table) -> None:
+        """A waiter whose caller left (``leave``: its connection closed, the withdrawal
+        not done yet) is withdrawn when it would be granted, and the next one goes."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", wait=True, waiter_id="wb")
+        tb.acquire("c", "port:1", wait=True, waiter_id="wc")
+        tb.t.drain()
+
+        tb.t.leave("wb")
+        tb.release("a")
+        out = tb.t.drain()
+
+        assert [(x.waiter_id, x.why) for x in out.cancelled] == [("wb", "closed")]
+        assert [n.session_id for n in out.notices if n.kind == "granted"] == ["c"]
+        assert tb.holders() == {("c", "port:1")}
+        assert tb.t.waiting() == ()
+
     def test_deferred_wake_lets_later_waiters_go_once(self, tb: Table) -> None:
         """Withdrawals with wake=False grant nothing until wake_deferred, then in order."""
         tb.grant("a", "port:1")

@@ -47,7 +47,7 @@ class Request(msgspec.Struct, frozen=True, gc=False):
 class Waiter:
     """A queued request: its place in line and what it is parked on."""
 
-    __slots__ = ("parked", "rank", "request", "seq", "since", "waiter_id")
+    __slots__ = ("leaving", "parked", "rank", "request", "seq", "since", "waiter_id")
 
     def __init__(self, waiter_id: str, seq: int, rank: int, request: Request, since: float):
         self.waiter_id = waiter_id
@@ -56,6 +56,8 @@ class Waiter:
         self.request = request
         self.since = since
         self.parked: Ref | None = None
+        self.leaving = False
+        """Its caller left: withdrawn when it comes up, never granted (:meth:`WaitQueue.leave`)."""
 
     @property
     def order(self) -> Order:
@@ -136,6 +138,15 @@ class WaitQueue:
             self.trie.remove_waiter(key, waiter.order, sid, waiter.mode == "exclusive")
         self.park(waiter, None)
         self.release_ref(("w", wid))
+
+    def leave(self, waiter_id: str) -> None:
+        """Its caller left (its connection closed) and the wait is withdrawn shortly:
+        the table withdraws it instead of granting it meanwhile (SPEC §5: a waiter is
+        cancelled when its connection closes), whatever lets it go first -- a release,
+        or the withdrawal of an earlier wait of the same connection."""
+        waiter = self.waiters.get(waiter_id)
+        if waiter is not None:
+            waiter.leaving = True
 
     def rerank(self, waiter: Waiter, rank: int) -> None:
         """Move ``waiter`` in line to ``rank``; it and those parked on it are marked."""

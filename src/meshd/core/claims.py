@@ -95,6 +95,7 @@ class ClaimTable:
         # the indexes the hot paths read, by their own names (the same dicts)
         self._by_session = self._held.by_session
         self._waiters = self._queue.waiters
+        self.leave = self._queue.leave  # a waiter whose caller left: withdrawn, not granted
         self._conflicts = Conflicts(self._trie, self._queue, self._by_session, self.related)
         self._reservations = Reservations(self._queue, self._by_session)
         self._reserved = self._reservations.by_holder  # (the same dict) empty: none paused
@@ -531,6 +532,9 @@ class ClaimTable:
             blocker = self._conflicts.first_blocker(waiter.request, waiter.order)
             if blocker is not None:
                 self._queue.park(waiter, blocker)
+                continue
+            if waiter.leaving:  # its connection closed (SPEC §5): withdrawn instead
+                self.cancel_waiter(waiter.waiter_id, why="closed", wake=False)
                 continue
             if now is None:
                 now = (self.clock.monotonic(), self.clock.now())

@@ -55,6 +55,9 @@ class _Wait(Later):
     def withdraw(self) -> None:
         self.owner.withdraw(self)
 
+    def leave(self) -> None:
+        self.owner.svc.state.claims.leave(self.waiter_id)
+
     def answer(self, outcome: Granted | Held) -> None:
         st, waited = self.owner.svc.state, time.monotonic() - self.t0
         if isinstance(outcome, Granted):
@@ -170,7 +173,7 @@ class ClaimWaits:
             try:
                 w = waits.pop(waiter_id, None)
                 if isinstance(o, Cancelled):
-                    if w is None:
+                    if w is None or o.why == "closed":  # its caller left: nobody to tell
                         continue
                     if error is None or o.why == "timeout":
                         w.answer(o.held)
