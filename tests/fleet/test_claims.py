@@ -532,3 +532,29 @@ def test_a_wait_that_runs_out_while_cut_off_is_unavailable(fleet_hosts: HostFact
         {"session_id": a, "resources": ["cron:gone"], "wait": 0.5},
     )
     assert reply["error"]["data"]["code"] == "UNAVAILABLE", reply
+
+
+def test_a_fleet_wait_queued_before_a_pause_is_answered_held_not_granted(
+    fleet_hosts: HostFactory,
+) -> None:
+    """docs/CONFORMANCE.md §5b: a pausing session's queued waits are withdrawn at the
+    pause and answered ``held``, never granted while it is paused -- its fleet-wide
+    waits too (they wait in the fleet's line, not in this host's table). Left in line,
+    the fleet-wide wait was granted during the pause."""
+    (h1,) = fleet_hosts(1)
+    other, low = register(h1), register(h1)
+    acquire(h1, other, "box:gpu")
+    acquire(h1, low, "res:x")
+    w = Background(h1, low, "box:gpu", wait=8)  # (within the test client's timeout)
+    wait_for(lambda: waiting_on(h1) == [low], what="low in the fleet's line")
+
+    h1.call("session.pause", {"session_id": low, "note": "stopping here"})
+    release(h1, other)  # left in line, low got box:gpu here
+    got = w.result()
+    again = acquire(h1, register(h1), "box:gpu")
+    held = [c["resource"] for c in h1.call("claim.list", {"session_id": low})["claims"]]
+
+    assert got["status"] == "held"
+    assert waiting_on(h1) == []
+    assert again["status"] == "granted"  # nobody kept it: low left the line
+    assert held == []  # res:x went into the reserved set; box:gpu never came

@@ -74,3 +74,6 @@ class FleetWaiter:
     ticket: int
     since: float
     """Wall time it began to wait."""
+    paused: bool = False
+    """Its session paused while it waited: it leaves the line, answered ``held``
+    (:meth:`~meshd.fleet.claims.FleetClaims.paused`)."""

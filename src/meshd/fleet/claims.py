@@ -331,6 +331,16 @@ class FleetClaims:
             while not (self.link.connected and self.upkeep.ready):  # looked up is not rerun hot
                 await anyio.sleep(BACK_POLL)
 
+    def paused(self, session_id: str) -> None:
+        """``session_id`` paused: its requests in line are woken to leave it, answered
+        ``held`` (docs/CONFORMANCE.md §5b, as the table withdraws its local waits).
+        Left in line, one was granted while the session did no work."""
+        for w in self._waiters.values():
+            if w.session_id == session_id:
+                w.paused = True
+                for key in w.keys:
+                    self.wake(record_name(record_resource(key)))
+
     def waiting(self) -> list[FleetWaiter]:
         """This host's requests in line in the fleet, first come first."""
         return sorted(self._waiters.values(), key=lambda w: w.since)

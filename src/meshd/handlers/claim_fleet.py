@@ -124,8 +124,11 @@ class FleetAcquire:
         deadline = time.monotonic() + wait
         waiter = None
         got_it = False
+        got: FleetGrant | FleetHeld | None = None
         try:
             while True:
+                if waiter is not None and waiter.paused and isinstance(got, FleetHeld):
+                    return got  # its session paused meanwhile: out of line, held
                 events = fc.arm(keys)
                 try:
                     got = await fc.acquire(sid, keys, mode, waiter=waiter, steal=steal)

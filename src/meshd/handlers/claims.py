@@ -85,6 +85,12 @@ class ClaimHandlers(Domain):
         fleet = self._fleet.fleet
         return None if fleet is None else fleet.claims
 
+    def paused(self, session_id: str) -> None:
+        """``session_id`` paused: its fleet-wide waits leave the line too, answered
+        ``held`` (the table withdrew its local ones, :meth:`ClaimTable.pause`)."""
+        if (fc := self.fleet()) is not None:
+            fc.paused(session_id)
+
     def fleet_claims(self) -> list[tuple[str, Key, Mode, int]]:
         fc = self.fleet()
         if fc is None:

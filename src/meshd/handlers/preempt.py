@@ -164,6 +164,7 @@ class PreemptHandlers(Domain):
             # one preemptor asking for several keys apart is first once, in asking order
             first = list(dict.fromkeys(pre.by for pre in self.pre.paused(p.session_id)))
             reserved = st.claims.pause(p.session_id, first)
+            self.claims.paused(p.session_id)  # its fleet-wide waits, as pause did its own
             if s.status != "paused":
                 self.before[p.session_id] = s.status
             self.notes[p.session_id] = p.note
