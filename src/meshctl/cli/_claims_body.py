@@ -99,9 +99,11 @@ def _ran_out(result: dict[str, Any], wait: float) -> None:
         from meshctl.cli._output import note
         from meshctl.cli._waiting import ran_out
 
-        if not result.get("holders") and not result.get("ahead"):  # withdrawn, not run out
+        why = result.get("withdrawn")  # a pause withdraws with holders: they cannot tell
+        if why or (not result.get("holders") and not result.get("ahead")):  # not run out
             waited = result.get("waited_s", 0)
-            note(f"the wait was withdrawn after {waited:g} s: its session ended or paused")
+            what = "its session paused" if why == "paused" else "its session ended or paused"
+            note(f"the wait was withdrawn after {waited:g} s: {what}")
             return
         ran_out(wait, "still held", result.get("waited_s"))
 

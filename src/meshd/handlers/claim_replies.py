@@ -73,7 +73,7 @@ def granted(st: MeshState, g: Granted, waited: float = 0.0) -> pc.ClaimAcquireRe
     )  # fmt: skip
 
 
-def held(st: MeshState, h: Held, waited: float = 0.0) -> pc.ClaimAcquireResult:
+def held(st: MeshState, h: Held, waited: float = 0.0, withdrawn: str = "") -> pc.ClaimAcquireResult:
     ahead = [
         pc.ClaimWaiting(
             session_id=w.session_id, resources=list(w.resources), mode=w.mode,
@@ -83,5 +83,5 @@ def held(st: MeshState, h: Held, waited: float = 0.0) -> pc.ClaimAcquireResult:
     ]  # fmt: skip
     return pc.ClaimAcquireResult(
         status="held", holders=[holder(st, c) for c in h.holders], deadlock=h.deadlock,
-        ahead=ahead, more_ahead=h.more_ahead, waited_s=round(waited, 3),
+        ahead=ahead, more_ahead=h.more_ahead, waited_s=round(waited, 3), withdrawn=withdrawn,
     )  # fmt: skip

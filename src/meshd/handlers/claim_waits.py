@@ -58,12 +58,14 @@ class _Wait(Later):
     def leave(self) -> None:
         self.owner.svc.state.claims.leave(self.waiter_id)
 
-    def answer(self, outcome: Granted | Held) -> None:
+    def answer(self, outcome: Granted | Held, why: str = "") -> None:
+        """Its reply; ``why`` a withdrawn wait's (a pause, its session's end), which the
+        reply says (``withdrawn``): its holders alone cannot tell it from one run out."""
         st, waited = self.owner.svc.state, time.monotonic() - self.t0
         if isinstance(outcome, Granted):
             self.settle(granted(st, outcome, waited))
         else:
-            self.settle(held(st, outcome, waited))
+            self.settle(held(st, outcome, waited, "" if why == "timeout" else why))
 
 
 class ClaimWaits:
@@ -176,7 +178,7 @@ class ClaimWaits:
                     if w is None or o.why == "closed":  # its caller left: nobody to tell
                         continue
                     if error is None or o.why == "timeout":
-                        w.answer(o.held)
+                        w.answer(o.held, o.why)
                         continue
                 else:
                     assert o.granted is not None  # a waiter's notice carries its grant

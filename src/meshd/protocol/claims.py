@@ -91,6 +91,9 @@ class ClaimAcquireResult(Result):
     stolen: list[ClaimHolder] = []
     waited_s: float = 0.0
     disabled: bool = False
+    withdrawn: str = ""
+    """``held`` before its wait ran out: the wait was withdrawn, ``paused`` (its session
+    paused, SPEC §5b) or how its session ended (``ended``, ``expired``, ``died``)."""
 
 
 class ClaimStealParams(Params):
