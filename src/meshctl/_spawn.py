@@ -169,8 +169,9 @@ def connect_or_start(
         sock = _connect(path, timeout)
         if sock is not None:
             return sock
+        since = _log_size(profile)
         proc, how = _start(profile)
-        sock = _wait_ready(profile, socket_path, proc, timeout, how)
+        sock = _wait_ready(profile, socket_path, proc, timeout, how, since=since)
         # Said only now: a daemon that exits at once (a config it refuses) gets the
         # failure and its log instead (MeshUnavailable from _wait_ready).
         _started(f"started meshd for profile {profile} ({how})")
@@ -323,9 +324,12 @@ def _wait_ready(
     proc: subprocess.Popen[bytes] | None,
     timeout: float,
     how: str,
+    *,
+    since: int = 0,
 ) -> socket.socket:
     """Wait, with backoff, until the new daemon answers ``mesh.ping``; MeshUnavailable
-    saying what happened (and the end of its log) when it exits or never answers."""
+    saying what happened (and what it logged from byte ``since`` on) when it exits or
+    never answers."""
     deadline = time.monotonic() + START_TIMEOUT
     delay = 0.005
     while time.monotonic() < deadline:
@@ -338,27 +342,52 @@ def _wait_ready(
         if exited:
             # Ours exited; one started outside this lock (a service manager) may serve.
             assert proc is not None
-            raise _start_failed(profile, f"meshd exited with status {proc.returncode}", how)
+            raise _start_failed(profile, f"meshd exited with status {proc.returncode}", how, since)
         time.sleep(delay)
         delay = min(delay * 2, 0.25)
-    raise _start_failed(profile, f"meshd did not answer within {START_TIMEOUT:.0f} s", how)
+    raise _start_failed(profile, f"meshd did not answer within {START_TIMEOUT:.0f} s", how, since)
 
 
-def _start_failed(profile: str, what: str, how: str) -> MeshUnavailable:
+def _log_size(profile: str) -> int:
+    """Where the profile's log ends now: what a daemon about to start writes comes after."""
+    try:
+        return _paths.log_file(profile).stat().st_size
+    except OSError:
+        return 0
+
+
+def _start_failed(profile: str, what: str, how: str, since: int = 0) -> MeshUnavailable:
+    """The failed start in a sentence: the daemon's own refusal when it wrote one.
+
+    Only what this start wrote to the log is read (from byte ``since``): the log is
+    appended to by every start, and the refusal of an earlier one (a config since
+    fixed, a reload long ago) quoted beside this one's hides which is the reason.
+    meshd says why it refuses in one line, ``meshd: <why>``; that line becomes the
+    message, and the log lines are shown only when there is no such line.
+    """
     logfile = _paths.log_file(profile)
     try:
-        tail = logfile.read_text(errors="replace").splitlines()[-15:]
+        with open(logfile, "rb") as f:
+            f.seek(since if since <= os.fstat(f.fileno()).st_size else 0)  # truncated: all
+            lines = f.read().decode(errors="replace").splitlines()
     except OSError:
-        tail = []
-    shown = "\n".join(f"  | {line}" for line in tail) or "  (the log is empty)"
-    started = f" (started with {how})"
+        lines = []
+    reasons = [line.removeprefix("meshd: ") for line in lines if line.startswith("meshd: ")]
     journal = ""
     if how.startswith(("meshd@", "systemd-run")):
         name = how if how.startswith("meshd@") else f"meshd-{profile}"
         journal = f"; its output is in `journalctl --user -u {name}`"
+    data = {"profile": profile, "log": os.fspath(logfile)}
+    if reasons:
+        return MeshUnavailable(
+            f"could not start meshd for profile {profile!r}: {reasons[-1]}\n"
+            f"  ({what}; started with {how}{journal})",
+            data,
+        )
+    shown = "\n".join(f"  | {line}" for line in lines[-15:]) or "  (it wrote nothing there)"
     return MeshUnavailable(
-        f"could not start meshd for profile {profile!r}{started}: {what}{journal}; "
-        f"last lines of {logfile}:\n{shown}\n"
+        f"could not start meshd for profile {profile!r} (started with {how}): {what}{journal}; "
+        f"what it wrote to {logfile}:\n{shown}\n"
         f"run `meshd run --profile {profile} --log-level debug` to see why",
-        {"profile": profile, "log": os.fspath(logfile)},
+        data,
     )

@@ -37,3 +37,25 @@ def test_a_daemon_that_fails_to_start_is_not_said_to_have_started(
     assert "started meshd" not in run.err
     assert "could not start meshd for profile 'test'" in run.err
     assert "no_such_key" in run.err
+
+
+def test_a_failed_start_says_its_own_reason_only(meshctl: Meshctl, mesh_env: Any) -> None:
+    """The log is appended to by every start: a failed start quotes the refusal of
+    this start alone, as its first line, not the tail of the log with an earlier
+    start's refusal (a config since corrected) above it."""
+    env = {**mesh_env.env, "MESH_SPAWN": "direct"}
+    mesh_env.write_config("[defaults]\nearlier_typo = 1\n")
+    meshctl("sessions", "active", env=env)
+    mesh_env.write_config("[defaults]\nstale_after = 'soon'\n")
+
+    run = meshctl("sessions", "active", env=env)
+
+    assert run.code == 69, run
+    first, *rest = run.err.splitlines()
+    assert first == (
+        f"meshctl: could not start meshd for profile 'test': {mesh_env.config}: "
+        "key `defaults.stale_after`: Expected `float`, got `str`"
+    ), run
+    assert "earlier_typo" not in run.err
+    assert len(rest) == 1, run
+    assert "exited with status 1" in rest[0]
