@@ -104,6 +104,8 @@ class AsyncMesh:
             profile or os.environ.get("MESH_PROFILE") or "default"
         )
         self.socket_path = _paths.socket_arg(socket)
+        if autostart:
+            _paths.check_overrides()
         self.autostart = autostart
         self.fail_open = fail_open
         self.timeout = timeout

@@ -29,7 +29,7 @@ import os
 import stat
 import sys
 
-from meshd.protocol.trust import check_absolute
+from meshd.protocol.trust import check_absolute, env_path_problem
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
@@ -128,6 +128,16 @@ def socket_arg(explicit: str | os.PathLike[str] | None) -> str | None:
     return None
 
 
+def check_overrides() -> None:
+    """Raise ValueError when ``MESH_STATE_DIR`` or ``MESH_CONFIG`` is relative (as for
+    ``MESH_SOCKET``): said when a client that may start a daemon is made, not at its
+    first start. A client that never starts one (``autostart=False``: the Hermes
+    plugin) reads the state folder only for the recorded socket, and a relative one
+    there finds none, which is harmless; it is not refused."""
+    if problem := env_path_problem():
+        raise ValueError(problem)
+
+
 def socket_path(profile: str) -> Path:
     """The socket a profile's daemon serves (``MESH_SOCKET`` overrides)."""
     from pathlib import Path
@@ -138,7 +148,7 @@ def socket_path(profile: str) -> Path:
 def state_dir_str() -> str:
     """:func:`state_dir` as a string."""
     if env := os.environ.get("MESH_STATE_DIR"):
-        return env
+        return env  # a relative one: refused by check_overrides where it matters
     xdg = os.environ.get("XDG_STATE_HOME", "")
     if os.path.isabs(xdg):
         return os.path.join(xdg, APP)

@@ -47,10 +47,20 @@ def _runtime_dir() -> Path:
             raise PathError(str(exc)) from None
 
 
+def _absolute(path: str, name: str, what: str) -> str:
+    """``path`` if absolute, else :class:`PathError`: relative, it would be resolved
+    against the daemon's working folder (``/`` when auto-started), and against
+    meshctl's own elsewhere, splitting the profile in two."""
+    try:
+        return trust.check_absolute(path, name, what)
+    except ValueError as exc:
+        raise PathError(str(exc)) from None
+
+
 def state_dir() -> Path:
     """The folder of databases, locks and daemon logs."""
     if env := os.environ.get("MESH_STATE_DIR"):
-        return Path(env)
+        return Path(_absolute(env, "MESH_STATE_DIR", "state folder"))
     import platformdirs
 
     return Path(platformdirs.user_state_dir(APP))
@@ -59,7 +69,7 @@ def state_dir() -> Path:
 def config_file() -> Path:
     """The config file (``MESH_CONFIG`` overrides)."""
     if env := os.environ.get("MESH_CONFIG"):
-        return Path(env)
+        return Path(_absolute(env, "MESH_CONFIG", "config file"))
     import platformdirs
 
     return Path(platformdirs.user_config_dir(APP)) / "config.toml"

@@ -231,6 +231,57 @@ class TestSocketPathAndProfile:
         assert out.stderr.count("\n") == 1, out.stderr
         assert list(cwd.iterdir()) == []
 
+    @pytest.mark.parametrize(
+        ("var", "what"), [("MESH_STATE_DIR", "state folder"), ("MESH_CONFIG", "config file")]
+    )
+    def test_relative_state_dir_or_config_refused_by_the_client(
+        self, mesh_env: MeshEnv, monkeypatch: pytest.MonkeyPatch, var: str, what: str
+    ) -> None:
+        """A relative MESH_STATE_DIR or MESH_CONFIG splits the profile in two: meshctl
+        resolved it in its working folder (spawn lock, log, the config doctor checks),
+        the daemon it started in ``/`` (database, the config it loads). Refused as a
+        relative MESH_SOCKET is, by the fast path and click alike, before anything runs."""
+        cwd = mesh_env.root / "cwd"
+        cwd.mkdir()
+        env = {**mesh_env.env, var: "rel-tour-x", "MESH_SPAWN": "direct"}
+        runs = [
+            subprocess.run(
+                [sys.executable, "-m", "meshctl.cli", *args],
+                env=env,
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            for args in (["sessions", "active"], ["claim", "port:1"], ["doctor"])
+        ]
+        monkeypatch.setenv(var, "rel-tour-x")
+
+        for run in runs:
+            assert run.returncode == 2, run
+            assert f"{var} must be an absolute path, not 'rel-tour-x'" in run.stderr
+            assert f"different {what}" in run.stderr
+            assert "Traceback" not in run.stderr
+        assert list(cwd.iterdir()) == []
+        assert not mesh_env.socket.exists()
+        with pytest.raises(ValueError, match=f"{var} must be an absolute path"):
+            Mesh()
+
+    @pytest.mark.parametrize("var", ["MESH_STATE_DIR", "MESH_CONFIG"])
+    def test_relative_state_dir_or_config_refused_by_the_daemon(
+        self, mesh_env: MeshEnv, var: str
+    ) -> None:
+        """``meshd run`` refuses it in one sentence and creates nothing."""
+        cwd = mesh_env.root / "cwd"
+        cwd.mkdir()
+
+        out = _start({**mesh_env.env, var: "rel-tour-x"}, cwd)
+
+        assert out.returncode == 1
+        assert out.stderr.startswith(f"meshd: {var} must be an absolute path"), out.stderr
+        assert out.stderr.count("\n") == 1, out.stderr
+        assert list(cwd.iterdir()) == []
+
     def test_profile_that_the_socket_does_not_serve_is_refused(self, daemon: DaemonHandle) -> None:
         """MESH_SOCKET names the daemon of profile `test`; asking it for profile `other`
         says so instead of silently answering for `test`."""

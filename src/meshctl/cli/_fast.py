@@ -308,6 +308,10 @@ def state_for(line: _Line, environ: Any = None) -> State | None:
     from meshctl.cli._state import State
 
     environ = os.environ if environ is None else environ
+    from meshd.protocol.trust import env_path_problem
+
+    if env_path_problem() is not None:
+        return None  # click says it, as a usage error
     state = State()
     state.json = line.json
     values: dict[str, str | None] = {"profile": "default", "socket": None, "session": None}

@@ -96,7 +96,15 @@ class MeshGroup(Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Invoke the command, turning the client library's errors into :class:`Failure`."""
+        """Invoke the command, turning the client library's errors into :class:`Failure`.
+
+        A relative ``MESH_STATE_DIR``/``MESH_CONFIG`` is a usage error before any
+        command runs, as a relative ``MESH_SOCKET`` is (its option refuses it).
+        """
+        from meshd.protocol.trust import env_path_problem
+
+        if problem := env_path_problem():
+            raise click.UsageError(problem, ctx)
         try:
             return super().invoke(ctx)
         except MeshError as exc:

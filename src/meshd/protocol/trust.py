@@ -101,15 +101,37 @@ def peer_problem(sock: socket.socket, path: str) -> str | None:
     )
 
 
-def check_absolute(path: str, name: str = "MESH_SOCKET") -> str:
+def check_absolute(path: str, name: str = "MESH_SOCKET", what: str = "socket") -> str:
     """Return ``path`` if it is absolute, else raise ``ValueError`` naming ``name``.
 
     A relative socket path means a different socket in every working folder (and
-    ``/`` for a daemon started in the background).
+    ``/`` for a daemon started in the background); the same holds for the state
+    folder and the config file (``what`` names which).
     """
     if not os.path.isabs(path):
         raise ValueError(
             f"{name} must be an absolute path, not {path!r} (a relative path names a "
-            "different socket in every working folder)"
+            f"different {what} from every working folder)"
         )
     return path
+
+
+#: The overrides besides ``MESH_SOCKET`` that name a path, and what each names.
+PATH_VARS = {"MESH_STATE_DIR": "state folder", "MESH_CONFIG": "config file"}
+
+
+def env_path_problem() -> str | None:
+    """Why ``MESH_STATE_DIR`` or ``MESH_CONFIG`` cannot be used, or None.
+
+    A relative one splits a profile in two: meshctl resolves it against its own
+    working folder (its spawn lock, the log it reads, the config doctor checks), the
+    daemon it starts against ``/`` (the database, the config it loads).
+    """
+    for name, what in PATH_VARS.items():
+        value = os.environ.get(name)
+        if value and not os.path.isabs(value):
+            try:
+                check_absolute(value, name, what)
+            except ValueError as exc:
+                return str(exc)
+    return None
