@@ -185,6 +185,62 @@ def check_database(ctx: Context) -> Check:
     return Check("database", "ok", f"{db}: integrity ok, schema {version}, {size / 1e6:.1f} MB")
 
 
+#: Below this much free space in the state folder, doctor fails: SQLite needs room to
+#: grow its WAL, and a write it cannot make is refused (UNAVAILABLE).
+MIN_FREE = 1 << 20
+#: Below this much, doctor warns: a day of snapshots and messages can take it.
+LOW_FREE = 64 << 20
+
+
+def check_state(ctx: Context) -> Check:
+    """The state folder can be written and has room (SPEC §8: a write the disk refuses
+    is not acknowledged). Without this check a full disk or a read-only folder showed
+    "All is well", and the daemon check's fix (start it) could not work."""
+    folder = ctx.state_dir
+    there = folder
+    while not there.exists() and there != there.parent:
+        there = there.parent  # created at the first start, under the nearest existing one
+    fix_elsewhere = "or set MESH_STATE_DIR to a folder of your own on a writable disk"
+    if not there.is_dir():
+        return Check("state", "fail", f"{there} is not a folder", f"rm '{there}', {fix_elsewhere}")
+    try:
+        fs = os.statvfs(there)
+    except OSError as exc:
+        return Check("state", "fail", f"cannot look at {there}: {exc.strerror}", fix_elsewhere)
+    if fs.f_flag & os.ST_RDONLY:
+        why = "is on a read-only file system"
+    elif not os.access(there, os.W_OK | os.X_OK):
+        why = "is not writable by you"
+    else:
+        why = ""
+    if why:
+        where = f"{there} {why}" if there == folder else f"{folder} cannot be made: {there} {why}"
+        return Check(
+            "state",
+            "fail",
+            f"{where}: no database, lock or log can be written there",
+            f"make it writable, {fix_elsewhere}",
+        )
+    free = fs.f_bavail * fs.f_frsize
+    shown = f"{free / (1 << 30):.1f} GiB free" if free >= 1 << 30 else f"{free >> 20} MiB free"
+    if free < MIN_FREE:
+        return Check(
+            "state",
+            "fail",
+            f"the disk of {folder} is full ({shown}): the daemon refuses every change it "
+            "cannot store (UNAVAILABLE)",
+            f"free space there (df -h '{there}'), {fix_elsewhere}",
+        )
+    if free < LOW_FREE:
+        return Check(
+            "state",
+            "warn",
+            f"the disk of {folder} is nearly full ({shown})",
+            f"free space there (df -h '{there}')",
+        )
+    return Check("state", "ok", f"{folder} is writable, {shown}")
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -294,6 +350,7 @@ CHECKS: list[Callable[[Context], Check]] = [
     check_socket,
     check_runtime,
     check_config,
+    check_state,
     check_database,
     check_service,
     check_fleet,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +122,63 @@ class TestDoctor:
         check = by_name(r.json())["database"]
         assert check["status"] == "fail"
         assert f"mv '{db}' '{db}.broken'" in check["fix"]
+
+
+def _mount(*args: str) -> None:
+    out = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        pytest.skip(f"mount {' '.join(args)} failed here: {out.stderr.strip()}")
+
+
+@pytest.fixture
+def tiny_state(mesh_env: Any) -> Iterator[Path]:
+    """A 4 MiB tmpfs as the profile's state folder (root only), unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs as the state folder needs root")
+    state = mesh_env.state_dir
+    state.mkdir(mode=0o700)
+    _mount("-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(state))
+    yield state
+    subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+class TestStateFolder:
+    """The state folder must be writable and have room: doctor said "All is well" on a
+    full disk (where the daemon acknowledges nothing) and on a read-only folder (where
+    it cannot start, so the daemon check's fix could not work)."""
+
+    def test_writable_with_room(self, meshctl: Meshctl, doc_env: dict[str, str]) -> None:
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        check = by_name(r.json())["state"]
+        assert check["status"] == "ok", check
+        assert "free" in check["message"]
+
+    def test_full_disk(self, meshctl: Meshctl, doc_env: dict[str, str], tiny_state: Path) -> None:
+        before = meshctl("doctor", "--json", env=doc_env)
+        filler = (tiny_state / "filler").open("wb", buffering=0)
+        with filler, contextlib.suppress(OSError):  # until ENOSPC: full
+            while True:
+                filler.write(b"\0" * 65536)
+
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert by_name(before.json())["state"]["status"] == "warn"  # 4 MiB: nearly full
+        assert r.code == 1, r
+        check = by_name(r.json())["state"]
+        assert check["status"] == "fail", check
+        assert f"the disk of {tiny_state} is full" in check["message"]
+        assert f"df -h '{tiny_state}'" in check["fix"]
+
+    def test_read_only_folder(
+        self, meshctl: Meshctl, doc_env: dict[str, str], tiny_state: Path
+    ) -> None:
+        _mount("-o", "remount,ro", str(tiny_state))
+
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 1, r
+        check = by_name(r.json())["state"]
+        assert check["status"] == "fail", check
+        assert "read-only file system" in check["message"]
+        assert "MESH_STATE_DIR" in check["fix"]
