@@ -32,8 +32,8 @@ def _render(doc: dict[str, Any]) -> str:
 @click.command()
 @common_options
 def doctor() -> None:
-    """Check the daemon, socket, config, database, service and fleet link; say how to
-    fix each fault.
+    """Check the daemon, socket, config, state folder, database, service and fleet
+    link; say how to fix each fault.
 
     \b
     Examples:
