@@ -48,6 +48,8 @@ START_TIMEOUT = 10.0
 _SPAWNED: list[subprocess.Popen[bytes]] = []
 _PASSED_ENV = ("MESH_SOCKET", "MESH_STATE_DIR", "MESH_CONFIG")
 _NO_DAEMON = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK)
+#: sun_path's size, NUL included (meshd.paths.SUN_PATH_MAX; that module loads pathlib).
+SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
 
 
 def find_socket(profile: str, explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -78,6 +80,13 @@ def _connect(path: str, timeout: float) -> socket.socket | None:
     otherwise :class:`UntrustedSocket`. Other connection errors raise MeshUnavailable.
     """
     _check_folder(path)
+    if len(os.fsencode(path)) >= SUN_PATH_MAX:
+        raise MeshUnavailable(
+            f"the socket path is {len(os.fsencode(path))} bytes, over the "
+            f"{SUN_PATH_MAX - 1}-byte limit of Unix sockets: {path}; set MESH_SOCKET "
+            "to a shorter path",
+            {"socket_path": path},
+        )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:

@@ -118,6 +118,37 @@ class TestDaemonStatusOffline:
         assert not offline_env.socket.exists()
         assert not (offline_env.state_dir / "default.log").exists()
 
+    def test_refused_socket_folder_is_not_called_not_running(
+        self, meshctl: Meshctl, offline_env: OfflineEnv
+    ) -> None:
+        """A socket refused before connecting (its folder open to others) is said as
+        such, not as "no meshd is running" with a "start it" hint that cannot help."""
+        folder = offline_env.socket.parent
+        folder.mkdir(parents=True, mode=0o700)
+        folder.chmod(0o755)
+
+        run = meshctl("daemon", "status", env=offline_env.env)
+
+        assert run.code == 69, run
+        assert run.err.startswith(f"meshctl: refusing the socket {offline_env.socket}"), run
+        assert "no meshd is running" not in run.err
+        assert "start it" not in run.err
+
+    def test_socket_path_too_long(self, meshctl: Meshctl, offline_env: OfflineEnv) -> None:
+        """A MESH_SOCKET over sun_path's limit is named with the limit and the fix (was
+        "AF_UNIX path too long; check the socket's permissions")."""
+        long = offline_env.root / ("x" * 120 + ".sock")
+        env = {**offline_env.env, "MESH_SOCKET": str(long)}
+
+        runs = [meshctl(*args, env=env) for args in (["daemon", "status"], ["sessions", "active"])]
+
+        for run in runs:
+            assert run.code == 69, run
+            assert run.err == (
+                f"meshctl: the socket path is {len(str(long))} bytes, over the 107-byte limit "
+                f"of Unix sockets: {long}; set MESH_SOCKET to a shorter path\n"
+            ), run
+
     def test_stop_without_daemon_is_fine(self, meshctl: Meshctl, offline_env: OfflineEnv) -> None:
         """daemon stop with nothing running exits 0 with a note, and starts nothing."""
         run = meshctl("daemon", "stop", env=offline_env.env)

@@ -225,6 +225,18 @@ class TestDaemonCommands:
         assert f"pid       {daemon.proc.pid}" in human.out
         assert "uptime" in human.out
 
+    def test_status_of_another_profile_at_the_socket(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """MESH_SOCKET names profile test's daemon and --profile other asks: the daemon
+        runs, so status says whose it is, not "no meshd is running" with a start hint."""
+        run = meshctl("daemon", "status", "--profile", "other", env=daemon.env)
+
+        assert run.code == 69, run
+        assert "serves profile 'test', not 'other'" in run.err
+        assert "no meshd is running" not in run.err
+        assert "start it" not in run.err
+
     def test_stop_waits_until_gone(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """daemon stop sends SIGTERM and returns once the daemon has exited."""
         run = ok(meshctl("daemon", "stop", "--json", env=daemon.env))

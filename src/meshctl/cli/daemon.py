@@ -69,19 +69,24 @@ def status() -> None:
     try:
         info = state.call("mesh.info", autostart=False)
     except MeshUnavailable as exc:
-        # The library's "not running" error names the socket; others (permissions,
-        # a broken state folder) keep their own sentence.
-        sock = exc.data.get("socket")
+        # The library's "not running" error (the base class, naming the socket) is said
+        # as such; the others keep their own sentence and no "start it" hint: a socket
+        # refused as untrusted, a daemon of another profile at MESH_SOCKET, a path too
+        # long -- a daemon may well run there, and starting one would not help.
+        sock = exc.data.get("socket") if type(exc) is MeshUnavailable else None
+        data = {k: v for k, v in exc.data.items() if k != "code"}
         raise _output.Failure(
             f"no meshd is running for profile {state.profile} (socket {sock})"
             if sock
             else exc.message,
-            "UNAVAILABLE",
+            exc.data_code if not sock else "UNAVAILABLE",
             code=exc.code,
             exit_code=_output.EXIT_UNAVAILABLE,
-            data={"running": False, **{k: v for k, v in exc.data.items() if k != "code"}},
+            data={"running": False, **data} if sock else data,
             hint=f"start it with `meshctl daemon start --profile {state.profile}` "
-            "(any other command starts it too)",
+            "(any other command starts it too)"
+            if sock
+            else "",
         ) from exc
     _output.emit(state.json, info, lambda: render_info(info))
 
