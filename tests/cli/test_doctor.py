@@ -182,3 +182,34 @@ class TestStateFolder:
         assert check["status"] == "fail", check
         assert "read-only file system" in check["message"]
         assert "MESH_STATE_DIR" in check["fix"]
+
+    def test_a_full_disk_from_the_command_line(
+        self, meshctl: Meshctl, doc_env: dict[str, str], tiny_state: Path, daemon: Any
+    ) -> None:
+        """A change the full disk refuses: exit 1, one sentence, a hint that says nothing
+        changed and where to look (there was none); doctor names the full disk; reads go
+        on (SPEC §8), a peek at the inbox too (it failed: a peek stores that the items
+        were seen); nothing acknowledged is lost."""
+        env = daemon.env
+        a = meshctl("register", "--task", "a", "--liveness", "heartbeat", env=env).out.strip()
+        b = meshctl("register", "--task", "b", "--liveness", "heartbeat", env=env).out.strip()
+        assert meshctl("send", "--session", a, b, "before the disk filled", env=env).code == 0
+        filler = (tiny_state / "filler").open("wb", buffering=0)
+        with filler, contextlib.suppress(OSError):  # until ENOSPC: full
+            while True:
+                filler.write(b"\0" * 65536)
+
+        refused = meshctl("send", "--session", a, b, "after", env=env)
+        peek = meshctl("inbox", "--peek", "--json", "--session", b, env=env)
+        doctor = meshctl("doctor", "--json", env=doc_env)
+        (tiny_state / "filler").unlink()
+        after = meshctl("inbox", "--json", "--session", b, env=env)
+
+        assert refused.code == 1, refused
+        first, hint = refused.err.splitlines()
+        assert first.startswith("meshctl: the database could not store this change")
+        assert "meshctl doctor" in hint
+        assert peek.code == 0, peek
+        assert [i["text"] for i in peek.json()] == ["before the disk filled"]
+        assert by_name(doctor.json())["state"]["status"] == "fail"
+        assert [i["text"] for i in after.json()] == ["before the disk filled"]

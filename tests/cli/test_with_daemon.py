@@ -291,6 +291,16 @@ class TestCall:
         assert run.json()["error"]["code"] == -32601
         assert run.json()["error"]["data"]["code"] == "METHOD_NOT_FOUND"
 
+    def test_call_invalid_params_names_the_field(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """The refused field's JSON path is in the sentence, not only in data.path (it
+        said "Invalid params: Expected `str`, got `int`": which of the params?)."""
+        run = meshctl("call", "session.register", '{"task": 5}', env=daemon.env)
+
+        assert run.code == 1, run
+        assert run.err.splitlines()[0] == (
+            "meshctl: Invalid params: Expected `str`, got `int` - at `$.task`"
+        )
+
     def test_call_waits_as_long_as_the_method_does(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """A raw call of a method that waits (signal.wait, claim.acquire with wait,
         query.ask …) waits for the daemon's answer, not the client's 5 s default

@@ -192,8 +192,19 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
     data = dict(exc.data)
     data_code = str(data.pop("code", exc.data_code))
     hint = "pass --broad to claim it all the same" if data.get("needs") == "broad" else None
+    message = exc.message
+    path = data.get("path")
+    if data_code == "INVALID_PARAMS" and path and path != "$" and str(path) not in message:
+        # The wire keeps the field's JSON path apart (data.path); a person needs it in
+        # the sentence to know which field of their params was refused.
+        message = f"{message} - at `{path}`"
+    if isinstance(exc, E.StorageUnavailable):
+        hint = (
+            "nothing was changed; the daemon still answers reads. `meshctl doctor` checks "
+            "the state folder (a full disk, a read-only folder)"
+        )
     return Failure(
-        exc.message,
+        message,
         data_code,
         code=exc.code,
         exit_code=exit_code_for(exc),

@@ -43,7 +43,7 @@ from meshd.keys import canonical_key, path_key
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol import messages as mm
 from meshd.protocol.contract import rfc3339
-from meshd.protocol.errors import MeshDisabled, MeshError, NotFound
+from meshd.protocol.errors import MeshDisabled, MeshError, NotFound, StorageUnavailable
 from meshd.protocol.jsonrpc import Later
 from meshd.service import Conn, Service
 from meshd.store import messages as sm
@@ -266,12 +266,25 @@ class MessageHandlers(Domain):
         self, sid: str, peek: bool, limit: int, only: list[int] | None
     ) -> list[Message]:
         """Store the new states of the items handed over, *then* change them in memory:
-        a read the disk refused (UNAVAILABLE) leaves every item as it was."""
+        a read the disk refused (UNAVAILABLE) leaves every item as it was.
+
+        A peek the disk refuses is still answered, with the items as they are (``queued``
+        ones stay queued): it reads, and SPEC §8 keeps reads served when the database
+        cannot be written; all it would have stored is that they were seen. A read that
+        marks items read is refused: it must not show as consumed what stays unread.
+        """
         mb, now = self.mb, self.svc.clock.now()
         ids, writes = mb.plan_inbox(sid, peek=peek, limit=limit, only=only, now=now)
-        return await self.svc.store_first(
-            writes, lambda: mb.inbox(sid, peek=peek, limit=limit, only=ids, now=now, stored=True)
-        )
+        try:
+            return await self.svc.store_first(
+                writes,
+                lambda: mb.inbox(sid, peek=peek, limit=limit, only=ids, now=now, stored=True),
+            )
+        except StorageUnavailable:
+            if not peek:
+                raise
+            wanted = set(ids)
+            return [m for m in mb.unread(sid) if m.id in wanted]
 
     async def ack(self, p: mm.AckParams, conn: Conn) -> mm.AckResult:
         now, mb = self.svc.clock.now(), self.mb
