@@ -8,6 +8,7 @@ say ``$.profiles[...]``).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from meshd.core.jobs import JobSpec
 from meshd.core.settings import DEFAULT_SHARED_KINDS, FleetSettings, Settings
+from meshd.protocol.contract import PROFILE_RE
 
 Pos = Annotated[float, Meta(gt=0)]
 PosInt = Annotated[int, Meta(gt=0)]
@@ -91,6 +93,16 @@ def _explain(path: Path, err: msgspec.ValidationError, prefix: str) -> ConfigErr
     return ConfigError(f"{path}: key `{key}`: {head}")
 
 
+def _finite(path: Path, o: Overrides, prefix: str) -> Overrides:
+    """Refuse ``inf`` (TOML has it; ``> 0`` lets it through): it went out on the wire as
+    JSON ``null`` where a number is promised (``session.register``, ``mesh.info``)."""
+    for f in o.__struct_fields__:
+        value = getattr(o, f)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{path}: key `{prefix}.{f}`: Expected a finite number, got {value}")
+    return o
+
+
 def _apply(settings: Settings, o: Overrides) -> Settings:
     changes: dict[str, Any] = {
         f: getattr(o, f) for f in o.__struct_fields__ if getattr(o, f) is not UNSET
@@ -118,12 +130,18 @@ def load(path: Path, profile: str) -> Settings:
         doc = msgspec.convert(raw, _File)
     except msgspec.ValidationError as exc:
         raise _explain(path, exc, "") from exc
-    settings = _apply(Settings(), doc.defaults)
+    settings = _apply(Settings(), _finite(path, doc.defaults, "defaults"))
     for name, table in doc.profiles.items():
+        if not PROFILE_RE.match(name):
+            raise ConfigError(
+                f"{path}: table `profiles.{name}`: a profile name is 1-64 characters from "
+                "A-Z a-z 0-9 _ . - (this table would never apply)"
+            )
         try:
             over = msgspec.convert(table, Overrides)
         except msgspec.ValidationError as exc:
             raise _explain(path, exc, f"profiles.{name}") from exc
+        _finite(path, over, f"profiles.{name}")
         if name == profile:
             settings = _apply(settings, over)
     _check(path, settings)

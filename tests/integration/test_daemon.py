@@ -86,6 +86,11 @@ class TestConfig:
             ("[defaults]\nstale_after = 'soon'\n", "defaults.stale_after"),
             ("[profiles.test]\nenabled = 3\n", "profiles.test.enabled"),
             ("[defaults\n", "not valid TOML"),
+            # inf passed `> 0` and went out on the wire as JSON null
+            ("[defaults]\nexpire_after = inf\n", "`defaults.expire_after`: Expected a finite"),
+            ("[profiles.test]\nstale_after = inf\n", "`profiles.test.stale_after`: Expected a"),
+            # a table no profile can have: its overrides never applied, silently
+            ('[profiles."work laptop"]\nstale_after = 3\n', "`profiles.work laptop`: a profile"),
         ],
     )
     def test_bad_config_refuses_to_start(self, mesh_env: MeshEnv, text: str, expect: str) -> None:
