@@ -285,8 +285,23 @@ def check_service(ctx: Context) -> Check:
             if manager == "systemd"
             else f"meshctl service install --profile {ctx.profile}",
         )
-    active = "" if not out["reachable"] else ", active"
-    return Check("service", "ok", f"{manager} service installed{active}")
+    if not out["reachable"]:
+        # `service install` wrote the files and printed the commands to finish; until a
+        # manager runs them nothing uses the files (the daemon starts on demand).
+        finish = (
+            f"systemctl --user daemon-reload && systemctl --user enable --now "
+            f"meshd@{ctx.profile}.socket"
+            if manager == "systemd"
+            else f"meshctl service install --profile {ctx.profile}"
+        )
+        return Check(
+            "service",
+            "warn",
+            f"{manager} service files installed, but the service manager does not answer "
+            "here: not known to be enabled (the daemon is started on demand meanwhile)",
+            finish,
+        )
+    return Check("service", "ok", f"{manager} service installed, active")
 
 
 MIN_NATS = (2, 11)

@@ -108,6 +108,24 @@ class TestDoctor:
         assert svc["status"] == "fail"
         assert svc["fix"] == "meshctl service install --profile test"
 
+    def test_service_files_without_a_manager(
+        self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any
+    ) -> None:
+        """Files written where no service manager answers (a container, no user session):
+        `service install` printed the commands to finish; doctor said "[ok] systemd
+        service installed" though nothing uses the files. A warning, with those commands."""
+        assert meshctl("service", "install", env=doc_env).code == 0
+
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 0, r
+        svc = by_name(r.json())["service"]
+        assert svc["status"] == "warn", svc
+        assert "does not answer" in svc["message"]
+        assert svc["fix"] == (
+            "systemctl --user daemon-reload && systemctl --user enable --now meshd@test.socket"
+        )
+
     def test_corrupt_database(
         self, meshctl: Meshctl, doc_env: dict[str, str], mesh_env: Any
     ) -> None:
