@@ -237,6 +237,34 @@ class TestDaemonCommands:
         assert "no meshd is running" not in run.err
         assert "start it" not in run.err
 
+    def test_status_and_stop_of_a_daemon_that_does_not_answer(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """A stopped daemon (SIGSTOP: it takes connections, answers nothing). status said
+        "no reply ... check `meshctl daemon status`" (what was run) and stop could not
+        stop it (exit 75, nothing sent). Now status names its pid and the way out, and
+        stop finds it by the pid in its lock file and sends SIGTERM all the same."""
+        pid = daemon.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            status = meshctl("daemon", "status", env=daemon.env)
+            stop = subprocess.Popen(
+                [sys.executable, "-m", "meshctl.cli", "daemon", "stop"],
+                env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            wait_for(lambda: _pending(pid) & (1 << (signal.SIGTERM - 1)), timeout=30)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        out, err = stop.communicate(timeout=30)
+
+        assert status.code == 75, status
+        assert status.err.startswith(f"meshctl: meshd (pid {pid}) of profile test takes"), status
+        assert "check `meshctl daemon status`" not in status.err
+        assert "`meshctl daemon stop --profile test` stops it" in status.err
+        assert stop.returncode == 0, (out, err)
+        assert out == f"Stopped meshd (profile test, pid {pid}).\n"
+        assert daemon.proc.wait(timeout=10) is not None
+
     def test_stop_waits_until_gone(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """daemon stop sends SIGTERM and returns once the daemon has exited."""
         run = ok(meshctl("daemon", "stop", "--json", env=daemon.env))
@@ -431,3 +459,12 @@ class TestImportWeightWithDaemon:
 
         assert "meshctl" in names
         assert names.isdisjoint(HEAVY), sorted(names & set(HEAVY))
+
+
+def _pending(pid: int) -> int:
+    """The signals pending for process ``pid`` (``ShdPnd`` in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("ShdPnd:"):
+                return int(line.split()[1], 16)
+    return 0

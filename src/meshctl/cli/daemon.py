@@ -24,7 +24,7 @@ import click
 
 from meshctl.cli import _output, _time
 from meshctl.cli._context import Group, State, common_options, get_state
-from meshd.protocol.errors import MeshUnavailable
+from meshd.protocol.errors import MeshTimeout, MeshUnavailable
 
 STOP_TIMEOUT = 10.0
 
@@ -68,6 +68,8 @@ def status() -> None:
     state = get_state()
     try:
         info = state.call("mesh.info", autostart=False)
+    except MeshTimeout as exc:
+        raise _hung(state, exc) from exc
     except MeshUnavailable as exc:
         # The library's "not running" error (the base class, naming the socket) is said
         # as such; the others keep their own sentence and no "start it" hint: a socket
@@ -140,10 +142,64 @@ def _process_gone(pid: int) -> bool:
     return False
 
 
+def lock_holder(profile: str) -> int | None:
+    """The pid recorded in ``<state>/<profile>.lock`` when it is a live ``meshd run`` of
+    this profile (the file outlives its daemon, and pids are reused: both checked)."""
+    from meshctl import _paths
+
+    try:
+        with open(os.path.join(_paths.state_dir_str(), f"{profile}.lock"), "rb") as f:
+            pid = int(f.read(64).strip() or b"0")
+    except (OSError, ValueError):
+        return None
+    if pid <= 0 or _process_gone(pid):
+        return None
+    if sys.platform.startswith("linux"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return None
+        if not any(b"meshd" in a for a in argv) or profile.encode() not in argv:
+            return None
+    return pid
+
+
+def _hung(state: State, exc: MeshTimeout) -> _output.Failure:
+    """A daemon that takes connections but does not answer (stopped, stuck, overloaded):
+    said with its pid and the way out, not "try again, or check `meshctl daemon status`"
+    (which is what was run)."""
+    from meshctl import _paths
+
+    pid = lock_holder(state.profile)
+    who = f"meshd (pid {pid})" if pid else "meshd"
+    log = os.path.join(_paths.state_dir_str(), f"{state.profile}.log")
+    force = f" (kill -9 {pid} if it does not go)" if pid else ""
+    return _output.Failure(
+        f"{who} of profile {state.profile} takes connections but did not answer: "
+        f"{exc.message} (stopped, stuck or overloaded)",
+        "TIMEOUT",
+        code=exc.code,
+        exit_code=_output.EXIT_TEMPFAIL,
+        data={"pid": pid, "running": True},
+        hint=f"its log: {log}; `meshctl daemon stop --profile {state.profile}` stops it{force}",
+    )
+
+
 def _stop(state: State) -> dict[str, Any]:
-    """Stop the daemon, if one runs; what happened, as the JSON result."""
+    """Stop the daemon, if one runs; what happened, as the JSON result.
+
+    A daemon that does not answer ``mesh.info`` (stopped, stuck) is found by the pid
+    in its lock file and sent SIGTERM all the same: it is the one daemon ``stop``
+    must be able to end.
+    """
     try:
         info = state.call("mesh.info", autostart=False)
+    except MeshTimeout as exc:
+        pid = lock_holder(state.profile)
+        if pid is None:
+            raise _hung(state, exc) from exc
+        info = {"pid": pid, "profile": state.profile, "state_dir": None}
     except MeshUnavailable as exc:
         return {"stopped": False, "running": False, "profile": state.profile, "note": exc.message}
     finally:
@@ -164,7 +220,8 @@ def _stop(state: State) -> dict[str, Any]:
                 f"{STOP_TIMEOUT:.0f} s of SIGTERM",
                 "STOP_TIMEOUT",
                 data={"pid": pid},
-                hint=f"look at its log in {info.get('state_dir')}; to force it: kill -9 {pid}",
+                hint=f"look at its log in {info.get('state_dir') or 'the state folder'}; "
+                f"to force it: kill -9 {pid}",
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
