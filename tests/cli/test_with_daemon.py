@@ -237,6 +237,16 @@ class TestDaemonCommands:
         assert "no meshd is running" not in run.err
         assert "start it" not in run.err
 
+    def test_stop_of_another_profile_at_the_socket(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """stop --profile other, MESH_SOCKET naming test's daemon: refused with why, exit
+        69, the daemon left running (was "no meshd is running; nothing to stop", exit 0)."""
+        run = meshctl("daemon", "stop", "--profile", "other", env=daemon.env)
+
+        assert run.code == 69, run
+        assert "serves profile 'test', not 'other'" in run.err
+        assert "nothing to stop" not in run.err
+        assert daemon.proc.poll() is None
+
     def test_status_and_stop_of_a_daemon_that_does_not_answer(
         self, meshctl: Meshctl, daemon: Daemon
     ) -> None:

@@ -201,6 +201,8 @@ def _stop(state: State) -> dict[str, Any]:
             raise _hung(state, exc) from exc
         info = {"pid": pid, "profile": state.profile, "state_dir": None}
     except MeshUnavailable as exc:
+        if type(exc) is not MeshUnavailable:
+            raise  # refused as untrusted, another profile's daemon: not "nothing to stop"
         return {"stopped": False, "running": False, "profile": state.profile, "note": exc.message}
     finally:
         # No client of ours stays connected while it shuts down, and a later
