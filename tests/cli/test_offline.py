@@ -46,6 +46,18 @@ class TestUsage:
         assert "PARAMS_JSON is not valid JSON" in run.err
         assert "line 1 column 2" in run.err
 
+    @pytest.mark.parametrize(("text", "name"), [("null", "null"), ("5", "a number")])
+    def test_params_not_an_object_named_as_json(
+        self, meshctl: Meshctl, offline_env: OfflineEnv, text: str, name: str
+    ) -> None:
+        """JSON that is not params is named as JSON names it (was "not NoneType")."""
+        run = meshctl("call", "mesh.ping", text, env=offline_env.env)
+
+        assert run.code == 2, run
+        assert run.err.rstrip().endswith(
+            f"must be a JSON object or array (JSON-RPC params), not {name}"
+        )
+
     def test_bad_params_from_stdin_json(self, meshctl: Meshctl, offline_env: OfflineEnv) -> None:
         """Under --json a usage error is also an error document on stdout."""
         run = meshctl("--json", "call", "mesh.info", "-", input="[1,", env=offline_env.env)

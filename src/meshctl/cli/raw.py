@@ -37,6 +37,11 @@ WAITS: dict[str, tuple[str, float]] = {
 }
 
 
+#: JSON's names for what json.loads returns (the user wrote JSON, not Python).
+_JSON_NAMES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+               str: "a string"}  # fmt: skip
+
+
 def may_wait(method: str, params: Any) -> float:
     """How long ``method`` with ``params`` may wait before it replies (0: it does not)."""
     name, default = WAITS.get(method, ("", 0.0))
@@ -55,10 +60,10 @@ def parse_params(text: str, source: str) -> dict[str, Any] | list[Any]:
             f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
             'give an object such as \'{"session_id": "cli:1"}\''
         ) from exc
-    if not isinstance(params, dict | list):
+    if not isinstance(params, dict | list):  # what JSON calls it, not Python's type name
         raise click.UsageError(
             f"{source} must be a JSON object or array (JSON-RPC params), "
-            f"not {type(params).__name__}"
+            f"not {_JSON_NAMES.get(type(params), type(params).__name__)}"
         )
     return params
 
