@@ -371,8 +371,9 @@ def _start_failed(profile: str, what: str, how: str, since: int = 0) -> MeshUnav
     Only what this start wrote to the log is read (from byte ``since``): the log is
     appended to by every start, and the refusal of an earlier one (a config since
     fixed, a reload long ago) quoted beside this one's hides which is the reason.
-    meshd says why it refuses in one line, ``meshd: <why>``; that line becomes the
-    message, and the log lines are shown only when there is no such line.
+    meshd says why it refuses in one line, ``meshd: <why>`` (and indented lines after
+    it with the fix, for some); that becomes the message, and the log lines are shown
+    only when there is no such line.
     """
     logfile = _paths.log_file(profile)
     try:
@@ -381,7 +382,14 @@ def _start_failed(profile: str, what: str, how: str, since: int = 0) -> MeshUnav
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         lines = []
-    reasons = [line.removeprefix("meshd: ") for line in lines if line.startswith("meshd: ")]
+    starts = [i for i, line in enumerate(lines) if line.startswith("meshd: ")]
+    reasons = []
+    if starts:  # the last refusal, with its indented lines (the command that fixes it)
+        first = starts[-1]
+        end = first + 1
+        while end < len(lines) and lines[end][:1].isspace():
+            end += 1
+        reasons = ["\n".join(lines[first:end]).removeprefix("meshd: ")]
     journal = ""
     if how.startswith(("meshd@", "systemd-run")):
         name = how if how.startswith("meshd@") else f"meshd-{profile}"

@@ -59,3 +59,20 @@ def test_a_failed_start_says_its_own_reason_only(meshctl: Meshctl, mesh_env: Any
     assert "earlier_typo" not in run.err
     assert len(rest) == 1, run
     assert "exited with status 1" in rest[0]
+
+
+def test_a_refusal_keeps_the_fix_on_its_next_lines(meshctl: Meshctl, mesh_env: Any) -> None:
+    """Some refusals say the fix on indented lines after the sentence (a damaged
+    database: the mv that moves it aside); those lines stay with it."""
+    env = {**mesh_env.env, "MESH_SPAWN": "direct"}
+    mesh_env.state_dir.mkdir(mode=0o700, exist_ok=True)
+    db = mesh_env.state_dir / "test.sqlite3"
+    db.write_bytes(b"this is not a database" * 100)
+
+    run = meshctl("sessions", "active", env=env)
+
+    assert run.code == 69, run
+    lines = run.err.splitlines()
+    assert lines[0].startswith(f"meshctl: could not start meshd for profile 'test': {db} is not")
+    assert lines[1] == f"  Move it aside to start afresh: mv '{db}' '{db}.broken'", run
+    assert "exited with status 1" in lines[2]
