@@ -24,6 +24,21 @@ from tests.conftest import MeshEnv
 HERMES_VERSION = "0.19.0"
 ROOT = Path(__file__).resolve().parents[2]
 
+#: For the scripts the tests run in Hermes's interpreter (which has no meshctl):
+#: ``rpc(method, params)`` -- one request to the daemon at ``MESH_SOCKET``, its result.
+#: The script imports json, os and socket before it.
+RPC = r"""
+def rpc(method, params=None):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(os.environ["MESH_SOCKET"])
+        s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                              "params": params or {}}).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            buf += s.recv(65536)
+    return json.loads(buf)["result"]
+"""
+
 
 def hermes_venv() -> Path:
     return Path(os.environ.get("HERMES_VENV") or ROOT / ".venv-hermes")

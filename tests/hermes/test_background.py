@@ -9,7 +9,7 @@ import json
 
 import pytest
 from tests.conftest import DaemonHandle
-from tests.hermes.conftest import Hermes
+from tests.hermes.conftest import RPC, Hermes
 from tests.hermes.fake_llm import FakeLLM, Text, content, last
 
 pytestmark = pytest.mark.slow
@@ -17,23 +17,17 @@ pytestmark = pytest.mark.slow
 #: A gateway chat takes a turn; another session sends it a message; Hermes's review
 #: fork runs (as AIAgent._spawn_background_review starts it: a thread of its own with
 #: the parent's context); then the chat's next turn.
-SCRIPT = r"""
+SCRIPT = (
+    r"""
 import json, os, socket, sys, threading
 import model_tools
 from run_agent import AIAgent
 from agent.background_review import spawn_background_review_thread
 from tools.thread_context import propagate_context_to_thread
 
-def rpc(method, params=None):
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(os.environ["MESH_SOCKET"])
-        s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
-                              "params": params or {}}).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            buf += s.recv(65536)
-    return json.loads(buf)["result"]
-
+"""
+    + RPC
+    + r"""
 agent = AIAgent(model="fake-model", base_url=sys.argv[1], api_key="dummy", provider="custom",
                 platform="telegram", quiet_mode=True, enabled_toolsets=["mesh"],
                 session_id="20261130_220000_aaaabbbb")
@@ -51,6 +45,7 @@ state = rpc("message.status", {"session_id": "cli:peer", "ids": [sent]})["states
 agent.run_conversation("and now?", conversation_history=first.get("messages"))
 print(json.dumps({"after_fork": during, "message": state}))
 """
+)
 
 
 def test_the_review_fork_leaves_the_sessions_status_task_and_inbox_alone(

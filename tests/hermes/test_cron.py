@@ -9,28 +9,22 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle
-from tests.hermes.conftest import Hermes
+from tests.hermes.conftest import RPC, Hermes
 from tests.hermes.fake_llm import FakeLLM, Text
 
 pytestmark = pytest.mark.slow
 
 #: The gateway's ticker calls run_job for each due job and carries on: the process
 #: outlives every run. A pre-run script's output goes into the prompt Hermes builds.
-SCRIPT = r"""
+SCRIPT = (
+    r"""
 import json, os, pathlib, socket
 from cron.jobs import create_job
 from cron.scheduler import run_job
 
-def rpc(method, params=None):
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(os.environ["MESH_SOCKET"])
-        s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
-                              "params": params or {}}).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            buf += s.recv(65536)
-    return json.loads(buf)["result"]
-
+"""
+    + RPC
+    + r"""
 scripts = pathlib.Path(os.environ["HERMES_HOME"]) / "scripts"
 scripts.mkdir(exist_ok=True)
 (scripts / "balance.py").write_text("print('balance 1234.56 EUR on account 42')")
@@ -39,6 +33,7 @@ job = create_job("summarise the numbers", "every 1h", name="nightly-numbers",
 ok = run_job(job)[0]
 print(json.dumps({"ok": ok, "job": job["id"], "after": rpc("session.list")["sessions"]}))
 """
+)
 
 
 def test_a_cron_run_is_on_the_mesh_named_after_its_job_and_leaves_when_done(

@@ -8,25 +8,19 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv
-from tests.hermes.conftest import Hermes
+from tests.hermes.conftest import RPC, Hermes
 
 #: Runs in Hermes's interpreter: fires the hooks exactly as agent/, cli.py and
 #: tools/delegate_tool.py do in 0.19.0, and prints the registry after each step.
-SCRIPT = r"""
+SCRIPT = (
+    r"""
 import json, os, socket, sys, time
 import model_tools
 from hermes_cli.plugins import invoke_hook
 
-def rpc(method, params=None):
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(os.environ["MESH_SOCKET"])
-        s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
-                              "params": params or {}}).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            buf += s.recv(65536)
-    return json.loads(buf)["result"]
-
+"""
+    + RPC
+    + r"""
 def snap(step):
     rows = {s["session_id"]: s for s in rpc("session.list")["sessions"]}
     print(json.dumps({"step": step, "sessions": rows}), flush=True)
@@ -67,6 +61,7 @@ snap("child_done")
 invoke_hook("on_session_finalize", session_id=S, platform=PLATFORM, reason="shutdown")
 snap("final")
 """
+)
 
 
 def run_hooks(
