@@ -34,6 +34,26 @@ def register(meshctl: Meshctl, daemon: Daemon, sid: str, *extra: str) -> str:
     return ok(meshctl(*args, env=daemon.env)).out.strip()
 
 
+def queued_claim(meshctl: Meshctl, daemon: Daemon) -> subprocess.Popen[str]:
+    """``meshctl claim res:db --wait 60`` as cli:waiter, running and queued behind
+    cli:holder (both registered here)."""
+    register(meshctl, daemon, "cli:holder")
+    register(meshctl, daemon, "cli:waiter")
+    ok(meshctl("claim", "res:db", env=as_(daemon, "cli:holder")))
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "meshctl.cli", "claim", "res:db", "--wait", "60"],
+        env=as_(daemon, "cli:waiter"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(
+        lambda: daemon.call("claim.list", {})["result"].get("waiting"),
+        what="the queued wait",
+    )
+    return waiting
+
+
 class TestJsonEverywhere:
     def test_completion_show_json_is_one_document(self, meshctl: Meshctl) -> None:
         """SPEC §9: ``--json`` on every command prints exactly one JSON document; the
@@ -198,20 +218,7 @@ class TestWaitSaysWhatHappened:
         """SPEC §5: a waiter is cancelled when its session ends. The waiting ``claim``
         then answers at once (exit 75) and says the wait was withdrawn, not that it
         ran out after the time asked."""
-        register(meshctl, daemon, "cli:holder")
-        register(meshctl, daemon, "cli:waiter")
-        ok(meshctl("claim", "res:db", env=as_(daemon, "cli:holder")))
-        waiting = subprocess.Popen(
-            [sys.executable, "-m", "meshctl.cli", "claim", "res:db", "--wait", "60"],
-            env=as_(daemon, "cli:waiter"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        wait_for(
-            lambda: daemon.call("claim.list", {})["result"].get("waiting"),
-            what="the queued wait",
-        )
+        waiting = queued_claim(meshctl, daemon)
 
         ok(meshctl("end", env=as_(daemon, "cli:waiter")))
         out, err = waiting.communicate(timeout=30)

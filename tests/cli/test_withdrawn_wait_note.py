@@ -9,30 +9,12 @@ none), so a wait withdrawn by a pause said "the wait ran out after 0.5 s; still 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from tests.support import wait_for
-
 from .conftest import Meshctl
-from .test_conformance_audit import Daemon, as_, ok, register
+from .test_conformance_audit import Daemon, as_, ok, queued_claim
 
 
 def test_a_wait_withdrawn_by_a_pause_says_so(meshctl: Meshctl, daemon: Daemon) -> None:
-    register(meshctl, daemon, "cli:holder")
-    register(meshctl, daemon, "cli:waiter")
-    ok(meshctl("claim", "res:db", env=as_(daemon, "cli:holder")))
-    waiting = subprocess.Popen(
-        [sys.executable, "-m", "meshctl.cli", "claim", "res:db", "--wait", "60"],
-        env=as_(daemon, "cli:waiter"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    wait_for(
-        lambda: daemon.call("claim.list", {})["result"].get("waiting"),
-        what="the queued wait",
-    )
+    waiting = queued_claim(meshctl, daemon)
 
     ok(meshctl("pause", "--note", "stopping here", env=as_(daemon, "cli:waiter")))
     out, err = waiting.communicate(timeout=30)
