@@ -61,7 +61,7 @@ def register(
         messages=messages,
         status=status,
         cwd=_cwd(),
-        ppid=os.getppid(),
+        ppid=caller_pid(),
         host=socket.gethostname(),
     )
     result = state.call("session.register", params)
@@ -111,6 +111,41 @@ def register_params(
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
+
+
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+
+
+def _proc_identity(pid: int) -> tuple[str, bytes, int] | None:
+    """A process's executable, command line and parent (Linux ``/proc``), or None."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        return os.readlink(f"/proc/{pid}/exe"), cmdline, ppid
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def caller_pid() -> int:
+    """The process ``meshctl register`` registers for (SPEC §4: its caller).
+
+    Usually the parent. But ``export MESH_SESSION=$(meshctl register … 2>/dev/null)``
+    runs meshctl in a subshell that the shell forks for the command substitution (a
+    redirection keeps bash from exec'ing meshctl in its place), and that subshell exits
+    as soon as the id is read: the session ended at once ("its process died"). A
+    parent that is a shell forked from a shell with the same executable and command
+    line is such a subshell; the shell it was forked from is the caller. Outside Linux
+    (no ``/proc``) the parent it is."""
+    ppid = os.getppid()
+    me = _proc_identity(ppid)
+    while me is not None and os.path.basename(me[0]) in _SHELLS and me[2] > 1:
+        up = _proc_identity(me[2])
+        if up is None or up[0] != me[0] or up[1] != me[1]:
+            break
+        ppid, me = me[2], up
+    return ppid
 
 
 def _cwd() -> str | None:
