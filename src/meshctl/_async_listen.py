@@ -230,6 +230,7 @@ class AsyncResponder:
         self._conn: AsyncConnection | None = None
         self._stopped = False
         self._done = anyio.Event()
+        self._answering: anyio.Event | None = None  # set when the answer in flight is sent
 
     @property
     def running(self) -> bool:
@@ -244,9 +245,17 @@ class AsyncResponder:
         self._conn = await self._connect()
         tg.start_soon(self._run)
 
-    async def stop(self) -> None:
-        """Stop serving (the daemon then answers from status again)."""
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving (the daemon then answers from status again).
+
+        An answer already on its way is let finish (up to ``timeout`` seconds), as the
+        blocking responder's ``stop`` joins its thread: the asker may already hold the
+        answer, and cancelling the call then would leave ``answered`` short of it."""
         self._stopped = True
+        in_flight = self._answering
+        if in_flight is not None:
+            with anyio.move_on_after(timeout):
+                await in_flight.wait()
         self._scope.cancel()
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -324,12 +333,15 @@ class AsyncResponder:
         params = answer_params(self.session.session_id, query, text)
         if params is None:
             return
+        self._answering = sent = anyio.Event()
         try:
             await conn.call("query.answer", params)
+            self.answered += 1
         except NotFound as exc:  # answered elsewhere, or the asker is gone
             log.debug("query %s: %s", query.id, exc.message)
-            return
-        self.answered += 1
+        finally:
+            self._answering = None
+            sent.set()
 
     def _fail(self, sentence: str, *, traceback: bool = False) -> None:
         self.failures.append(sentence)

@@ -173,6 +173,49 @@ async def test_surface(daemon: Any, driver: str, scenario: Any, expected: Any) -
     assert got == expected
 
 
+def late_answer_reply(responder: Any) -> None:
+    """Hold back the responder's reply to ``query.answer`` after the daemon has taken
+    the answer (and handed it to the asker): the answer is in flight when the asker
+    moves on, as happens when the asker's wake-up is scheduled first."""
+    conn = responder._conn
+    real = conn.call
+    if inspect.iscoroutinefunction(real):
+
+        async def slow(method: str, params: Any, *args: Any, **kw: Any) -> Any:
+            reply = await real(method, params, *args, **kw)
+            if method == "query.answer":
+                await anyio.sleep(0.3)
+            return reply
+
+    else:
+
+        def slow(method: str, params: Any, *args: Any, **kw: Any) -> Any:  # type: ignore[misc]
+            reply = real(method, params, *args, **kw)
+            if method == "query.answer":
+                time.sleep(0.3)
+            return reply
+
+    conn.call = slow
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+async def test_stop_lets_the_answer_in_flight_finish(daemon: Any, driver: str) -> None:
+    """Stopping a responder right after the asker got its answer still counts that
+    answer: ``stop`` lets the call in flight finish instead of cancelling it."""
+    async with two_sessions(driver) as (a, b):
+        responder = await do(b.on_query(lambda q: f"busy with {q.text}"))
+        late_answer_reply(responder)
+        answer = await do(a.ask("b", "x", timeout=10))
+        await do(responder.stop())
+
+    assert (answer.answered_by, answer.answer, responder.answered) == (
+        "session",
+        "busy with x",
+        1,
+    )
+
+
 async def unreachable(s: Any) -> Any:
     c = await do(s.claim("port:7"))
     responder = await do(s.on_query(lambda q: "never"))
