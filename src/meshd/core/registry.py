@@ -35,6 +35,7 @@ from meshd.core.session_records import (
     validate_report,
 )
 from meshd.core.settings import Settings
+from meshd.core.stale_count import StaleCount
 from meshd.protocol.contract import REPORTED
 from meshd.protocol.errors import IdInUse, SessionExpired, UnknownSession
 
@@ -71,6 +72,7 @@ class Registry:
         self.presence = Presence(clock, self.sessions)
         self._heap: list[tuple[float, str]] = []
         self._ids = 0
+        self._stale = StaleCount()
 
     # --- deadlines ---------------------------------------------------------------
 
@@ -96,6 +98,11 @@ class Registry:
         if s.liveness == "process":
             return False
         return now_mono - s.last_hb_mono > self.settings.stale_after
+
+    def stale_count(self, now_mono: float) -> int:
+        """How many sessions :meth:`is_stale` holds stale, without visiting them all
+        (:mod:`meshd.core.stale_count`)."""
+        return self._stale.count(self.sessions, now_mono, self.settings.stale_after)
 
     # --- commands ----------------------------------------------------------------
 
@@ -149,6 +156,8 @@ class Registry:
         if old is not None:
             self.presence.unplace(old)
         self.sessions[sid] = s
+        if s.liveness != "process":
+            self._stale.beat(sid, now_m)
         self.presence.place(s)
         self.ended.pop(sid, None)
         if s.conn_id is not None:
@@ -162,6 +171,7 @@ class Registry:
         if self.sessions.get(new.session_id) is not new:
             return  # changed again meanwhile: leave the newer state alone
         self.presence.unplace(new)
+        self._stale.invalidate()  # old's heartbeat may have left the log meanwhile
         if old is None:
             del self.sessions[new.session_id]
             return
@@ -186,7 +196,9 @@ class Registry:
     def heartbeat(self, sid: str, report: Report | None = None) -> Session:
         """Refresh liveness; apply reported fields; mark them for the next snapshot."""
         s = self.get(sid)
-        s.last_hb_mono = self.clock.monotonic()
+        s.last_hb_mono = now_m = self.clock.monotonic()
+        if s.liveness != "process":
+            self._stale.beat(sid, now_m)
         s.last_heartbeat = self.clock.now()
         if report is not None:
             validate_report(report)
@@ -269,6 +281,7 @@ class Registry:
     def due(self) -> list[tuple[Session, EndReason]]:
         """Sessions whose deadline has passed, with why; they are not removed here."""
         now = self.clock.monotonic()
+        self._stale.advance(self.sessions, now, self.settings.stale_after)  # keeps its log short
         out: list[tuple[Session, EndReason]] = []
         seen: set[str] = set()
         while self._heap and self._heap[0][0] <= now:
@@ -350,6 +363,7 @@ class Registry:
             if d != inf:
                 add_due((d, s.session_id))
         self.presence.place_all(restored)
+        self._stale.invalidate()  # heartbeat times rebuilt out of order
         if self._heap:
             for entry in due:
                 heapq.heappush(self._heap, entry)

@@ -58,7 +58,7 @@ class MeshHandlers(Domain):
             enabled=st.settings.enabled,
             counts=m.Counts(
                 sessions=len(reg.sessions),
-                stale=sum(1 for s in reg.sessions.values() if reg.is_stale(s, now)),
+                stale=reg.stale_count(now),
                 connections=len(svc.connections),
                 claims=claim_stats.claims,
                 waiters=claim_stats.waiters,
