@@ -29,6 +29,13 @@ class Turns:
     advances, and a request that came alone is started in the next pass whatever the
     number of bursting connections. A lone burst goes on at one frame per pass, as
     with a plain yield.
+
+    The turn is taken by a zero-delay timer, not ``call_soon``: asyncio runs a pass's
+    due timers after the callbacks of the socket reads that pass found, so a request
+    that just arrived (its reader woken by that read) resumes in the next pass ahead
+    of the burst frames this turn lets go. With ``call_soon`` the turn ran first and
+    every ping waited for two more burst frames (waiter storm: ping p50 while 10,000
+    waits queue 0.55-0.66 -> 0.35-0.56 ms).
     """
 
     __slots__ = ("_armed", "_loop", "per_turn", "used", "waiting")
@@ -47,7 +54,7 @@ class Turns:
             loop = self._loop = asyncio.get_running_loop()
         if not self._armed:
             self._armed = True
-            loop.call_soon(self._tick)
+            loop.call_at(0.0, self._tick)
         if self.used < self.per_turn and not self.waiting:
             self.used += 1
             await asyncio.sleep(0)  # a turn is free: go on in the next pass
@@ -66,6 +73,6 @@ class Turns:
                 self.used += 1
         if self.used or waiting:
             assert self._loop is not None
-            self._loop.call_soon(self._tick)
+            self._loop.call_at(0.0, self._tick)
         else:
             self._armed = False

@@ -73,3 +73,37 @@ async def test_a_cancelled_waiter_takes_no_turn() -> None:
 
     assert log == [0, 2]
     assert not turns.waiting
+
+
+async def test_a_request_that_arrives_goes_before_the_next_turns_frames() -> None:
+    """A lone request read from a socket (the loop's I/O callback wakes its reader, as
+    :class:`meshd.frames.FrameReader` does) resumes before the burst frames of the
+    turn let go in the same pass: the turn is taken after that pass's reads."""
+    import socket
+
+    turns, log = Turns(per_turn=2), []
+    loop = asyncio.get_running_loop()
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    arrived = loop.create_future()
+
+    def readable() -> None:
+        a.recv(1)
+        loop.remove_reader(a.fileno())
+        arrived.set_result(len(log))
+
+    tasks = [asyncio.create_task(_burst(turns, i, 50, log)) for i in range(20)]
+    try:
+        for _ in range(3):
+            await asyncio.sleep(0)  # the bursts are under way
+        loop.add_reader(a.fileno(), readable)
+        b.send(b"x")
+        read_at = await arrived  # burst frames done when its bytes were read
+        resumed_at = len(log)  # ... and when the request's task runs
+    finally:
+        for t in tasks:
+            t.cancel()
+        a.close()
+        b.close()
+
+    assert resumed_at - read_at == 0
