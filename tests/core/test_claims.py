@@ -691,9 +691,13 @@ class TestCancel:
 
         assert ("c", "port:2") in tb.holders()
 
-    def test_a_leaving_waiter_is_withdrawn_when_it_comes_up_not_granted(self, tb: Table) -> None:
+    def test_a_leaving_waiter_is_never_granted_and_the_next_goes_once_it_is_withdrawn(
+        self, tb: Table
+    ) -> None:
         """A waiter whose caller left (``leave``: its connection closed, the withdrawal
-        not done yet) is withdrawn when it would be granted, and the next one goes."""
+        a few turns away) is not granted when it comes up; the next one goes when the
+        connection withdraws it. (Withdrawing it then and there marked the next waiter,
+        as often leaving too: a storm of hang-ups cascaded through the line in one pass.)"""
         tb.grant("a", "port:1")
         tb.acquire("b", "port:1", wait=True, waiter_id="wb")
         tb.acquire("c", "port:1", wait=True, waiter_id="wc")
@@ -703,10 +707,34 @@ class TestCancel:
         tb.release("a")
         out = tb.t.drain()
 
+        assert [n.session_id for n in out.notices if n.kind == "granted"] == []
+        assert tb.holders() == set()
+
+        tb.t.cancel_waiter("wb", why="closed")  # its connection's withdrawal
+        out = tb.t.drain()
+
         assert [(x.waiter_id, x.why) for x in out.cancelled] == [("wb", "closed")]
         assert [n.session_id for n in out.notices if n.kind == "granted"] == ["c"]
         assert tb.holders() == {("c", "port:1")}
         assert tb.t.waiting() == ()
+
+    def test_hang_ups_do_not_cascade_through_the_line(self, tb: Table) -> None:
+        """1,000 waiters whose callers all left: one withdrawal looks at no one else
+        (each is withdrawn by its own connection, a few a turn)."""
+        tb.grant("a", "port:1")
+        for i in range(1000):
+            tb.acquire(f"s{i}", "port:1", wait=True, waiter_id=f"w{i}")
+        tb.t.drain()
+        for i in range(1000):
+            tb.t.leave(f"w{i}")
+
+        tb.release("a")
+        tb.t.cancel_waiter("w0", why="closed")
+        out = tb.t.drain()
+
+        assert [x.waiter_id for x in out.cancelled] == ["w0"]
+        assert len(tb.t.waiting()) == 999
+        assert tb.holders() == set()
 
     def test_deferred_wake_lets_later_waiters_go_once(self, tb: Table) -> None:
         """Withdrawals with wake=False grant nothing until wake_deferred, then in order."""
