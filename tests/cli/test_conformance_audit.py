@@ -327,3 +327,26 @@ class TestClockWords:
         assert skipped.code == 75, skipped
         assert "deferred 1 time\n" in radar, radar
         assert "backup: deferred 1 time," in sync, sync
+
+
+class TestLossAtNextClaim:
+    def test_a_claim_tells_what_was_lost_meanwhile(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """SPEC §5: a holder that lost a claim while it was not listening learns it
+        "at its next ``inbox``/``sync``/``claim``": the next ``claim`` says so (stderr,
+        and ``lost`` in ``--json``) for as long as the notice is unread."""
+        register(meshctl, daemon, "cli:a")
+        register(meshctl, daemon, "cli:b")
+        ok(meshctl("claim", "res:x", env=as_(daemon, "cli:a")))
+        ok(meshctl("steal", "res:x", "--reason", "need it", env=as_(daemon, "cli:b")))
+
+        human = ok(meshctl("claim", "res:y", env=as_(daemon, "cli:a")))
+        doc = ok(meshctl("claim", "res:z", "--json", env=as_(daemon, "cli:a"))).json()
+        ok(meshctl("inbox", env=as_(daemon, "cli:a")))
+        after = ok(meshctl("claim", "res:w", "--json", env=as_(daemon, "cli:a")))
+
+        assert human.out.startswith("granted res:y"), human
+        assert "res:x" in human.err, human
+        assert "stolen by cli:b" in human.err, human
+        assert [lost["resources"] for lost in doc["lost"]] == [["res:x"]], doc
+        assert after.json()["lost"] == [], after
+        assert "res:x" not in after.err

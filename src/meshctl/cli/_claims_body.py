@@ -66,6 +66,8 @@ def claim(
     if disabled(result):
         _output.emit(state.json, _claims.cli_document(result), None)
         return _output.EXIT_OK
+    if not state.json:
+        told_lost(result)
     doc = _claims.cli_document(result)
     if doc["status"] == "granted":
         _output.emit(state.json, doc, lambda: _claims.granted_line(_output.clean(result)))
@@ -74,6 +76,15 @@ def claim(
         with_branches(state, result.get("holders") or [])
     _output.emit(state.json, doc, lambda: _claims.held_lines(_output.clean(result)))
     return _output.EXIT_TEMPFAIL
+
+
+def told_lost(result: dict[str, Any]) -> None:
+    """Say on stderr the claims the session lost meanwhile (ttl, steal, expiry) whose
+    notice it has not read: SPEC §5, a holder that was not listening learns it at its
+    next claim. Said again at each claim until ``meshctl inbox`` reads the notice."""
+    for loss in result.get("lost") or []:
+        text = _output.clean(str(loss.get("text") or ""))
+        _output.note(f"{text} (notice #{loss.get('id')}, unread: meshctl inbox)")
 
 
 def acquire(state: State, params: dict[str, Any], wait: float) -> dict[str, Any]:

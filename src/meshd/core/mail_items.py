@@ -238,6 +238,9 @@ class ItemStore:
     def unread_count(self, sid: str) -> int:
         return len(self._inbox.get(sid, ()))
 
+    def is_unread(self, sid: str, msg_id: int) -> bool:
+        return msg_id in self._inbox.get(sid, {})
+
     def unread(self, sid: str) -> list[Message]:
         """Unread items of ``sid``, oldest first, without changing anything."""
         return list(self._inbox.get(sid, {}).values())

@@ -155,6 +155,12 @@ class MeshState:
         """``sid``'s recent claim losses whose inbox notice id is above ``after``."""
         return [e for e in self.losses.get(sid, ()) if (e.id or 0) > after]
 
+    def unread_losses(self, sid: str) -> list[ClaimLoss]:
+        """``sid``'s recent claim losses whose inbox notice it has not read yet: what
+        its next claim tells it (SPEC §5: a holder that was not listening learns it)."""
+        items = self.mailbox.items
+        return [e for e in self.losses.get(sid, ()) if e.id and items.is_unread(sid, e.id)]
+
     def prune_losses(self) -> None:
         """Forget the recent losses of sessions that are gone (their notices stay in
         the inbox); called with the hourly prune."""

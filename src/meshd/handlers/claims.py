@@ -185,6 +185,14 @@ class ClaimHandlers(Domain):
         return keys
 
     async def acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult | Later:
+        """``claim.acquire``; an answer given now also carries the session's unread
+        claim losses (``lost``: SPEC §5, the holder learns them at its next claim)."""
+        result = await self._acquire(p, conn)
+        if isinstance(result, pc.ClaimAcquireResult) and not result.disabled:
+            result.lost = self.svc.state.unread_losses(p.session_id)
+        return result
+
+    async def _acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult | Later:
         st = self.svc.state
         keys = await self._prepare(p.session_id, p.resources, p.broad)
         if keys is None:

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
+from meshd.protocol.events import ClaimLoss
 from meshd.protocol.methods import MethodSpec, Params, Result, Seconds, SessionId
 
 Mode = Literal["exclusive", "shared"]
@@ -94,6 +95,10 @@ class ClaimAcquireResult(Result):
     withdrawn: str = ""
     """``held`` before its wait ran out: the wait was withdrawn, ``paused`` (its session
     paused, SPEC §5b) or how its session ended (``ended``, ``expired``, ``died``)."""
+    lost: list[ClaimLoss] = []
+    """The session's claims lost meanwhile (ttl, steal, expiry) whose inbox notice is
+    still unread, oldest first: a holder that was not listening learns of them at its
+    next claim (SPEC §5), until it reads them (``message.ack``)."""
 
 
 class ClaimStealParams(Params):
