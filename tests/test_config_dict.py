@@ -36,3 +36,27 @@ def test_settings_as_plain_data(tmp_path: Path) -> None:
         "nats://127.0.0.1:4222"
     ]
     assert set(out) >= {"enabled", "heartbeat_interval", "max_connections", "idle_timeout"}
+
+
+def test_an_unknown_key_says_which_keys_were_expected(tmp_path: Path) -> None:
+    """SPEC §2: an unknown key is refused "with the file, the key and what was
+    expected": the keys that table takes, and the near one a typo meant."""
+    import pytest
+
+    from meshd.config import ConfigError
+
+    config = tmp_path / "config.toml"
+    for text, key, near in [
+        ("[defaults]\nstale_aftr = 3\n", "defaults.stale_aftr", "stale_after"),
+        ("[profiles.work]\nexpire_afterr = 3\n", "profiles.work.expire_afterr", "expire_after"),
+        ("[jobs.backup]\nresources = ['res:nas']\npolcy = 'skip'\n", "jobs.backup.polcy", "policy"),
+        ("[default]\nenabled = true\n", "default", "defaults"),
+    ]:
+        config.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load(config, "work")
+
+        message = str(err.value)
+        assert message.startswith(f"{config}: key `{key}`: unknown key"), message
+        assert "expected one of" in message, message
+        assert f"did you mean `{near}`?" in message, message

@@ -83,14 +83,40 @@ class _File(Struct, forbid_unknown_fields=True):
     fleet: Any = None
 
 
+_UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
+
+
 def _explain(path: Path, err: msgspec.ValidationError, prefix: str) -> ConfigError:
     msg = str(err)
     head, sep, where = msg.rpartition(" - at `")
     if not sep:
         head, where = msg, "$"
     key = where.rstrip("`").removeprefix("$").lstrip(".")
-    key = f"{prefix}.{key}" if prefix and key else (prefix or key or "(top level)")
-    return ConfigError(f"{path}: key `{key}`: {head}")
+    key = f"{prefix}.{key}" if prefix and key else (prefix or key)
+    if (unknown := _UNKNOWN.match(head)) is not None:
+        return _unknown_key(path, key, unknown.group(1))
+    return ConfigError(f"{path}: key `{key or '(top level)'}`: {head}")
+
+
+def _unknown_key(path: Path, table: str, name: str) -> ConfigError:
+    """An unknown key, with what was expected (SPEC §2): the keys its table takes and,
+    for a typo, the near one it meant."""
+    import difflib
+
+    head = table.split(".", 1)[0]
+    tables: dict[str, tuple[str, ...]] = {
+        "": _File.__struct_fields__,
+        "jobs": _Job.__struct_fields__,
+        "fleet": _Fleet.__struct_fields__,
+    }
+    known = list(tables.get(head, Overrides.__struct_fields__))
+    near = difflib.get_close_matches(name, known, n=1)
+    key = f"{table}.{name}" if table else name
+    where = f"[{table}]" if table else "the top level"
+    return ConfigError(
+        f"{path}: key `{key}`: unknown key; expected one of "
+        f"{', '.join(known)} in {where}" + (f"; did you mean `{near[0]}`?" if near else "")
+    )
 
 
 def _finite(path: Path, o: Overrides, prefix: str) -> Overrides:

@@ -75,7 +75,7 @@ def test_every_key(short_tmp: Path) -> None:
         ("[fleet]\nurl = 'http://x:1'\n", "key `fleet.url`: 'http://x:1' is not a NATS URL"),
         ("[fleet]\nurl = []\n", "key `fleet.url`: name at least one"),
         ("[fleet]\nurl = 4222\n", "key `fleet.url`"),
-        ("[fleet]\nurl = 'nats://x:1'\nurll = 1\n", "unknown field `urll`"),
+        ("[fleet]\nurl = 'nats://x:1'\nurll = 1\n", "key `fleet.urll`: unknown key"),
         ("[fleet]\nurl = 'nats://x:1'\non_partition = 'maybe'\n", "expected 'fail' or 'local'"),
         ("[fleet]\nurl = 'nats://x:1'\nname = 'a b'\n", "key `fleet.name`: 'a b'"),
         ("[fleet]\nurl = 'nats://x:1'\ncreds = '/nonexistent/u.creds'\n", "no such file"),
