@@ -350,3 +350,25 @@ class TestLossAtNextClaim:
         assert [lost["resources"] for lost in doc["lost"]] == [["res:x"]], doc
         assert after.json()["lost"] == [], after
         assert "res:x" not in after.err
+
+
+class TestFleetCutOff:
+    def test_a_fleet_claim_refused_says_the_fleet_not_the_disk(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """SPEC §12: with ``on_partition = "fail"`` a fleet-wide claim the fleet cannot
+        decide fails with ``UNAVAILABLE``; what to do next is about the fleet (``fleet
+        status``, ``on_partition``), not the state folder a storage failure points at."""
+        mesh_env.write_config("[fleet]\nurl = 'nats://127.0.0.1:1'\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        register(meshctl, daemon, "cli:a")
+
+        run = meshctl("claim", "box:vps", env=as_(daemon, "cli:a"))
+        doc = meshctl("claim", "box:vps", "--json", env=as_(daemon, "cli:a"))
+
+        assert run.code == 1, run
+        assert "meshctl fleet status" in run.err, run
+        assert "on_partition" in run.err, run
+        assert "state folder" not in run.err, run
+        assert doc.json()["error"]["data"]["code"] == "UNAVAILABLE", doc
+        assert doc.json()["error"]["data"]["reason"] == "fleet", doc

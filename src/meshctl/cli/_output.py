@@ -187,6 +187,18 @@ def exit_code_for(exc: E.MeshError) -> int:
     return EXIT_ERROR
 
 
+#: ``data.reason`` of an UNAVAILABLE that the fleet caused, not the disk (SPEC §12).
+FLEET_REASONS = ("fleet", "no responders")
+
+
+def fleet_hint(claim: bool) -> str:
+    """What to do when the fleet could not be reached: look at it, not at the disk."""
+    hint = "`meshctl fleet status` says why the fleet cannot be reached; this host's mesh works"
+    if claim:  # a fleet-wide key, refused with on_partition = "fail"
+        hint += '; to claim on this host alone meanwhile, set on_partition = "local" in [fleet]'
+    return hint
+
+
 def from_mesh_error(exc: E.MeshError) -> Failure:
     """Wrap a :class:`MeshError` (its wire code and ``data`` kept) for printing."""
     data = dict(exc.data)
@@ -198,7 +210,9 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
         # The wire keeps the field's JSON path apart (data.path); a person needs it in
         # the sentence to know which field of their params was refused.
         message = f"{message} - at `{path}`"
-    if isinstance(exc, E.StorageUnavailable):
+    if isinstance(exc, E.StorageUnavailable) and data.get("reason") in FLEET_REASONS:
+        hint = fleet_hint("resource" in data)
+    elif isinstance(exc, E.StorageUnavailable):
         hint = (
             "nothing was changed; the daemon still answers reads. `meshctl doctor` checks "
             "the state folder (a full disk, a read-only folder)"

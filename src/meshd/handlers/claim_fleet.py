@@ -79,7 +79,8 @@ class FleetAcquire:
                 if fc.cfg.on_partition != "local":
                     raise MeshUnavailable(
                         f"{new[0].text} is fleet-wide and the fleet cannot be reached "
-                        f"({exc}); on_partition = \"fail\"", {"resource": new[0].text},
+                        f"({exc}); on_partition = \"fail\"",
+                        {"resource": new[0].text, "reason": "fleet"},
                     ) from exc  # fmt: skip
                 got = None  # granted here alone, marked local-only
             if got is not None and not isinstance(got, FleetGrant):

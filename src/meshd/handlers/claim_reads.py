@@ -122,7 +122,7 @@ class ClaimReads:
             except FleetDown as exc:
                 raise MeshUnavailable(
                     f"{key.text} is fleet-wide and the fleet cannot be reached ({exc})",
-                    {"resource": key.text},
+                    {"resource": key.text, "reason": "fleet"},
                 ) from exc
             return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=sid, host=host)
         valid = st.claims.validate(key, p.token)
