@@ -372,3 +372,24 @@ class TestFleetCutOff:
         assert "state folder" not in run.err, run
         assert doc.json()["error"]["data"]["code"] == "UNAVAILABLE", doc
         assert doc.json()["error"]["data"]["reason"] == "fleet", doc
+
+
+class TestPauseNoteWords:
+    def test_the_note_may_be_several_words(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """SPEC §9 writes ``meshctl pause --note TEXT…``: the words after ``--note`` are
+        the note, unquoted, as ``send ID TEXT…`` joins its words."""
+        register(meshctl, daemon, "cli:p")
+        ok(meshctl("claim", "res:p", env=as_(daemon, "cli:p")))
+
+        ok(meshctl("pause", "--note", "stopped", "at", "step", "3", env=as_(daemon, "cli:p")))
+        resumed = ok(meshctl("resume", "--wait", "5", "--json", env=as_(daemon, "cli:p")))
+
+        assert resumed.json()["note"] == "stopped at step 3", resumed
+
+    def test_words_without_note_are_a_usage_error(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        register(meshctl, daemon, "cli:p")
+
+        run = meshctl("pause", "stopped", env=as_(daemon, "cli:p"))
+
+        assert run.code == 2, run
+        assert "--note" in run.err

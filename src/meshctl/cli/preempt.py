@@ -65,16 +65,21 @@ def _preempted(result: dict[str, Any]) -> str:
 @click.command()
 @common_options
 @click.option(
-    "--note", required=True, metavar="TEXT", help="Where you stopped; given back on resume."
+    "--note", required=True, metavar="TEXT…", help="Where you stopped; given back on resume."
 )
-def pause(note: str) -> None:
+@click.argument("words", nargs=-1, metavar="")
+def pause(note: str, words: tuple[str, ...]) -> None:
     """Checkpoint at a safe point: leave a note, release claims into a reserved set.
+
+    The words after --note are the note, quoted or not (as send joins its words).
 
     \b
     Examples:
       meshctl pause --note 'paused at step 3 of the migration'
+      meshctl pause --note paused at step 3
     """
     state = get_state()
+    note = " ".join((note, *words))
     result = state.call("session.pause", {"session_id": state.require_session(), "note": note})
 
     def human() -> str:
