@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 from tests.support import wait_for
@@ -393,3 +394,42 @@ class TestPauseNoteWords:
 
         assert run.code == 2, run
         assert "--note" in run.err
+
+
+class TestJobWaitsItsTimeout:
+    def test_a_wait_job_waits_past_max_query_timeout(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """SPEC §7: a ``policy = "wait"`` job "waits up to ``timeout``". The daemon caps
+        each claim wait at ``max_query_timeout`` (§2), so ``job run`` asks again while
+        the job's own timeout has time left (as ``job wait`` does), instead of deferring
+        when the first capped wait runs out."""
+        mesh_env.write_config(
+            "[defaults]\nmax_query_timeout = 1\n"
+            '[jobs.report]\nresources = ["res:db"]\npolicy = "wait"\ntimeout = 60\n'
+        )
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        register(meshctl, daemon, "cli:holder")
+        ok(meshctl("claim", "res:db", env=as_(daemon, "cli:holder")))
+        job = subprocess.Popen(
+            [sys.executable, "-m", "meshctl.cli", "job", "run", "report", "--", "echo", "ran"],
+            env=daemon.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for(
+                lambda: daemon.call("claim.list", {})["result"].get("waiting"),
+                what="the job's queued wait",
+            )
+            time.sleep(2.5)  # past the 1 s cap: the first capped wait has run out
+            ok(meshctl("release", env=as_(daemon, "cli:holder")))
+            out, err = job.communicate(timeout=60)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+
+        assert job.returncode == 0, (out, err)
+        assert out == "ran\n", (out, err)

@@ -87,20 +87,48 @@ def told_lost(result: dict[str, Any]) -> None:
         _output.note(f"{text} (notice #{loss.get('id')}, unread: meshctl inbox)")
 
 
-def acquire(state: State, params: dict[str, Any], wait: float) -> dict[str, Any]:
+def acquire(
+    state: State, params: dict[str, Any], wait: float, *, say: bool = True
+) -> dict[str, Any]:
     """``claim.acquire`` for ``claim``, ``run`` and ``job run``: while a wait runs, a
     terminal shows who holds what, the queue and the time left; a wait that ran out
-    is said on stderr."""
+    is said on stderr (unless ``say`` is false: the caller says it)."""
     if wait <= 0 or not sys.stderr.isatty():
         result: dict[str, Any] = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
-        _ran_out(result, wait)
-        return result
-    from meshctl.cli._waiting import claim_detail, waiting
+    else:
+        from meshctl.cli._waiting import claim_detail, waiting
 
-    what = "waiting for " + ", ".join(_claims.show_resource(r) for r in params["resources"])
-    with waiting(what, wait, claim_detail(state.mesh(), params["session_id"], params["resources"])):
-        result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
-    _ran_out(result, wait)
+        what = "waiting for " + ", ".join(_claims.show_resource(r) for r in params["resources"])
+        detail = claim_detail(state.mesh(), params["session_id"], params["resources"])
+        with waiting(what, wait, detail):
+            result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+    if say:
+        _ran_out(result, wait)
+    return result
+
+
+def acquire_for(state: State, params: dict[str, Any], wait: float) -> dict[str, Any]:
+    """``claim.acquire`` that waits up to ``wait`` in all (a job's ``timeout``, SPEC §7):
+    the daemon caps each wait at ``max_query_timeout`` (§2), so a wait that ran out
+    while time is left is asked again, at the back of the queue, as ``job wait`` asks
+    ``job.wait`` again. A wait withdrawn or refused as a deadlock is not asked again."""
+    import time
+
+    start = time.monotonic()
+    while True:
+        left = min(max(wait - (time.monotonic() - start), 0.0), WAIT_RANGE["maximum"])
+        result = acquire(state, {**params, "wait": left}, left, say=False)
+        if (
+            result.get("status") != "held"
+            or result.get("deadlock")
+            or result.get("withdrawn")
+            or not (result.get("holders") or result.get("ahead"))
+            or time.monotonic() - start >= wait - 0.05
+        ):
+            break
+    if wait > 0:
+        result["waited_s"] = round(time.monotonic() - start, 3)
+        _ran_out(result, wait)
     return result
 
 

@@ -154,12 +154,12 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
         if slot_key is False:
             return held_exit
         wait = float(decl["timeout"]) if decl["policy"] == "wait" else 0.0
-        from meshctl.cli._claims_body import acquire
+        from meshctl.cli._claims_body import acquire_for
 
         wanted = _claims.acquire_params(
             guard.sid, list(decl["resources"]), reason=f"job {name}", wait=wait
         )
-        result = acquire(state, wanted, wait)
+        result = acquire_for(state, wanted, wait)
         if result.get("status") != "granted":
             holders = result.get("holders") or []
             _record(state, "job.defer", {"name": name, "session_id": guard.sid, "holders": holders})
