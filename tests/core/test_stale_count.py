@@ -73,7 +73,7 @@ def test_an_undone_registration_brings_back_the_stale_one() -> None:
     assert r.stale_count(clock.monotonic()) == 1
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(40))
 def test_random_histories_agree_with_counting_every_session(seed: int) -> None:
     rng = random.Random(seed)
     clock = ManualClock()
@@ -84,7 +84,10 @@ def test_random_histories_agree_with_counting_every_session(seed: int) -> None:
         op = rng.random()
         sid = rng.choice(ids)
         if op < 0.25:
-            r.register(reg(sid, "process" if rng.random() < 0.2 else "heartbeat"))
+            before = r.sessions.get(sid)
+            new, _ = r.register(reg(sid, "process" if rng.random() < 0.2 else "heartbeat"))
+            if rng.random() < 0.1:  # the store refused it
+                r.undo_register(new, before)
         elif op < 0.55 and sid in r.sessions:
             r.heartbeat(sid)
         elif op < 0.62 and sid in r.sessions:
@@ -102,13 +105,14 @@ def test_random_histories_agree_with_counting_every_session(seed: int) -> None:
         if rng.random() < 0.3:
             counts.add(brute(r, now))
             assert r.stale_count(now) == brute(r, now)
+        assert len(r._stale) <= 7 * len(ids)  # a few entries an id, never one a heartbeat
     now = clock.monotonic()
     assert r.stale_count(now) == brute(r, now)
     assert len(counts) > 3  # the histories had stale sessions, and not always the same number
 
 
 def test_the_log_stays_short_under_steady_heartbeats() -> None:
-    """Swept every tick, the log holds about stale_after / interval entries a session."""
+    """Swept every tick, the log holds a few entries a session."""
     clock = ManualClock()
     r = Registry(clock, Settings(stale_after=20, expire_after=600), "p")
     for i in range(100):
@@ -120,5 +124,45 @@ def test_the_log_stays_short_under_steady_heartbeats() -> None:
         for i in range(100):
             r.heartbeat(f"s{i}")
 
-    assert len(r._stale._beats) <= 100 * 5
+    assert len(r._stale) <= 100 * 5
+    assert r.stale_count(clock.monotonic()) == 0
+
+
+def test_the_log_holds_a_few_entries_a_session_whatever_stale_after() -> None:
+    """A long ``stale_after`` (an hour, with heartbeats every 5 s) or a client that
+    heartbeats in a loop must not make the log hold an entry per heartbeat: it held
+    stale_after / interval of them a session (720 here, ~60 KB a session)."""
+    clock = ManualClock()
+    r = Registry(clock, Settings(stale_after=3600, expire_after=86_400), "p")
+    for i in range(50):
+        r.register(reg(f"s{i}"))
+    for _ in range(720):  # an hour of heartbeats every 5 s, swept every tick
+        clock.advance(5.0)
+        r.due()
+        for i in range(50):
+            r.heartbeat(f"s{i}")
+    for _ in range(1000):  # and one client heartbeating in a loop
+        r.heartbeat("s0")
+
+    assert len(r._stale) <= 50 * 6
+    assert r.stale_count(clock.monotonic()) == 0
+    clock.advance(3601)
+    assert r.stale_count(clock.monotonic()) == 50
+
+
+def test_sessions_that_went_stale_and_ended_are_not_kept() -> None:
+    """Sessions that went stale and then ended (expired, crashed clients) are forgotten
+    though nobody asks for the count: they were kept until ``mesh.info`` was called."""
+    clock = ManualClock()
+    r = Registry(clock, Settings(stale_after=20, expire_after=600), "p")
+    for i in range(100):
+        r.register(reg(f"s{i}"))
+    clock.advance(25)
+    r.due()  # the sweep finds them stale
+    for i in range(100):
+        r.end(f"s{i}", "expired")
+    clock.advance(25)
+    r.due()
+
+    assert len(r._stale) == 0
     assert r.stale_count(clock.monotonic()) == 0

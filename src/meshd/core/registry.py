@@ -237,6 +237,7 @@ class Registry:
         del self.sessions[sid]
         self.presence.unplace(s)
         self.dirty.discard(sid)
+        self._stale.ended(sid)
         self.ended[sid] = _END_TEXT[reason]
         while len(self.ended) > ENDED_MEMORY:
             self.ended.popitem(last=False)
@@ -363,7 +364,7 @@ class Registry:
             if d != inf:
                 add_due((d, s.session_id))
         self.presence.place_all(restored)
-        self._stale.invalidate()  # heartbeat times rebuilt out of order
+        self._stale.invalidate()  # heartbeat times rebuilt, some earlier than logged
         if self._heap:
             for entry in due:
                 heapq.heappush(self._heap, entry)
