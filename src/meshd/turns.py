@@ -35,7 +35,10 @@ class Turns:
     that just arrived (its reader woken by that read) resumes in the next pass ahead
     of the burst frames this turn lets go. With ``call_soon`` the turn ran first and
     every ping waited for two more burst frames (waiter storm: ping p50 while 10,000
-    waits queue 0.55-0.66 -> 0.35-0.56 ms).
+    waits queue 0.55-0.66 -> 0.35-0.56 ms). On uvloop (``MESH_EVENT_LOOP=uvloop``) a
+    timer already due *is* ``call_soon`` (uvloop's ``call_later`` runs a delay that
+    rounds to 0 ms so), and uvloop runs ready callbacks before it polls: there a ping
+    still waits for two burst frames, as with ``call_soon`` -- no gain, no change.
     """
 
     __slots__ = ("_armed", "_loop", "per_turn", "used", "waiting")
