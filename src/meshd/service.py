@@ -67,6 +67,9 @@ class Conn:
     then ``release`` does what it says; a request that never blocks costs no task."""
     push: Callable[[bytes], None] = field(default=lambda frame: None, repr=False)
     """Writes one event frame to the client without waiting (set by the server)."""
+    leaving: bool = False
+    """Its hang-up was read and its waits are being withdrawn (a few a turn): none of
+    them is granted meanwhile (set by the server; read by the claim table)."""
 
 
 class Service:

@@ -718,6 +718,21 @@ class TestCancel:
         assert tb.holders() == {("c", "port:1")}
         assert tb.t.waiting() == ()
 
+    def test_a_departed_callers_waiter_is_not_granted(self, tb: Table) -> None:
+        """``departed`` (the shell's: the waiter's connection hung up, its waits not
+        marked yet) keeps a waiter from being granted, as ``leave`` does."""
+        tb.grant("a", "port:1")
+        tb.acquire("b", "port:1", wait=True, waiter_id="c7.1")
+        tb.acquire("c", "port:1", wait=True, waiter_id="c8.1")
+        tb.t.drain()
+        tb.t.departed = lambda wid: wid.startswith("c7.")
+
+        tb.release("a")
+        assert tb.holders() == set()
+
+        tb.t.cancel_waiter("c7.1", why="closed")  # its connection's withdrawal
+        assert tb.holders() == {("c", "port:1")}
+
     def test_hang_ups_do_not_cascade_through_the_line(self, tb: Table) -> None:
         """1,000 waiters whose callers all left: one withdrawal looks at no one else
         (each is withdrawn by its own connection, a few a turn)."""

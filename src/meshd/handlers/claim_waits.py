@@ -42,21 +42,20 @@ class _Wait(Later):
     them all). A record, its reply sink and one shared timer are all that stay.
     """
 
-    __slots__ = ("deadline", "owner", "t0", "waiter_id")
+    __slots__ = ("conn", "deadline", "owner", "t0", "waiter_id")
 
-    def __init__(self, owner: ClaimWaits, waiter_id: str, deadline: float) -> None:
+    def __init__(self, owner: ClaimWaits, waiter_id: str, deadline: float, conn: Conn) -> None:
         super().__init__()
         self.owner = owner
         self.waiter_id = waiter_id
+        self.conn = conn
+        """The caller's connection: once it is ``leaving``, this wait is not granted."""
         self.deadline = deadline
         """On the event loop's clock (``loop.time()``)."""
         self.t0 = time.monotonic()
 
     def withdraw(self) -> None:
         self.owner.withdraw(self)
-
-    def leave(self) -> None:
-        self.owner.svc.state.claims.leave(self.waiter_id)
 
     def answer(self, outcome: Granted | Held, why: str = "") -> None:
         """Its reply; ``why`` a withdrawn wait's (a pause, its session's end), which the
@@ -87,15 +86,21 @@ class ClaimWaits:
         self._timer_at = 0.0
         self._ids = itertools.count(1)
         self._wake_pending = False
+        svc.state.claims.departed = self._departed
+
+    def _departed(self, waiter_id: str) -> bool:
+        """Whether ``waiter_id``'s connection is leaving (the claim table's question)."""
+        w = self.waits.get(waiter_id)
+        return w is not None and w.conn.leaving
 
     def waiter_id(self, conn: Conn, wait: float) -> str | None:
         """A new waiter id for a request on ``conn`` that may wait, else None."""
         return f"c{conn.id}.{next(self._ids)}" if wait > 0 else None
 
-    def queue(self, q: Queued, wait: float) -> _Wait:
-        """The record that answers queued request ``q`` within ``wait`` seconds."""
+    def queue(self, q: Queued, wait: float, conn: Conn) -> _Wait:
+        """The record that answers queued request ``q`` of ``conn`` within ``wait`` seconds."""
         loop = asyncio.get_running_loop()
-        w = self.waits[q.waiter_id] = _Wait(self, q.waiter_id, loop.time() + wait)
+        w = self.waits[q.waiter_id] = _Wait(self, q.waiter_id, loop.time() + wait, conn)
         deadlines = self._deadlines
         if len(deadlines) > 2 * len(self.waits) + 64:  # mostly waits that ended: prune
             deadlines[:] = [(x.deadline, x.waiter_id) for x in self.waits.values()]

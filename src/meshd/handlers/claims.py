@@ -213,7 +213,7 @@ class ClaimHandlers(Domain):
             return granted(self.svc.state, outcome)
         if isinstance(outcome, Held):
             return held(self.svc.state, outcome)
-        return self.waits.queue(outcome, wait)  # answered later; the connection reads on
+        return self.waits.queue(outcome, wait, conn)  # answered later; the connection reads on
 
     async def keys_of(self, resources: list[str], broad: bool) -> list[Key]:
         """Canonical keys for what the user typed (after a ttl sweep)."""
@@ -236,7 +236,7 @@ class ClaimHandlers(Domain):
         if isinstance(outcome, Held):
             return held(self.svc.state, outcome)
         conn.detach()  # the caller goes on in this task once this is answered
-        result: pc.ClaimAcquireResult = await self.waits.queue(outcome, wait).outcome()
+        result: pc.ClaimAcquireResult = await self.waits.queue(outcome, wait, conn).outcome()
         return result
 
     def audit_rows(

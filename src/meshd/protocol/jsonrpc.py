@@ -294,11 +294,6 @@ class Later:
     def withdraw(self) -> None:
         """Undo the wait (a subclass's): called by :meth:`cancel`, never after :meth:`settle`."""
 
-    def leave(self) -> None:
-        """Its caller went away and :meth:`cancel` follows within a few turns (a closing
-        connection withdraws its waits a few a turn): until then, what it waits for
-        must not be given to nobody (a subclass's: a queued claim is not granted)."""
-
     async def settled(self) -> None:
         """Wait in this task until settled (cancelled meanwhile, it withdraws)."""
         if not self.done:
