@@ -433,3 +433,21 @@ class TestJobWaitsItsTimeout:
 
         assert job.returncode == 0, (out, err)
         assert out == "ran\n", (out, err)
+
+
+class TestExpireAfterNeedsHeartbeat:
+    def test_expire_after_without_heartbeat_liveness_is_a_usage_error(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §4 gives ``--liveness heartbeat [--expire-after S]``: a ``process``
+        session never expires while its process lives, so ``--expire-after`` on one
+        was taken and ignored (its reply even said ``expire_after: 5``)."""
+        run = meshctl("register", "--task", "t", "--expire-after", "5", env=daemon.env)
+        fine = meshctl(
+            "register", "--task", "t", "--liveness", "heartbeat", "--expire-after", "5",
+            env=daemon.env,
+        )  # fmt: skip
+
+        assert run.code == 2, run
+        assert "--expire-after needs --liveness heartbeat" in run.err, run
+        assert fine.code == 0, fine

@@ -329,7 +329,19 @@ REGISTER_CYCLES = [
         ["end", "--session", "w:fp-4"],
     ],
     [
-        ["register", "--task", "t", "--id", "w:fp-5", "--expire-after", "30", "--pid", "1"],
+        [
+            "register",
+            "--task",
+            "t",
+            "--id",
+            "w:fp-5",
+            "--liveness",
+            "heartbeat",
+            "--expire-after",
+            "30",
+            "--pid",
+            "1",
+        ],
         ["register", "--task", "child", "--id", "w:fp-6", "--parent", "w:fp-5", "--slot", "a"],
         ["end", "--session", "w:fp-6"],
         ["end", "--session", "w:fp-5"],
@@ -359,6 +371,7 @@ def test_register_generated_id(sessions: dict[str, Any]) -> None:
         ["register", "--task", "t", "--pid", "1.5"],
         ["register", "--task", "t", "--liveness", "forever"],
         ["register", "--task", "t", "--expire-after", "0"],
+        ["register", "--task", "t", "--expire-after", "30"],  # needs --liveness heartbeat
         ["register", "--task", "t", "--status", "napping"],
         ["register", "--task", "t", "extra"],
         ["register", "--task", "t", "--no-queries=1"],

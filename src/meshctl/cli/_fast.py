@@ -258,6 +258,8 @@ def _register_kwargs(opts: dict[str, Any]) -> dict[str, Any] | None:
 
     if "task" not in opts or ("slot" in opts and "parent" not in opts):
         return None  # --task is required; --slot needs --parent
+    if "expire_after" in opts and opts.get("liveness") != "heartbeat":
+        return None  # --expire-after needs --liveness heartbeat
     if opts.get("liveness", "process") not in ("process", "heartbeat"):
         return None
     if "status" in opts and opts["status"] not in STATUSES:

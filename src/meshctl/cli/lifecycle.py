@@ -96,6 +96,11 @@ def register(
     """
     if slot is not None and parent is None:
         raise click.UsageError("--slot needs --parent (a slot is a place under a parent)")
+    if expire_after is not None and liveness != "heartbeat":
+        raise click.UsageError(
+            "--expire-after needs --liveness heartbeat (a process session lives exactly "
+            "as long as its process)"
+        )
     _lifecycle_body.register(
         get_state(),
         task=task,
