@@ -451,3 +451,26 @@ class TestExpireAfterNeedsHeartbeat:
         assert run.code == 2, run
         assert "--expire-after needs --liveness heartbeat" in run.err, run
         assert fine.code == 0, fine
+
+
+class TestResolvedByWhom:
+    def test_a_key_resolved_by_hand_says_who_resolved_it(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §7: a second caller of ``once`` sees ``done`` "(who, when)". A key a
+        person resolved without a session said ``session ,`` (nobody); it names the
+        person, in the refusal, in ``--list`` and in ``resolved_by``."""
+        import getpass
+
+        ok(meshctl("once", "--resolve", "report:1", "done", env=daemon.env))
+
+        run = meshctl("once", "--key", "report:1", "--", "true", env=daemon.env)
+        listed = ok(meshctl("once", "--list", env=daemon.env)).out
+        entries = ok(meshctl("once", "--list", "--json", env=daemon.env)).json()
+
+        me = getpass.getuser()
+        assert run.code == 75, run
+        assert f"report:1 is done (resolved by {me}, " in run.err, run
+        assert "session ," not in listed, listed
+        assert f"resolved by {me}" in listed, listed
+        assert [e["resolved_by"] for e in entries if e["key"] == "report:1"] == [me], entries

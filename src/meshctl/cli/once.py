@@ -40,11 +40,21 @@ from meshctl.cli.run import _Guard, _run_unguarded
 from meshd.protocol.errors import MeshError
 
 
+def _who(e: Mapping[str, Any]) -> str:
+    """Who made an entry what it is: the person who resolved it by hand, else the
+    session that ran it (SPEC §7: a second caller sees "who, when")."""
+    if e.get("resolved_by"):
+        return f"resolved by {e['resolved_by']}"
+    return f"session {e.get('session_id')}"
+
+
 def render_entry(e: Mapping[str, Any]) -> str:
     note = f" — {e['note']}" if e.get("note") else ""
+    ran = e.get("session_id")
     resolved = f", resolved by {e['resolved_by']}" if e.get("resolved_by") else ""
+    session = f"session {ran}, " if ran and ran != e.get("resolved_by") else ""
     return (
-        f"{e.get('key')}: {e.get('state')} (session {e.get('session_id')}, reserved "
+        f"{e.get('key')}: {e.get('state')} ({session}reserved "
         f"{_time.ago(e.get('reserved_at'))}, updated {_time.ago(e.get('updated_at'))}"
         f"{resolved}){note}"
     )
@@ -62,7 +72,7 @@ def held_text(result: Mapping[str, Any]) -> str:
     why = {
         "running": f"is running now (session {e.get('session_id')}, "
         f"started {_time.ago(e.get('reserved_at'))})",
-        "done": f"is done (session {e.get('session_id')}, {_time.ago(e.get('updated_at'))})",
+        "done": f"is done ({_who(e)}, {_time.ago(e.get('updated_at'))})",
         "unknown": (
             f"is unknown: its runner (session {e.get('session_id')}, started "
             f"{_time.ago(e.get('reserved_at'))}) went away before saying how it ended.\n"
@@ -180,7 +190,9 @@ def _resolve(key: str, how: str) -> int:
     if how not in ("done", "free"):
         raise click.BadParameter(f"{how!r}: say done or free", param_hint="--resolve")
     state = get_state()
-    params: dict[str, Any] = {"key": key, "state": how}
+    import getpass
+
+    params: dict[str, Any] = {"key": key, "state": how, "by": state.session or getpass.getuser()}
     if state.session:
         params["session_id"] = state.session
     result = state.call("once.resolve", params)

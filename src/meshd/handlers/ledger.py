@@ -76,7 +76,7 @@ class LedgerHandlers(Domain):
         work = self.work
         before = work.ledger.entries.get(p.key)
         try:
-            previous = work.ledger.resolve(p.key, p.state, p.session_id, work.live)
+            previous = work.ledger.resolve(p.key, p.state, p.by or p.session_id, work.live)
         except LedgerRefused as exc:
             running = work.ledger.entries.get(p.key)
             return pl.OnceResolveResult(

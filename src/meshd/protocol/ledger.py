@@ -74,6 +74,9 @@ class OnceResolveParams(Params):
     key: LedgerKey
     state: Literal["done", "free"]
     session_id: SessionId | None = None
+    by: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    """Who settled it (the person's name; else the acting ``session_id``): a later
+    caller that finds the key ``done`` is told who (SPEC §7 "who, when")."""
 
 
 class OnceResolveResult(Result):
