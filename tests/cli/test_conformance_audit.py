@@ -363,6 +363,10 @@ class TestFleetCutOff:
         mesh_env.write_config("[fleet]\nurl = 'nats://127.0.0.1:1'\n")
         ok(meshctl("daemon", "reload", env=daemon.env))
         register(meshctl, daemon, "cli:a")
+        wait_for(  # the fleet starts a tick after the reload; then its link fails
+            lambda: daemon.call("fleet.status", {})["result"].get("last_error"),
+            what="the fleet link's first failure",
+        )
 
         run = meshctl("claim", "box:vps", env=as_(daemon, "cli:a"))
         doc = meshctl("claim", "box:vps", "--json", env=as_(daemon, "cli:a"))
