@@ -378,6 +378,22 @@ class TestFleetCutOff:
         assert doc.json()["error"]["data"]["code"] == "UNAVAILABLE", doc
         assert doc.json()["error"]["data"]["reason"] == "fleet", doc
 
+    def test_a_fleet_claim_before_the_link_runs_is_refused_not_granted(
+        self, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """SPEC §12 (never silently granted twice): in the moment between a reload that
+        adds ``[fleet]`` and the fleet link's start (the next sweep tick), a fleet-wide
+        claim was granted here alone."""
+        assert "result" in daemon.call("session.register", {"session_id": "cli:a"})
+        mesh_env.write_config("[fleet]\nurl = 'nats://127.0.0.1:1'\n")
+        assert daemon.call("mesh.reload", {})["result"]["reloaded"] is True
+
+        reply = daemon.call("claim.acquire", {"session_id": "cli:a", "resources": ["box:vps"]})
+
+        assert "error" in reply, reply
+        assert reply["error"]["data"]["code"] == "UNAVAILABLE", reply
+        assert reply["error"]["data"]["reason"] == "fleet", reply
+
 
 class TestPauseNoteWords:
     def test_the_note_may_be_several_words(self, meshctl: Meshctl, daemon: Daemon) -> None:

@@ -39,7 +39,7 @@ from meshd.handlers.claim_waits import ClaimWaits
 from meshd.handlers.fleet import FleetDomain
 from meshd.keys import Key, canonical_key, from_canonical
 from meshd.protocol import claims as pc
-from meshd.protocol.errors import InvalidParams, MeshError
+from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable
 from meshd.protocol.jsonrpc import Later
 from meshd.service import Conn, Service
 from meshd.store.claims import load_claims, load_fencing
@@ -84,6 +84,30 @@ class ClaimHandlers(Domain):
         """This host's fleet claims, or None when it is alone (no ``[fleet]``)."""
         fleet = self._fleet.fleet
         return None if fleet is None else fleet.claims
+
+    def _no_fleet_yet(self, keys: Sequence[Key]) -> None:
+        """``[fleet]`` is configured but its link is not running -- the sweep tick after
+        a reload added it, the daemon's first moments, the pause after the fleet failed:
+        a fleet-wide key cannot be decided here alone (SPEC §12: never silently granted
+        twice). Refused UNAVAILABLE (``reason: fleet``), under either ``on_partition``:
+        ``local`` grants are the fleet link's to mark and reconcile."""
+        cfg = self.svc.state.settings.fleet
+        if cfg is None:
+            return
+        from meshd.fleet.claim_records import shared_root
+
+        for key in keys:  # as FleetClaims.is_fleet decides it
+            if (
+                shared_root(key, cfg.shared_paths) is not None
+                if key.is_path
+                else key.kind in cfg.shared_kinds
+            ):
+                raise MeshUnavailable(
+                    f"{key.text} is fleet-wide and this daemon's fleet link is not running "
+                    "yet (it starts a moment after [fleet] is configured); retry, and see "
+                    "`meshctl fleet status`",
+                    {"resource": key.text, "reason": "fleet"},
+                )
 
     def paused(self, session_id: str) -> None:
         """``session_id`` paused: its fleet-wide waits leave the line too, answered
@@ -203,6 +227,8 @@ class ClaimHandlers(Domain):
                 fc, p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl, wait=wait,
                 conn=conn,
             )  # fmt: skip
+        if fc is None:
+            self._no_fleet_yet(keys)
         waiter_id = self.waits.waiter_id(conn, wait)
         outcome = st.claims.acquire(
             p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl,
@@ -301,6 +327,8 @@ class ClaimHandlers(Domain):
                 fc, p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl, wait=0.0,
                 conn=conn, steal=True,
             )  # fmt: skip
+        if fc is None:
+            self._no_fleet_yet(keys)
         got = st.claims.steal(p.session_id, keys, reason=p.reason, mode=p.mode, ttl=p.ttl)
         await self._commit_grant(got, victims=got.stolen)
         return granted(st, got)
