@@ -18,7 +18,7 @@ from tests.conftest import DaemonHandle
 from tests.support import CLOSED, TIMEOUT, Client, wait_for
 
 __all__ = [  # the shared client and wait are tests.support's; these names stay importable here
-    "CLOSED", "Client", "LimitedDaemon", "held_key", "is_reply", "ping", "raise_own_nofile",
+    "CLOSED", "Client", "FaultyDaemon", "LimitedDaemon", "held_key", "is_reply", "ping", "raise_own_nofile",
     "session_ids",
     "wait_for",
 ]  # fmt: skip
@@ -71,6 +71,28 @@ class LimitedDaemon(DaemonHandle):
             "os.execv(sys.executable, [sys.executable, '-m', 'meshd', *sys.argv[2:]])"
         )
         return [sys.executable, "-c", launcher, str(self.nofile)]
+
+
+_FAULT_LAUNCHER = """
+import runpy, sys
+exec(sys.argv.pop(1))
+sys.argv[0] = "meshd"
+runpy.run_module("meshd", run_name="__main__", alter_sys=True)
+"""
+
+
+@dataclass
+class FaultyDaemon(DaemonHandle):
+    """The real daemon with one fault injected: ``fault`` (Python source) runs in its
+    process before meshd starts, and replaces one of its functions by one that raises.
+
+    For the guards no real input is known to reach (a reply that cannot be built, a
+    withdrawal that raises): everything else is the real daemon on its real socket."""
+
+    fault: str = ""
+
+    def meshd_argv(self) -> list[str]:
+        return [sys.executable, "-c", _FAULT_LAUNCHER, self.fault]
 
 
 def raise_own_nofile(n: int) -> None:

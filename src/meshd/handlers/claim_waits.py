@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from meshd.core.claim_records import Cancelled, Granted, Held, Queued
 from meshd.handlers.claim_replies import granted, held
-from meshd.protocol.errors import MeshError
+from meshd.protocol.errors import InternalError, MeshError
 from meshd.protocol.jsonrpc import Later
 
 if TYPE_CHECKING:
@@ -169,14 +169,16 @@ class ClaimWaits:
         which its session asking again was told it held (``already_held``).
 
         Each outcome is told on its own: one whose answer raises (a reply that cannot
-        be written) is logged, and the ones after it are still answered. Raised out of
-        this loop, it left every later waiter of that commit unanswered until its
-        connection closed. (A ``try`` costs nothing until something raises.)"""
+        be built) is logged, answered INTERNAL (:func:`unanswered`), and the ones after
+        it are still answered. Raised out of this loop, it left every later waiter of
+        that commit unanswered until its connection closed; logged only, it left that
+        one's caller waiting so. (A ``try`` costs nothing until something raises.)"""
         waits = self.waits
         for o in outcomes:
             waiter_id = o.waiter_id
             if not waiter_id:
                 continue
+            w = None
             try:
                 w = waits.pop(waiter_id, None)
                 if isinstance(o, Cancelled):
@@ -197,3 +199,35 @@ class ClaimWaits:
                 w.settle(error=error if isinstance(error, MeshError) else MeshError(str(error)))
             except Exception:
                 log.exception("answering queued claim request %s failed", waiter_id)
+                if w is not None:  # a grant it carried stands once committed
+                    g = None if isinstance(o, Cancelled) or error is not None else o.granted
+                    settle_unanswered(w, unanswered(g))
+
+
+def unanswered(g: Granted | None) -> InternalError:
+    """What a queued request is told when its own answer could not be built: INTERNAL,
+    saying whether it holds the claim. A grant that was committed stands (it is
+    durable; taking it back would be another commit, on a path already failing): the
+    session holds the set until it releases it or ends, and the error says so, with
+    the resources and token, so the caller can release them or go on (CONFORMANCE
+    §5). Anything else (``g`` None: a wait withdrawn or run out, a refused commit)
+    holds nothing."""
+    if g is None:
+        return InternalError(
+            "Internal error: the claim request ended without a grant; its reply could not "
+            "be built", {"granted": False}
+        )  # fmt: skip
+    return InternalError(
+        "Internal error: the claim was granted and is held, but its reply could not be "
+        "built; release it (claim.release) if it is not wanted",
+        {"granted": True, "resources": [c.resource for c in g.claims], "token": g.token},
+    )
+
+
+def settle_unanswered(w: Later, exc: InternalError) -> None:
+    """Answer ``w`` with ``exc`` unless it is answered already (its reply was built and
+    the writing raised); logged if even that raises."""
+    try:
+        w.settle(error=exc)
+    except Exception:
+        log.exception("answering a queued claim request with INTERNAL failed")
