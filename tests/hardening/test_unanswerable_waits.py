@@ -1,8 +1,10 @@
 """A queued claim request whose answer cannot be given is still answered (INTERNAL).
 
 "Every caller gets an answer": a wait answered later by a record
-(``ClaimWaits.resolve``) whose reply could not be built was logged and its caller
-left waiting until its connection closed. No real input is known to get there (see
+(``ClaimWaits.resolve``, ``ClaimWaits._run_out``) whose reply could not be built, or
+whose withdrawal at its deadline raised, was logged and its caller left waiting
+until its connection closed (the deadline of the second was popped off the heap, so
+nothing would ever answer it). No real input is known to get there (see
 tests/hardening/test_reply_loops.py), so the fault is injected into the real daemon
 (:class:`FaultyDaemon`); the client, socket and store are real. A grant that was
 committed stands and the error says so (docs/CONFORMANCE.md, §5 a claim request
@@ -32,6 +34,18 @@ import meshd.handlers.claim_waits as cw
 def held(*a, **k):
     raise RuntimeError("injected: a queued wait's held reply cannot be built")
 cw.held = held
+"""
+# Running out the waits of session "boom" raises; with ONCE, only the timer's own
+# withdrawal does (the guard's second one, without working out holders, works).
+BAD_RUN_OUT = """
+from meshd.core.claims import ClaimTable
+cancel = ClaimTable.cancel_waiter
+def cancel_waiter(self, wid, *, why="cancelled", wake=True):
+    w = self._queue.waiters.get(wid)
+    if w is not None and w.session_id == "boom" and why == "timeout" and (wake or not ONCE):
+        raise RuntimeError("injected: running out this wait raises")
+    return cancel(self, wid, why=why, wake=wake)
+ClaimTable.cancel_waiter = cancel_waiter
 """
 
 
@@ -139,3 +153,32 @@ def test_a_wait_whose_held_reply_cannot_be_built_is_answered_internal(
     assert first["data"]["granted"] is False
     assert second["data"]["granted"] is False
     assert left == []
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["raises-once", "always-raises"])
+def test_a_wait_whose_run_out_raises_is_answered_and_the_timer_goes_on(
+    mesh_env: MeshEnv, once: bool
+) -> None:
+    """Its deadline is popped off the heap: before, nothing answered it. Now INTERNAL,
+    and it is never granted afterwards: out of the line, or, when even that raises,
+    marked leaving (skipped, never granted: it stays in line, as a closed connection's
+    wait does until its connection withdraws it). A later wait runs out as usual. The
+    release's grants are made in the pass that commits it: none went to boom."""
+    with _daemon(mesh_env, f"ONCE = {once}\n{BAD_RUN_OUT}") as d:
+        with Client(d.socket) as c:
+            keys = _setup(d, c, "boom", "calm")
+            with (
+                _queue(d, c, "boom", keys[0], 2) as w,
+                _queue(d, c, "calm", keys[1], 3) as x,
+            ):
+                boom = _internal(w.reply())  # before: TimeoutError
+                calm = x.reply()
+                c.call("claim.release", {"session_id": "holder"})
+                held = _holders(c)
+                left = _waiting(c)
+                pong = c.call("mesh.ping")
+        assert boom["data"]["granted"] is False
+        assert calm["result"]["status"] == "held"
+        assert held == {}
+        assert left == [] if once else set(left) <= {"boom"}
+        assert pong["result"]["pong"] is True

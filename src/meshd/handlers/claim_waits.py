@@ -123,7 +123,9 @@ class ClaimWaits:
 
     def _run_out(self) -> None:
         """Withdraw every wait whose time ran out; each is answered ``held`` once what
-        the withdrawals let go (later waiters' grants) is committed (:meth:`resolve`)."""
+        the withdrawals let go (later waiters' grants) is committed (:meth:`resolve`).
+        One whose withdrawal raises is answered INTERNAL at once (:meth:`_ran_out_badly`),
+        and the rest (and the timer) go on."""
         self._timer = None
         loop = asyncio.get_running_loop()
         now = max(loop.time(), self._timer_at)
@@ -137,9 +139,30 @@ class ClaimWaits:
                     withdrawn |= claims.cancel_waiter(wid, why="timeout") is not None
                 except Exception:
                     log.exception("running out queued claim request %s failed", wid)
+                    self._ran_out_badly(wid)
+                    withdrawn = True  # whatever it changed before raising is committed
         if withdrawn:
             self.svc.commit_soon()
         self._arm(loop)
+
+    def _ran_out_badly(self, wid: str) -> None:
+        """Wait ``wid`` ran out but withdrawing it raised: its deadline is gone from
+        the heap, so nothing else would answer it. Marked leaving (never granted, as a
+        closed connection's) and out of the queue if it is still there (without working
+        out its holders, which may be what raised), then told INTERNAL: it holds
+        nothing. A ``Cancelled`` its withdrawal left for the commit finds no record
+        then, and is not answered twice."""
+        w = self.waits.pop(wid, None)
+        claims = self.svc.state.claims
+        try:
+            claims.leave(wid)
+            claims.cancel_waiter(wid, why="timeout", wake=False)
+        except Exception:
+            log.exception("withdrawing queued claim request %s failed", wid)
+        finally:
+            self._wake_soon()
+        if w is not None:
+            settle_unanswered(w, unanswered(None))
 
     def withdraw(self, w: _Wait) -> None:
         """Its connection closed: out of the queue, no answer (the record's cancel)."""
