@@ -20,7 +20,9 @@ from meshd.app import DOMAINS
 from meshd.core.clock import ManualClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState
-from meshd.protocol.jsonrpc import Call, Dispatcher
+from meshd.protocol.errors import BadKey, InternalError
+from meshd.protocol.jsonrpc import Call, Dispatcher, Later, failure
+from meshd.protocol.jsonrpc import reply as reply_of
 from meshd.service import Conn, Service
 from meshd.store import Store
 
@@ -195,6 +197,32 @@ class TestPrepare:
         assert isinstance(reply, bytes)
         assert json.loads(reply)["error"]["code"] == -32601
         assert rpc.dispatch.prepare(b'{"jsonrpc":"2.0","method":"no.such"}') is None
+
+
+class TestFailure:
+    """An error reply is always a reply: one whose message or data the encoder refuses
+    still answers its request (before, ``failure`` raised, and the caller got nothing)."""
+
+    def test_data_that_cannot_be_encoded_is_left_out(self) -> None:
+        reply = json.loads(failure("m", 3, False, BadKey("bad key", {"thing": object()})))  # type: ignore[arg-type]
+
+        assert reply["id"] == 3
+        assert reply["error"] == {"code": -32010, "message": "bad key", "data": {"code": "BAD_KEY"}}
+
+    def test_a_message_that_cannot_be_encoded_is_a_plain_internal_error(self) -> None:
+        reply = json.loads(failure("m", "x", False, BadKey("key /srv/caf\udce9")))  # type: ignore[arg-type]
+
+        assert reply["id"] == "x"
+        assert reply["error"]["code"] == -32603
+        assert reply["error"]["data"] == {"code": "INTERNAL"}
+
+    def test_a_waiting_request_whose_error_cannot_be_encoded_is_answered(self) -> None:
+        later = Later()
+        later.settle(error=InternalError("held \udce9", {"granted": True}))
+
+        reply = json.loads(reply_of(later, "claim.acquire", 9, False))  # type: ignore[arg-type]
+
+        assert (reply["id"], reply["error"]["code"]) == (9, -32603)
 
 
 class TestBatches:

@@ -366,10 +366,28 @@ async def run(call: Call, conn: Any) -> bytes | None:
 
 def failure(method: str, rid: Id, notify: bool, exc: Exception) -> bytes | None:
     """The one mapping from an exception to an error frame: a :class:`MeshError` says
-    its own code; anything else is a bug, logged, and answered ``INTERNAL``."""
+    its own code; anything else is a bug, logged, and answered ``INTERNAL``.
+
+    The error itself may not encode (a message or ``data`` the encoder refuses: a
+    string that is not UTF-8, an object it does not know): then its code and message
+    with only ``data.code``, and if even that fails a plain ``INTERNAL``, which always
+    does. Raised from here, the caller got no reply at all, or the connection's frame
+    loop died (it answers the request in flight with this)."""
     if isinstance(exc, MeshError):
         err = exc.to_wire()
     else:
         log.error("internal error in %s", method, exc_info=exc)
         err = _INTERNAL
-    return None if notify else encoder.encode(error_response(rid, err))
+    if notify:
+        return None
+    try:
+        return encoder.encode(error_response(rid, err))
+    except Exception:
+        log.exception("the error reply to %s could not be encoded", method)
+    try:  # what it says without what it carried
+        code = err["data"]["code"] if isinstance(exc, MeshError) else "INTERNAL"
+        return encoder.encode(
+            error_response(rid, error_object(err["code"], err["message"], {"code": code}))
+        )
+    except Exception:
+        return encoder.encode(error_response(rid, _INTERNAL))
