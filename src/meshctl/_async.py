@@ -318,11 +318,16 @@ class AsyncMesh:
 
     async def _read_loop(self, stream: anyio.abc.SocketStream) -> None:
         reader = BufferedByteReceiveStream(stream)
+        lost: MeshError | None = None
         try:
             while True:
                 line = await reader.receive_until(b"\n", _conn.MAX_REPLY)
                 if line.strip():
-                    self._route(_conn.parse_line(line))
+                    msg = _conn.parse_line(line)
+                    if isinstance(msg, _conn.Reply) and msg.id is None and msg.error:
+                        lost = _conn.unreadable(msg.error)  # whose it is cannot be told
+                        break
+                    self._route(msg)
         except (*BROKEN, anyio.DelimiterNotFound, MeshProtocolError) as exc:
             log.debug("meshd connection closed: %r", exc)
         finally:
@@ -330,7 +335,7 @@ class AsyncMesh:
                 self._stream = None
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
-            gone = MeshUnavailable(_conn.closed_before_reply(len(reader.buffer)))
+            gone = lost or MeshUnavailable(_conn.closed_before_reply(len(reader.buffer)))
             for slot in list(self._pending.values()):
                 if slot.reply is None and slot.stream is stream:
                     slot.reply = _conn.Reply(None, error=gone)
@@ -349,8 +354,7 @@ class AsyncMesh:
             except anyio.ClosedResourceError:
                 pass
             return
-        key = msg.id if isinstance(msg.id, int) else min(self._pending, default=None)
-        slot = self._pending.get(key) if key is not None else None
+        slot = self._pending.get(msg.id) if isinstance(msg.id, int) else None
         if slot is not None and slot.reply is None:
             slot.reply = msg
             slot.done.set()

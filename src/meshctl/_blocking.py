@@ -343,11 +343,10 @@ class Connection:
             pending.pop(rid, None)
             mine.reply = msg
             return
-        if not isinstance(rid, int):
-            # A parse or invalid-request error has no id: it answers the oldest request.
-            rid = min(list(pending), default=None) if rid is None else None  # a copy:
-            # other threads add to it while this one reads
-        target = pending.pop(rid, None) if rid is not None else None
+        if rid is None and msg.error is not None:
+            self.close(lost=_conn.unreadable(msg.error))
+            return
+        target = pending.pop(rid, None) if isinstance(rid, int) else None
         if target is None:
             return  # the reply of a call that gave up (timed out): dropped
         with self._state:
@@ -456,12 +455,13 @@ class Connection:
             if s is not None:
                 s.close()
 
-    def close(self, why: str | None = None) -> None:
+    def close(self, why: str | None = None, *, lost: MeshError | None = None) -> None:
         """Close the connection (the daemon forgets its subscriptions). Idempotent.
 
-        Calls still waiting on it fail: with MeshUnavailable saying ``why``, else with
-        MeshError (it was closed on purpose). In a forked child this closes only the
-        child's copy of the socket (no ``shutdown``): the parent keeps its connection.
+        Calls still waiting on it fail: with ``lost``, else with MeshUnavailable saying
+        ``why``, else with MeshError (it was closed on purpose). In a forked child this
+        closes only the child's copy of the socket (no ``shutdown``): the parent keeps
+        its connection.
         """
         with self._state:
             sock, self._sock = self._sock, None
@@ -469,7 +469,9 @@ class Connection:
             pending = list(self._pending.values())
             self._pending.clear()
             for waiter in pending:
-                if why is None:
+                if lost is not None:
+                    waiter.lost = lost
+                elif why is None:
                     waiter.lost = MeshError("the connection to meshd was closed (close())")
                 else:
                     waiter.lost = MeshUnavailable(why)

@@ -203,6 +203,22 @@ def parse_line(line: bytes) -> Reply | Event:
     return Reply(msg["id"], result=msg["result"])
 
 
+def unreadable(error: MeshError) -> MeshProtocolError:
+    """What the calls waiting on a connection are told when the daemon answered one of
+    them with an error whose ``id`` is null (JSON-RPC 2.0: it could not read the request
+    to find its id -- a parse error, an invalid request, a frame too large): which call
+    that answers cannot be told. Given to the oldest waiting call, as it was, a valid
+    request of another thread could fail with "Parse error" while the call whose frame
+    was unreadable waited for its timeout. So the connection is given up: every call
+    waiting on it fails with this, and the next call opens a new one (CONFORMANCE §3)."""
+    return MeshProtocolError(
+        f"meshd could not read a request sent on this connection ({error.message}), so "
+        "which call it answers cannot be told: every call waiting on the connection fails "
+        "and it is closed (a new call opens another; the calls may have taken effect)",
+        {"daemon_code": error.data.get("code"), "daemon_message": error.message},
+    )
+
+
 def check_protocol(info: Any, where: str) -> None:
     """Refuse a daemon whose protocol major version is not ours, naming both versions."""
     version = str(info.get("protocol_version", "")) if isinstance(info, dict) else ""

@@ -21,7 +21,7 @@ import anyio
 import pytest
 from tests.support import wait_for
 
-from meshctl import AsyncMesh, Mesh, MeshTimeout
+from meshctl import AsyncMesh, Mesh, MeshProtocolError, MeshTimeout
 from meshctl._blocking import Connection
 
 WAIT = 60.0
@@ -349,3 +349,76 @@ def test_a_reply_read_while_another_thread_closes_is_still_returned(daemon: Any)
         conn._receive = receive  # type: ignore[method-assign]
         assert pong["pong"] is True
         assert mesh.ping()["pong"] is True  # and the next call opens a new connection
+
+
+def test_an_error_without_an_id_fails_every_waiting_call_not_the_oldest(daemon: Any) -> None:
+    """A request the daemon cannot read (NaN is not JSON) is answered with a parse error
+    whose id is null (JSON-RPC 2.0): which call it answers cannot be told. It went to
+    the oldest waiting call -- another thread's queued claim failed with "Parse error"
+    while the unreadable call waited for its timeout. Now every call waiting on the
+    connection fails with MeshProtocolError saying so, the connection is given up (the
+    daemon withdraws the claim's wait with it) and the next call opens a new one."""
+    with Mesh(timeout=5.0) as mesh, Mesh() as observer:
+        for sid in ("holder", "waiter"):
+            register(observer, sid)
+        observer.call("claim.acquire", {"session_id": "holder", "resources": ["res:x"]})
+        first = mesh._conn
+        a = Background(
+            lambda: mesh.call(
+                "claim.acquire",
+                {"session_id": "waiter", "resources": ["res:x"], "wait": WAIT},
+                timeout=WAIT + 10,
+            )
+        )
+        wait_for(lambda: queued(observer, "waiter"), what="the claim queued on the shared Mesh")
+        with pytest.raises(MeshProtocolError) as unreadable:
+            mesh.call("session.heartbeat", {"session_id": "holder", "x": float("nan")})
+        with pytest.raises(MeshProtocolError) as other:
+            a.result()
+        wait_for(lambda: not queued(observer, "waiter"), what="the wait withdrawn")
+        pong = mesh.ping()
+        replaced = mesh._conn is not first
+    assert unreadable.value.data["daemon_code"] == "PARSE_ERROR"
+    assert other.value is unreadable.value or other.value.data == unreadable.value.data
+    assert pong["pong"] is True
+    assert replaced
+
+
+@pytest.mark.anyio
+async def test_async_mesh_fails_every_waiting_call_on_an_error_without_an_id(daemon: Any) -> None:
+    """The same for AsyncMesh's tasks: the unreadable call and the queued claim both
+    fail with MeshProtocolError, and the next call goes through on a new connection."""
+    errors: list[BaseException] = []
+    async with AsyncMesh(timeout=5.0) as mesh, AsyncMesh() as observer:
+        for sid in ("holder", "waiter"):
+            await observer.call("session.register", {"session_id": sid, "task": sid})
+        await observer.call("claim.acquire", {"session_id": "holder", "resources": ["res:n"]})
+
+        async def waits() -> None:
+            try:
+                await mesh.call(
+                    "claim.acquire",
+                    {"session_id": "waiter", "resources": ["res:n"], "wait": WAIT},
+                    timeout=WAIT + 10,
+                )
+            except MeshProtocolError as exc:
+                errors.append(exc)
+
+        async def queued_now() -> bool:
+            listing = await observer.call("claim.list")
+            return any(w["session_id"] == "waiter" for w in listing.get("waiting", []))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waits)
+            with anyio.fail_after(30):
+                while not await queued_now():
+                    await anyio.sleep(0.02)
+            with pytest.raises(MeshProtocolError) as unreadable:
+                await mesh.call("session.heartbeat", {"session_id": "holder", "x": float("nan")})
+        with anyio.fail_after(30):
+            while await queued_now():
+                await anyio.sleep(0.02)
+        pong = await mesh.ping()
+    assert unreadable.value.data["daemon_code"] == "PARSE_ERROR"
+    assert len(errors) == 1
+    assert pong["pong"] is True
