@@ -42,6 +42,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, rpc
+from tests.hardening.support import FaultyDaemon
 from tests.support import wait_for
 
 NATS_BIN = Path(sys.executable).parent / "nats-server"
@@ -393,12 +394,14 @@ def fleet_hosts(nats_server: NatsServer, fleet_net: FleetNet) -> Iterator[HostFa
 
     ``extra`` is config.toml text before ``[fleet]`` (e.g. a ``[defaults]`` table with
     a short ``heartbeat_interval``: the registry's TTL is three of them);
-    ``fleet_extra`` more ``[fleet]`` keys. Each host is connected when this returns.
+    ``fleet_extra`` more ``[fleet]`` keys; ``hold`` Python source run in each meshd
+    before it starts (:class:`~tests.hardening.support.FaultyDaemon`: to hold a step
+    up until the test lets it go). Each host is connected when this returns.
     """
     made: list[FleetHost] = []
 
     def make(
-        n: int, *, extra: str = "", fleet_extra: str = "", wait: bool = True
+        n: int, *, extra: str = "", fleet_extra: str = "", wait: bool = True, hold: str = ""
     ) -> list[FleetHost]:
         hosts = []
         for _ in range(n):
@@ -417,7 +420,10 @@ def fleet_hosts(nats_server: NatsServer, fleet_net: FleetNet) -> Iterator[HostFa
             env.pop("MESH_SESSION", None)
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             link = fleet_net.link(nats_server.port)
-            daemon = DaemonHandle(
+            daemon = FaultyDaemon(
+                env=env, socket=runtime / "meshd" / "test.sock", state_dir=root / "state",
+                wrap=link.wrap, fault=hold,
+            ) if hold else DaemonHandle(
                 env=env, socket=runtime / "meshd" / "test.sock", state_dir=root / "state",
                 wrap=link.wrap,
             )  # fmt: skip

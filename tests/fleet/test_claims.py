@@ -558,3 +558,47 @@ def test_a_fleet_wait_queued_before_a_pause_is_answered_held_not_granted(
     assert waiting_on(h1) == []
     assert again["status"] == "granted"  # nobody kept it: low left the line
     assert held == []  # res:x went into the reserved set; box:gpu never came
+
+
+# Holds every fleet try that comes back while the file HOLD exists, once it has decided
+# (granted or not, in the bucket): the window in which a session may pause.
+HOLD_FLEET_TRY = """
+import os, anyio
+from meshd.fleet.claims import FleetClaims
+HOLD, TRYING = {hold!r}, {trying!r}
+decide = FleetClaims.acquire
+async def acquire(self, *args, **kw):
+    got = await decide(self, *args, **kw)
+    if os.path.exists(HOLD):
+        open(TRYING, "w").close()
+        while os.path.exists(HOLD):
+            await anyio.sleep(0.02)
+    return got
+FleetClaims.acquire = acquire
+"""
+
+
+def test_a_fleet_grant_that_lands_after_the_pause_is_given_back(
+    fleet_hosts: HostFactory, tmp_path: Any
+) -> None:
+    """docs/CONFORMANCE.md §5b: a pausing session's fleet-wide request whose try is in
+    flight at the pause (its first, before it has a place in line to leave) can still
+    come back granted. That grant is given back in the fleet and the request answered
+    ``held``, ``withdrawn: "paused"``; before, the paused session kept the key. The try
+    is held, once decided, until the test has paused the session."""
+    hold, trying = tmp_path / "hold", tmp_path / "trying"
+    (h1,) = fleet_hosts(1, hold=HOLD_FLEET_TRY.format(hold=str(hold), trying=str(trying)))
+    low = register(h1)
+    acquire(h1, low, "res:x")
+    hold.touch()
+    w = Background(h1, low, "box:gpu", wait=8)  # box:gpu is free: granted in the fleet
+    wait_for(trying.exists, what="low's fleet try decided and held")
+    h1.call("session.pause", {"session_id": low, "note": "stopping here"})
+    hold.unlink()
+    got = w.result()
+    held = [c["resource"] for c in h1.call("claim.list", {"session_id": low})["claims"]]
+    again = acquire(h1, register(h1), "box:gpu")
+
+    assert (got["status"], got["withdrawn"]) == ("held", "paused")
+    assert held == []  # res:x went into the reserved set; box:gpu was given back
+    assert again["status"] == "granted"  # in the fleet too

@@ -30,6 +30,17 @@ CommitGrant = Callable[[Granted, tuple[Claim, ...]], Awaitable[None]]
 """Commit a grant, taking it back (and giving back its victims) if that is refused."""
 
 
+class _Asking:
+    """One fleet-wide request while the fleet decides it: whether its session paused
+    meanwhile (:meth:`FleetAcquire.paused`)."""
+
+    __slots__ = ("paused", "session_id")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.paused = False
+
+
 class FleetAcquire:
     """The fleet-wide request path of the claims handler: ``fleet`` is the daemon's
     :class:`FleetDomain` (who this host is), ``commit_grant`` the handler's."""
@@ -38,6 +49,16 @@ class FleetAcquire:
         self.svc = svc
         self._fleet = fleet
         self._commit_grant = commit_grant
+        self._asking: set[_Asking] = set()
+
+    def paused(self, session_id: str) -> None:
+        """``session_id`` paused: its requests the fleet is deciding now are not granted
+        (CONFORMANCE §5b). In line, :meth:`FleetClaims.paused` wakes them to leave it;
+        a try already in flight (the first, before a place in line) can still come back
+        granted: that grant is given back and the request answered ``held``."""
+        for a in self._asking:
+            if a.session_id == session_id:
+                a.paused = True
 
     @staticmethod
     def is_fleet_set(fc: FleetClaims, keys: list[Key]) -> bool:
@@ -59,9 +80,6 @@ class FleetAcquire:
     ) -> pc.ClaimAcquireResult:  # fmt: skip
         """A fleet-wide set: decided in the fleet first (docs/FLEET.md), then recorded
         here with the fleet's token and committed before the reply."""
-        from meshd.fleet.claim_grants import FleetGrant
-        from meshd.fleet.link import FleetDown
-
         st = self.svc.state
         mine = {c.resource: c for c in st.claims.list_claims(sid)}
         new = [k for k in keys if k.text not in mine or mine[k.text].mode != mode]
@@ -72,19 +90,9 @@ class FleetAcquire:
                 return held(st, Held(tuple(local)))
         token: int | None = None
         if new:
-            t0 = time.monotonic()
-            try:
-                got = await self._wait(fc, sid, new, mode, wait=wait, conn=conn, steal=steal)
-            except FleetDown as exc:
-                if fc.cfg.on_partition != "local":
-                    raise MeshUnavailable(
-                        f"{new[0].text} is fleet-wide and the fleet cannot be reached "
-                        f"({exc}); on_partition = \"fail\"",
-                        {"resource": new[0].text, "reason": "fleet"},
-                    ) from exc  # fmt: skip
-                got = None  # granted here alone, marked local-only
-            if got is not None and not isinstance(got, FleetGrant):
-                return self._held(got, time.monotonic() - t0)
+            got = await self._decide(fc, sid, new, mode, wait=wait, conn=conn, steal=steal)
+            if isinstance(got, pc.ClaimAcquireResult):
+                return got  # held (in the fleet, or its session paused meanwhile)
             token = None if got is None else got.token
         try:
             st.registry.get(sid)  # it may have ended while the fleet answered
@@ -108,8 +116,42 @@ class FleetAcquire:
             raise
         return granted(st, outcome)
 
+    async def _decide(
+        self, fc: FleetClaims, sid: str, new: list[Key], mode: Mode, *, wait: float,
+        conn: Conn, steal: bool,
+    ) -> FleetGrant | pc.ClaimAcquireResult | None:  # fmt: skip
+        """The fleet's answer for the keys ``new`` to the session: a FleetGrant, None
+        (the fleet is out of reach and ``on_partition = "local"``: granted here alone), or
+        the ``held`` reply. A session that paused meanwhile keeps nothing (CONFORMANCE
+        §5b): a grant its try brought back is given back in the fleet."""
+        from meshd.fleet.claim_grants import FleetGrant
+        from meshd.fleet.link import FleetDown
+
+        t0 = time.monotonic()
+        asking = _Asking(sid)
+        self._asking.add(asking)
+        try:
+            got = await self._wait(fc, new, mode, asking, wait=wait, conn=conn, steal=steal)
+        except FleetDown as exc:
+            if fc.cfg.on_partition != "local":
+                raise MeshUnavailable(
+                    f"{new[0].text} is fleet-wide and the fleet cannot be reached "
+                    f"({exc}); on_partition = \"fail\"",
+                    {"resource": new[0].text, "reason": "fleet"},
+                ) from exc  # fmt: skip
+            got = None  # granted here alone, marked local-only
+        finally:
+            self._asking.discard(asking)
+        if asking.paused:
+            if isinstance(got, FleetGrant):
+                await fc.release(sid, [(k.text, got.token) for k in new])
+            return held(self.svc.state, Held(()), time.monotonic() - t0, withdrawn="paused")
+        if got is not None and not isinstance(got, FleetGrant):
+            return self._held(got, time.monotonic() - t0)
+        return got
+
     async def _wait(
-        self, fc: FleetClaims, sid: str, keys: list[Key], mode: Mode, *, wait: float,
+        self, fc: FleetClaims, keys: list[Key], mode: Mode, asking: _Asking, *, wait: float,
         conn: Conn, steal: bool,
     ) -> FleetGrant | FleetHeld:  # fmt: skip
         """Ask the fleet until granted or ``wait`` runs out (in line by ticket, woken by
@@ -122,13 +164,14 @@ class FleetAcquire:
         from meshd.fleet.claim_grants import FleetHeld
         from meshd.fleet.link import FleetDown
 
+        sid = asking.session_id
         deadline = time.monotonic() + wait
         waiter = None
         got_it = False
         got: FleetGrant | FleetHeld | None = None
         try:
             while True:
-                if waiter is not None and waiter.paused and isinstance(got, FleetHeld):
+                if asking.paused and isinstance(got, FleetHeld):
                     return got  # its session paused meanwhile: out of line, held
                 events = fc.arm(keys)
                 try:

@@ -111,9 +111,11 @@ class ClaimHandlers(Domain):
 
     def paused(self, session_id: str) -> None:
         """``session_id`` paused: its fleet-wide waits leave the line too, answered
-        ``held`` (the table withdrew its local ones, :meth:`ClaimTable.pause`)."""
+        ``held`` (the table withdrew its local ones, :meth:`ClaimTable.pause`), and
+        a grant their try in flight brings is given back."""
         if (fc := self.fleet()) is not None:
             fc.paused(session_id)
+            self.fleet_path.paused(session_id)
 
     def fleet_claims(self) -> list[tuple[str, Key, Mode, int]]:
         fc = self.fleet()
