@@ -103,16 +103,39 @@ class ProfilePaths:
     def resolve(cls, profile: str) -> ProfilePaths:
         check_profile(profile)
         state = state_dir()
+        sock = socket_path(profile)
+        config = config_file()
+        for path, var, what in (
+            (sock, "MESH_SOCKET", "socket"),
+            (state, "MESH_STATE_DIR", "state folder"),
+            (config, "MESH_CONFIG", "config file"),
+        ):
+            _check_utf8(path, var, what)
         return cls(
             profile=profile,
-            socket=socket_path(profile),
+            socket=sock,
             state=state,
             database=state / f"{profile}.sqlite3",
             lock=state / f"{profile}.lock",
             socket_record=state / f"{profile}.socket",
-            config=config_file(),
+            config=config,
             log=state / f"{profile}.log",
         )
+
+
+def _check_utf8(path: Path, var: str, what: str) -> None:
+    """Refuse a path whose name is not UTF-8 (from ``XDG_RUNTIME_DIR``, ``HOME`` …; the
+    overrides themselves are refused by :func:`trust.check_absolute` with their name):
+    the daemon records and reports its paths as text, and SQLite takes its file name as
+    UTF-8, so such a path failed the start with a traceback."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PathError(
+            f"the {what} path '{contract.escaped(text)}' is not valid UTF-8 (the daemon "
+            f"records and reports its paths as text); set {var} to a path whose name is UTF-8"
+        ) from None
 
 
 def check_socket_length(path: Path) -> None:

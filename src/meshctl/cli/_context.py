@@ -119,9 +119,26 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
                 ctx,
                 param,
             )
+        if name == "socket" and value and _undecodable(value):
+            from meshd.protocol.contract import escaped
+
+            raise click.BadParameter(
+                f"'{escaped(value)}': the socket's path is not valid UTF-8 (meshd records "
+                "and reports its paths as text); choose a path whose name is UTF-8",
+                ctx,
+                param,
+            )
         setattr(state, name, value)
 
     return callback
+
+
+def _undecodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def common_options(func: F) -> F:

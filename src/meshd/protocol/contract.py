@@ -36,11 +36,22 @@ def reportable(path: str) -> str:
     client's encoder. A reported path is only shown and compared, never claimed, so
     the escaped spelling is enough (a claim under it is refused BAD_KEY instead:
     escaped, it would name another path)."""
+    return escaped(path)
+
+
+def escaped(text: str) -> str:
+    """``text`` with what is not UTF-8 written out: an undecodable byte (a lone
+    surrogate from ``surrogateescape``) as ``\\xe9``, any other lone surrogate as
+    ``\\udXXX``; valid text is returned as it is."""
     try:
-        path.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
-        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return path
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a surrogate no byte stands for (made in Python)
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+        return raw.decode("utf-8", "backslashreplace")
+    return text
 
 
 def check_profile(name: str) -> str:

@@ -102,7 +102,8 @@ def peer_problem(sock: socket.socket, path: str) -> str | None:
 
 
 def check_absolute(path: str, name: str = "MESH_SOCKET", what: str = "socket") -> str:
-    """Return ``path`` if it is absolute, else raise ``ValueError`` naming ``name``.
+    """Return ``path`` if it is absolute and valid UTF-8, else raise ``ValueError``
+    naming ``name``.
 
     A relative socket path means a different socket in every working folder (and
     ``/`` for a daemon started in the background); the same holds for the state
@@ -113,6 +114,18 @@ def check_absolute(path: str, name: str = "MESH_SOCKET", what: str = "socket") -
             f"{name} must be an absolute path, not {path!r} (a relative path names a "
             f"different {what} from every working folder)"
         )
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        # Bytes that are not UTF-8 (read with surrogateescape): the daemon writes the
+        # socket's path into the state folder and reports its paths in UTF-8 JSON, and
+        # SQLite takes its file name as UTF-8; each failed with a traceback at start.
+        from meshd.protocol.contract import escaped
+
+        raise ValueError(
+            f"{name} is not valid UTF-8: '{escaped(path)}' (the {what}'s path is "
+            "recorded and reported as text); choose a path whose name is UTF-8"
+        ) from None
     return path
 
 
@@ -121,7 +134,8 @@ PATH_VARS = {"MESH_STATE_DIR": "state folder", "MESH_CONFIG": "config file"}
 
 
 def env_path_problem() -> str | None:
-    """Why ``MESH_STATE_DIR`` or ``MESH_CONFIG`` cannot be used, or None.
+    """Why ``MESH_STATE_DIR`` or ``MESH_CONFIG`` cannot be used (relative, or not
+    UTF-8), or None.
 
     A relative one splits a profile in two: meshctl resolves it against its own
     working folder (its spawn lock, the log it reads, the config doctor checks), the
@@ -129,7 +143,7 @@ def env_path_problem() -> str | None:
     """
     for name, what in PATH_VARS.items():
         value = os.environ.get(name)
-        if value and not os.path.isabs(value):
+        if value:
             try:
                 check_absolute(value, name, what)
             except ValueError as exc:
