@@ -1,13 +1,15 @@
 """The checks behind ``meshctl doctor``: what works, and the command that fixes what does not.
 
-Each check returns one :class:`Check` with a status (``ok``, ``warn``, ``fail``,
-``skip``), one sentence, and, when something is wrong, the command to run. Checks
+Each check returns one :class:`Check` with a status (``ok``, ``info``, ``warn``,
+``fail``, ``skip``), one sentence, and, when something is wrong, the command to run. Checks
 look, they never change anything and never start a daemon. The config check loads
 the file *now*, in this process, with the daemon's own loader, so its error is the
 one of this load (a daemon's log holds older ones).
 
-``warn`` is for what works but may surprise (no service installed, no
-``XDG_RUNTIME_DIR`` in this environment); only ``fail`` makes doctor exit 1.
+``info`` is for a state that is normal but worth knowing: no daemon runs yet (the
+first command that needs one starts it, SPEC §9), as on a fresh install. ``warn`` is
+for what works but may surprise (no service installed, no ``XDG_RUNTIME_DIR`` in this
+environment); only ``fail`` makes doctor exit 1.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Literal
 
 from meshd import __version__
 
-Status = Literal["ok", "warn", "fail", "skip"]
+Status = Literal["ok", "info", "warn", "fail", "skip"]
 
 
 @dataclass
@@ -43,6 +45,9 @@ class Context:
     config: Path
     info: dict[str, Any] | None = None
     info_error: str | None = None
+    absent: bool = False
+    """No daemon runs (nothing listens at the socket): one is started on demand. False
+    when one is there but cannot be used (untrusted socket, no answer, other profile)."""
     fleet: dict[str, Any] | None = None
     """The daemon's ``fleet.status`` (None: no daemon, or one older than the fleet)."""
 
@@ -58,8 +63,18 @@ def check_daemon(ctx: Context) -> Check:
             "ok",
             f"meshd {ctx.info.get('version')} answers on {ctx.socket} (pid {ctx.info.get('pid')})",
         )
+    if ctx.absent:
+        # A fresh install, or after `daemon stop`: not a fault. Whatever would keep a
+        # started daemon from running (config, state folder, socket folder) fails its
+        # own check below.
+        return Check(
+            "daemon",
+            "info",
+            f"no daemon runs yet for profile {ctx.profile} ({ctx.socket}); the first command "
+            f"that needs one starts it (or: meshctl daemon start --profile {ctx.profile})",
+        )
     why = ctx.info_error or ""
-    detail = "" if not why or "no meshd is running" in why else f": {why}"
+    detail = f": {why}" if why else ""
     return Check(
         "daemon",
         "fail",
@@ -99,7 +114,7 @@ def check_socket(ctx: Context) -> Check:
             problems.append(f"{folder} has mode {_mode(folder)}, not 0700")
             fixes.append(f"chmod 0700 '{folder}'")
     else:
-        return Check("socket", "warn", f"{folder} does not exist yet (no daemon has run here)")
+        return Check("socket", "ok", f"{folder} does not exist yet (created at first start)")
     if ctx.socket.exists() and not ctx.socket.is_socket():
         problems.append(f"{ctx.socket} is not a socket")
         fixes.append(f"rm '{ctx.socket}'")

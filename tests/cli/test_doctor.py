@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,18 +48,66 @@ class TestDoctor:
         assert checks["service"]["status"] == "warn"
         assert checks["service"]["fix"] == "meshctl service install --profile test"
 
-    def test_stopped_daemon(self, meshctl: Meshctl, doc_env: dict[str, str]) -> None:
-        """No daemon: exit 1, the daemon check fails with the start command; none is started."""
+    def test_no_daemon_yet_is_information(self, meshctl: Meshctl, doc_env: dict[str, str]) -> None:
+        """A fresh install, no daemon yet: exit 0 (the first command that needs one starts
+        it, SPEC §9), the daemon check says so as information; none is started. It was
+        exit 1 with "FAIL daemon", right after installing."""
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 0, r
+        assert r.json()["ok"] is True
+        checks = by_name(r.json())
+        assert checks["daemon"]["status"] == "info"
+        assert "no daemon runs yet" in checks["daemon"]["message"]
+        assert "meshctl daemon start --profile test" in checks["daemon"]["message"]
+        assert checks["socket"]["status"] == "ok"
+        assert not any(c["status"] == "fail" for c in checks.values()), checks
+        assert not Path(doc_env["MESH_SOCKET"]).exists()
+        human = meshctl("doctor", env=doc_env)
+        assert human.code == 0, human
+        assert "FAIL" not in human.out
+        assert "[info] daemon    no daemon runs yet" in human.out
+        assert human.out.rstrip().endswith("All is well.")
+
+    def test_a_stopped_daemon_is_information_too(
+        self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any
+    ) -> None:
+        """After `daemon stop` (or a daemon that died: nothing listens at the socket), the
+        next command starts one: exit 0, as on a fresh install."""
+        daemon.kill()
+
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 0, r
+        assert by_name(r.json())["daemon"]["status"] == "info"
+
+    def test_no_daemon_and_a_broken_config_fails(
+        self, meshctl: Meshctl, doc_env: dict[str, str], mesh_env: Any
+    ) -> None:
+        """No daemon is information only while one could start: a config the daemon
+        would refuse fails its check (exit 1)."""
+        mesh_env.write_config("[defaults]\nstale_after = 'soon'\n")
+
         r = meshctl("doctor", "--json", env=doc_env)
 
         assert r.code == 1, r
         checks = by_name(r.json())
-        assert checks["daemon"]["status"] == "fail"
-        assert checks["daemon"]["fix"] == "meshctl daemon start --profile test"
-        assert not Path(doc_env["MESH_SOCKET"]).exists()
-        human = meshctl("doctor", env=doc_env)
-        assert "FAIL" in human.out
-        assert "fix: meshctl daemon start --profile test" in human.out
+        assert checks["daemon"]["status"] == "info"
+        assert checks["config"]["status"] == "fail"
+
+    def test_a_daemon_that_does_not_answer_fails(
+        self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any
+    ) -> None:
+        """A daemon is there but answers nothing (SIGSTOP): that is a fault, not "none
+        yet" (a command would wait on it, not start another): exit 1."""
+        os.kill(daemon.proc.pid, signal.SIGSTOP)
+        try:
+            r = meshctl("doctor", "--json", env=doc_env)
+        finally:
+            os.kill(daemon.proc.pid, signal.SIGCONT)
+
+        assert r.code == 1, r
+        assert by_name(r.json())["daemon"]["status"] == "fail"
 
     def test_wrong_socket_folder_mode(
         self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any

@@ -1,8 +1,9 @@
 """``meshctl doctor [--json]``: one screen that says what works and what to fix.
 
 Never starts a daemon and never changes anything (the checks are in
-:mod:`meshctl._doctor`). Exit 0 when nothing failed (warnings allowed), 1 when a
-check failed; ``--json`` prints ``{"ok", "profile", "checks": [{name, status,
+:mod:`meshctl._doctor`). Exit 0 when nothing failed (warnings allowed, and no daemon
+running yet is only information: the first command that needs one starts it), 1 when
+a check failed; ``--json`` prints ``{"ok", "profile", "checks": [{name, status,
 message, fix}]}`` either way, since the failed checks are the answer, not an error.
 """
 
@@ -15,7 +16,7 @@ import click
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
 
-_MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "--  "}
+_MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "fail": "FAIL", "skip": "--  "}
 
 
 def _render(doc: dict[str, Any]) -> str:
@@ -35,6 +36,10 @@ def doctor() -> None:
     """Check the daemon, socket, config, state folder, database, service and fleet
     link; say how to fix each fault.
 
+    Exit 0 when no check failed (warnings allowed); no daemon running yet is only
+    information, since the first command that needs one starts it. Exit 1 when a
+    check failed.
+
     \b
     Examples:
       meshctl doctor
@@ -42,7 +47,7 @@ def doctor() -> None:
     """
     from meshctl import _doctor, _paths, _spawn
     from meshd.paths import config_file
-    from meshd.protocol.errors import MeshError
+    from meshd.protocol.errors import MeshError, MeshUnavailable
 
     state = get_state()
     ctx = _doctor.Context(
@@ -55,6 +60,9 @@ def doctor() -> None:
         ctx.info = state.call("mesh.info", autostart=False)
     except MeshError as exc:
         ctx.info_error = exc.message
+        # Nothing listens there (the library's own "not running" error, which names the
+        # socket): as `daemon status` tells it from an untrusted or unusable socket.
+        ctx.absent = type(exc) is MeshUnavailable and "socket" in exc.data
     else:
         if "fleet" in (ctx.info or {}).get("capabilities", ()):
             try:
