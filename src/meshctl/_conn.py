@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 
 from meshd.protocol.errors import (
+    BadKey,
     FrameTooLarge,
+    InvalidParams,
     MeshError,
     MeshProtocolError,
     ProfileMismatch,
@@ -26,6 +28,7 @@ from meshd.protocol.framing import MAX_FRAME, frame_too_large
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any, Final
 
 #: Largest reply line the client accepts; listings can outgrow a request.
@@ -133,7 +136,10 @@ class Protocol:
         obj: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
         if params is not None:
             obj["params"] = params
-        frame = encode(obj)
+        try:
+            frame = encode(obj)
+        except UnicodeEncodeError:
+            raise unsendable(method, params) from None
         check_frame(frame, method)
         return rid, frame
 
@@ -170,6 +176,62 @@ class Protocol:
     def clear(self) -> None:
         """Forget buffered bytes (the connection they came from is gone)."""
         self._buf.clear()
+
+
+#: Request fields that hold resource keys: text in them that is not UTF-8 is refused
+#: as ``BAD_KEY``, as the daemon refuses a key that resolves to such a name
+#: (:mod:`meshd.keys`); in any other field it is ``INVALID_PARAMS``.
+KEY_FIELDS = frozenset({"resources", "resource", "path", "paths"})
+
+
+def strings(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
+    """Every string in ``value`` (mapping keys too) with the JSON path it is at."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings(str(key), path)
+            yield from strings(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from strings(item, f"{path}[{i}]")
+
+
+def undecodable(text: str) -> bool:
+    """Whether ``text`` holds lone surrogates (bytes that were not UTF-8, read with
+    ``surrogateescape``): such text cannot be written as JSON, which is UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def key_field(path: str) -> bool:
+    """Whether the JSON path ``$.field…`` is under a field of :data:`KEY_FIELDS`."""
+    field = path[2:].split(".", 1)[0].split("[", 1)[0] if path.startswith("$.") else ""
+    return field in KEY_FIELDS
+
+
+def unsendable(method: str, params: Any) -> MeshError:
+    """The error for params holding text that is not UTF-8 (the JSON encoder's
+    UnicodeEncodeError told the caller nothing of the mesh): ``BadKey`` for a resource
+    key, as the daemon says of a key that names such a file, else ``InvalidParams``
+    with the field's JSON path in ``data.path``, as the daemon says of a bad field."""
+    from meshd.protocol.contract import escaped
+
+    for path, text in strings(params):
+        if not undecodable(text):
+            continue
+        shown = escaped(text)
+        if key_field(path):
+            return BadKey(
+                f"bad resource key '{shown}': it is not valid UTF-8 (keys are text); "
+                "rename the file, or claim the folder that holds it",
+                {"key": shown},
+            )
+        return InvalidParams(f"{method}: {path} is not valid UTF-8 text: '{shown}'", {"path": path})
+    return InvalidParams(f"{method}: the request holds text that is not valid UTF-8")
 
 
 def check_frame(frame: bytes, method: str) -> None:

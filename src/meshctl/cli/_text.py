@@ -14,40 +14,18 @@ from __future__ import annotations
 
 import re
 
+from meshctl._conn import key_field, strings, undecodable
 from meshctl.cli import _output
 from meshd.protocol.errors import BadKey
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from typing import Any
 
     import click
 
-#: Wire fields that hold resource keys (refused as ``BAD_KEY``, not as usage).
-KEY_FIELDS = frozenset({"resources", "resource", "path", "paths"})
+#: The wire field a JSON path starts with (names the argument it came from).
 PATH_RE = re.compile(r"^\$\.([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(str(key), path)
-            yield from _strings(item, f"{path}.{key}")
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            yield from _strings(item, f"{path}[{i}]")
-
-
-def undecodable(text: str) -> bool:
-    """Whether ``text`` holds lone surrogates (bytes that were not UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def check_text(params: Any, ctx: click.Context | None) -> None:
@@ -57,12 +35,11 @@ def check_text(params: Any, ctx: click.Context | None) -> None:
     the daemon would say of a bad key), elsewhere a usage error (exit 2) naming
     the argument it came from.
     """
-    for path, text in _strings(params, "$"):
+    for path, text in strings(params):
         if not undecodable(text):
             continue
         shown = _output.safe(text)
-        match = PATH_RE.match(path)
-        if match and match.group(1) in KEY_FIELDS:
+        if key_field(path):
             raise _output.Failure(
                 f"bad resource key '{shown}': it is not valid UTF-8 (keys are text); "
                 "rename the file, or claim the folder that holds it",
