@@ -46,6 +46,7 @@ from meshd.protocol.errors import (
     MeshProtocolError,
     MeshTimeout,
     MeshUnavailable,
+    StorageUnavailable,
 )
 
 __all__ = ["AsyncMesh", "AsyncSession"]
@@ -182,7 +183,7 @@ class AsyncMesh:
         if fail_open.degraded and fail_open.waiting(time.monotonic()):
             return None
         try:
-            result = await self._call(method, params, timeout)
+            reply = await self._call(method, params, timeout)
         except (MeshUnavailable, MeshTimeout) as exc:
             # A hung daemon (no reply in time) is as unavailable as a missing one.
             if not self.fail_open:
@@ -191,9 +192,12 @@ class AsyncMesh:
             return None
         if fail_open.degraded:  # answered on the connection a timeout left open
             fail_open.reached(self.profile)
-        return result
+        # An error the daemon answered is raised, never failed open: UNAVAILABLE from a
+        # full disk (StorageUnavailable) means it was reached and could not store, as
+        # the blocking Mesh says (it returned None here and skipped calls for backoff).
+        return reply.unwrap()
 
-    async def _call(self, method: str, params: Any, timeout: float | None) -> Any:
+    async def _call(self, method: str, params: Any, timeout: float | None) -> _conn.Reply:
         rid, frame = self._ids.request(method, params)
         slot = _Slot()
         self._pending[rid] = slot
@@ -207,8 +211,13 @@ class AsyncMesh:
             ) from None
         finally:
             self._pending.pop(rid, None)
-        assert slot.reply is not None
-        return slot.reply.unwrap()
+        reply = slot.reply
+        assert reply is not None
+        if isinstance(reply.error, MeshUnavailable) and not isinstance(
+            reply.error, StorageUnavailable
+        ):
+            raise reply.error  # the connection closed before the reply (see _read_loop)
+        return reply
 
     async def ping(self) -> Any:
         """``mesh.ping``."""
