@@ -14,6 +14,7 @@ import sys
 
 from meshctl import _claims
 from meshctl.cli import _output
+from meshd.protocol import errors as E
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
@@ -92,16 +93,24 @@ def acquire(
 ) -> dict[str, Any]:
     """``claim.acquire`` for ``claim``, ``run`` and ``job run``: while a wait runs, a
     terminal shows who holds what, the queue and the time left; a wait that ran out
-    is said on stderr (unless ``say`` is false: the caller says it)."""
-    if wait <= 0 or not sys.stderr.isatty():
-        result: dict[str, Any] = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
-    else:
-        from meshctl.cli._waiting import claim_detail, waiting
+    is said on stderr (unless ``say`` is false: the caller says it). A daemon that goes
+    away during the wait is said as such (:func:`meshctl.cli._output.went_away`)."""
+    try:
+        if wait <= 0 or not sys.stderr.isatty():
+            result: dict[str, Any] = state.call(
+                _claims.ACQUIRE, params, timeout=_timeout(state, wait)
+            )
+        else:
+            from meshctl.cli._waiting import claim_detail, waiting
 
-        what = "waiting for " + ", ".join(_claims.show_resource(r) for r in params["resources"])
-        detail = claim_detail(state.mesh(), params["session_id"], params["resources"])
-        with waiting(what, wait, detail):
-            result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+            what = "waiting for " + ", ".join(_claims.show_resource(r) for r in params["resources"])
+            detail = claim_detail(state.mesh(), params["session_id"], params["resources"])
+            with waiting(what, wait, detail):
+                result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
+    except E.MeshUnavailable as exc:
+        if wait <= 0 or isinstance(exc, E.StorageUnavailable) or not state.reached():
+            raise
+        raise _output.went_away(exc, "this claim waited", "the claim was not granted") from exc
     if say:
         _ran_out(result, wait)
     return result

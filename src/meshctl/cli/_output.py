@@ -227,6 +227,26 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
     )
 
 
+def went_away(exc: E.MeshError, waiting: str, outcome: str) -> Failure:
+    """The daemon this command had reached went away while ``waiting`` (its connection
+    closed before the answer: stopped, restarted or killed).
+
+    Exit 1, not 69: 69 is "cannot be reached and could not be started", and this one
+    was reached, and the next command starts one again (SPEC §9); a script that takes
+    69 for "no mesh here, go on unguarded" must not do so while a claim it waited on
+    may still be held (claims outlive a daemon restart). ``data.code`` stays
+    ``UNAVAILABLE`` with ``data.went_away`` true.
+    """
+    return Failure(
+        f"meshd went away while {waiting} (it was stopped, restarted or crashed): {outcome}",
+        "UNAVAILABLE",
+        code=exc.code,
+        data={"went_away": True, "detail": exc.message},
+        hint="run the command again (meshd starts again on demand); `meshctl daemon status` "
+        "and the log in the state folder say why it stopped",
+    )
+
+
 def no_session() -> Failure:
     """The refusal of a command that acts for a session but was given none."""
     return Failure(

@@ -54,6 +54,10 @@ class OwnSession:
         self.params = own_params(state, source, task)
         self.reg: dict[str, Any] = {}
         self.sid = ""
+        #: The daemon went away while the command waited: the session is not ended on
+        #: exit (that would start a new daemon only to end it; a restarted daemon ends
+        #: it itself, its process being gone).
+        self.gone = False
 
     def __enter__(self) -> OwnSession:
         self.reg = dict(self.mesh.call("session.register", self.params) or {})
@@ -66,7 +70,7 @@ class OwnSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self.sid or self.reg.get("disabled"):
+        if not self.sid or self.reg.get("disabled") or self.gone:
             return
         try:
             self.mesh.call("session.end", {"session_id": self.sid, "reason": "finished"})

@@ -74,6 +74,11 @@ class State:
         check_text(params, self.command)
         return self.mesh(autostart=autostart).call(method, params, timeout=timeout)
 
+    def reached(self) -> bool:
+        """Whether this invocation's client has reached a daemon (answered ``mesh.info``):
+        a connection lost after that means the daemon went away, not that none runs."""
+        return self._mesh is not None and self._mesh.daemon != (None, None)
+
     def require_session(self) -> str:
         """The session this command acts for, or the NO_SESSION refusal."""
         if not self.session:

@@ -170,6 +170,13 @@ def run(
                 raise
             _output.note(f"{exc.message}\nmeshctl: --fail-open: running COMMAND UNGUARDED")
             return _run_unguarded(argv)
+        except _output.Failure as failure:
+            # The daemon went away during the wait (exit 1, never failed open: the claim
+            # waited on may still be held once it is back). Ending the session would
+            # start a daemon only for that; a restarted one ends it, its process gone.
+            if failure.data.get("went_away"):
+                guard.forget()
+            raise
         if result.get("status") != "granted":
             if state.json:
                 _output.write_json(_claims.cli_document(result))
@@ -225,6 +232,10 @@ class _Guard:
         child = _Child(argv, session=self.sid)
         self.anchor(child.pid)
         return child.start_and_wait(self.beat, self.interval)
+
+    def forget(self) -> None:
+        """The daemon went away: nothing to end on it (see :meth:`end`)."""
+        self._ended = True
 
     def end(self) -> None:
         """End the session: releases what it acquired (never its parent's claims)."""

@@ -30,6 +30,7 @@ import click
 from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import OwnSession
+from meshd.protocol.errors import MeshUnavailable, StorageUnavailable
 
 FOREVER = 31_536_000.0  # the protocol's largest timeout: a year
 #: SPEC §9's ``signal wait --json`` fields beside ``name`` (null when none came).
@@ -120,8 +121,16 @@ def wait(name: str, after: int | None, since: float | None, timeout: float | Non
     with OwnSession(state, "signal", f"signal wait {name}") as own:
         if not own.reg.get("disabled"):
             params["session_id"] = own.sid
-        with waiting(f"waiting for signal {name}{newer}", timeout):
-            result = own.mesh.call("signal.wait", params, timeout=own.mesh.timeout + limit)
+        try:
+            with waiting(f"waiting for signal {name}{newer}", timeout):
+                result = own.mesh.call("signal.wait", params, timeout=own.mesh.timeout + limit)
+        except MeshUnavailable as exc:
+            if isinstance(exc, StorageUnavailable):
+                raise
+            own.gone = True  # ending its session would start a daemon for nothing
+            raise _output.went_away(
+                exc, "waiting for the signal", f"no signal {name} was received"
+            ) from exc
     if not result.get("received"):
         doc = {"name": name, **dict.fromkeys(_SIGNAL_FIELDS), "received": False}
         doc["last_seq"] = result.get("last_seq", 0)

@@ -62,9 +62,18 @@ class MeshHandlers(Domain):
                 connections=len(svc.connections),
                 claims=claim_stats.claims,
                 waiters=claim_stats.waiters,
+                signal_waits=self._signal_waits(),
             ),
             config=as_dict(st.settings),
         )
+
+    def _signal_waits(self) -> int:
+        from meshd.handlers.signals import SignalHandlers
+
+        try:
+            return self.svc.domain(SignalHandlers).parked()
+        except LookupError:  # a service built without the signals domain (tests)
+            return 0
 
     def schema(self, p: m.Empty, conn: Conn) -> dict[str, Any]:
         if self._schema is None:

@@ -132,6 +132,10 @@ class SignalHandlers(Domain):
             result.emitted_by, result.emitted_at = got.emitted_by, rfc3339(got.emitted_at)
         return result
 
+    def parked(self) -> int:
+        """How many waits are parked now (``mesh.info``'s ``counts.signal_waits``)."""
+        return sum(len(events) for events in self._by_name.values())
+
     def _session_lives(self, sid: str | None) -> bool:
         return sid is None or sid in self.svc.state.registry.sessions
 

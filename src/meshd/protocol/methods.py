@@ -68,6 +68,8 @@ class Counts(Result):
     connections: int = 0
     claims: int = 0
     waiters: int = 0
+    signal_waits: int = 0
+    """``signal.wait`` calls parked until an emit (``waiters`` counts claim waits)."""
 
 
 class InfoResult(Result):

@@ -1,0 +1,114 @@
+"""The daemon killed (``kill -9``) while a command waits on it: `claim --wait`,
+`signal wait`, `run --wait`.
+
+They exited 69 with "meshd closed the connection before replying (… the call may or
+may not have taken effect); retry". SPEC §9's 69 is "the daemon cannot be reached
+and could not be started": this one was reached, and the next command starts one
+again. Now they exit 1 and say what happened -- the daemon went away while waiting,
+the claim was not granted (no signal was received) -- and start no daemon on the way
+out (`signal`/`run` ended their own session through a new one). `run --fail-open`
+does not run COMMAND unguarded then: the claim it waited on may still be held once a
+daemon is back (docs/CONFORMANCE.md, "a daemon that goes away during a wait").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import DaemonHandle, rpc
+from tests.support import wait_for
+
+
+def _start(daemon: DaemonHandle, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "meshctl.cli", *args],
+        env={**daemon.env, "MESH_SPAWN": "direct"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _counts(daemon: DaemonHandle) -> dict[str, int]:
+    return daemon.call("mesh.info")["result"]["counts"]  # type: ignore[no-any-return]
+
+
+def _answers(sock: Path) -> bool:
+    try:
+        return "result" in rpc(sock, "mesh.ping")
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def held(daemon: DaemonHandle) -> DaemonHandle:
+    """res:x held by `holder`; `waiter` is a lasting session of its own."""
+    for sid in ("holder", "waiter"):
+        assert "result" in daemon.call("session.register", {"session_id": sid})
+    got = daemon.call("claim.acquire", {"session_id": "holder", "resources": ["res:x"]})
+    assert got["result"]["status"] == "granted", got
+    return daemon
+
+
+def _killed_while(daemon: DaemonHandle, proc: subprocess.Popen[str], count: str) -> Any:
+    """Kill the daemon once the command's wait is parked in it (``count`` in mesh.info)."""
+    try:
+        wait_for(lambda: _counts(daemon)[count] == 1, timeout=30, what=f"{count} == 1")
+    except BaseException:
+        proc.kill()
+        raise
+    daemon.kill()
+    out, err = proc.communicate(timeout=60)
+    try:
+        assert not _answers(daemon.socket), "a daemon was started on the way out"
+    finally:
+        if _answers(daemon.socket):
+            subprocess.run(
+                [sys.executable, "-m", "meshctl.cli", "daemon", "stop"],
+                env=daemon.env, capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
+    return proc.returncode, out, err
+
+
+def test_claim_wait(held: DaemonHandle) -> None:
+    proc = _start(held, "claim", "res:x", "--wait", "120", "--session", "waiter", "--json")
+
+    code, out, err = _killed_while(held, proc, "waiters")
+
+    assert code == 1, (code, out, err)
+    assert err.startswith("meshctl: meshd went away while this claim waited"), err
+    assert "the claim was not granted" in err
+    assert "run the command again" in err
+    assert "Traceback" not in err
+    error = json.loads(out)["error"]
+    assert error["data"]["code"] == "UNAVAILABLE"
+    assert error["data"]["went_away"] is True
+
+
+def test_signal_wait(daemon: DaemonHandle) -> None:
+    proc = _start(daemon, "signal", "wait", "sig-x", "--timeout", "120")
+
+    code, out, err = _killed_while(daemon, proc, "signal_waits")
+
+    assert code == 1, (code, out, err)
+    assert err.startswith("meshctl: meshd went away while waiting for the signal"), err
+    assert "no signal sig-x was received" in err
+    assert "started meshd" not in err
+    assert out == ""
+
+
+def test_run_wait_does_not_fail_open(held: DaemonHandle, tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    proc = _start(
+        held, "run", "--res", "res:x", "--wait", "120", "--fail-open", "--", "touch", str(ran)
+    )
+
+    code, out, err = _killed_while(held, proc, "waiters")
+
+    assert code == 1, (code, out, err)
+    assert "meshd went away while this claim waited" in err
+    assert "UNGUARDED" not in err
+    assert not ran.exists()
