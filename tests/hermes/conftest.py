@@ -22,6 +22,10 @@ import pytest
 from tests.conftest import MeshEnv
 
 HERMES_VERSION = "0.19.0"
+HOOK_TIMEOUT_IN_TESTS = 10.0
+"""Seconds the plugin waits for one reply in these tests (``MESH_HERMES_TIMEOUT``; 0.5
+by default): long enough for a loaded machine, and the one test of a hung daemon
+waits it out once."""
 ROOT = Path(__file__).resolve().parents[2]
 
 #: For the scripts the tests run in Hermes's interpreter (which has no meshctl):
@@ -117,8 +121,12 @@ def hermes(mesh_env: MeshEnv, hermes_bin: Path) -> Hermes:
     user_home = mesh_env.root / "u"
     home.mkdir()
     user_home.mkdir()
+    # MESH_HERMES_TIMEOUT: the plugin's 0.5 s per call is missed on a loaded CI machine
+    # (plugin set-up's first call timed out, the Link paused 5 s, the start hook then
+    # registered nothing: 5 of 17 runs of TestLifecycle with two busy loops beside).
     env = {**mesh_env.env, "HERMES_HOME": str(home), "HOME": str(user_home),
-           "NO_COLOR": "1", "HERMES_ACCEPT_HOOKS": "1"}  # fmt: skip
+           "NO_COLOR": "1", "HERMES_ACCEPT_HOOKS": "1",
+           "MESH_HERMES_TIMEOUT": str(HOOK_TIMEOUT_IN_TESTS)}  # fmt: skip
     for key in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "HERMES_SAFE_MODE"):
         env.pop(key, None)
     h = Hermes(home=home, bin=hermes_bin, env=env)

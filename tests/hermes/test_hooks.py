@@ -3,12 +3,16 @@ session through the daemon's registry (one Hermes subprocess per scenario)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import time
 from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv
 from tests.hermes.conftest import RPC, Hermes
+from tests.support import wait_for
 
 #: Runs in Hermes's interpreter: fires the hooks exactly as agent/, cli.py and
 #: tools/delegate_tool.py do in 0.19.0, and prints the registry after each step.
@@ -330,8 +334,6 @@ def test_a_turn_taken_while_the_daemon_was_down_shows_once_it_is_back(
     request as task), not as a blank idle session."""
     import subprocess
 
-    from tests.support import wait_for
-
     hermes.install()
     proc = subprocess.Popen(
         [str(hermes.bin / "python"), "-c", DOWN_TURN], env=hermes.environ(True),
@@ -411,3 +413,84 @@ def test_a_hung_daemon_costs_one_hook_the_timeout_then_calls_pause(
     assert proc.returncode == 0, err[-3000:]
     doc = json.loads(line)
     assert doc["paused_for"] > doc["pause"] / 2
+
+
+SLOW_DAEMON = (
+    r"""
+import json, os, socket, sys
+from hermes_cli.plugins import discover_plugins, invoke_hook
+"""
+    + RPC
+    + r"""
+print("ready", flush=True)
+sys.stdin.readline()  # the daemon is stopped (SIGSTOP) now, and goes on 1.5 s after
+# the plugin connected
+discover_plugins()  # the plugin's set-up asks the daemon first
+S = "20261130_220000_dddddd"
+invoke_hook("on_session_start", session_id=S, model="m", platform="cli")
+print(json.dumps([s["session_id"] for s in rpc("session.list")["sessions"]]), flush=True)
+"""
+)
+
+
+def sockets(pid: int) -> list[str]:
+    """The sockets process ``pid`` has open (Linux: its /proc fd links)."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if (link := os.readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:"):
+                found.append(link)
+    return found
+
+
+def test_a_daemon_slower_than_the_default_timeout_gets_the_session_with_a_longer_one(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """MESH_HERMES_TIMEOUT (the fixture sets 10 s) is how long each call of the plugin
+    waits: a daemon that answers its set-up 1.5 s late still gets the session at its
+    start hook. With the fixed 0.5 s, the set-up's call timed out, the Link paused for
+    5 s and the start hook registered nothing -- what a loaded CI machine did to
+    TestLifecycle (session missing from session.list)."""
+    import signal
+    import subprocess
+
+    hermes.install()
+    assert daemon.proc is not None
+    proc = subprocess.Popen(
+        [str(hermes.bin / "python"), "-c", SLOW_DAEMON], env=hermes.environ(True),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        daemon.proc.send_signal(signal.SIGSTOP)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        wait_for(lambda: sockets(proc.pid), timeout=60, what="the plugin connecting")
+        time.sleep(1.5)  # three default timeouts: the set-up's first call is waiting
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1]) == ["20261130_220000_dddddd"]
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(None, 0.5), ("", 0.5), ("3", 3.0), ("0.25", 0.25), ("0", 0.5), ("-1", 0.5),
+     ("inf", 0.5), ("nan", 0.5), ("soon", 0.5)],
+)  # fmt: skip
+def test_the_hook_timeout_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, seconds: float
+) -> None:
+    from meshctl.hermes import _client
+
+    if value is None:
+        monkeypatch.delenv("MESH_HERMES_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("MESH_HERMES_TIMEOUT", value)
+
+    assert _client.hook_timeout() == seconds
+    assert _client.Link("default", "/nonexistent.sock").mesh.timeout == seconds

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-#: Seconds a hook waits for one reply; Hermes waits for the hook.
+#: Seconds a hook waits for one reply; Hermes waits for the hook. ``MESH_HERMES_TIMEOUT``
+#: sets another (:func:`hook_timeout`).
 HOOK_TIMEOUT = 0.5
 #: How long the last answer to "is the mesh there?" is trusted (tools' check_fn).
 AVAILABLE_TTL = 2.0
@@ -58,7 +59,23 @@ def _quiet() -> None:
         logger.addHandler(logging.NullHandler())
 
 
-def listener(profile: str, socket: str | None, timeout: float = HOOK_TIMEOUT) -> Any:
+def hook_timeout() -> float:
+    """Seconds one call may wait for meshd: ``MESH_HERMES_TIMEOUT``, else :data:`HOOK_TIMEOUT`.
+
+    Short by design (a hook holds up the agent loop), but a machine under heavy load
+    can take longer than 0.5 s to get a reply to a process at all; there a timeout
+    pauses the plugin for seconds and Hermes's sessions miss the mesh meanwhile (the
+    test suite on a loaded 2-core CI machine: sessions missing after their start
+    hook). A value that is not a positive number is ignored.
+    """
+    try:
+        value = float(os.environ.get("MESH_HERMES_TIMEOUT") or HOOK_TIMEOUT)
+    except ValueError:
+        return HOOK_TIMEOUT
+    return value if 0 < value < float("inf") else HOOK_TIMEOUT
+
+
+def listener(profile: str, socket: str | None, timeout: float | None = None) -> Any:
     """A connection of its own for pushed events (the client's ``Connection``), never
     starting the daemon; raises the client's ``MeshError`` when it cannot connect."""
     package = __package__ or ""
@@ -66,7 +83,7 @@ def listener(profile: str, socket: str | None, timeout: float = HOOK_TIMEOUT) ->
         mod = importlib.import_module("._vendor._blocking", package)
     except ImportError:
         mod = importlib.import_module("meshctl._blocking")
-    return mod.Connection(profile, socket, autostart=False, timeout=timeout)
+    return mod.Connection(profile, socket, autostart=False, timeout=timeout or hook_timeout())
 
 
 def git_place(cwd: str) -> tuple[str | None, str | None, str | None]:
@@ -126,14 +143,14 @@ class Link:
     hook's call (which closes that connection) never costs it a heartbeat.
     """
 
-    def __init__(self, profile: str, socket: str | None, timeout: float = HOOK_TIMEOUT) -> None:
+    def __init__(self, profile: str, socket: str | None, timeout: float | None = None) -> None:
         self.lib = library()
         self.profile = profile
         self.socket = socket
         # Not the client's own fail_open: it turns a hung daemon's timeout into the same
         # None as an unreachable one, and this Link pauses longer after a timeout.
         self.mesh: Any = self.lib.Mesh(
-            profile, socket, autostart=False, fail_open=False, timeout=timeout
+            profile, socket, autostart=False, fail_open=False, timeout=timeout or hook_timeout()
         )
         self.disabled = False
         self._checked_at = -AVAILABLE_TTL
