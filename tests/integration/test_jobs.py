@@ -218,14 +218,19 @@ class TestKilledRun:
 
 class TestJobWait:
     def test_wait_times_out_with_75_then_sees_the_end(self, jobs_env: Any) -> None:
-        env, _, _ = jobs_env
+        """The job runs until the test lets it end: a fixed ``sleep 3`` ended before the
+        short wait asked, on a loaded machine (it exited 0: "not running")."""
+        env, _, proj = jobs_env
+        go = proj / "go"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "meshctl.cli", "job", "run", "watchdog", "--", "sleep", "3"],
+            [sys.executable, "-m", "meshctl.cli", "job", "run", "watchdog", "--",
+             "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"],
             env=env,
-        )
+        )  # fmt: skip
         assert wait_for(lambda: radar(env)["watchdog"]["running"] is not None)
 
         short = meshctl(env, "job", "wait", "watchdog", "--timeout", "0.2")
+        go.touch()
         long = meshctl(env, "job", "wait", "watchdog", "--timeout", "30", "--json")
 
         assert short.returncode == 75
