@@ -227,18 +227,22 @@ class TestJobWait:
              "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"],
             env=env,
         )  # fmt: skip
-        assert wait_for(lambda: radar(env)["watchdog"]["running"] is not None)
+        try:
+            assert wait_for(lambda: radar(env)["watchdog"]["running"] is not None)
 
-        short = meshctl(env, "job", "wait", "watchdog", "--timeout", "0.2")
-        go.touch()
-        long = meshctl(env, "job", "wait", "watchdog", "--timeout", "30", "--json")
+            short = meshctl(env, "job", "wait", "watchdog", "--timeout", "0.2")
+            go.touch()
+            long = meshctl(env, "job", "wait", "watchdog", "--timeout", "30", "--json")
+        finally:  # the job ends even when the test failed (left running, it warned later)
+            go.touch()
+            code = proc.wait(timeout=30)
 
         assert short.returncode == 75
         assert "the wait ran out after 0.2 s; job watchdog is still running" in short.stderr
         assert short.stdout == ""
         assert long.returncode == 0, long.stderr
         assert json.loads(long.stdout)["last_end"]["exit"] == 0
-        assert proc.wait(timeout=10) == 0
+        assert code == 0
 
     def test_not_running_answers_at_once(self, jobs_env: Any) -> None:
         env, _, _ = jobs_env
