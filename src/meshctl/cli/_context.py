@@ -25,6 +25,7 @@ import click
 from click.core import ParameterSource
 
 from meshctl.cli import _output
+from meshctl.cli._fast import undecodable
 from meshctl.cli._state import State
 from meshd.protocol import contract
 
@@ -119,7 +120,7 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
                 ctx,
                 param,
             )
-        if name == "socket" and value and _undecodable(value):
+        if name == "socket" and value and undecodable(value):
             from meshd.protocol.contract import escaped
 
             raise click.BadParameter(
@@ -131,14 +132,6 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
         setattr(state, name, value)
 
     return callback
-
-
-def _undecodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def common_options(func: F) -> F:

@@ -110,7 +110,7 @@ class _Line:
 
 def parse(argv: list[str]) -> _Line | None:
     """The command line, if the fast path takes it; None leaves it to click."""
-    if any(not arg.isascii() and _undecodable(arg) for arg in argv):
+    if any(not arg.isascii() and undecodable(arg) for arg in argv):
         return None  # click names the argument in its refusal
     line = _Line()
     i = _options(argv, 0, line, None)
@@ -191,7 +191,9 @@ def _option(argv: list[str], i: int, line: _Line, spec: _Spec | None) -> int | N
     return i
 
 
-def _undecodable(text: str) -> bool:
+def undecodable(text: str) -> bool:
+    """Whether ``text`` (an argument, an environment value) holds lone surrogates:
+    bytes that were not UTF-8 (the click path's check too, :mod:`meshctl.cli._context`)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -294,7 +296,7 @@ def _register_kwargs(opts: dict[str, Any]) -> dict[str, Any] | None:
 
 def _valid(name: str, value: str) -> bool:
     """Whether click's option callback (``_context._store``) accepts the value."""
-    if _undecodable(value):
+    if undecodable(value):
         return False
     if name == "profile":
         from meshd.protocol.contract import PROFILE_RE
