@@ -260,7 +260,7 @@ class Server:
         the loop for all their waits in one pass (pings waited 25-80 ms while 100 closes
         withdrew 10,000 waits at once). The connection is flagged ``leaving`` at once,
         and the claim table asks that flag before it grants a wait
-        (``ClaimTable.departed``): meanwhile none is granted, neither by a release nor by
+        (``WaitQueue.departed``): meanwhile none is granted, neither by a release nor by
         the withdrawal of an earlier wait of the same connection (SPEC §5: a waiter is
         cancelled when its connection closes; a session held keys its departed client
         never heard of). What is left when the connection closes is withdrawn by its

@@ -725,7 +725,7 @@ class TestCancel:
         tb.acquire("b", "port:1", wait=True, waiter_id="c7.1")
         tb.acquire("c", "port:1", wait=True, waiter_id="c8.1")
         tb.t.drain()
-        tb.t.departed = lambda wid: wid.startswith("c7.")
+        tb.t.departures(lambda wid: wid.startswith("c7."))
 
         tb.release("a")
         assert tb.holders() == set()

@@ -96,10 +96,6 @@ class ClaimTable:
         self._by_session = self._held.by_session
         self._waiters = self._queue.waiters
         self.leave = self._queue.leave  # a waiter whose caller left: withdrawn, not granted
-        self.departed: Callable[[str], bool] = _nobody
-        """Whether a waiter's caller left although it is not marked ``leaving`` yet (the
-        shell's: its connection's hang-up was read, its waits are withdrawn by turns):
-        such a waiter is treated as leaving. O(1) per hang-up instead of a mark per wait."""
         self._conflicts = Conflicts(self._trie, self._queue, self._by_session, self.related)
         self._reservations = Reservations(self._queue, self._by_session)
         self._reserved = self._reservations.by_holder  # (the same dict) empty: none paused
@@ -113,6 +109,10 @@ class ClaimTable:
         if a == b or b in self.ancestors(a) or a in self.ancestors(b):
             return True
         return bool(self._reserved) and self._reservations.admits(a, b)
+
+    def departures(self, departed: Callable[[str], bool]) -> None:
+        """Tell the table whose callers left (:attr:`WaitQueue.departed`)."""
+        self._queue.departed = departed
 
     def reservation(self, owner: str) -> tuple[tuple[Key, ...], Mode, tuple[str, ...], str] | None:
         """A paused session's reserved set: its keys, mode, the preemptors still to be
@@ -532,16 +532,7 @@ class ClaimTable:
         """Look again at every marked waiter, first served first: grant it, or park it
         on what blocks it now. A grant marks those it frees (and a release does)."""
         now: tuple[float, float] | None = None  # read once, and only if someone is granted
-        departed = self.departed
-        while (waiter := self._queue.next_marked()) is not None:
-            if waiter.leaving or departed(waiter.waiter_id):
-                # Its connection closed (SPEC §5): never granted, and withdrawn within a
-                # few turns by its connection (leave, departed). Left unparked until
-                # then, not looked at: withdrawing it here instead marked the next
-                # waiter, as often leaving too -- 100 clients hanging up with 10,000
-                # waits cascaded through the whole line in one pass -- and parking it
-                # again cost a search per withdrawal for a waiter about to go.
-                continue
+        while (waiter := self._queue.next_marked()) is not None:  # none whose caller left
             blocker = self._conflicts.first_blocker(waiter.request, waiter.order)
             if blocker is not None:
                 self._queue.park(waiter, blocker)
@@ -558,10 +549,6 @@ class ClaimTable:
                     reason=waiter.request.reason, waiter_id=wid, granted=granted,
                 )
             )  # fmt: skip
-
-
-def _nobody(waiter_id: str) -> bool:
-    return False
 
 
 def _unique(keys: Iterable[Key]) -> tuple[Key, ...]:

@@ -86,7 +86,7 @@ class ClaimWaits:
         self._timer_at = 0.0
         self._ids = itertools.count(1)
         self._wake_pending = False
-        svc.state.claims.departed = self._departed
+        svc.state.claims.departures(self._departed)
 
     def _departed(self, waiter_id: str) -> bool:
         """Whether ``waiter_id``'s connection is leaving (the claim table's question)."""
