@@ -66,6 +66,18 @@ class TestSignal:
         assert got["payload"] == {"rows": 10}
         assert set(got) == {"name", "seq", "payload", "emitted_by", "emitted_at"}
 
+    def test_the_waiter_is_told_the_emitter_s_session_not_the_command_s(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """`emitted_by` names the session given by MESH_SESSION, not the short-lived one
+        `signal emit` registered for itself (before: `signal:…`, ended by then)."""
+        a = register(meshctl, daemon.env)
+        ok(meshctl("signal", "emit", "built", env=a))
+
+        got = ok(meshctl("signal", "wait", "built", "--timeout", "5", "--json")).json()
+
+        assert got["emitted_by"] == a["MESH_SESSION"]
+
     def test_wait_that_runs_out_exits_75(self, meshctl: Meshctl, daemon: Daemon) -> None:
         ok(meshctl("signal", "emit", "x"))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -116,6 +117,30 @@ class TestSignals:
         c.call("session.end", session_id="W")
 
         assert wait.result()["received"] is False
+
+    def test_a_signal_command_s_own_session_emits_for_its_parent(
+        self, daemon: DaemonHandle, c: Client
+    ) -> None:
+        """`meshctl signal emit` registers a short-lived child of --session (SPEC §9); the
+        waiter is told the parent, the session the user knows (before: the child's id)."""
+        register(c, "A")
+        c.call(
+            "session.register", session_id="signal:1", source="signal", parent="A",
+            pid=os.getpid(), liveness="process",
+        )  # fmt: skip
+        c.call(
+            "session.register", session_id="signal:2", source="signal", pid=os.getpid(),
+            liveness="process",
+        )  # fmt: skip
+        wait = Parked(daemon, name="go", timeout=15)
+
+        sent = c.call("signal.emit", name="go", session_id="signal:1")
+        got = wait.result()
+        by_a = c.call("signal.emit", name="a", session_id="A")
+        alone = c.call("signal.emit", name="b", session_id="signal:2")
+
+        assert (sent["emitted_by"], got["emitted_by"]) == ("A", "A")
+        assert (by_a["emitted_by"], alone["emitted_by"]) == ("A", "signal:2")
 
     def test_a_payload_over_max_body_bytes_is_refused(self, c: Client) -> None:
         reply = c.raw("signal.emit", name="big", payload="x" * 9000)

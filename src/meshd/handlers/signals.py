@@ -64,8 +64,7 @@ class SignalHandlers(Domain):
     async def emit(self, p: ps.SignalEmitParams, conn: Conn) -> ps.SignalRecord:
         work = self.work
         work.enabled()
-        if p.session_id is not None:
-            self.svc.state.registry.get(p.session_id)
+        by = self._emitter(p.session_id)
         payload = _encode(p.payload).decode()
         limit = self.svc.state.settings.max_body_bytes
         if (size := utf8_len(payload)) > limit:
@@ -75,10 +74,10 @@ class SignalHandlers(Domain):
             )
         board = work.signals
         before = board.newest.get(p.name), board.counters.get(p.name)
-        sig = board.emit(p.name, payload, p.session_id)
+        sig = board.emit(p.name, payload, by)
         self.fleet.to_all(
             wire.MailItem(
-                kind="signal", sender=p.session_id or "", from_host=self.fleet.host,
+                kind="signal", sender=by or "", from_host=self.fleet.host,
                 created_at=sig.emitted_at, name=sig.name, payload=payload,
             )
         )  # fmt: skip
@@ -87,6 +86,18 @@ class SignalHandlers(Domain):
             name=sig.name, seq=sig.seq, payload=_payload(sig), emitted_by=sig.emitted_by,
             emitted_at=rfc3339(sig.emitted_at),
         )  # fmt: skip
+
+    def _emitter(self, sid: str | None) -> str | None:
+        """Whom an emit is recorded as (``emitted_by``): the calling session, except the
+        short-lived session ``meshctl signal`` registers for itself (source ``signal``,
+        a child of ``--session``/``MESH_SESSION``, SPEC §9), which emits for its parent:
+        a waiter wants the session it knows, not one that ended with the command."""
+        if sid is None:
+            return None
+        session = self.svc.state.registry.get(sid)
+        if session.source == "signal" and session.parent:
+            return session.parent
+        return sid
 
     async def _store(self, sig: Signal, before: tuple[Signal | None, int | None]) -> None:
         """Commit an emit, then wake its waiters; a refused commit takes it back."""
