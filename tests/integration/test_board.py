@@ -141,6 +141,46 @@ class TestNotices:
         assert as_dir["project"] == str(loose)
 
 
+class TestBroadPlaces:
+    """A session whose cwd is ``/``, the home folder or a folder above it is not told
+    of every file changed beneath (before: each such session was told of all of them);
+    its watches and claims, and a session working in the project, still are."""
+
+    def test_root_and_home_sessions_are_told_only_of_what_they_chose(
+        self, mesh_env: Any, short_tmp: Path
+    ) -> None:
+        from tests.conftest import DaemonHandle as Handle
+
+        top = Path(os.path.realpath(short_tmp))
+        home = top / "home"
+        (home / "proj" / ".git").mkdir(parents=True)
+        proj = home / "proj"
+        d = Handle(
+            env={**mesh_env.env, "HOME": str(home)}, socket=mesh_env.socket,
+            state_dir=mesh_env.state_dir,
+        )  # fmt: skip
+        d.start()
+        c = Client(d)
+        try:
+            register(c, "w", cwd=str(proj))
+            register(c, "worker", cwd=str(proj))
+            register(c, "rooted", cwd="/")
+            register(c, "homebody", cwd=str(home))
+            register(c, "above", cwd=str(top))
+            register(c, "dotfiles", cwd=str(home), repo=str(home))
+            register(c, "watching", cwd=str(home))
+            c.call("board.watch", session_id="watching", paths=[str(proj)])
+            register(c, "claiming", cwd="/")
+            c.call("claim.acquire", session_id="claiming", resources=[f"{proj}/a.py"])
+
+            r = c.call("board.changed", session_id="w", paths=[f"{proj}/a.py"])
+        finally:
+            c.close()
+            d.stop()
+
+        assert sorted(r["notified"]) == ["claiming", "watching", "worker"]
+
+
 class TestDurable:
     def test_rows_survive_a_restart(self, daemon: DaemonHandle, mesh: Any, proj: Path) -> None:
         c, _ = mesh

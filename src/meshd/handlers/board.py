@@ -13,7 +13,8 @@ module does what reads the filesystem and what waits:
 * Recipients: every other live session, not the writer and not its ancestors or
   descendants, that holds a claim overlapping a changed path
   (``ClaimTable.check``), whose cwd or repo contains or lies under one
-  (``Registry.present_at``), or that watches or recently read an overlapping
+  (``Registry.present_at``; not when that place is ``/``, the home folder or above
+  it: :func:`broad_place`), or that watches or recently read an overlapping
   path (``board touch --read``, ``board watch``: :mod:`meshd.core.marks`).
   Notices go as events of kind ``file.changed`` to the recipients' subscribed
   connections; a recipient without one finds a durable notice in its inbox.
@@ -41,6 +42,19 @@ from meshd.service import Conn, Service
 from meshd.store.board import changes_page
 
 HOME = os.path.expanduser("~")
+#: The places a session's cwd or repo tells it of nothing (:func:`broad_place`).
+_HOMES = frozenset({HOME.rstrip("/") or "/", os.path.realpath(HOME)})
+
+
+def broad_place(where: str, homes: frozenset[str] = _HOMES) -> bool:
+    """Whether ``where`` is ``/``, the home folder or a folder above it: the places a
+    claim needs ``--broad`` for (SPEC §5). A session whose cwd or repo is one of them
+    (a shell opened in ``~``) is not working on every file beneath it, so its place
+    alone does not make it a recipient of changed-file notices (its claims, watches
+    and reads still do: those it chose)."""
+    if where == "/":
+        return True
+    return any(home == where or home.startswith(where + "/") for home in homes)
 
 
 def project_of(path: str, cache: dict[str, str] | None = None) -> str:
@@ -148,7 +162,9 @@ class BoardHandlers(Domain):
         for c in st.claims.check(keys, writer):  # unrelated holders only
             out[c.session_id] = None
         for key in keys:
-            for s, _, _ in st.registry.present_at(key.value):
+            for s, how, where in st.registry.present_at(key.value):
+                if how != "changed" and broad_place(where):
+                    continue
                 if s.session_id not in out and not st.claims.related(writer, s.session_id):
                     out[s.session_id] = None
         marks = shared_of(self.svc).marks  # watches and fresh reads (board touch/watch)
