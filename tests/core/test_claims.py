@@ -617,6 +617,42 @@ class TestReservedSet:
 
         assert isinstance(tb.acquire("low", "res:x"), Granted)
 
+    def test_a_preemptor_that_does_not_take_the_set_in_time_loses_its_turn(self, tb: Table) -> None:
+        """The preemptor has until ``pause``'s ``until`` to be served on the set; after
+        that the set admits its owner, whose queued resume is granted. (Before, a
+        preemptor that never claimed kept the resume waiting forever.)"""
+        tb.grant("low", "res:x")
+        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.acquire("low", "res:x", wait=True, waiter_id="resume")
+        tb.t.drain()
+
+        tb.clock.advance(299)
+        tb.t.wake_deferred()
+        early = tb.granted()
+        tb.clock.advance(1)
+        tb.t.wake_deferred()
+
+        assert early == []
+        assert tb.granted() == ["low"]
+        assert tb.t.reservation("low") is not None
+        assert tb.t.reservation("low")[2] == ()  # type: ignore[index]
+        tb.t.unreserve("low")
+        assert isinstance(tb.acquire("boss", "res:x"), Held)  # low holds it again
+
+    def test_a_preemptor_served_in_time_keeps_the_owner_behind_it(self, tb: Table) -> None:
+        tb.grant("low", "res:x")
+        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.grant("boss", "res:x")
+        tb.acquire("low", "res:x", wait=True, waiter_id="resume")
+        tb.t.drain()
+
+        tb.clock.advance(301)
+        tb.t.wake_deferred()
+
+        assert tb.granted() == []  # boss holds it: the deadline took nothing from it
+        tb.release("boss")
+        assert tb.granted() == ["low"]
+
     def test_pausing_with_nothing_held_reserves_nothing(self, tb: Table) -> None:
         assert tb.t.pause("idle", ["boss"]) == []
         assert tb.t.reservation("idle") is None

@@ -167,6 +167,31 @@ class TestPreempt:
         assert "you may steal" in text
         assert held == ["low"]
 
+    def test_a_preemptor_that_never_claims_loses_its_turn_and_resume_is_granted(
+        self, mesh_env: MeshEnv, daemon: DaemonHandle
+    ) -> None:
+        """The preemptor has ``preempt_grace`` from the pause to take the reserved set;
+        then the set is the paused session's again and its queued resume is granted.
+        (Before: a preemptor that never claimed kept ``resume`` waiting for ever.)"""
+        mesh_env.write_config("[defaults]\npreempt_grace = 0.5\n")
+        c = setup(daemon, ("cli:low", 0), ("cli:boss", 5))
+        assert c.call("mesh.reload")["reloaded"]
+        c.call("claim.acquire", session_id="cli:low", resources=["res:gpu"])
+        c.call("claim.preempt", session_id="cli:boss", resources=["res:gpu"])
+        low = {**daemon.env, "MESH_SESSION": "cli:low"}
+        paused = run_meshctl("pause", "--note", "epoch 4", env=low)
+
+        resumed = run_meshctl("resume", "--wait", "20", env=low)
+        held = [x["session_id"] for x in c.call("claim.list")["claims"]]
+        log = audit(c, "cli:low")
+        c.close()
+
+        assert paused.code == 0, paused
+        assert resumed.code == 0, resumed
+        assert "note: epoch 4" in resumed.out
+        assert held == ["cli:low"]
+        assert ("preempt", "the preemptor's turn ran out") in log
+
     def test_a_restart_loses_the_reservation_and_resume_says_so(self, daemon: DaemonHandle) -> None:
         c = setup(daemon, ("low", 0), ("boss", 5))
         c.call("claim.acquire", session_id="low", resources=["res:x"])

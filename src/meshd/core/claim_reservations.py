@@ -29,6 +29,9 @@ class Reservations:
         self.queue = queue
         self.by_session = by_session  # the holdings' index: the sets' claims, by holder
         self.by_holder: dict[str, Reservation] = {}
+        #: Until when (monotonic) each set's preemptors may be served on it first; then
+        #: it admits its owner (:meth:`lapse`). Only sets with preemptors still to serve.
+        self.until: dict[str, float] = {}
 
     def admits(self, a: str, b: str) -> bool:
         """Whether one of the two is a reserved set that admits the other now (so the
@@ -48,14 +51,19 @@ class Reservations:
     def holds(self, owner: str) -> bool:
         return RESERVED + owner in self.by_holder
 
-    def reserve(self, owner: str, claims: list[Claim], first: Iterable[str]) -> Reservation:
+    def reserve(
+        self, owner: str, claims: list[Claim], first: Iterable[str], until: float
+    ) -> Reservation:
         """Record the set ``owner``'s ``claims`` (released by its pause) leave behind:
-        exclusive if any of them was, their distinct reasons joined (capped)."""
+        exclusive if any of them was, their distinct reasons joined (capped); its
+        preemptors ``first`` are served first until ``until`` (monotonic)."""
         mode: Mode = "exclusive" if any(c.mode == "exclusive" for c in claims) else "shared"
         keys = tuple(c.key for c in claims)
         reason = "; ".join(dict.fromkeys(c.reason for c in claims if c.reason))[:REASON_MAX]
         r = Reservation(owner, keys, mode, set(first) - {owner}, reason)
         self.by_holder[r.holder] = r
+        if r.first:
+            self.until[r.holder] = until
         return r
 
     def mark(self, r: Reservation) -> None:
@@ -64,6 +72,7 @@ class Reservations:
             self.queue.mark_session(sid)
 
     def drop(self, owner: str) -> Reservation | None:
+        self.until.pop(RESERVED + owner, None)
         return self.by_holder.pop(RESERVED + owner, None)
 
     def served(self, session_id: str, keys: Iterable[Key]) -> None:
@@ -73,9 +82,27 @@ class Reservations:
             if session_id in r.first and any(k.overlaps(x) for k in keys for x in r.keys):
                 r.first.discard(session_id)
                 if not r.first:
-                    for claim in self.by_session.get(r.holder, {}).values():
-                        self.queue.release_ref(("c", claim.session_id, claim.resource))
-                    self.queue.mark_session(r.owner)
+                    self._to_owner(r)
+
+    def lapse(self, now: float) -> None:
+        """Preemptors not served on a set by its ``until`` lose their turn: the set
+        admits its owner, whose waits (a queued resume) are looked at again. A
+        preemptor that never takes the set must not keep the paused session out for
+        ever (SPEC §5b is silent: docs/CONFORMANCE.md)."""
+        if not self.until or min(self.until.values()) > now:
+            return
+        for holder, until in list(self.until.items()):
+            r = self.by_holder.get(holder)
+            if until <= now and r is not None:
+                r.first.clear()
+                self._to_owner(r)
+
+    def _to_owner(self, r: Reservation) -> None:
+        """``r`` admits its owner alone now: waits parked on the set look again."""
+        self.until.pop(r.holder, None)
+        for claim in self.by_session.get(r.holder, {}).values():
+            self.queue.release_ref(("c", claim.session_id, claim.resource))
+        self.queue.mark_session(r.owner)
 
     def ended(self, session_id: str) -> None:
         """``session_id`` ended: no set waits for it to be served first any more."""

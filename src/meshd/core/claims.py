@@ -251,13 +251,12 @@ class ClaimTable:
                 self._queue.rerank(waiter, rank)
         self._settle()
 
-    def pause(self, owner: str, first: Iterable[str]) -> list[str]:
-        """``owner`` pauses (SPEC §5b): its claims are released into a reserved set that
-        admits the preemptors ``first`` until each has been granted on it, then only
-        ``owner`` (its :meth:`acquire` passes every earlier waiter there). Returns
-        the resources. A session holding nothing reserves nothing. Its queued waits
-        are withdrawn (``held``, why ``paused``): granted while it did no work, a key
-        was kept from everyone. What it asks for while paused (resume) is served."""
+    def pause(self, owner: str, first: Iterable[str], until: float = float("inf")) -> list[str]:
+        """``owner`` pauses (SPEC §5b): its claims are released into a reserved set that admits
+        the preemptors ``first`` until each is granted on it (or ``until``, monotonic), then only
+        ``owner`` (its :meth:`acquire` passes every earlier waiter there). Returns the resources;
+        holding nothing, it reserves nothing. Its queued waits are withdrawn (``held``, why
+        ``paused``: granted while it did no work, a key was kept from everyone); not a resume."""
         for waiter_id in list(self._queue.of.get(owner, {})):
             self.cancel_waiter(waiter_id, why="paused")
         mine = list(self._by_session.get(owner, {}).values())
@@ -268,7 +267,7 @@ class ClaimTable:
         now_mono, now_wall = self.clock.monotonic(), self.clock.now()
         for claim in mine:
             self._drop(claim, "release", now_wall, how="paused")
-        r = self._reservations.reserve(owner, mine, first)
+        r = self._reservations.reserve(owner, mine, first, until)
         self._grant(Request(r.holder, r.keys, r.mode, f"reserved for {owner}"), now_mono,
                     now_wall, how="reserve")  # fmt: skip
         self._reservations.mark(r)
@@ -411,7 +410,8 @@ class ClaimTable:
         return held
 
     def wake_deferred(self) -> None:
-        """Let waiters go that withdrawals with ``wake=False`` may have unblocked."""
+        """Let waiters go that ``wake=False`` withdrawals or a lapsed reservation freed."""
+        self._reservations.lapse(self.clock.monotonic())
         self._settle()
 
     def restore(

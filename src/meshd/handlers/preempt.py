@@ -119,6 +119,23 @@ class PreemptHandlers(Domain):
         """Tell each preemptor whose grace ran out who still holds (it may steal)."""
         for pre in self.pre.due():
             self._expired(pre)
+        if self.notes:  # someone is paused: its preemptors' turn may have run out
+            self._lapse()
+
+    def _lapse(self) -> None:
+        """Preemptors that did not take a paused session's set within ``preempt_grace``
+        of the pause lose their turn: the set is its owner's again (a queued resume is
+        granted now). Logged, with who lost the turn."""
+        st = self.svc.state
+        before = {sid: view[2] for sid in self.notes if (view := st.claims.reservation(sid))}
+        st.claims.wake_deferred()
+        for sid, first in before.items():
+            view = st.claims.reservation(sid)
+            if first and view is not None and not view[2]:
+                st.writes += self.claims.audit_rows(
+                    sid, [k.text for k in view[0]], "preempt", by=", ".join(first),
+                    how="the preemptor's turn ran out",
+                )  # fmt: skip
 
     def _expired(self, pre: Preemption) -> None:
         st = self.svc.state
@@ -163,7 +180,8 @@ class PreemptHandlers(Domain):
         def apply() -> tuple[list[str], list[str]]:
             # one preemptor asking for several keys apart is first once, in asking order
             first = list(dict.fromkeys(pre.by for pre in self.pre.paused(p.session_id)))
-            reserved = st.claims.pause(p.session_id, first)
+            until = self.svc.clock.monotonic() + st.settings.preempt_grace
+            reserved = st.claims.pause(p.session_id, first, until)
             self.claims.paused(p.session_id)  # its fleet-wide waits, as pause did its own
             if s.status != "paused":
                 self.before[p.session_id] = s.status
