@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from meshd.core.claim_records import MAX_AHEAD, Claim, Held, Mode
+from meshd.core.claim_records import MAX_AHEAD, Claim, Held
 from meshd.core.path_trie import Node, Order, PathTrie, before
+from meshd.protocol.claims import Mode
 
 if TYPE_CHECKING:
     from meshd.core.claim_queue import Ref, Request, Waiter, WaitQueue

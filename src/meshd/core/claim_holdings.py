@@ -17,8 +17,9 @@ from meshd.core.claim_records import CLEAN_ENDS, MAX_PREVIOUS, Previous
 from meshd.core.path_trie import PathTrie
 
 if TYPE_CHECKING:
-    from meshd.core.claim_records import Claim, Mode
+    from meshd.core.claim_records import Claim
     from meshd.keys import Key
+    from meshd.protocol.claims import Mode
 
 W = TypeVar("W")
 Deadline = tuple[float, int, str, str]  # (deadline, token, session, resource)

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from meshd.core.claim_records import Mode, Waiting
+from meshd.core.claim_records import Waiting
 from meshd.core.path_trie import Order, PathTrie
+from meshd.protocol.claims import Mode
 
 if TYPE_CHECKING:
     from meshd.keys import Key

@@ -13,23 +13,12 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from meshd.protocol.claims import AuditAction, Mode
+
 if TYPE_CHECKING:
     from meshd.keys import Key
 
-Mode = Literal["exclusive", "shared"]
 EndHow = Literal["released", "ended", "expired", "died"]
-AuditAction = Literal[
-    "grant",
-    "refresh",
-    "release",
-    "expire",
-    "lose",
-    "steal",
-    "preempt",
-    "pause",
-    "resume",
-    "rank",
-]
 #: Actions that end the claim they name (the store deletes its row); the last four
 #: only note what was asked or done (SPEC §5b: a rank set, a preemption asked, a
 #: pause, a resume) and name no claim.

@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from meshd.core.claim_records import RESERVED, Reservation
-from meshd.protocol.claims import REASON_MAX
+from meshd.protocol.claims import REASON_MAX, Mode
 
 if TYPE_CHECKING:
     from meshd.core.claim_queue import WaitQueue
-    from meshd.core.claim_records import Claim, Mode
+    from meshd.core.claim_records import Claim
     from meshd.keys import Key
 
 

@@ -42,7 +42,6 @@ from meshd.core.claim_holdings import Holdings
 from meshd.core.claim_queue import Request, Waiter, WaitQueue
 from meshd.core.claim_records import (
     CLEAN_ENDS,
-    AuditAction,
     Cancelled,
     Claim,
     ClaimStatistics,
@@ -50,7 +49,6 @@ from meshd.core.claim_records import (
     Fencing,
     Granted,
     Held,
-    Mode,
     Notice,
     Outbox,
     Outcome,
@@ -59,6 +57,7 @@ from meshd.core.claim_records import (
 )
 from meshd.core.claim_reservations import Reservations
 from meshd.core.path_trie import PathTrie
+from meshd.protocol.claims import AuditAction, Mode
 
 if TYPE_CHECKING:
     from meshd.core.clock import Clock

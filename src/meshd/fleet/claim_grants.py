@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from meshd.fleet.claim_records import Entry, Mode, Step
+from meshd.fleet.claim_records import Entry, Step
 from meshd.keys import Key
+from meshd.protocol.claims import Mode
 
 WAIT_RECORD = Step("w.", "", "hold")
 """In the release backlog: delete the request's wait record (``w.<gid>``)."""

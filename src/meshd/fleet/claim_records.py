@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from meshd.keys import Key
+from meshd.protocol.claims import Mode
 
-Mode = Literal["exclusive", "shared"]
 Role = Literal["hold", "intent"]
 Related = Callable[["Entry"], bool]
 

@@ -25,9 +25,10 @@ from nats.js.kv import KeyValue
 from meshd.fleet import claim_bucket as bucket
 from meshd.fleet.claim_bucket import BUCKET, FLEET_ERRORS, gid_in
 from meshd.fleet.claim_grants import FleetGrant
-from meshd.fleet.claim_records import Mode, Record, record_resource, resource_of
+from meshd.fleet.claim_records import Record, record_resource, resource_of
 from meshd.fleet.link import FleetDown, describe
 from meshd.keys import Key
+from meshd.protocol.claims import Mode
 
 if TYPE_CHECKING:
     from meshd.fleet.claims import FleetClaims

@@ -44,7 +44,6 @@ from meshd.fleet.claim_grants import (
 )
 from meshd.fleet.claim_records import (
     Entry,
-    Mode,
     Step,
     blockers,
     plan,
@@ -56,6 +55,7 @@ from meshd.fleet.claim_records import (
 from meshd.fleet.claim_upkeep import ClaimUpkeep
 from meshd.fleet.link import FleetDown, FleetLink, describe
 from meshd.keys import Key
+from meshd.protocol.claims import Mode
 
 log = logging.getLogger("meshd.fleet.claims")
 

@@ -14,10 +14,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from meshd.core.claim_records import Claim, Granted, Held, Mode, Queued
+from meshd.core.claim_records import Claim, Granted, Held, Queued
 from meshd.handlers.claim_replies import granted, held
 from meshd.keys import Key
 from meshd.protocol import claims as pc
+from meshd.protocol.claims import Mode
 from meshd.protocol.errors import BadKey, MeshUnavailable
 
 if TYPE_CHECKING:

@@ -22,13 +22,11 @@ from typing import TYPE_CHECKING
 
 from meshd.core.claim_records import (
     ENDING,
-    AuditAction,
     AuditRecord,
     Claim,
     Fencing,
     Granted,
     Held,
-    Mode,
 )
 from meshd.core.state import Outcome, Write
 from meshd.domain import Domain
@@ -39,6 +37,7 @@ from meshd.handlers.claim_waits import ClaimWaits
 from meshd.handlers.fleet import FleetDomain
 from meshd.keys import Key, canonical_key, from_canonical
 from meshd.protocol import claims as pc
+from meshd.protocol.claims import AuditAction, Mode
 from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable
 from meshd.protocol.jsonrpc import Later
 from meshd.service import Conn, Service

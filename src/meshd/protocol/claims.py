@@ -16,6 +16,19 @@ from meshd.protocol.events import ClaimLoss
 from meshd.protocol.methods import MethodSpec, Params, Result, Seconds, SessionId
 
 Mode = Literal["exclusive", "shared"]
+#: What an audit row records (``audit.log``; the core's records and the store use it too).
+AuditAction = Literal[
+    "grant",
+    "refresh",
+    "release",
+    "expire",
+    "lose",
+    "steal",
+    "preempt",
+    "pause",
+    "resume",
+    "rank",
+]
 Resource = Annotated[str, Meta(min_length=1, max_length=4096)]
 Resources = Annotated[list[Resource], Meta(min_length=1, max_length=256)]
 REASON_MAX = 200
@@ -213,18 +226,7 @@ class AuditEntry(Result):
     a resume (SPEC §5b: "All of it is in the audit log")."""
 
     at: str
-    action: Literal[
-        "grant",
-        "refresh",
-        "release",
-        "expire",
-        "lose",
-        "steal",
-        "preempt",
-        "pause",
-        "resume",
-        "rank",
-    ]
+    action: AuditAction
     session_id: str
     resource: str
     mode: Mode
