@@ -182,3 +182,25 @@ def test_a_wait_whose_run_out_raises_is_answered_and_the_timer_goes_on(
         assert held == {}
         assert left == [] if once else set(left) <= {"boom"}
         assert pong["result"]["pong"] is True
+
+
+def test_a_wait_whose_withdrawal_raised_twice_leaves_the_line_with_its_connection(
+    mesh_env: MeshEnv,
+) -> None:
+    """Running out ``boom``'s wait raises, and so does the guard's withdrawal: it stays
+    in line, marked leaving, ahead of ``next`` on the same key. Once its connection is
+    gone it is out of the line, and ``next`` is granted at the release. (Before: it
+    stayed in line for good, and ``next`` waited behind it until its own wait ran out.)"""
+    with _daemon(mesh_env, f"ONCE = False\n{BAD_RUN_OUT}") as d, Client(d.socket) as c:
+        keys = _setup(d, c, "boom", "next")
+        with _queue(d, c, "boom", keys[0], 2) as w:
+            boom = _internal(w.reply())
+            with _queue(d, c, "next", keys[0], 60) as x:
+                stuck = _waiting(c)
+                w.close()
+                wait_for(lambda: _waiting(c) == ["next"])
+                c.call("claim.release", {"session_id": "holder", "resources": [keys[0]]})
+                got = x.reply()
+    assert boom["data"]["granted"] is False
+    assert stuck == ["boom", "next"]
+    assert got["result"]["status"] == "granted"

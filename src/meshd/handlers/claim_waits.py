@@ -86,6 +86,9 @@ class ClaimWaits:
         self._timer_at = 0.0
         self._ids = itertools.count(1)
         self._wake_pending = False
+        self._stranded: dict[str, int] = {}
+        """Waits still in line because withdrawing them raised twice (waiter id ->
+        connection id): out of the line once their connection is gone (:meth:`closed`)."""
         svc.state.claims.departures(self._departed)
 
     def _departed(self, waiter_id: str) -> bool:
@@ -151,7 +154,8 @@ class ClaimWaits:
         closed connection's) and out of the queue if it is still there (without working
         out its holders, which may be what raised), then told INTERNAL: it holds
         nothing. A ``Cancelled`` its withdrawal left for the commit finds no record
-        then, and is not answered twice."""
+        then, and is not answered twice. If even that withdrawal raises, the wait stays
+        in line, leaving (never granted), until its connection is gone (:meth:`closed`)."""
         w = self.waits.pop(wid, None)
         claims = self.svc.state.claims
         try:
@@ -159,6 +163,8 @@ class ClaimWaits:
             claims.cancel_waiter(wid, why="timeout", wake=False)
         except Exception:
             log.exception("withdrawing queued claim request %s failed", wid)
+            if w is not None:
+                self._stranded[wid] = w.conn.id
         finally:
             self._wake_soon()
         if w is not None:
@@ -168,6 +174,18 @@ class ClaimWaits:
         """Its connection closed: out of the queue, no answer (the record's cancel)."""
         if self.waits.pop(w.waiter_id, None) is not None:
             self.svc.state.claims.cancel_waiter(w.waiter_id, why="closed", wake=False)
+            self._wake_soon()
+
+    def closed(self, conn: Conn) -> None:
+        """``conn`` is gone: its waits still in line (:attr:`_stranded`) leave it now,
+        so they hold up nobody behind them on their keys. Left in line, such a wait
+        (marked leaving, its record gone) blocked every later waiter on its keys for good."""
+        for wid in [w for w, cid in self._stranded.items() if cid == conn.id]:
+            del self._stranded[wid]
+            try:
+                self.svc.state.claims.cancel_waiter(wid, why="closed", wake=False)
+            except Exception:
+                log.exception("withdrawing queued claim request %s failed again", wid)
             self._wake_soon()
 
     def _wake_soon(self) -> None:

@@ -178,6 +178,11 @@ class ClaimHandlers(Domain):
         """Answer the queued requests the last commit granted or withdrew."""
         self.waits.resolve(outcomes, error)
 
+    def connection_closed(self, conn: Conn) -> None:
+        """Waits of ``conn`` left in line by a failed withdrawal go (SPEC §5: a waiter
+        is cancelled when its connection closes): :meth:`ClaimWaits.closed`."""
+        self.waits.closed(conn)
+
     # --- keys (the read side's too) --------------------------------------------------
 
     def expire(self) -> None:
