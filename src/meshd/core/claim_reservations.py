@@ -30,7 +30,8 @@ class Reservations:
         self.by_session = by_session  # the holdings' index: the sets' claims, by holder
         self.by_holder: dict[str, Reservation] = {}
         #: Until when (monotonic) each set's preemptors may be served on it first; then
-        #: it admits its owner (:meth:`lapse`). Only sets with preemptors still to serve.
+        #: it admits its owner (:meth:`lapse`). Only sets with preemptors still to serve
+        #: (dropped with its set).
         self.until: dict[str, float] = {}
 
     def admits(self, a: str, b: str) -> bool:
