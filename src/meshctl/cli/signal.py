@@ -4,8 +4,9 @@
 Decisions:
 
 - Both register a short-lived session of their own (a child of ``--session``),
-  as SPEC §9 asks: the emit is recorded as that session's, and the wait lives as
-  long as it does, so ``--timeout`` is not capped by ``max_query_timeout``.
+  as SPEC §9 asks: the daemon records the emit as the parent's (``emitted_by``; as
+  that session's only when no ``--session`` is given), and the wait lives as long
+  as it does, so ``--timeout`` is not capped by ``max_query_timeout``.
 - ``wait`` with no ``--timeout`` waits until a signal comes (the daemon pushes
   it; nothing polls). A wait that runs out exits 75; ``--json`` then prints SPEC
   §9's shape with nothing in it (``seq``, ``payload``, ``emitted_by``,
