@@ -19,6 +19,7 @@ import select
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 
 import anyio
 from anyio.abc import ByteStream, TaskGroup
@@ -57,6 +58,11 @@ def peer_gone(sock: socket.socket) -> bool:
     return bool(poller.poll(0))
 
 
+def _unanswered(later: Later) -> None:
+    """:attr:`Connection.answer` until the server sets it."""
+    raise RuntimeError("a connection's answer sink is not set")
+
+
 def readable(sock: socket.socket | None) -> bool:
     """Whether bytes (or a hang-up) wait to be read on ``sock``, without reading them."""
     if sock is None:
@@ -93,6 +99,9 @@ class Connection:
         self.reader: FrameReader | None = None
         self.later: set[Later] = set()
         """Requests waiting as records (a queued claim), no task: withdrawn at close."""
+        self.answer: Callable[[Later], None] = _unanswered
+        """Where those records' replies go once settled (the server's ``Answer``, one
+        per connection; a batch element's goes into its batch instead)."""
 
     async def send(self, frame: bytes) -> None:
         """Write one reply frame (never blocks; see :meth:`write`)."""

@@ -14,7 +14,7 @@ from msgspec import Raw
 
 from meshd.connection import Connection
 from meshd.protocol.framing import DELIMITER
-from meshd.protocol.jsonrpc import Call, Later, reply
+from meshd.protocol.jsonrpc import Later, reply
 
 
 class Batch:
@@ -40,15 +40,16 @@ class Batch:
 
 class Answer:
     """What a :class:`Later` of a connection does once settled: its reply written (or
-    its batch's, once the last element is done), its slot freed. It keeps the request's
-    method and id, not the :class:`Call` (whose decoded params a waiting request has
-    no more use for: fewer objects for the collector to track per waiter)."""
+    its batch's, once the last element is done), its slot freed. The request it
+    answers (method, id) is on the :class:`Later` itself (the server sets them), so a
+    connection's requests that wait on their own share one ``Answer``
+    (:attr:`Connection.answer`), and only a batch element gets its own (``b``, ``i``):
+    a queued request costs no object for the collector beyond its record."""
 
-    __slots__ = ("b", "c", "i", "method", "notify", "rid")
+    __slots__ = ("b", "c", "i")
 
-    def __init__(self, c: Connection, call: Call, b: Batch | None, i: int) -> None:
+    def __init__(self, c: Connection, b: Batch | None = None, i: int = 0) -> None:
         self.c = c
-        self.method, self.rid, self.notify = call.method, call.rid, call.notify
         self.b = b
         self.i = i
 
@@ -56,7 +57,7 @@ class Answer:
         c, b = self.c, self.b
         c.later.discard(later)
         c.inflight.release()
-        frame = reply(later, self.method, self.rid, self.notify)
+        frame = reply(later, later.method, later.rid, later.notify)
         if b is None:
             if frame is not None:
                 c.write(frame + DELIMITER, 0)

@@ -147,6 +147,7 @@ class Server:
             async with anyio.create_task_group() as tg:
                 c = Connection(stream, conn, tg)
                 c.sock = sock
+                c.answer = Answer(c)
                 conn.push = c.push
                 self.connections[conn.id] = c
                 self.service.connection_opened(conn)
@@ -336,7 +337,8 @@ class Server:
         request that waited in a task, and free its slot; until then, closing the
         connection withdraws it (:meth:`_handle`)."""
         c.later.add(later)
-        later.bind(Answer(c, call, b, i))
+        later.method, later.rid, later.notify = call.method, call.rid, call.notify
+        later.bind(c.answer if b is None else Answer(c, b, i))
 
     async def _batch(self, c: Connection, b: Batch) -> bool:
         """Start a batch's elements in order, from ``b.next``; True when one detached.

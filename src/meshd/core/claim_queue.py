@@ -45,20 +45,23 @@ class Request(msgspec.Struct, frozen=True, gc=False):
     ttl: float | None = None
 
 
-class Waiter:
-    """A queued request: its place in line and what it is parked on."""
+class Waiter(msgspec.Struct, gc=False, eq=False):
+    """A queued request: its place in line and what it is parked on.
 
-    __slots__ = ("leaving", "parked", "rank", "request", "seq", "since", "waiter_id")
+    ``gc=False``: it holds only strings, numbers, its (untracked) :class:`Request` and
+    a :data:`Ref` of strings, and nothing it holds leads back to it, so it can never
+    be part of a reference cycle; its reference count frees it. 10,000 queued in a
+    storm are 10,000 objects fewer for the collector to walk (and to count towards
+    its next collection)."""
 
-    def __init__(self, waiter_id: str, seq: int, rank: int, request: Request, since: float):
-        self.waiter_id = waiter_id
-        self.seq = seq
-        self.rank = rank
-        self.request = request
-        self.since = since
-        self.parked: Ref | None = None
-        self.leaving = False
-        """Its caller left: withdrawn when it comes up, never granted (:meth:`WaitQueue.leave`)."""
+    waiter_id: str
+    seq: int
+    rank: int
+    request: Request
+    since: float
+    parked: Ref | None = None
+    leaving: bool = False
+    """Its caller left: withdrawn when it comes up, never granted (:meth:`WaitQueue.leave`)."""
 
     @property
     def order(self) -> Order:
@@ -97,6 +100,10 @@ class WaitQueue:
         self._parked: dict[Ref, dict[str, None]] = {}  # blocker -> waiters parked on it
         self._dirty: list[tuple[int, int, str]] = []  # marked waiters, first served first
         self._dirty_ids: set[str] = set()
+        self._key_sets: dict[str | tuple[str, ...], tuple[Key, ...]] = {}
+        """Each waiting key set, by its keys' texts: the one tuple of keys its waiters
+        share (:meth:`_share`); :attr:`_key_users` counts them."""
+        self._key_users: dict[str | tuple[str, ...], int] = {}
         self.departed: Callable[[str], bool] = _nobody
         """Whether a waiter's caller left although it is not marked ``leaving`` (the
         shell's: its connection's hang-up was read, its waits are withdrawn by turns):
@@ -112,6 +119,9 @@ class WaitQueue:
         wid = waiter_id if waiter_id is not None else f"w{self.seq}"
         if wid in self.waiters:
             raise ValueError(f"waiter id {wid!r} is already waiting")
+        keys = self._share(req.keys)
+        if keys is not req.keys:
+            req = msgspec.structs.replace(req, keys=keys)
         waiter = Waiter(wid, self.seq, -order[0], req, since)
         self.waiters[wid] = waiter
         sid = req.session_id
@@ -141,8 +151,32 @@ class WaitQueue:
                     del self.below[ancestor]
         for key in waiter.request.keys:
             self.trie.remove_waiter(key, waiter.order, sid, waiter.mode == "exclusive")
+        self._unshare(waiter.request.keys)
         self.park(waiter, None)
         self.release_ref(("w", wid))
+
+    def _share(self, keys: tuple[Key, ...]) -> tuple[Key, ...]:
+        """The tuple of keys that waiters on the same set as ``keys`` share (``keys``
+        itself for the first of them). Each request's keys are new objects (made
+        canonical from what its caller typed), and a queue forms on one key: 10,000
+        waiters held 10,000 equal keys and tuples of them, each tracked by the cyclic
+        collector while it waited; now they hold one. Keys are immutable, so sharing
+        them changes nothing else."""
+        ident = keys[0].text if len(keys) == 1 else tuple(k.text for k in keys)
+        users = self._key_users
+        shared = self._key_sets.setdefault(ident, keys)
+        users[ident] = users.get(ident, 0) + 1
+        return shared
+
+    def _unshare(self, keys: tuple[Key, ...]) -> None:
+        """A waiter on ``keys`` left the line: the set is forgotten with its last one."""
+        ident = keys[0].text if len(keys) == 1 else tuple(k.text for k in keys)
+        users = self._key_users
+        left = users[ident] - 1
+        if left:
+            users[ident] = left
+        else:
+            del users[ident], self._key_sets[ident]
 
     def leave(self, waiter_id: str) -> None:
         """Its caller left (its connection closed) and the wait is withdrawn shortly:

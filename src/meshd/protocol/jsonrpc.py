@@ -258,7 +258,7 @@ class Later:
     frames, all tracked by the cyclic collector while they waited.
     """
 
-    __slots__ = ("_sink", "done", "error", "result")
+    __slots__ = ("_sink", "done", "error", "method", "notify", "result", "rid")
 
     def __init__(self) -> None:
         self._sink: Callable[[Later], None] | None = None
@@ -266,6 +266,11 @@ class Later:
         """Settled or cancelled: nothing more happens to it."""
         self.result: Any = None
         self.error: BaseException | None = None
+        self.method = ""
+        self.rid: Id = None
+        self.notify = False
+        """The request it answers (set by the server): what :func:`reply` needs, kept
+        here rather than in a reply sink of its own per waiting request."""
 
     def settle(self, result: Any = None, error: BaseException | None = None) -> None:
         """The outcome: ``result``, or ``error`` (answered as a failure). Once only."""
