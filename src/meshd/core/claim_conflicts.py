@@ -79,12 +79,14 @@ class Conflicts:
     def nearest_ahead(self, req: Request, order: Order) -> Waiter | None:
         """The nearest waiter ahead of ``order`` that ``req`` may not pass, by a binary
         search per overlapping node; waiters on a covered key do not count."""
-        sid = req.session_id
+        sid, exclusive = req.session_id, req.mode == "exclusive"
         mine = frozenset(k.text for k in req.keys)
         nearest: Waiter | None = None
         for key in req.keys:
             found: Waiter | None = None  # a stranger's, unless the key is covered
             for node in self._trie.overlap(key, waiters=True):
+                if not (node.queue if exclusive else node.xqueue):
+                    continue  # the folders above a key: nobody waits on them (_scan_back)
                 floor = max((w.order for w in (nearest, found) if w is not None), default=None)
                 other = self._scan_back(node, req, order, mine, floor)
                 if other is None:

@@ -208,7 +208,7 @@ class ClaimTable:
                 return replace(self._conflicts.held(req, order), deadlock=True)
         waiter = self._queue.enqueue(req, order, now_wall, waiter_id)
         self._queue.park(waiter, blocker)
-        return Queued(waiter.waiter_id, tuple(self._conflicts.blockers(req, None, 0)[0]))
+        return Queued(waiter.waiter_id)
 
     def steal(
         self,
