@@ -101,9 +101,10 @@ _DISCONNECTS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 """The client went away: the end of a connection, not a failure."""
 
 
-WITHDRAW_PER_TURN = 8
+WITHDRAW_PER_TURN = 4
 """Waits a closing connection withdraws per turn (:meth:`Server._reader`): about the
-cost of the two burst frames a turn lets go (a withdrawal is ~20 µs, an acquire ~50)."""
+cost of the burst frame a turn lets go (a withdrawal is ~15-20 µs, a queued acquire
+~70 µs with its reading and reply)."""
 
 
 class Server:

@@ -12,12 +12,17 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-BURST_FRAMES_PER_TURN = 2
+BURST_FRAMES_PER_TURN = 1
 """Frames of pipelined bursts (a connection with more frames already read) started per
 pass of the event loop, over all connections together. A request that arrives alone
 (a ping) waits for at most this many burst frames, not one per bursting connection:
 with 100 connections pipelining 100 queued acquires each, a pass used to start 100 of
-them (~14 ms of CPU) before anyone else's request."""
+them (~14 ms of CPU) before anyone else's request. A ping waits for the rest of the
+pass it arrives in and for the bursts of the next one (see :class:`Turns`), so this
+is about 1.5 burst frames for it on average: 2 a pass made the waiter storm's ping
+p50 0.36-0.38 ms while 10,000 waits queued, 1 makes it 0.22 ms (0.48 -> 0.19 ms while
+they are withdrawn); the storm's daemon CPU moved within its noise (enqueue 1.00 ->
+0.97 s, cancel 0.17 -> 0.19 s: docs/PERFORMANCE.md, sixth pass)."""
 
 
 class Turns:
@@ -38,7 +43,7 @@ class Turns:
     waits queue 0.55-0.66 -> 0.35-0.56 ms). On uvloop (``MESH_EVENT_LOOP=uvloop``) a
     timer already due *is* ``call_soon`` (uvloop's ``call_later`` runs a delay that
     rounds to 0 ms so), and uvloop runs ready callbacks before it polls: there a ping
-    still waits for two burst frames, as with ``call_soon`` -- no gain, no change.
+    still waits for the turn's burst frames, as with ``call_soon`` -- no gain, no change.
     """
 
     __slots__ = ("_armed", "_loop", "per_turn", "used", "waiting")
