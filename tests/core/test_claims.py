@@ -639,6 +639,27 @@ class TestReservedSet:
         tb.t.unreserve("low")
         assert isinstance(tb.acquire("boss", "res:x"), Held)  # low holds it again
 
+    def test_a_lapse_is_logged_by_whichever_wake_finds_it(self, tb: Table) -> None:
+        """The lapse writes its own audit row, so it is logged whoever calls
+        ``wake_deferred`` first after the deadline: the claim waits' wake (a withdrawal)
+        as well as the preempt sweeper. (Before: only the sweeper logged it, by comparing
+        the set before and after its own call; a wait withdrawn in between lapsed the
+        set unlogged, and a preemptor granted by that call was logged as lapsed.)"""
+        tb.grant("low", "res:x", "res:y")
+        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.t.drain()
+
+        tb.clock.advance(300)
+        tb.t.wake_deferred()  # as ClaimWaits._wake_now does
+        rows = [(a.action, a.session_id, a.resource, a.how, a.by) for a in tb.t.drain().audit]
+        tb.t.wake_deferred()  # as the sweeper does next: nothing more to log
+
+        assert rows == [
+            ("preempt", "low", r, "the preemptor's turn ran out", "boss")
+            for r in ("res:x", "res:y")
+        ]
+        assert tb.t.drain().audit == []
+
     def test_a_preemptor_served_in_time_keeps_the_owner_behind_it(self, tb: Table) -> None:
         tb.grant("low", "res:x")
         tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)

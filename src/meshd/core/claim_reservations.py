@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from meshd.core.claim_records import RESERVED, Reservation
+from meshd.core.claim_records import RESERVED, AuditRecord, Reservation
 from meshd.protocol.claims import REASON_MAX, Mode
+
+#: The audit row's ``how`` when a set's preemptors lose their turn (:meth:`Reservations.lapse`).
+LAPSED = "the preemptor's turn ran out"
 
 if TYPE_CHECKING:
     from meshd.core.claim_queue import WaitQueue
@@ -85,16 +88,23 @@ class Reservations:
                 if not r.first:
                     self._to_owner(r)
 
-    def lapse(self, now: float) -> None:
+    def lapse(self, now: float, at: float, audit: list[AuditRecord]) -> None:
         """Preemptors not served on a set by its ``until`` lose their turn: the set
         admits its owner, whose waits (a queued resume) are looked at again. A
         preemptor that never takes the set must not keep the paused session out for
-        ever (SPEC §5b is silent: docs/CONFORMANCE.md)."""
+        ever (SPEC §5b is silent: docs/CONFORMANCE.md). Each lapse adds its rows to
+        ``audit`` (wall time ``at``) here, whoever's wake found it (SPEC §5b: "all of
+        it is in the audit log")."""
         if not self.until or min(self.until.values()) > now:
             return
         for holder, until in list(self.until.items()):
             r = self.by_holder.get(holder)
             if until <= now and r is not None:
+                by = ", ".join(sorted(r.first))
+                audit.extend(
+                    AuditRecord(at, "preempt", r.owner, k.text, "exclusive", 0, "", LAPSED, by)
+                    for k in r.keys
+                )
                 r.first.clear()
                 self._to_owner(r)
 

@@ -410,7 +410,7 @@ class ClaimTable:
 
     def wake_deferred(self) -> None:
         """Let waiters go that ``wake=False`` withdrawals or a lapsed reservation freed."""
-        self._reservations.lapse(self.clock.monotonic())
+        self._reservations.lapse(self.clock.monotonic(), self.clock.now(), self.outbox.audit)
         self._settle()
 
     def restore(

@@ -120,22 +120,9 @@ class PreemptHandlers(Domain):
         for pre in self.pre.due():
             self._expired(pre)
         if self.notes:  # someone is paused: its preemptors' turn may have run out
-            self._lapse()
-
-    def _lapse(self) -> None:
-        """Preemptors that did not take a paused session's set within ``preempt_grace``
-        of the pause lose their turn: the set is its owner's again (a queued resume is
-        granted now). Logged, with who lost the turn."""
-        st = self.svc.state
-        before = {sid: view[2] for sid in self.notes if (view := st.claims.reservation(sid))}
-        st.claims.wake_deferred()
-        for sid, first in before.items():
-            view = st.claims.reservation(sid)
-            if first and view is not None and not view[2]:
-                st.writes += self.claims.audit_rows(
-                    sid, [k.text for k in view[0]], "preempt", by=", ".join(first),
-                    how="the preemptor's turn ran out",
-                )  # fmt: skip
+            # the set is its owner's again (a queued resume is granted); the core logs
+            # the lapse, whichever wake finds it first (Reservations.lapse)
+            self.svc.state.claims.wake_deferred()
 
     def _expired(self, pre: Preemption) -> None:
         st = self.svc.state
