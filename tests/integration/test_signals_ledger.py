@@ -142,6 +142,18 @@ class TestSignals:
         assert (sent["emitted_by"], got["emitted_by"]) == ("A", "A")
         assert (by_a["emitted_by"], alone["emitted_by"]) == ("A", "signal:2")
 
+    def test_a_signal_session_whose_parent_is_unknown_emits_as_itself(self, c: Client) -> None:
+        """``--session`` naming no session here (a typo, one that ended): the emit is not
+        recorded as that id, which no session had (before: ``emitted_by`` "no-such")."""
+        c.call(
+            "session.register", session_id="signal:3", source="signal", parent="no-such",
+            pid=os.getpid(), liveness="process",
+        )  # fmt: skip
+
+        sent = c.call("signal.emit", name="go", session_id="signal:3")
+
+        assert sent["emitted_by"] == "signal:3"
+
     def test_a_payload_over_max_body_bytes_is_refused(self, c: Client) -> None:
         reply = c.raw("signal.emit", name="big", payload="x" * 9000)
 

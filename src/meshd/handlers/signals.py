@@ -91,11 +91,14 @@ class SignalHandlers(Domain):
         """Whom an emit is recorded as (``emitted_by``): the calling session, except the
         short-lived session ``meshctl signal`` registers for itself (source ``signal``,
         a child of ``--session``/``MESH_SESSION``, SPEC §9), which emits for its parent:
-        a waiter wants the session it knows, not one that ended with the command."""
+        a waiter wants the session it knows, not one that ended with the command. A
+        parent that is no session here (a mistyped or ended ``--session``) is not named:
+        nothing would vouch for it."""
         if sid is None:
             return None
-        session = self.svc.state.registry.get(sid)
-        if session.source == "signal" and session.parent:
+        reg = self.svc.state.registry
+        session = reg.get(sid)
+        if session.source == "signal" and session.parent in reg.sessions:
             return session.parent
         return sid
 
