@@ -29,6 +29,7 @@ from meshd.protocol.errors import (
     PARSE_ERROR,
     InvalidParams,
     MeshError,
+    NoSession,
 )
 
 log = logging.getLogger("meshd.server")
@@ -103,12 +104,28 @@ def error_object(code: int, message: str, data: dict[str, Any] | None = None) ->
     return obj
 
 
+_FIELD_MESSAGES = ("Object missing required field `", "Object contains unknown field `")
+
+
 def split_path(message: str) -> tuple[str, str]:
-    """Split msgspec's ``"... - at `$.x`"`` into ``("...", "$.x")``."""
+    """Split msgspec's ``"... - at `$.x`"`` into ``("...", "$.x")``.
+
+    msgspec puts a missing or unknown field at the object that lacks or has it
+    (``$``); SPEC §3 wants the path *of the field*, so its name is appended
+    (``$.session_id``), and a client can point at what to fix."""
     head, sep, tail = message.rpartition(" - at `")
-    if sep:
-        return head, tail.rstrip("`")
-    return message, "$"
+    msg, path = (head, tail.rstrip("`")) if sep else (message, "$")
+    for start in _FIELD_MESSAGES:
+        if msg.startswith(start) and msg.endswith("`"):
+            path = f"{path}.{msg[len(start) : -1]}"
+    return msg, path
+
+
+_NO_SESSION_MESSAGES = ("Object missing required field `session_id`", "Expected `str`, got `null`")
+_NO_SESSION = (
+    "no session_id given: this method acts for a session, and none was given "
+    "(register one with session.register)"
+)
 
 
 PARSE_ERROR_REPLY = encoder.encode(
@@ -148,6 +165,8 @@ def decode_params(h: Handler, raw: bytes | Raw | None) -> Any:
         return h.decode(raw or _EMPTY_PARAMS)
     except msgspec.ValidationError as exc:
         msg, path = split_path(str(exc))
+        if path == "$.session_id" and (msg in _NO_SESSION_MESSAGES or "length >= 1" in msg):
+            raise NoSession(_NO_SESSION, {"path": path}) from exc  # SPEC §3: NO_SESSION
         raise InvalidParams(f"Invalid params: {msg}", {"path": path}) from exc
     except msgspec.DecodeError as exc:
         raise InvalidParams(f"Invalid params: {exc}", {"path": "$"}) from exc
