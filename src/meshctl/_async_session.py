@@ -198,6 +198,26 @@ class AsyncSession:
             )
         return responder
 
+    # --- preemption (SPEC §5b); preempt events come through :meth:`events` -------------
+
+    async def pause(self, note: str) -> dict[str, Any] | None:
+        """As :meth:`meshctl.Session.pause`: leave ``note``, set status ``paused`` and
+        release every claim into a reserved set; None when a no-op."""
+        result = await self._mcall("session.pause", {"note": note})
+        if result is not None:
+            self._core.held.clear()  # released into the reservation, not lost
+        return None if result is None else dict(result)
+
+    async def resume(self, wait: float | None = None) -> dict[str, Any] | None:
+        """As :meth:`meshctl.Session.resume`: queue for the reserved set (up to ``wait``
+        s; default the daemon's max_query_timeout) and get the checkpoint ``note``."""
+        params: dict[str, Any] = {} if wait is None else {"wait": wait}
+        result = await self._mcall("session.resume", params, 60.0 if wait is None else wait)
+        if result is None:
+            return None
+        self._core.granted(result.get("token"), result.get("resources") or [])
+        return dict(result)
+
     # --- shared work (SPEC §7) ----------------------------------------------------
 
     @property

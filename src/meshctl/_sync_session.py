@@ -187,7 +187,10 @@ class Session:
         ``resumed`` or ``held``, and ``reservation`` (``kept``, ``none``, ``lost``)."""
         params: dict[str, Any] = {} if wait is None else {"wait": wait}
         result = self._mcall("session.resume", params, wait=60.0 if wait is None else wait)
-        return None if result is None else dict(result)
+        if result is None:
+            return None
+        self._core.granted(result.get("token"), result.get("resources") or [])
+        return dict(result)
 
     # --- claims (SPEC §5) ---------------------------------------------------------
 
