@@ -22,7 +22,8 @@ async def test_async_session_pauses_and_resumes(daemon: Any) -> None:
         after = await mesh.call("claim.list", {})
 
     assert claim.granted
-    assert paused is not None and paused["reserved"] == ["res:gpu"]
+    assert paused is not None
+    assert paused["reserved"] == ["res:gpu"]
     assert not [c for c in listed["claims"] if c["session_id"] == s.session_id]
     assert resumed is not None
     assert (resumed["status"], resumed["note"]) == ("resumed", "epoch 4 saved")
@@ -38,7 +39,8 @@ def test_a_resumed_claim_that_is_stolen_is_reported_lost(daemon: Any) -> None:
         s.claim("res:gpu")
         s.pause("saved")
         resumed = s.resume(wait=5)
-        assert resumed is not None and resumed["status"] == "resumed"
+        assert resumed is not None
+        assert resumed["status"] == "resumed"
         mesh.call(
             "claim.steal",
             {"session_id": boss.session_id, "resources": ["res:gpu"], "reason": "stuck"},
