@@ -3,8 +3,31 @@ against a real daemon; each test a defect found that way (docs/CONFORMANCE.md)."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from typing import Any
+
+from .conftest import Meshctl, Run
+
+Daemon = Any
+
+
+def ok(run: Run) -> Run:
+    assert run.code == 0, run
+    return run
+
+
+def as_(daemon: Daemon, session: str | None = None) -> dict[str, str]:
+    env = dict(daemon.env)
+    if session is not None:
+        env["MESH_SESSION"] = session
+    return env
+
+
+def register(meshctl: Meshctl, daemon: Daemon, sid: str, *extra: str) -> str:
+    args = ("register", "--task", "t", "--id", sid, "--pid", str(os.getpid()), *extra)
+    return ok(meshctl(*args, env=daemon.env)).out.strip()
 
 
 def test_python_dash_m_meshctl_runs_the_cli() -> None:
@@ -20,3 +43,23 @@ def test_python_dash_m_meshctl_runs_the_cli() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("meshctl, version ")
+
+
+def test_reply_to_another_pairs_message_is_refused(meshctl: Meshctl, daemon: Daemon) -> None:
+    """SPEC §9 ``meshctl reply MSG_ID TEXT…`` answers a message of one's own; a message
+    between two other sessions is not the replier's to answer (nor to learn the sender
+    of): NOT_FOUND, exit 1, and nothing is sent. It used to go to that message's
+    recipient."""
+    for sid in ("cli:a", "cli:b", "cli:c"):
+        register(meshctl, daemon, sid)
+    sent = ok(meshctl("send", "cli:b", "private to b", "--json", env=as_(daemon, "cli:a")))
+    msg_id = str(sent.json()["id"])
+
+    run = meshctl("reply", msg_id, "butting in", "--json", env=as_(daemon, "cli:c"))
+    assert run.code == 1, run
+    assert run.json()["error"]["data"]["code"] == "NOT_FOUND"
+    b_inbox = ok(meshctl("inbox", "--peek", "--json", env=as_(daemon, "cli:b"))).json()
+    assert [i["text"] for i in b_inbox] == ["private to b"]
+    # the pair itself still replies both ways
+    ok(meshctl("reply", msg_id, "thanks", env=as_(daemon, "cli:b")))
+    ok(meshctl("reply", msg_id, "more", env=as_(daemon, "cli:a")))

@@ -124,6 +124,8 @@ class ItemStore:
         if sent is None:
             m = self._inbox.get(replier, {}).get(msg_id)
             return m.sender if m is not None else None
+        if replier not in (sent.sender, sent.to):
+            return None  # not its message: the store's answer decides (and refuses)
         return sent.sender if sent.to == replier else sent.to
 
     def _reply_depth(self, sender: str, to: str, reply_to: int | None) -> int:

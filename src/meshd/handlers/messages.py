@@ -242,7 +242,8 @@ class MessageHandlers(Domain):
         if known is not None:
             return known
         parties = await self._read(lambda db: sm.message_parties(db, reply_to))
-        if parties is None:
+        if parties is None or sid not in parties:
+            # another pair's message is not the replier's to answer, nor to learn of
             raise NotFound(f"no message {reply_to} to reply to", {"reply_to": reply_to})
         sender, to = parties
         return sender if to == sid else to
