@@ -6,7 +6,8 @@ installs -- no fake server, no socket: these parts are pure. What is checked:
 
 * a decoder raises only what the server handles: ``msgspec.DecodeError`` (which
   includes ``ValidationError``) or ``RecursionError`` from the frame decoders, and
-  ``InvalidParams`` or ``RecursionError`` from ``decode_params``;
+  ``InvalidParams``, ``NoSession`` (no ``session_id``, SPEC §3) or ``RecursionError``
+  from ``decode_params``;
 * whatever decodes, re-encodes and decodes to an equal value.
 
 Run: ``python tests/hardening/fuzz_atheris.py -runs=100000`` (or ``-max_total_time=60``).
@@ -31,7 +32,7 @@ with atheris.instrument_imports(include=["meshd"]):
     from meshd.core.settings import Settings
     from meshd.core.state import MeshState
     from meshd.paths import ProfilePaths
-    from meshd.protocol.errors import InvalidParams
+    from meshd.protocol.errors import InvalidParams, NoSession
     from meshd.protocol.jsonrpc import (
         Handler,
         batch_decoder,
@@ -90,7 +91,7 @@ def check_params(data: bytes) -> None:
     raw = data[1:]
     try:
         params = decode_params(h, raw)
-    except (InvalidParams, RecursionError):
+    except (InvalidParams, NoSession, RecursionError):
         return
     assert isinstance(params, ptype), (name, params)
     again = decode_params(h, ENCODE(params))
