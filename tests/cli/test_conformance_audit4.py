@@ -63,3 +63,42 @@ def test_reply_to_another_pairs_message_is_refused(meshctl: Meshctl, daemon: Dae
     # the pair itself still replies both ways
     ok(meshctl("reply", msg_id, "thanks", env=as_(daemon, "cli:b")))
     ok(meshctl("reply", msg_id, "more", env=as_(daemon, "cli:a")))
+
+
+def test_handoff_show_of_an_unknown_id_says_what_to_do(meshctl: Meshctl, daemon: Daemon) -> None:
+    """SPEC §9, exit 1: "an error (the message says what and what to do)"."""
+    run = meshctl("handoff", "show", "999", env=daemon.env)
+    assert run.code == 1, run
+    assert run.err.splitlines()[0] == "meshctl: no handoff 999"
+    assert "meshctl handoff list --all" in run.err
+
+
+def test_board_show_of_an_empty_project_is_a_usage_error(meshctl: Meshctl, daemon: Daemon) -> None:
+    """SPEC §9, exit 2 "usage error": an empty PROJECT|PATH is the user's typing, as an
+    empty NAME of ``signal emit`` is, not the daemon's -32602 with a schema hint."""
+    run = meshctl("board", "show", "", "--json", env=daemon.env)
+    assert run.code == 2, run
+    assert run.json()["error"]["data"]["code"] == "INVALID_PARAMS"
+    assert "[PROJECT|PATH]: must not be empty" in run.err
+
+
+def test_service_takes_systemd_or_launchd_not_both(meshctl: Meshctl, daemon: Daemon) -> None:
+    """SPEC §9 ``service install|uninstall|status [--systemd|--launchd]``: alternatives;
+    both was taken silently as the last one."""
+    for verb in ("status", "install", "uninstall"):
+        run = meshctl("service", verb, "--systemd", "--launchd", env=daemon.env)
+        assert run.code == 2, run
+        assert "give --systemd or --launchd, not both" in run.err
+    assert (
+        ok(meshctl("service", "status", "--launchd", "--json", env=daemon.env)).json()["manager"]
+        == "launchd"
+    )
+
+
+def test_hermes_all_profiles_is_not_combined(meshctl: Meshctl, daemon: Daemon) -> None:
+    """SPEC §9 ``hermes install|uninstall|status [--profile NAME | --all-profiles |
+    --hermes-home PATH]``: --all-profiles with one of the others was taken silently."""
+    for extra in (("--profile", "work"), ("--hermes-home", str(daemon.env["MESH_STATE_DIR"]))):
+        run = meshctl("hermes", "status", "--all-profiles", *extra, env=daemon.env)
+        assert run.code == 2, run
+        assert "give --all-profiles alone" in run.err

@@ -41,6 +41,7 @@ _ALIASES = {
     "id": "handoff_id",
     "resource": "resources",
     "paths": "paths",
+    "project_or_path": "project",
 }
 
 

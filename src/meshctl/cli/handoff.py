@@ -27,6 +27,7 @@ from meshctl.cli import _output, _time
 from meshctl.cli._context import Group, common_options, complete_sessions, get_state
 from meshctl.cli._params import Seconds
 from meshctl.cli.messages import indent, label
+from meshd.protocol.errors import NotFound
 
 Handoff = Mapping[str, Any]
 
@@ -233,7 +234,13 @@ def show(handoff_id: int) -> None:
       meshctl handoff show 7
     """
     state = get_state()
-    result = state.call("handoff.show", {"id": handoff_id})
+    try:
+        result = state.call("handoff.show", {"id": handoff_id})
+    except NotFound as exc:  # SPEC §9: exit 1, "the message says what and what to do"
+        raise _output.Failure(
+            str(exc), "NOT_FOUND", code=exc.code, data=dict(exc.data),
+            hint="list the handoffs with `meshctl handoff list --all`",
+        ) from exc  # fmt: skip
     _output.emit(state.json, result, lambda: render_handoff(_output.clean(result), state.session))
 
 

@@ -24,6 +24,8 @@ def _targets(all_profiles: bool, hermes_home: str | None) -> list[tuple[str, Any
     # Only a --profile typed on the command line names a Hermes profile: MESH_PROFILE
     # in the environment names a mesh, and does not move the command to another home.
     profile = state.profile if "profile" in state.explicit else None
+    if all_profiles and (profile is not None or hermes_home):  # SPEC §9: one of the three
+        raise click.UsageError("give --all-profiles alone, not with --profile or --hermes-home")
     return hi.homes(profile, all_profiles, hermes_home)
 
 

@@ -14,6 +14,7 @@ meshctl did not write, no ``meshd`` to point at, a manager command that failed).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import click
@@ -23,12 +24,18 @@ from meshctl.cli._context import common_options, get_state
 
 
 def _manager_option(func: Any) -> Any:
-    func = click.option(
-        "--launchd", "manager", flag_value="launchd", help="A LaunchAgent (macOS)."
-    )(func)
-    return click.option(
-        "--systemd", "manager", flag_value="systemd", help="systemd user units (Linux)."
-    )(func)
+    """``--systemd`` | ``--launchd`` as ``manager=``: alternatives (SPEC §9), so giving
+    both is a usage error, not the last one silently winning."""
+
+    @functools.wraps(func)
+    def command(*args: Any, systemd: bool, launchd: bool, **kwargs: Any) -> Any:
+        if systemd and launchd:
+            raise click.UsageError("give --systemd or --launchd, not both")
+        manager = "systemd" if systemd else "launchd" if launchd else None
+        return func(*args, manager=manager, **kwargs)
+
+    command = click.option("--launchd", is_flag=True, help="A LaunchAgent (macOS).")(command)
+    return click.option("--systemd", is_flag=True, help="systemd user units (Linux).")(command)
 
 
 def _manager(value: str | None) -> Any:
