@@ -102,3 +102,16 @@ def test_hermes_all_profiles_is_not_combined(meshctl: Meshctl, daemon: Daemon) -
         run = meshctl("hermes", "status", "--all-profiles", *extra, env=daemon.env)
         assert run.code == 2, run
         assert "give --all-profiles alone" in run.err
+
+
+def test_call_without_a_session_id_says_to_put_it_in_the_params(
+    meshctl: Meshctl, daemon: Daemon
+) -> None:
+    """SPEC §3 NO_SESSION, through ``meshctl call`` (raw: --session is not added to the
+    params): exit 1, data.code NO_SESSION, and the hint says what to do with a raw
+    call, not "pass --session ID", which a raw call does not use."""
+    register(meshctl, daemon, "cli:a")
+    run = meshctl("call", "session.heartbeat", "{}", "--json", env=as_(daemon, "cli:a"))
+    assert run.code == 1, run
+    assert run.json()["error"]["data"] == {"code": "NO_SESSION", "path": "$.session_id"}
+    assert 'put "session_id" in PARAMS_JSON' in run.err

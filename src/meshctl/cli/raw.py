@@ -22,6 +22,7 @@ import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
+from meshd.protocol.errors import NoSession
 
 #: Methods that may wait before replying: the param that says how long, and its
 #: default when not given (the protocol's; ``session.resume`` waits up to
@@ -89,5 +90,11 @@ def call(method: str, params_json: str | None) -> None:
         params = None
     state = get_state()
     waits = may_wait(method, params)
-    result = state.call(method, params, timeout=state.mesh().timeout + waits if waits else None)
+    try:
+        result = state.call(method, params, timeout=state.mesh().timeout + waits if waits else None)
+    except NoSession as exc:  # raw: --session/MESH_SESSION are not put into PARAMS_JSON
+        raise _output.Failure(
+            str(exc), "NO_SESSION", code=exc.code, data=dict(exc.data),
+            hint='put "session_id" in PARAMS_JSON (a raw call sends only what it is given)',
+        ) from exc  # fmt: skip
     _output.write_json(result)
