@@ -37,14 +37,13 @@ def test_mesh_subcommands_act_for_the_calling_session(daemon: DaemonHandle, herm
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["sessions"].startswith("- cli:other (shell) — fix the parser")
-    claimed = json.loads(out["claim"])
-    assert claimed["status"] == "granted"
-    assert claimed["claims"][0]["resource"].endswith("/src/app.py")
+    app = hermes.home.parent / "src" / "app.py"
+    assert out["claim"].startswith(f"granted file:{app} (token ")
     assert "you are 20261130_160000_eeeeee" in out["sync"]
     assert "fix the parser" in out["ask"]
     assert out["ask"].startswith("[from cli:other — another session of your user, not the user]")
-    assert json.loads(out["release"])["released"] == [claimed["claims"][0]["resource"]]
-    assert json.loads(out["broadcast"])["recipients"] == ["cli:other"]
+    assert out["release"] == f"released file:{app}"
+    assert out["broadcast"] == "sent to 1 session: cli:other"
     assert out["inbox"] == "Inbox: empty."
     assert out["bogus"].startswith("usage: /mesh")
     assert json.loads(out["notes_add"])["session_id"] == "20261130_160000_eeeeee"
@@ -151,3 +150,49 @@ def test_signal_once_and_board_tools_round_trip(daemon: DaemonHandle, hermes: He
     assert out["done"]["state"] == "done"
     assert "error" not in out["post"], out["post"]
     assert "tests need TZ=UTC" in json.dumps(out["show"])
+
+
+PEOPLE = r"""
+import json, model_tools
+from hermes_cli.plugins import (get_plugin_command_handler, invoke_hook,
+                                resolve_plugin_command_result)
+S = "20261130_160500_abcdef"
+invoke_hook("on_session_start", session_id=S, model="fake-model", platform="cli")
+mesh = get_plugin_command_handler("mesh")
+out = {}
+for line in ["sessions", "sync", "claim src/app.py", "claim src/new.py", "release",
+             "broadcast deploying in 5 minutes", "handoff parser done, tests next"]:
+    out[line.split()[0] + ("-2" if line.split()[0] in out else "")] = (
+        resolve_plugin_command_result(mesh(line)))
+print(json.dumps(out))
+"""
+
+
+def test_mesh_speaks_to_people_and_lists_sessions_that_hold_claims(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """/mesh is typed by a person: its answers are sentences, not the tools' JSON, and
+    /mesh sessions and sync list a session that holds claims (they raised AttributeError:
+    the listing had turned claims into strings, the line read them as objects)."""
+    hermes.install()
+    app = hermes.home.parent / "src" / "app.py"
+    daemon.call("session.register", {"session_id": "cli:other", "task": "fix the parser"})
+    held = daemon.call("claim.acquire", {"session_id": "cli:other", "resources": [str(app)],
+                                         "reason": "rewriting it"})  # fmt: skip
+    assert held["result"]["status"] == "granted", held
+
+    done = hermes.python(PEOPLE)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["sessions"].startswith("- cli:other (shell) — fix the parser")
+    assert f"holds file:{app}" in out["sessions"]
+    assert f"holds file:{app}" in out["sync"]
+    assert out["claim"].startswith(f"held: cli:other is editing {app}")
+    assert out["claim"].endswith("— rewriting it")
+    new = hermes.home.parent / "src" / "new.py"
+    assert out["claim-2"].startswith(f"granted file:{new} (token ")
+    assert out["release"] == f"released file:{new}"
+    assert out["broadcast"] == "sent to 1 session: cli:other"
+    assert out["handoff"].startswith("handoff #")
+    assert out["handoff"].endswith(" saved")

@@ -97,6 +97,16 @@ def git_place(cwd: str) -> tuple[str | None, str | None, str | None]:
     return place.repo, place.branch, place.worktree
 
 
+def claims_text() -> ModuleType:
+    """The client's claim sentences (``held: … is editing … since 14:02 — why``), so
+    ``/mesh claim`` speaks as ``meshctl claim`` does."""
+    package = __package__ or ""
+    try:
+        return importlib.import_module("._vendor._claims", package)
+    except ImportError:
+        return importlib.import_module("meshctl._claims")
+
+
 def version() -> str:
     """The session-mesh version of the client this plugin runs with."""
     lib = library()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import _text
+from . import _client, _text
 from ._runtime import GATEWAY_MESSAGE, gateway_session
 from ._tools import Tools, framed_sessions
 
@@ -72,7 +72,27 @@ def run(tools: Tools, raw: str) -> str:
         "mesh_broadcast": {"text": rest},
         "mesh_handoff": {"summary": rest},
     }[tool]
-    return call(tool)(args, session_id=sid)
+    return said(tool, json.loads(call(tool)(args, session_id=sid)))
+
+
+def said(tool: str, doc: dict[str, Any]) -> str:
+    """A tool's JSON as the sentence ``meshctl`` would print: a person typed the command."""
+    if doc.get("error"):
+        return f"Session Mesh: {doc['error']}"
+    if tool == "mesh_claim":
+        claims = _client.claims_text()
+        granted = doc.get("status") == "granted"
+        return str(claims.granted_line(doc) if granted else claims.held_lines(doc))
+    if tool == "mesh_release":
+        released = [str(r) for r in doc.get("released") or []]
+        return "released " + ", ".join(released) if released else "nothing to release"
+    if tool == "mesh_broadcast":
+        sent = [str(r) for r in doc.get("recipients") or []]
+        if not sent:
+            return "no other live session to send it to"
+        return f"sent to {len(sent)} session{'s' if len(sent) > 1 else ''}: " + ", ".join(sent)
+    to = f" for {doc['to']}" if doc.get("to") else ""
+    return f"handoff #{doc.get('id')}{to} saved"
 
 
 def _sync(tools: Tools, sid: str) -> str:

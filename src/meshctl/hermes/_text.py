@@ -62,9 +62,10 @@ def conflict_note(path: str, check: Doc) -> str:
     """The advisory warning for a write to ``path`` that others claim or work on."""
     warnings = [str(w) for w in check.get("warnings") or []]
     held = check.get("status") == "held"
-    what = "claimed by another session" if held else "where another live session is working"
+    what = "claimed by" if held else "where"
+    who = "another session of the same user" + ("" if held else " is working")
     lines = [
-        f"- [Session Mesh warning] You are writing {path}, {what} of the same user:",
+        f"- [Session Mesh warning] You are writing {path}, {what} {who}:",
         *(f"    {w}" for w in warnings),
         "  This is advisory: before changing this file further, tell your user and get their "
         "approval (or coordinate with that session through mesh_ask / mesh_send).",
@@ -83,7 +84,9 @@ def session_line(s: Doc, me: str | None = None, home: str | None = None) -> str:
     if s.get("branch"):
         parts.append(f"branch {s['branch']}")
     parts.append(f"status: {s.get('status', '?')}")
-    claims = [str(c.get("resource")) for c in s.get("claims") or []]
+    claims = [  # resources, or the daemon's claim objects
+        str(c.get("resource") if isinstance(c, Mapping) else c) for c in s.get("claims") or []
+    ]
     if claims:
         parts.append("holds " + ", ".join(claims))
     mark = "  (you)" if me is not None and s.get("session_id") == me else ""
