@@ -494,3 +494,46 @@ def test_the_hook_timeout_comes_from_the_environment(
 
     assert _client.hook_timeout() == seconds
     assert _client.Link("default", "/nonexistent.sock").mesh.timeout == seconds
+
+
+AT_HOME = (
+    r"""
+import json, os, socket, model_tools
+from hermes_cli.plugins import invoke_hook
+"""
+    + RPC
+    + r"""
+G = "20261130_230000_aaaaaaaa"
+invoke_hook("on_session_start", session_id=G, model="m", platform="telegram")
+first = invoke_hook("pre_llm_call", session_id=G, task_id="t", turn_id="u",
+                    user_message="what's on my calendar?", conversation_history=[],
+                    is_first_turn=True, model="m", platform="telegram", sender_id="")
+home = os.environ["HOME"]
+print(json.dumps({"me": rpc("session.get", {"session_id": G}), "first": first,
+                  "check": rpc("claim.check", {"resources": [home + "/proj/app.py"]})}))
+"""
+)
+
+
+def test_a_gateway_chat_at_home_is_not_present_at_every_file_under_it(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """A Hermes gateway's working folder is the home folder (its terminal.cwd default): a
+    chat registered with it as cwd was "working in" every path under home, so every write
+    by another session anywhere there was warned about it (and asked for the user's
+    approval), and every changed file was a notice in the chat's inbox; its first turn
+    listed every session under home as working in its folder."""
+    hermes.install()
+    home = hermes.env["HOME"]
+    hermes.env["TERMINAL_CWD"] = home
+    daemon.call("session.register", {"session_id": "cli:proj", "task": "fix the parser",
+                                     "cwd": f"{home}/proj"})  # fmt: skip
+
+    done = hermes.python(AT_HOME)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert doc["me"]["source"] == "gateway:telegram"
+    assert doc["me"]["cwd"] is None
+    assert [p["session_id"] for p in doc["check"]["present"]] == ["cli:proj"]
+    assert doc["first"] == []

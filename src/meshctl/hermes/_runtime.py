@@ -121,6 +121,21 @@ def working_dir() -> str:
     return os.getcwd()
 
 
+def broad(path: str | None) -> bool:
+    """Whether ``path`` is the home folder or above it (``/``, ``/home``): no project.
+
+    A Hermes gateway works in the home folder (its ``terminal.cwd`` default), and so
+    do its cron runs. Reported as the session's place, the daemon would count the
+    chat as working at every path under home (SPEC §5 ``present``): every write
+    anywhere there warned about it, every changed file became a notice to it.
+    """
+    if not path:
+        return False
+    home = os.path.realpath(os.path.expanduser("~"))
+    here = os.path.realpath(path)
+    return here in (home, "/") or home.startswith(here.rstrip("/") + "/")
+
+
 def written_paths(tool_name: str, args: Mapping[str, Any]) -> list[str]:
     """Absolute paths a file-writing tool call is about to change (empty for other tools)."""
     if tool_name not in WRITE_TOOLS or not isinstance(args, Mapping):
@@ -223,8 +238,11 @@ class Runtime:
         return t
 
     def _register(self, t: Tracked) -> bool:
-        cwd = working_dir()
-        repo, branch, worktree = _client.git_place(cwd)
+        here = working_dir()
+        repo, branch, worktree = _client.git_place(here)
+        cwd = None if broad(here) else here  # not a project: no place (nor a repo at home)
+        if broad(repo):
+            repo = branch = worktree = None
         params: dict[str, Any] = {
             "session_id": t.session_id, "source": t.source, "task": t.task,
             "status": t.status, "model": t.model, "pid": os.getpid(),
@@ -433,6 +451,8 @@ class Runtime:
     def presence_note(self, t: Tracked) -> str:
         """At a session's first turn: who else claims or works in its folder."""
         cwd = working_dir()
+        if broad(cwd):  # everyone under home would be "in your folder"
+            return ""
         check = self.link.call("claim.check", {"resources": [cwd], "session_id": t.session_id})
         if not isinstance(check, dict) or not check.get("warnings"):
             return ""
