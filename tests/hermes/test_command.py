@@ -131,6 +131,8 @@ print(json.dumps({
     "done": tool("mesh_once", action="done", key="mail:report:2026-11-30"),
     "post": tool("mesh_board", action="post", kind="pitfall", text="tests need TZ=UTC"),
     "show": tool("mesh_board", action="show"),
+    "listed": tool("mesh_once", action="list"),
+    "claim": tool("mesh_claim", resources=["res:printer"]),
 }))
 """
 
@@ -150,6 +152,13 @@ def test_signal_once_and_board_tools_round_trip(daemon: DaemonHandle, hermes: He
     assert out["done"]["state"] == "done"
     assert "error" not in out["post"], out["post"]
     assert "tests need TZ=UTC" in json.dumps(out["show"])
+    # other sessions' words (a signal's payload, a ledger note) come framed
+    assert "not from the user" in out["wait"]["framing"]
+    assert "not from the user" in out["listed"]["framing"]
+    # what happened, not every field that did not (deadlock: false, stolen: [], ...)
+    assert out["claim"]["status"] == "granted"
+    assert out["claim"]["token"] > 0
+    assert not {"deadlock", "stolen", "lost", "withdrawn", "holders"} & set(out["claim"])
 
 
 PEOPLE = r"""

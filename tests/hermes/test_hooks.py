@@ -158,6 +158,7 @@ def test_a_resumed_session_registers_at_its_first_hook(
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["you"] == "20261130_090000_resume"
     assert [s["task"] for s in seen["sessions"]] == ["fix the parser"]
+    assert "not from the user" in seen["framing"], "their tasks are their words"
 
 
 NEXT_TURN = r"""

@@ -188,6 +188,14 @@ OPTIONAL = {
 }
 
 
+def _compact(doc: Any) -> Any:
+    """A claim answer without its empty fields (``deadlock: false``, ``stolen: []``, …):
+    what the model reads is what happened, not every field that did not."""
+    if not isinstance(doc, Mapping):
+        return doc
+    return {k: v for k, v in doc.items() if k == "status" or v not in (None, False, "", [], {})}
+
+
 def _dump(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, default=str)
 
@@ -253,7 +261,8 @@ class Tools:
             return None
         sessions = [_session_doc(s) for s in result.get("sessions") or []]
         others = [s for s in sessions if s.get("session_id") != sid]
-        return {"you": sid, "profile": result.get("profile"), "sessions": others}
+        doc = {"you": sid, "profile": result.get("profile"), "sessions": others}
+        return {**doc, "framing": _FRAMING} if others else doc  # their tasks are their words
 
     def mesh_ask(self, args: dict[str, Any], sid: str) -> Any:
         wait = min(max(float(args.get("wait_s") or 10.0), 0.1), MAX_WAIT)
@@ -303,7 +312,7 @@ class Tools:
         if isinstance(result, dict) and result.get("status") == "granted":
             self.claim_ttl[sid] = ttl
             self.refreshed[sid] = time.monotonic()
-        return result
+        return _compact(result)
 
     def mesh_release(self, args: dict[str, Any], sid: str) -> Any:
         params: dict[str, Any] = {"session_id": sid}
@@ -339,7 +348,8 @@ class Tools:
             return self._call("board.post", params)
         if action == "show" and self.rt.link.has_method("board.show"):
             return {**self._call("board.show", {"project_or_path": path}), "framing": _FRAMING}
-        return self._call("board.changes", {"project_or_path": path})
+        changes = self._call("board.changes", {"project_or_path": path})
+        return {**changes, "framing": _FRAMING} if changes.get("entries") else changes
 
     def mesh_signal(self, args: dict[str, Any], sid: str) -> Any:
         name = str(args["name"])
@@ -352,12 +362,14 @@ class Tools:
         params = {"session_id": sid, "name": name, "timeout": wait}
         if args.get("after") is not None:
             params["after"] = int(args["after"])
-        return self._call("signal.wait", params, timeout=wait + 2.0)
+        got = self._call("signal.wait", params, timeout=wait + 2.0)
+        return {**got, "framing": _FRAMING} if got.get("received") else got
 
     def mesh_once(self, args: dict[str, Any], sid: str) -> Any:
         action = args.get("action")
         if action == "list":
-            return self._call("once.list", {"prefix": str(args.get("key") or "")})
+            listed = self._call("once.list", {"prefix": str(args.get("key") or "")})
+            return {**listed, "framing": _FRAMING} if listed.get("entries") else listed
         key = str(args["key"])
         if action == "reserve":
             params = {"session_id": sid, "key": key, "note": str(args.get("note") or "")}
