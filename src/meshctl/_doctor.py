@@ -374,6 +374,21 @@ def check_fleet(ctx: Context) -> Check:
     return Check("fleet", "ok", message)
 
 
+def check_hermes(ctx: Context) -> Check:
+    """Hermes Agent here: the meshd plugin installed, enabled, current, and its daemon up
+    (:mod:`meshctl._hermes_doctor`)."""
+    from meshctl import _hermes_doctor
+    from meshctl._spawn import daemon_running
+
+    def reachable(profile: str, socket: str | None) -> bool:
+        if socket is None and profile == ctx.profile:
+            return ctx.info is not None
+        return daemon_running(profile, socket)
+
+    status, message, fix = _hermes_doctor.check(ctx.profile, reachable)
+    return Check("hermes", status, message, fix)
+
+
 CHECKS: list[Callable[[Context], Check]] = [
     check_daemon,
     check_version,
@@ -384,6 +399,7 @@ CHECKS: list[Callable[[Context], Check]] = [
     check_database,
     check_service,
     check_fleet,
+    check_hermes,
 ]
 
 

@@ -33,8 +33,8 @@ def _render(doc: dict[str, Any]) -> str:
 @click.command()
 @common_options
 def doctor() -> None:
-    """Check the daemon, socket, config, state folder, database, service and fleet
-    link; say how to fix each fault.
+    """Check the daemon, socket, config, state folder, database, service, fleet
+    link and Hermes plugin; say how to fix each fault.
 
     Exit 0 when no check failed (warnings allowed); no daemon running yet is only
     information, since the first command that needs one starts it. Exit 1 when a
