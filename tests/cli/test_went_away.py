@@ -112,3 +112,69 @@ def test_run_wait_does_not_fail_open(held: DaemonHandle, tmp_path: Path) -> None
     assert "meshd went away while this claim waited" in err
     assert "UNGUARDED" not in err
     assert not ran.exists()
+
+
+# --- the daemon goes away while COMMAND runs -------------------------------------------
+
+
+def _run_killing(daemon: DaemonHandle, *args: str) -> tuple[int, str, str]:
+    """Run ``meshctl ARGS -- sh -c 'kill -9 <meshd>; exit 3'``: COMMAND itself kills the
+    daemon, so everything the command sends afterwards finds none running."""
+    assert daemon.proc is not None
+    command = ("sh", "-c", f"kill -9 {daemon.proc.pid}; echo ran; exit 3")
+    proc = _start(daemon, *args, "--", *command)
+    out, err = proc.communicate(timeout=60)
+    daemon.proc.wait(timeout=15)
+    try:
+        assert not _answers(daemon.socket), "a daemon was started on the way out"
+    finally:
+        if _answers(daemon.socket):
+            subprocess.run(
+                [sys.executable, "-m", "meshctl.cli", "daemon", "stop"],
+                env=daemon.env, capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
+    return proc.returncode, out, err
+
+
+def _not_sent(err: str) -> str:
+    """The one note that says what could not be sent on the way out."""
+    lines = [line for line in err.splitlines() if "not sent:" in line]
+    assert len(lines) == 1, err
+    assert "started meshd" not in err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_job_run_starts_no_daemon_to_end_its_session(daemon: DaemonHandle, tmp_path: Path) -> None:
+    """`job run` recorded the job's end, its ledger slot and the session's end through a
+    daemon it started only for that (fails before: a new meshd answered afterwards)."""
+    Path(daemon.env["MESH_CONFIG"]).write_text(
+        '[jobs.backup]\nresources = ["res:disk"]\nonce = "daily"\n'
+    )
+    assert "result" in daemon.call("mesh.reload")
+
+    code, out, err = _run_killing(daemon, "job", "run", "backup")
+
+    assert code == 3, (code, out, err)  # COMMAND's status, as SPEC §9 says of run
+    assert out == "ran\n"
+    said = _not_sent(err)
+    assert "the end of job backup (exit 3)" in said
+    assert "the outcome of job:backup:" in said
+    assert "once --resolve job:backup:" in said
+    assert "the end of session cron:" in said
+
+
+def test_run_starts_no_daemon_to_end_its_session(daemon: DaemonHandle) -> None:
+    code, out, err = _run_killing(daemon, "run", "--res", "res:x")
+
+    assert code == 3, (code, out, err)
+    assert "the end of session run:" in _not_sent(err)
+
+
+def test_once_starts_no_daemon_to_record_its_outcome(daemon: DaemonHandle) -> None:
+    code, out, err = _run_killing(daemon, "once", "--key", "report:1")
+
+    assert code == 3, (code, out, err)
+    said = _not_sent(err)
+    assert "the outcome of report:1 (free;" in said
+    assert "the end of session once:" in said

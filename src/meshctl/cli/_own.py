@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from meshctl.cli import _output
 from meshctl.cli._context import State
 from meshd.protocol.contract import reportable
-from meshd.protocol.errors import MeshError
+from meshd.protocol.errors import MeshError, MeshUnavailable
 
 if TYPE_CHECKING:
     from meshctl._sync import Mesh
@@ -42,6 +42,53 @@ def own_params(state: State, source: str, task: str) -> dict[str, Any]:
     return params
 
 
+class Leaving:
+    """What a command sends on its way out (its session's end, a job's end, a ``once``
+    key's outcome), to a daemon that runs, never to one started only for that.
+
+    A daemon that went away while COMMAND ran has the session on its disk; one started
+    now would only end it, which the next daemon does anyway (the session's processes
+    are gone). So these calls never autostart: what could not be sent is collected and
+    said once by :meth:`report`, and the command keeps its exit status (COMMAND's).
+    """
+
+    def __init__(self, mesh: Mesh) -> None:
+        self.mesh = mesh
+        #: what could not be sent, each a phrase after "not sent:"
+        self.unsent: list[str] = []
+
+    def call(self, method: str, params: dict[str, Any], what: str) -> Any:
+        """``method`` to the daemon if one runs; None (and ``what`` kept) when none does.
+
+        Other refusals raise, for the caller to say."""
+        self.mesh.autostart = False  # this Mesh only talks to a running daemon from now on
+        try:
+            return self.mesh.call(method, params)
+        except MeshUnavailable:
+            self.unsent.append(what)
+            return None
+
+    def end(self, sid: str, reason: str) -> None:
+        """End session ``sid``; a refusal other than "no daemon" is said at once."""
+        what = f"the end of session {sid} (the next meshd ends it: its process is gone)"
+        try:
+            self.call("session.end", {"session_id": sid, "reason": reason}, what)
+        except MeshError as failure:
+            _output.note(
+                f"could not end session {sid} ({failure.message}); the daemon ends it when "
+                "this process is gone"
+            )
+
+    def report(self) -> None:
+        """Say, in one note, what could not be sent because meshd is gone."""
+        if self.unsent:
+            _output.note(
+                "meshd is gone (stopped, restarted or crashed) and was not started again "
+                "only for this; not sent: " + "; ".join(self.unsent)
+            )
+            self.unsent.clear()
+
+
 class OwnSession:
     """``with OwnSession(state, "signal", task) as own:`` -- registered on entry, ended on exit.
 
@@ -58,6 +105,8 @@ class OwnSession:
         #: exit (that would start a new daemon only to end it; a restarted daemon ends
         #: it itself, its process being gone).
         self.gone = False
+        #: calls on the way out (``once``'s outcome, the end): never start a daemon
+        self.leaving = Leaving(self.mesh)
 
     def __enter__(self) -> OwnSession:
         self.reg = dict(self.mesh.call("session.register", self.params) or {})
@@ -72,11 +121,9 @@ class OwnSession:
     ) -> None:
         if not self.sid or self.reg.get("disabled") or self.gone:
             return
-        try:
-            self.mesh.call("session.end", {"session_id": self.sid, "reason": "finished"})
-        except MeshError as failure:
-            if exc is None:
-                _output.note(
-                    f"could not end session {self.sid} ({failure.message}); the daemon ends "
-                    "it when this process is gone"
-                )
+        if exc is None:
+            self.leaving.end(self.sid, "finished")
+            self.leaving.report()
+            return
+        with contextlib.suppress(MeshError):  # the error on its way out says enough
+            self.leaving.call("session.end", {"session_id": self.sid, "reason": "finished"}, "")

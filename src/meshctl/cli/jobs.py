@@ -29,7 +29,7 @@ import click
 from meshctl import _claims
 from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
-from meshctl.cli._own import own_params
+from meshctl.cli._own import Leaving, own_params
 from meshctl.cli._params import Seconds
 from meshd.protocol.errors import MeshError, MeshUnavailable
 
@@ -117,7 +117,15 @@ class JobRunCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
-@job.command("run", cls=JobRunCommand)
+@job.command(
+    "run",
+    cls=JobRunCommand,
+    epilog=(
+        "Exit: COMMAND's status (128+N for signal N), also when meshd goes away while it "
+        "runs (what could not be recorded is said on stderr; no daemon is started for it); "
+        "75 (or --held-exit) when deferred."
+    ),
+)
 @common_options
 @click.option(
     "--held-exit",
@@ -159,7 +167,12 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
         wanted = _claims.acquire_params(
             guard.sid, list(decl["resources"]), reason=f"job {name}", wait=wait
         )
-        result = acquire_for(state, wanted, wait)
+        try:
+            result = acquire_for(state, wanted, wait)
+        except _output.Failure as failure:
+            if failure.data.get("went_away"):
+                guard.forget()  # as run: no daemon is started only to end the session
+            raise
         if result.get("status") != "granted":
             holders = result.get("holders") or []
             _record(state, "job.defer", {"name": name, "session_id": guard.sid, "holders": holders})
@@ -171,12 +184,12 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
                 + _claims.held_lines(_output.clean(result)),
                 err=True,
             )
-            _finish_slot(mesh, guard.sid, slot_key, "free")
+            _finish_slot(guard.leaving, guard.sid, slot_key, "free")
             return held_exit
         _record(state, "job.start", {"name": name, "session_id": guard.sid})
         code = guard.run(argv)
-        _record(state, "job.end", {"name": name, "session_id": guard.sid, "exit": code & 0xFF})
-        _finish_slot(mesh, guard.sid, slot_key, "done" if code == 0 else "free")
+        _ended(guard.leaving, {"name": name, "session_id": guard.sid, "exit": code & 0xFF})
+        _finish_slot(guard.leaving, guard.sid, slot_key, "done" if code == 0 else "free")
         return code
     finally:
         guard.end()
@@ -208,17 +221,31 @@ def _reserve_slot(
     return False
 
 
-def _finish_slot(mesh: Any, sid: str, key: str | bool | None, outcome: str) -> None:
-    """Record the slot done (COMMAND exited 0) or free it (failed, or deferred)."""
+def _finish_slot(leaving: Leaving, sid: str, key: str | bool | None, outcome: str) -> None:
+    """Record the slot done (COMMAND exited 0) or free it (failed, or deferred); on the
+    way out, so never to a daemon started only for it."""
     if not isinstance(key, str):
         return
+    then = (
+        f"it turns unknown once this run's session is gone: check, then meshctl once "
+        f"--resolve {key} done|free"
+    )
     try:
-        mesh.call("once.finish", {"session_id": sid, "key": key, "outcome": outcome})
+        leaving.call(
+            "once.finish", {"session_id": sid, "key": key, "outcome": outcome},
+            f"the outcome of {key} ({outcome}; {then})",
+        )  # fmt: skip
     except MeshError as exc:
-        _output.note(
-            f"could not record {outcome} for {key} ({exc.message}); it turns unknown once this "
-            f"run's session is gone: check, then meshctl once --resolve {key} done|free"
-        )
+        _output.note(f"could not record {outcome} for {key} ({exc.message}); {then}")
+
+
+def _ended(leaving: Leaving, params: dict[str, Any]) -> None:
+    """Tell the radar the job ended; COMMAND is done, so never to a daemon started for it."""
+    what = f"the end of job {params['name']} (exit {params['exit']}) for `meshctl jobs`"
+    try:
+        leaving.call("job.end", params, what)
+    except MeshError as exc:
+        _output.note(f"could not record job.end on the radar: {exc.message}")
 
 
 def _known(state: Any, name: str) -> dict[str, Any]:

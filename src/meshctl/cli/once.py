@@ -166,15 +166,18 @@ def _run(key: str, ttl: float | None, held_exit: int, argv: list[str]) -> int:
 
 
 def _finish(own: OwnSession, key: str, outcome: str) -> None:
+    """Record the outcome; COMMAND is done, so never to a daemon started only for it."""
+    then = (
+        f"it turns unknown once this session is gone: check, then meshctl once --resolve "
+        f"{key} done|free"
+    )
+    params = {"session_id": own.sid, "key": key, "outcome": outcome}
     try:
-        done = own.mesh.call("once.finish", {"session_id": own.sid, "key": key, "outcome": outcome})
+        done = own.leaving.call("once.finish", params, f"the outcome of {key} ({outcome}; {then})")
     except MeshError as exc:
-        _output.note(
-            f"could not record {outcome} for {key} ({exc.message}); it turns unknown once this "
-            f"session is gone: check, then meshctl once --resolve {key} done|free"
-        )
+        _output.note(f"could not record {outcome} for {key} ({exc.message}); {then}")
         return
-    if not done.get("ok"):
+    if done is not None and not done.get("ok"):
         _output.note(f"{key} is {done.get('state')} now, not recorded as {outcome}")
 
 

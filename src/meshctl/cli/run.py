@@ -45,7 +45,7 @@ import click
 from meshctl import _claims
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
-from meshctl.cli._own import own_params
+from meshctl.cli._own import Leaving, own_params
 from meshctl.cli._params import Seconds
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
@@ -207,6 +207,8 @@ class _Guard:
         self.interval = float(reg.get("heartbeat_interval") or 5.0)
         self._ended = False
         self._quiet = False
+        #: calls once COMMAND is done (or never ran): never start a daemon
+        self.leaving = Leaving(mesh)
 
     def anchor(self, pid: int) -> None:
         """Make COMMAND's pid a second liveness anchor of the session (``session.attach``)."""
@@ -238,17 +240,14 @@ class _Guard:
         self._ended = True
 
     def end(self) -> None:
-        """End the session: releases what it acquired (never its parent's claims)."""
-        if self._ended:
-            return
-        self._ended = True
-        try:
-            self.mesh.call("session.end", {"session_id": self.sid, "reason": "run finished"})
-        except MeshError as exc:
-            _output.note(
-                f"could not end session {self.sid} ({exc.message}); the daemon frees its "
-                "claims when this process is gone"
-            )
+        """End the session: releases what it acquired (never its parent's claims).
+
+        Never starts a daemon (:class:`~meshctl.cli._own.Leaving`): what could not be
+        sent on the way out is said once, and the exit status stays COMMAND's."""
+        if not self._ended:
+            self._ended = True
+            self.leaving.end(self.sid, "run finished")
+        self.leaving.report()
 
 
 def _run_unguarded(argv: list[str]) -> int:
