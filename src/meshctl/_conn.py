@@ -36,7 +36,9 @@ MAX_REPLY: Final = 64 << 20
 #: The protocol major version this client speaks.
 PROTOCOL_MAJOR: Final = "1"
 
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# allow_nan=False: NaN and Infinity are not JSON (RFC 8259); Python's json writes them
+# by default, and the daemon could only answer such a frame with an error of no id.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _decode = json.JSONDecoder().decode
 
 
@@ -140,6 +142,8 @@ class Protocol:
             frame = encode(obj)
         except UnicodeEncodeError:
             raise unsendable(method, params) from None
+        except ValueError as exc:  # NaN or ±Infinity (allow_nan=False), or a cycle
+            raise not_a_number(method, params, exc) from None
         check_frame(frame, method)
         return rid, frame
 
@@ -232,6 +236,33 @@ def unsendable(method: str, params: Any) -> MeshError:
             )
         return InvalidParams(f"{method}: {path} is not valid UTF-8 text: '{shown}'", {"path": path})
     return InvalidParams(f"{method}: the request holds text that is not valid UTF-8")
+
+
+def not_a_number(method: str, params: Any, exc: ValueError) -> InvalidParams:
+    """The error for params holding NaN or ±Infinity, which JSON cannot write: refused
+    before sending, as the daemon refuses a bad field (``data.path`` names it)."""
+    import math  # only on this refusal's path
+
+    for path, value in numbers(params):
+        if not math.isfinite(value):
+            shown = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+            return InvalidParams(
+                f"{method}: {path} is {shown}, which JSON cannot carry: send a finite number",
+                {"path": path},
+            )
+    return InvalidParams(f"{method}: the request cannot be written as JSON ({exc})")
+
+
+def numbers(value: Any, path: str = "$") -> Iterator[tuple[str, float]]:
+    """Every float in ``value`` with the JSON path it is at (as :func:`strings`)."""
+    if isinstance(value, float):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from numbers(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from numbers(item, f"{path}[{i}]")
 
 
 def check_frame(frame: bytes, method: str) -> None:

@@ -91,6 +91,32 @@ class TestBadBytesAndNumbers:
         assert run.json()["error"]["data"]["code"] == "USAGE"
         assert "Invalid value for '--" in run.err
 
+    @pytest.mark.parametrize(
+        ("args", "shown"),
+        [
+            (["call", "mesh.ping", '{"x": NaN}'], "NaN"),
+            (["call", "mesh.ping", '{"x": [1, Infinity]}'], "Infinity"),
+            (["signal", "emit", "sig-x", '{"rows": -Infinity}'], "-Infinity"),
+            (["signal", "emit", "sig-x", "--payload", "NaN"], "NaN"),
+        ],
+    )
+    def test_non_finite_json_is_a_usage_error(
+        self, args: list[str], shown: str, meshctl: Meshctl, offline_env: OfflineEnv
+    ) -> None:
+        """NaN and ±Infinity typed as JSON went to the daemon (Python's json reads them),
+        which answered an error of no id (exit 1, "meshd could not read a request …"). They
+        are not JSON: a usage error in one sentence, before any daemon is asked (fails
+        before)."""
+        run = meshctl("--json", *args, env=offline_env.env)
+
+        assert run.code == 2, run
+        assert "Traceback" not in run.err
+        assert run.json()["error"]["data"]["code"] == "USAGE"
+        said = run.err.strip().splitlines()[-1]
+        assert f"is not JSON: {shown} is not a JSON number (JSON numbers are finite)" in said or (
+            f"is not valid JSON: {shown} is not a JSON number (JSON numbers are finite)" in said
+        ), run.err
+
     def test_undecodable_key_is_bad_key(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """A path that is not UTF-8 (bytes on POSIX) is BAD_KEY with the byte shown, not a crash."""
         env = {**daemon.env, "MESH_SESSION": register(meshctl, daemon.env)}

@@ -11,9 +11,13 @@ to such a name), any other text as ``InvalidParams`` naming the field in
 
 from __future__ import annotations
 
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from tests.client.test_both_drivers import do
 
 from meshctl import AsyncMesh, BadKey, InvalidParams, Mesh
 
@@ -21,41 +25,38 @@ KEY = "file:/tmp/caf\udce9"  # the Latin-1 byte 0xe9, as Python reads it
 SHOWN = "file:/tmp/caf\\xe9"
 
 
-def _refusals_blocking() -> dict[str, Any]:
+@asynccontextmanager
+async def session_of(driver: str) -> AsyncIterator[tuple[Any, Any]]:
+    """A Mesh and a session of it, of the blocking or the async driver."""
+    if driver == "blocking":
+        with Mesh() as mesh, mesh.session(task="t") as s:
+            yield mesh, s
+    else:
+        async with AsyncMesh() as mesh, mesh.session(task="t") as s:
+            yield mesh, s
+
+
+def entered(session: Any) -> Any:
+    """Register ``session`` (a context manager of either driver) without leaving it."""
+    return session.__enter__() if hasattr(session, "__enter__") else session.__aenter__()
+
+
+async def _refusals(driver: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with Mesh() as mesh, mesh.session(task="t") as s:
+    async with session_of(driver) as (mesh, s):
         for name, call in {
             "claim": lambda: s.claim(KEY),
             "claim_many": lambda: s.claim("res:fine", KEY),
             "check": lambda: s.check(KEY),
             "note": lambda: s.notes.add("caf\udce9 is open"),
-            "task": lambda: mesh.session(task="caf\udce9").__enter__(),
+            "task": lambda: entered(mesh.session(task="caf\udce9")),
         }.items():
             try:
-                call()
+                await do(call())
             except Exception as exc:  # the failure this test is about (was UnicodeEncodeError)
                 out[name] = exc
-        out["after"] = s.claim("res:after").granted
-        out["listed"] = str(mesh.call("claim.list", {}))
-    return out
-
-
-async def _refusals_async() -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    async with AsyncMesh() as mesh, mesh.session(task="t") as s:
-        for name, call in {
-            "claim": lambda: s.claim(KEY),
-            "claim_many": lambda: s.claim("res:fine", KEY),
-            "check": lambda: s.check(KEY),
-            "note": lambda: s.notes.add("caf\udce9 is open"),
-            "task": lambda: mesh.session(task="caf\udce9").__aenter__(),
-        }.items():
-            try:
-                await call()
-            except Exception as exc:  # the failure this test is about (was UnicodeEncodeError)
-                out[name] = exc
-        out["after"] = (await s.claim("res:after")).granted
-        out["listed"] = str(await mesh.call("claim.list", {}))
+        out["after"] = (await do(s.claim("res:after"))).granted
+        out["listed"] = str(await do(mesh.call("claim.list", {})))
     return out
 
 
@@ -80,10 +81,37 @@ def _assert_refused(out: dict[str, Any]) -> None:
     assert "res:fine" not in out["listed"], out["listed"]
 
 
-def test_blocking(daemon: Any) -> None:
-    _assert_refused(_refusals_blocking())
+@pytest.mark.anyio
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+async def test_refused_before_sending(daemon: Any, driver: str) -> None:
+    _assert_refused(await _refusals(driver))
+
+
+# --- numbers JSON cannot carry ------------------------------------------------------
+
+NOT_JSON = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 @pytest.mark.anyio
-async def test_async(daemon: Any) -> None:
-    _assert_refused(await _refusals_async())
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+async def test_nan_and_infinity_are_refused_before_sending(daemon: Any, driver: str) -> None:
+    """NaN, Infinity and -Infinity in params (Python's json writes them; JSON has no
+    such numbers) reached the daemon, which could only answer with an error of no id:
+    the call failed with MeshProtocolError and the connection was given up. Now the
+    client refuses them as ``InvalidParams`` naming the field, nothing is sent, and the
+    connection goes on serving (fails before)."""
+    refused: dict[str, Any] = {}
+    async with session_of(driver) as (mesh, s):
+        for shown, number in NOT_JSON.items():
+            try:
+                await do(s.signal("sig-x").emit({"rows": [1, number]}))
+            except Exception as exc:  # the failure this test is about (was MeshProtocolError)
+                refused[shown] = exc
+        emitted = await do(mesh.call("signal.wait", {"name": "sig-x", "timeout": 0}))
+
+    for shown, exc in refused.items():
+        assert isinstance(exc, InvalidParams), (shown, repr(exc))
+        assert exc.data["path"] == "$.payload.rows[1]"
+        assert f"$.payload.rows[1] is {shown}, which JSON cannot carry" in exc.message
+    assert sorted(refused) == sorted(NOT_JSON)
+    assert emitted.get("seq") is None, emitted  # nothing was sent; the connection serves

@@ -351,6 +351,20 @@ def test_a_reply_read_while_another_thread_closes_is_still_returned(daemon: Any)
         assert mesh.ping()["pong"] is True  # and the next call opens a new connection
 
 
+@pytest.fixture
+def unreadable_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the client write NaN (as Python's json does by default, and as our clients did
+    before they refused it): the one way to put a frame the daemon cannot read on a
+    connection our client shares, which these tests are about."""
+    import json
+
+    from meshctl import _conn
+
+    loose = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    monkeypatch.setattr(_conn, "_encode", loose)
+
+
+@pytest.mark.usefixtures("unreadable_nan")
 def test_an_error_without_an_id_fails_every_waiting_call_not_the_oldest(daemon: Any) -> None:
     """A request the daemon cannot read (NaN is not JSON) is answered with a parse error
     whose id is null (JSON-RPC 2.0): which call it answers cannot be told. It went to
@@ -385,6 +399,7 @@ def test_an_error_without_an_id_fails_every_waiting_call_not_the_oldest(daemon: 
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("unreadable_nan")
 async def test_async_mesh_fails_every_waiting_call_on_an_error_without_an_id(daemon: Any) -> None:
     """The same for AsyncMesh's tasks: the unreadable call and the queued claim both
     fail with MeshProtocolError, and the next call goes through on a new connection."""

@@ -10,6 +10,10 @@ Three guards stand between argv and the wire (issue 9 items 4 and 5):
   cannot be encoded as UTF-8 JSON. A key made of them is refused as ``BAD_KEY``
   (mesh keys are text; the bytes are shown as ``\\xe9``), any other text as a
   usage error naming its argument.
+- :func:`json_text` reads JSON the user typed (``call``'s PARAMS_JSON, a signal's
+  payload) strictly: Python's ``json`` takes ``NaN`` and ``Infinity``, which are not
+  JSON; the client would refuse them anyway, so the CLI refuses them as bad input
+  (exit 2), naming the argument.
 - :func:`argument_for` maps a wire path from the daemon's ``INVALID_PARAMS``
   (``$.text``, ``$.resources[0]``) back to the argument the user typed
   (``TEXT…``, ``RES…``), so the refusal names what to change. A param the CLI
@@ -20,6 +24,7 @@ Standard library and click only.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -143,3 +148,13 @@ def usage_from(exc: MeshError, ctx: click.Context | None) -> _output.Failure | N
         data={"path": path, "argument": where},
         hint=f"see `{ctx.command_path} --help`" if ctx is not None else "",
     )
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (JSON numbers are finite)")
+
+
+def json_text(text: str) -> Any:
+    """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``-Infinity`` (ValueError,
+    whose message says so; a JSONDecodeError for anything else that is not JSON)."""
+    return json.loads(text, parse_constant=_not_json)

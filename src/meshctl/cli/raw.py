@@ -22,6 +22,7 @@ import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
+from meshctl.cli._params import json_text
 from meshd.protocol.errors import NoSession
 
 #: Methods that may wait before replying: the param that says how long, and its
@@ -55,12 +56,14 @@ def may_wait(method: str, params: Any) -> float:
 def parse_params(text: str, source: str) -> dict[str, Any] | list[Any]:
     """Decode ``text`` as JSON-RPC params, or raise a usage error naming ``source``."""
     try:
-        params = json.loads(text)
+        params = json_text(text)
     except json.JSONDecodeError as exc:
         raise click.UsageError(
             f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
             'give an object such as \'{"session_id": "cli:1"}\''
         ) from exc
+    except ValueError as exc:  # NaN, Infinity: Python's json takes them, JSON does not
+        raise click.UsageError(f"{source} is not valid JSON: {exc}") from exc
     if not isinstance(params, dict | list):  # what JSON calls it, not Python's type name
         raise click.UsageError(
             f"{source} must be a JSON object or array (JSON-RPC params), "

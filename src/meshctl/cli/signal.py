@@ -31,6 +31,7 @@ import click
 from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import OwnSession
+from meshctl.cli._params import json_text
 from meshd.protocol.errors import MeshUnavailable, StorageUnavailable
 
 FOREVER = 31_536_000.0  # the protocol's largest timeout: a year
@@ -44,11 +45,13 @@ def parse_payload(text: str | None, given_as: str) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        return json_text(text)
+    except json.JSONDecodeError as exc:
         raise click.BadParameter(
             f"{text!r} is not JSON (quote a string: '\"done\"')", param_hint=given_as
         ) from exc
+    except ValueError as exc:  # NaN, Infinity: Python's json takes them, JSON does not
+        raise click.BadParameter(f"{text!r} is not JSON: {exc}", param_hint=given_as) from exc
 
 
 def render_signal(result: Mapping[str, Any]) -> str:
