@@ -225,6 +225,28 @@ class TestDaemonCommands:
         assert f"pid       {daemon.proc.pid}" in human.out
         assert "uptime" in human.out
 
+    def test_status_counts_signal_waits(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """mesh.info counts parked ``signal wait`` calls (``counts.signal_waits``) beside
+        the claim waiters; ``daemon status`` showed the other counts but not this one
+        (fails before)."""
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "meshctl.cli", "signal", "wait", "sig-x", "--timeout", "120"],
+            env=daemon.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_for(
+                lambda: daemon.call("mesh.info")["result"]["counts"]["signal_waits"] == 1,
+                what="the signal wait parked",
+            )
+            doc = ok(meshctl("daemon", "status", "--json", env=daemon.env)).json()
+            human = ok(meshctl("daemon", "status", env=daemon.env)).out
+        finally:
+            waiter.kill()
+            waiter.wait(timeout=30)
+
+        assert doc["counts"]["signal_waits"] == 1
+        assert "waiters 0, signal waits 1, connections" in human
+
     def test_status_of_another_profile_at_the_socket(
         self, meshctl: Meshctl, daemon: Daemon
     ) -> None:

@@ -41,6 +41,7 @@ def render_info(info: dict[str, Any]) -> str:
         f"(since {_time.local(info.get('started_at'))})",
         f"  sessions  {counts.get('sessions', 0)} ({counts.get('stale', 0)} stale), "
         f"claims {counts.get('claims', 0)}, waiters {counts.get('waiters', 0)}, "
+        f"signal waits {counts.get('signal_waits', 0)}, "
         f"connections {counts.get('connections', 0)}",
         f"  state     {info.get('state_dir')}",
     ]
