@@ -339,6 +339,20 @@ def check_daemon(info: Any, where: str, profile: str) -> None:
         )
 
 
+#: SPEC §2's default ``max_query_timeout``: what a daemon that does not say caps waits at.
+MAX_QUERY_TIMEOUT: Final = 60.0
+
+
+def query_cap(info: Any) -> float:
+    """The daemon's ``max_query_timeout`` from its ``mesh.info`` (``config``): no wait
+    it runs is longer, and a wait not given (``session.resume``'s) is that long."""
+    config = info.get("config") if isinstance(info, dict) else None
+    cap = config.get("max_query_timeout") if isinstance(config, dict) else None
+    if isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0:
+        return MAX_QUERY_TIMEOUT
+    return float(cap)
+
+
 def daemon_key(info: Any) -> tuple[Any, Any]:
     """What tells one daemon run from the next: its pid and start time."""
     if not isinstance(info, dict):

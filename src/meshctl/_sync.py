@@ -123,6 +123,15 @@ class Mesh:
             _conn.check_protocol(info, str(self.socket_path or self.profile))
         return info
 
+    def query_cap(self) -> float:
+        """The daemon's ``max_query_timeout`` (SPEC §2: the longest any wait runs), from
+        the ``mesh.info`` the current connection began with (one is opened if none is);
+        60 s when it does not say. A call whose wait defaults to it (``session.resume``)
+        waits that long for its reply, plus :attr:`timeout`."""
+        conn = self._conn
+        info = conn.info if conn is not None and not conn.closed else self.info()
+        return _conn.query_cap(info)
+
     def sessions(self, fresh: bool = False) -> list[dict[str, Any]]:
         """Live sessions of this profile (``fresh``: hide stale ones)."""
         result = self.call("session.list", {"fresh": fresh})

@@ -186,7 +186,9 @@ class Session:
         max_query_timeout); the result carries the checkpoint ``note``, ``status``
         ``resumed`` or ``held``, and ``reservation`` (``kept``, ``none``, ``lost``)."""
         params: dict[str, Any] = {} if wait is None else {"wait": wait}
-        result = self._mcall("session.resume", params, wait=60.0 if wait is None else wait)
+        # No wait given: the daemon waits its max_query_timeout, so the reply may take that long.
+        cap = self.mesh.query_cap() if wait is None and self.active else wait
+        result = self._mcall("session.resume", params, wait=cap or 0.0)
         if result is None:
             return None
         self._core.granted(result.get("token"), result.get("resources") or [])

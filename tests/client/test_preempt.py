@@ -54,3 +54,31 @@ def test_pause_and_resume_are_no_ops_when_disabled(daemon: Any, mesh_env: Any) -
         assert s.pause("n") is None
         assert s.resume() is None
         assert s.on_preempt(lambda e: None) is None
+
+
+def test_resume_waits_for_the_reply_as_long_as_the_daemon_may_wait(
+    daemon: Any, mesh_env: Any
+) -> None:
+    """``resume()`` without ``wait`` waits the daemon's ``max_query_timeout`` (SPEC
+    §5b/§2); the client waited a fixed 60 s (+ its timeout) for the reply, so against a
+    daemon configured to wait longer it gave up with MeshTimeout while the daemon still
+    waited (fails before). The reply is now awaited as long as mesh.info's
+    ``config.max_query_timeout`` says."""
+    mesh_env.write_config(mesh_env.config.read_text() + "max_query_timeout = 300\n")
+    daemon.restart()
+    timeouts: list[float | None] = []
+    with Mesh(timeout=5.0) as mesh, mesh.session(task="t") as s:
+        real = mesh.call
+
+        def call(method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+            if method == "session.resume":
+                timeouts.append(timeout)
+            return real(method, params, timeout=timeout)
+
+        mesh.call = call  # type: ignore[method-assign]
+        cap = mesh.query_cap()
+        resumed = s.resume()
+
+    assert cap == 300
+    assert resumed is not None
+    assert timeouts == [305.0]

@@ -103,28 +103,41 @@ def pause(note: str, words: tuple[str, ...]) -> None:
 def resume(wait: float | None) -> int:
     """Queue for the reserved set; print the checkpoint note; status back.
 
+    A session that is not paused has nothing to resume: said plainly, exit 0.
+
     \b
     Examples:
       meshctl resume --wait 600
     """
     state = get_state()
-    params: dict[str, Any] = {"session_id": state.require_session()}
+    sid = state.require_session()
+    params: dict[str, Any] = {"session_id": sid}
     if wait is not None:
         params["wait"] = wait
-    timeout = _claims.wait_timeout(wait if wait is not None else 60.0, state.mesh().timeout)
+    # The daemon's status says whether it is paused, as the daemon itself decides
+    # whether to set the status back (session.resume does not say).
+    before = state.call("session.get", {"session_id": sid}) or {}
+    mesh = state.mesh()
+    # The daemon waits at most its max_query_timeout (the whole wait when none is
+    # given): the reply may take that long, not a fixed 60 s.
+    cap = mesh.query_cap()
+    timeout = _claims.wait_timeout(cap if wait is None else min(wait, cap), mesh.timeout)
     from meshctl.cli._waiting import claim_detail, ran_out, waiting
 
-    detail = claim_detail(state.mesh(), params["session_id"], None)
+    detail = claim_detail(mesh, sid, None)
     with waiting("waiting for the reserved set", wait, detail):
         result = state.call("session.resume", params, timeout=timeout)
+    was_paused = before.get("status") == "paused" or result.get("reservation") != "none"
+    result = {**result, "was_paused": was_paused}
     if result.get("status") == "held":
-        waited = wait if wait is not None else round(float(result.get("waited_s") or 0), 1)
-        ran_out(waited, "still paused")
+        ran_out(cap if wait is None else wait, "still paused", result.get("waited_s"))
 
     def human() -> str:
         note = result.get("note") or "(no checkpoint note)"
         if result.get("status") == "held":
             return f"held: still paused; the reserved set is not free yet\nnote: {note}"
+        if not was_paused:
+            return f"{sid} was not paused: nothing to resume"
         how = {"lost": " (the reservation was lost in a daemon restart)", "none": ""}
         return f"resumed{how.get(result.get('reservation', ''), '')}\nnote: {note}"
 

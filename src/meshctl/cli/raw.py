@@ -26,8 +26,8 @@ from meshctl.cli._params import json_text
 from meshd.protocol.errors import NoSession
 
 #: Methods that may wait before replying: the param that says how long, and its
-#: default when not given (the protocol's; ``session.resume`` waits up to
-#: ``max_query_timeout``, 60 s by default).
+#: default when not given (the protocol's; ``session.resume`` waits the daemon's
+#: ``max_query_timeout``, read from mesh.info, 60 s by default).
 WAITS: dict[str, tuple[str, float]] = {
     "claim.acquire": ("wait", 0.0),
     "session.resume": ("wait", 60.0),
@@ -93,6 +93,8 @@ def call(method: str, params_json: str | None) -> None:
         params = None
     state = get_state()
     waits = may_wait(method, params)
+    if method == "session.resume" and not (isinstance(params, dict) and "wait" in params):
+        waits = state.mesh().query_cap()  # no wait given: the daemon waits its own cap
     try:
         result = state.call(method, params, timeout=state.mesh().timeout + waits if waits else None)
     except NoSession as exc:  # raw: --session/MESH_SESSION are not put into PARAMS_JSON
