@@ -53,6 +53,18 @@ def held(daemon: DaemonHandle) -> DaemonHandle:
     return daemon
 
 
+def _no_daemon_started(daemon: DaemonHandle) -> None:
+    """Nothing answers at the socket (a daemon started on the way out is stopped)."""
+    try:
+        assert not _answers(daemon.socket), "a daemon was started on the way out"
+    finally:
+        if _answers(daemon.socket):
+            subprocess.run(
+                [sys.executable, "-m", "meshctl.cli", "daemon", "stop"],
+                env=daemon.env, capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
+
+
 def _killed_while(daemon: DaemonHandle, proc: subprocess.Popen[str], count: str) -> Any:
     """Kill the daemon once the command's wait is parked in it (``count`` in mesh.info)."""
     try:
@@ -62,14 +74,7 @@ def _killed_while(daemon: DaemonHandle, proc: subprocess.Popen[str], count: str)
         raise
     daemon.kill()
     out, err = proc.communicate(timeout=60)
-    try:
-        assert not _answers(daemon.socket), "a daemon was started on the way out"
-    finally:
-        if _answers(daemon.socket):
-            subprocess.run(
-                [sys.executable, "-m", "meshctl.cli", "daemon", "stop"],
-                env=daemon.env, capture_output=True, timeout=60, check=False,
-            )  # fmt: skip
+    _no_daemon_started(daemon)
     return proc.returncode, out, err
 
 
@@ -125,14 +130,7 @@ def _run_killing(daemon: DaemonHandle, *args: str) -> tuple[int, str, str]:
     proc = _start(daemon, *args, "--", *command)
     out, err = proc.communicate(timeout=60)
     daemon.proc.wait(timeout=15)
-    try:
-        assert not _answers(daemon.socket), "a daemon was started on the way out"
-    finally:
-        if _answers(daemon.socket):
-            subprocess.run(
-                [sys.executable, "-m", "meshctl.cli", "daemon", "stop"],
-                env=daemon.env, capture_output=True, timeout=60, check=False,
-            )  # fmt: skip
+    _no_daemon_started(daemon)
     return proc.returncode, out, err
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -333,8 +336,6 @@ def test_a_turn_taken_while_the_daemon_was_down_shows_once_it_is_back(
     """A gateway chat answers while meshd is stopped; when meshd is back, the plugin's
     heartbeat thread registers that chat as it is (waiting for its user, with its
     request as task), not as a blank idle session."""
-    import subprocess
-
     hermes.install()
     proc = subprocess.Popen(
         [str(hermes.bin / "python"), "-c", DOWN_TURN], env=hermes.environ(True),
@@ -383,6 +384,35 @@ print(json.dumps({"paused_for": link._paused_until - time.monotonic(),
 """
 
 
+@contextlib.contextmanager
+def daemon_stopped(
+    daemon: DaemonHandle, hermes: Hermes, script: str, ready: str
+) -> Iterator[subprocess.Popen[str]]:
+    """Run ``script`` in Hermes's interpreter; once it prints ``ready``, stop the daemon
+    (SIGSTOP: it accepts, it never answers) and let the script go on (a line on its
+    stdin). The daemon goes on (SIGCONT) when the block is left; the script is killed
+    if the block failed."""
+    hermes.install()
+    assert daemon.proc is not None
+    proc = subprocess.Popen(
+        [str(hermes.bin / "python"), "-c", script], env=hermes.environ(True),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == ready
+        daemon.proc.send_signal(signal.SIGSTOP)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        yield proc
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+
+
 def test_a_hung_daemon_costs_one_hook_the_timeout_then_calls_pause(
     daemon: DaemonHandle, hermes: Hermes
 ) -> None:
@@ -390,26 +420,10 @@ def test_a_hung_daemon_costs_one_hook_the_timeout_then_calls_pause(
     pauses every later call for PAUSE_AFTER_TIMEOUT, so the agent loop is not held up
     again a moment later (it was paused 0.5 s only: the client's fail-open turned the
     timeout into "unreachable")."""
-    import signal
-    import subprocess
-
-    hermes.install()
-    assert daemon.proc is not None
-    proc = subprocess.Popen(
-        [str(hermes.bin / "python"), "-c", HUNG], env=hermes.environ(True),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    try:
-        assert proc.stdout.readline().strip() == "registered"
-        daemon.proc.send_signal(signal.SIGSTOP)
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+    with daemon_stopped(daemon, hermes, HUNG, "registered") as proc:
+        assert proc.stdout is not None
         line = proc.stdout.readline()
-    finally:
-        daemon.proc.send_signal(signal.SIGCONT)
-        _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
 
     assert proc.returncode == 0, err[-3000:]
     doc = json.loads(line)
@@ -452,26 +466,9 @@ def test_a_daemon_slower_than_the_default_timeout_gets_the_session_with_a_longer
     start hook. With the fixed 0.5 s, the set-up's call timed out, the Link paused for
     5 s and the start hook registered nothing -- what a loaded CI machine did to
     TestLifecycle (session missing from session.list)."""
-    import signal
-    import subprocess
-
-    hermes.install()
-    assert daemon.proc is not None
-    proc = subprocess.Popen(
-        [str(hermes.bin / "python"), "-c", SLOW_DAEMON], env=hermes.environ(True),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        daemon.proc.send_signal(signal.SIGSTOP)
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+    with daemon_stopped(daemon, hermes, SLOW_DAEMON, "ready") as proc:
         wait_for(lambda: sockets(proc.pid), timeout=60, what="the plugin connecting")
         time.sleep(1.5)  # three default timeouts: the set-up's first call is waiting
-    finally:
-        daemon.proc.send_signal(signal.SIGCONT)
     out, err = proc.communicate(timeout=120)
 
     assert proc.returncode == 0, err[-3000:]
