@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from meshctl.cli import _output
 from meshctl.cli._context import State
 from meshd.protocol.contract import reportable
-from meshd.protocol.errors import MeshError, MeshUnavailable
+from meshd.protocol.errors import MeshError, MeshUnavailable, StorageUnavailable
 
 if TYPE_CHECKING:
     from meshctl._sync import Mesh
@@ -64,6 +64,8 @@ class Leaving:
         self.mesh.autostart = False  # this Mesh only talks to a running daemon from now on
         try:
             return self.mesh.call(method, params)
+        except StorageUnavailable:
+            raise  # the daemon runs, its storage failed: said by the caller, as any refusal
         except MeshUnavailable:
             self.unsent.append(what)
             return None
@@ -83,7 +85,7 @@ class Leaving:
         """Say, in one note, what could not be sent because meshd is gone."""
         if self.unsent:
             _output.note(
-                "meshd is gone (stopped, restarted or crashed) and was not started again "
+                "meshd is gone (it stopped or crashed meanwhile) and was not started again "
                 "only for this; not sent: " + "; ".join(self.unsent)
             )
             self.unsent.clear()
