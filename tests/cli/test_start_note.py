@@ -76,3 +76,17 @@ def test_a_refusal_keeps_the_fix_on_its_next_lines(meshctl: Meshctl, mesh_env: A
     assert lines[0].startswith(f"meshctl: could not start meshd for profile 'test': {db} is not")
     assert lines[1] == f"  Move it aside to start afresh: mv '{db}' '{db}.broken'", run
     assert "exited with status 1" in lines[2]
+
+
+def test_daemon_start_says_it_started_once(meshctl: Meshctl, mesh_env: Any) -> None:
+    """``daemon start`` says what it started on stdout; the note other commands give on
+    stderr when they start one was said as well, a second time (found trying Hermes)."""
+    env = {**mesh_env.env, "MESH_SPAWN": "direct"}
+    try:
+        run = meshctl("daemon", "start", env=env)
+    finally:
+        meshctl("daemon", "stop", env=env)
+
+    assert run.code == 0, run
+    assert run.out.startswith("meshd started: profile test, pid "), run
+    assert "started meshd" not in run.err, run

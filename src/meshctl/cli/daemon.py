@@ -99,6 +99,9 @@ def _start(state: State) -> tuple[dict[str, Any], bool]:
     from meshctl import _spawn
 
     running = _spawn.daemon_running(state.profile, state.socket)
+    state.mesh()  # registers the stderr note "started meshd …" that other commands give:
+    if _output.note in _spawn.ANNOUNCE:  # this command says it on stdout, once
+        _spawn.ANNOUNCE.remove(_output.note)
     info = state.call("mesh.info")
     return info, running
 
