@@ -111,6 +111,7 @@ class AsyncMesh:
         self.fail_open = fail_open
         self.timeout = timeout
         self.daemon: tuple[Any, Any] = (None, None)
+        self._info: Any = None  # the mesh.info the current connection began with
         self._fail_open = _session.FailOpen()
         self.dropped_events = 0
         self._ids = _conn.Protocol()
@@ -230,6 +231,13 @@ class AsyncMesh:
             _conn.check_protocol(info, str(self.socket_path or self.profile))
         return info
 
+    async def query_cap(self) -> float:
+        """As :meth:`meshctl.Mesh.query_cap`: the daemon's ``max_query_timeout``, from the
+        ``mesh.info`` the current connection began with (one is opened if none is)."""
+        if self._stream is None or self._info is None:
+            await self._ensure()
+        return _conn.query_cap(self._info)
+
     async def sessions(self, fresh: bool = False) -> list[dict[str, Any]]:
         """Live sessions of this profile."""
         result = await self.call("session.list", {"fresh": fresh})
@@ -296,6 +304,7 @@ class AsyncMesh:
             finally:
                 self._pending.pop(rid, None)
             self.daemon = _conn.daemon_key(info)
+            self._info = info
             self._fail_open.reached(self.profile)
             return stream
 

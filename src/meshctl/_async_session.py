@@ -212,7 +212,9 @@ class AsyncSession:
         """As :meth:`meshctl.Session.resume`: queue for the reserved set (up to ``wait``
         s; default the daemon's max_query_timeout) and get the checkpoint ``note``."""
         params: dict[str, Any] = {} if wait is None else {"wait": wait}
-        result = await self._mcall("session.resume", params, 60.0 if wait is None else wait)
+        # No wait given: the daemon waits its max_query_timeout, so the reply may take that long.
+        cap = await self.mesh.query_cap() if wait is None and self.active else wait
+        result = await self._mcall("session.resume", params, cap or 0.0)
         if result is None:
             return None
         self._core.granted(result.get("token"), result.get("resources") or [])

@@ -82,3 +82,31 @@ def test_resume_waits_for_the_reply_as_long_as_the_daemon_may_wait(
     assert cap == 300
     assert resumed is not None
     assert timeouts == [305.0]
+
+
+async def test_async_resume_waits_for_the_reply_as_long_as_the_daemon_may_wait(
+    daemon: Any, mesh_env: Any
+) -> None:
+    """The async twin of the test above: ``AsyncSession.resume()`` without ``wait``
+    awaited its reply a fixed 60 s (+ the timeout) whatever the daemon's
+    ``max_query_timeout`` (fails before: 65.0); now as long as mesh.info says."""
+    from meshctl import AsyncMesh
+
+    mesh_env.write_config(mesh_env.config.read_text() + "max_query_timeout = 300\n")
+    daemon.restart()
+    timeouts: list[float | None] = []
+    async with AsyncMesh(timeout=5.0) as mesh, mesh.session(task="t") as s:
+        real = mesh.call
+
+        async def call(method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+            if method == "session.resume":
+                timeouts.append(timeout)
+            return await real(method, params, timeout=timeout)
+
+        mesh.call = call  # type: ignore[method-assign]
+        cap = await mesh.query_cap()
+        resumed = await s.resume()
+
+    assert cap == 300
+    assert resumed is not None
+    assert timeouts == [305.0]
