@@ -3,31 +3,11 @@ against a real daemon; each test a defect found that way (docs/CONFORMANCE.md)."
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from typing import Any
 
-from .conftest import Meshctl, Run
-
-Daemon = Any
-
-
-def ok(run: Run) -> Run:
-    assert run.code == 0, run
-    return run
-
-
-def as_(daemon: Daemon, session: str | None = None) -> dict[str, str]:
-    env = dict(daemon.env)
-    if session is not None:
-        env["MESH_SESSION"] = session
-    return env
-
-
-def register(meshctl: Meshctl, daemon: Daemon, sid: str, *extra: str) -> str:
-    args = ("register", "--task", "t", "--id", sid, "--pid", str(os.getpid()), *extra)
-    return ok(meshctl(*args, env=daemon.env)).out.strip()
+from .conftest import Meshctl
+from .test_conformance_audit import Daemon, as_, ok, register  # the first audit's helpers
 
 
 def test_python_dash_m_meshctl_runs_the_cli() -> None:
