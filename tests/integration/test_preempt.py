@@ -281,7 +281,8 @@ def test_meshctl_preempt_pause_resume(daemon: DaemonHandle) -> None:
     assert asked.code == 0, asked
     assert "asked: cli:low (rank 0) holds res:gpu" in asked.out
     assert re.search(r"grace \d+ s, until \d\d:\d\d", asked.out), asked
-    assert refused.code in (0, 75), refused  # low holds it itself: nobody else to ask
+    assert refused.code == 0, refused  # low holds it itself: nobody else to ask
+    assert refused.out.strip() == "free: no other session holds it; nothing to preempt", refused
     assert paused.code == 0, paused
     assert "paused; reserved res:gpu (first for cli:boss)" in paused.out
     assert early.code == 75, early

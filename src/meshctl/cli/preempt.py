@@ -47,7 +47,8 @@ def preempt(resources: tuple[str, ...], reason: str, broad: bool) -> int:
 def _preempted(result: dict[str, Any]) -> str:
     holders = result.get("holders") or []
     if result.get("status") == "free":
-        return "free: nobody holds it"
+        # claim.check leaves out the caller's own claims: "nobody" was wrong when it holds them
+        return "free: no other session holds it; nothing to preempt"
     who = [
         f"{h['session_id']} (rank {h['rank']}) holds {', '.join(h['resources'])}" for h in holders
     ]
