@@ -188,17 +188,23 @@ class Protocol:
 KEY_FIELDS = frozenset({"resources", "resource", "path", "paths"})
 
 
-def strings(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
-    """Every string in ``value`` (mapping keys too) with the JSON path it is at."""
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
+def leaves(value: Any, path: str = "$") -> Iterator[tuple[str, Any]]:
+    """Every leaf of ``value`` (mapping keys too, at their mapping's path) with the JSON
+    path it is at: what :func:`strings` and :func:`numbers` pick from."""
+    if isinstance(value, dict):
         for key, item in value.items():
-            yield from strings(str(key), path)
-            yield from strings(item, f"{path}.{key}")
+            yield path, str(key)
+            yield from leaves(item, f"{path}.{key}")
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            yield from strings(item, f"{path}[{i}]")
+            yield from leaves(item, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
+def strings(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
+    """Every string in ``value`` (mapping keys too) with the JSON path it is at."""
+    return ((at, leaf) for at, leaf in leaves(value, path) if isinstance(leaf, str))
 
 
 def undecodable(text: str) -> bool:
@@ -254,15 +260,8 @@ def not_a_number(method: str, params: Any, exc: ValueError) -> InvalidParams:
 
 
 def numbers(value: Any, path: str = "$") -> Iterator[tuple[str, float]]:
-    """Every float in ``value`` with the JSON path it is at (as :func:`strings`)."""
-    if isinstance(value, float):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from numbers(item, f"{path}.{key}")
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            yield from numbers(item, f"{path}[{i}]")
+    """Every float in ``value`` with the JSON path it is at."""
+    return ((at, leaf) for at, leaf in leaves(value, path) if isinstance(leaf, float))
 
 
 def check_frame(frame: bytes, method: str) -> None:
