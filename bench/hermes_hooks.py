@@ -36,6 +36,8 @@ turn = dict(session_id=S, task_id="t", turn_id="u", conversation_history=[], mod
             platform="cli", sender_id="")
 write = dict(tool_name="write_file", args={"path": "/tmp/meshd-bench/x.py", "content": "1"},
              session_id=S, task_id="t", tool_call_id="c", turn_id="u", api_request_id="r")
+read = dict(tool_name="read_file", result='{"content": "1|x"}', status="ok", duration_ms=1,
+            session_id=S, task_id="t", tool_call_id="c", turn_id="u", api_request_id="r")
 HOOKS = {
     "pre_llm_call": dict(user_message="benchmark the hooks", is_first_turn=False, **turn),
     "pre_llm_call (1 MB message)": dict(user_message="pasted log line\n" * 65536,
@@ -46,6 +48,11 @@ HOOKS = {
     "transform_tool_result": dict(result='{"ok": true}', **write),
     "post_tool_call (write_file)": dict(result='{"ok": true}', status="ok", duration_ms=1,
                                         **write),
+    # a new file each call (board.touch noted, sent by the plugin's thread), then the same
+    # file again and again (already recorded: nothing sent)
+    "post_tool_call (read_file, first read)":
+        lambda i: dict(read, args={"path": f"/tmp/meshd-bench/r{i}.py"}),
+    "post_tool_call (read_file, read again)": dict(read, args={"path": "/tmp/meshd-bench/x.py"}),
     "post_llm_call": dict(user_message="x", assistant_response="y", **turn),
     "on_session_end": dict(session_id=S, task_id="t", turn_id="u", completed=True,
                            interrupted=False, model="fake-model", platform="cli"),
@@ -71,10 +78,11 @@ def one(label, kwargs):
     callbacks = list(manager._hooks.get(hook, []))
     with_plugin, floor = [], []
     for i in range(N):
+        kw = kwargs(i) if callable(kwargs) else kwargs
         for hooked, times in ((callbacks, with_plugin), ([], floor)):
             manager._hooks[hook] = hooked
             t = time.perf_counter_ns()
-            invoke_hook(hook, **kwargs)
+            invoke_hook(hook, **kw)
             times.append(time.perf_counter_ns() - t)
     manager._hooks[hook] = callbacks
     return {"p50": statistics.median(with_plugin) - statistics.median(floor),
@@ -141,13 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         "under a registered session | daemon down from the start"
     )
     print(
-        f"{'hook':30} {'p50':>8} {'p99':>8} | {'p50':>7} {'p99':>7} | {'p50':>7} {'p99':>7}"
+        f"{'hook':40} {'p50':>8} {'p99':>8} | {'p50':>7} {'p99':>7} | {'p50':>7} {'p99':>7}"
         "   floor p50"
     )
     for label in up:
         u, g, d = up[label], gone[label], down[label]
         print(
-            f"{label:30} {u['p50'] / 1e3:8.1f} {u['p99'] / 1e3:8.1f} | "
+            f"{label:40} {u['p50'] / 1e3:8.1f} {u['p99'] / 1e3:8.1f} | "
             f"{g['p50'] / 1e3:7.1f} {g['p99'] / 1e3:7.1f} | "
             f"{d['p50'] / 1e3:7.1f} {d['p99'] / 1e3:7.1f}   {u['floor_p50'] / 1e3:.1f}"
         )

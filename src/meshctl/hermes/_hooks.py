@@ -84,10 +84,8 @@ def hooks(rt: Runtime) -> dict[str, Hook]:
         tool_name: str = "", args: Any = None, session_id: str = "", status: str = "", **_: Any
     ) -> None:
         t = rt.sessions.get(session_id)
-        if t is None or not t.registered or tool_name not in WRITE_TOOLS:
-            return
-        if status in ("", "ok", "success"):
-            rt.changed(t, tool_name, args or {})
+        if t is not None and t.registered and status in ("", "ok", "success"):
+            rt.after_tool(t, tool_name, args or {})
 
     def transform_tool_result(
         result: Any = None,

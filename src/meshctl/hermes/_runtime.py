@@ -31,6 +31,8 @@ from . import _client, _text
 
 #: Hermes tools that write files, and the argument naming the file.
 WRITE_TOOLS = {"write_file": "path", "patch": "path"}
+#: Hermes tools that read files, and the argument naming the file (:mod:`._reads`).
+READ_TOOLS = {"read_file": "path", "search_files": "path"}
 #: Interactive surfaces: after a turn they wait for their user.
 INTERACTIVE = {"cli", "tui"}
 #: Questions remembered for a late mesh_reply (query id -> asker), newest kept.
@@ -194,6 +196,7 @@ class Tracked:
         self.task = ""
         self.notes: dict[str, str] = {}  # tool_call_id -> warning to add to that result
         self.questions: list[dict[str, Any]] = []  # queries for the model, not yet shown
+        self.reads: dict[str, float] = {}  # path -> when its read was noted (._reads)
 
 
 class Runtime:
@@ -213,6 +216,9 @@ class Runtime:
         self._stop = threading.Event()
         #: query id -> asker, for questions handed to the model (mesh_reply needs it)
         self.askers: dict[int, str] = {}
+        from ._reads import Reads  # it builds on this module
+
+        self.reads = Reads(self)
 
     # --- registration ---------------------------------------------------------------
 
@@ -265,6 +271,7 @@ class Runtime:
             self.link.disabled = True
             return False
         t.registered = True
+        t.reads.clear()  # a session registered again lost its marks with it: record anew
         self.interval = float(result.get("heartbeat_interval") or self.interval)
         self._start_heartbeat()
         return True
@@ -359,6 +366,7 @@ class Runtime:
 
     def stop(self) -> None:
         self._stop.set()
+        self.reads.stop()
 
     # --- live responder ---------------------------------------------------------------
 
@@ -495,6 +503,13 @@ class Runtime:
         if not isinstance(check, dict) or not check.get("warnings"):
             return
         t.notes[call_id or tool_name] = _text.conflict_note(", ".join(paths), check)
+
+    def after_tool(self, t: Tracked, tool_name: str, args: Any) -> None:
+        """After a tool succeeded: a write is reported now, a read noted for the board."""
+        if tool_name in WRITE_TOOLS:
+            self.changed(t, tool_name, args)
+        elif tool_name in READ_TOOLS and not t.group:  # a group chat is told nothing
+            self.reads.note(t, tool_name, args)
 
     def changed(self, t: Tracked, tool_name: str, args: Any) -> None:
         """After a file write: report the paths (never contents) to the board."""

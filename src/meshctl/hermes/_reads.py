@@ -1,0 +1,168 @@
+"""What a Hermes session reads, on the board (SPEC §7 ``board touch PATH… --read``).
+
+A changed file is told to every other live session that claims, watches or *read*
+an overlapping path. Hermes's model reads files with ``read_file`` (and greps one
+with ``search_files``); unless those reads reach the board, a chat that read
+``src/auth.py`` is never told that another session then changed it. So after each
+successful read the plugin records the path, never the contents, for that chat.
+
+A read must stay cheap for the agent, and a ``board.touch`` is a durable write on
+the daemon. So:
+
+- **Once per (session, path)**: a path the session already recorded is not sent
+  again, except after :data:`REFRESH` seconds, so the daemon's 12-hour freshness of
+  a read (``meshd.core.marks.READ_FRESH``) follows the agent's latest reads.
+  Per session at most :data:`MAX_PATHS` are remembered (oldest forgotten first: at
+  worst a path is sent twice), and nothing once the session ends.
+- **Off the tool's path**: the hook only notes the path; one thread per process
+  sends what was noted, a session's paths in one ``board.touch``.
+- **Failing open**: nothing is noted while the daemon is unreachable; a send that
+  finds it unreachable forgets the paths again, so the next read of them records
+  them once the daemon is back. A session the daemon no longer knows registers
+  again at its next hook, and then starts with nothing remembered (its marks went
+  with it).
+- **Not recorded**: group chats (they are told nothing: SPEC §6); a ``search_files``
+  over a folder (the folder would draw a notice for every change under it: only a
+  search naming one file is a read of it). Only files are recorded, so never the
+  home folder a gateway chat works in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._runtime import READ_TOOLS, _reportable, working_dir
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime, Tracked
+
+log = logging.getLogger("meshd.hermes")
+
+#: Seconds after which a read of a path already recorded is recorded again.
+REFRESH = 3600.0
+#: Paths remembered per session (oldest forgotten first).
+MAX_PATHS = 2048
+#: Paths waiting to be sent, over every session (beyond: the read is not recorded).
+MAX_PENDING = 4096
+#: The daemon's limits on one ``board.touch``: paths per call, characters per path.
+MAX_BATCH = 1000
+MAX_PATH = 4096
+
+
+def read_path(tool_name: str, args: Any, base: str | None = None) -> str | None:
+    """The absolute path a file-reading tool call names (None for other tools).
+
+    Relative paths are resolved against the working folder, as written paths are
+    (:func:`._runtime.written_paths`). String work only: whether a ``search_files``
+    path is one file is asked (:func:`is_read`) only of a path not recorded lately.
+    """
+    key = READ_TOOLS.get(tool_name)
+    if key is None or not isinstance(args, Mapping):
+        return None
+    raw = args.get(key)
+    if not isinstance(raw, str) or not raw:
+        return None
+    raw = os.path.expanduser(raw)
+    if not raw.startswith("/"):
+        raw = os.path.join(base or working_dir(), raw)
+    full = os.path.normpath(raw)
+    return full if len(full) <= MAX_PATH else None
+
+
+def is_read(tool_name: str, path: str) -> bool:
+    """Whether the call read ``path`` as a file: a ``read_file`` that succeeded did; a
+    ``search_files`` did only when its path is one file (a folder, the home folder
+    above all, would draw a notice for every change under it)."""
+    return tool_name != "search_files" or os.path.isfile(path)
+
+
+class Reads:
+    """Records a process's reads on the board: noted by hooks, sent by one thread."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[str]] = {}  # session id -> paths to send, in order
+        self._count = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: board.touch calls sent (for tests and the bench; never read by the plugin)
+        self.sent = 0
+
+    def note(self, t: Tracked, tool_name: str, args: Any) -> bool:
+        """After a successful read: note its path unless recorded lately (True: noted)."""
+        if self.rt.link.down:
+            return False  # failing open: the next read of it, daemon back, records it
+        path = read_path(tool_name, args)
+        if path is None:
+            return False
+        now = time.monotonic()
+        seen = t.reads
+        at = seen.get(path)
+        if at is not None and now - at < REFRESH:
+            return False  # the common case, a file read again: one dict lookup
+        if self._count >= MAX_PENDING or not is_read(tool_name, path):
+            return False
+        with self._lock:
+            seen.pop(path, None)  # re-inserted last: dicts keep order, oldest first
+            seen[path] = now
+            while len(seen) > MAX_PATHS:
+                del seen[next(iter(seen))]
+            self._pending.setdefault(t.session_id, []).append(path)
+            self._count += 1
+        self._start()
+        self._wake.set()
+        return True
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            with self._lock:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(
+                        target=self._run, name="meshd-reads", daemon=True
+                    )
+                    self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            try:
+                self.flush()
+            except Exception:  # never let one bad send end the thread
+                log.debug("meshd: recording reads failed", exc_info=True)
+
+    def flush(self) -> None:
+        """Send what was noted: one ``board.touch`` per session (per 1,000 paths)."""
+        with self._lock:
+            pending, self._pending, self._count = self._pending, {}, 0
+        for sid, paths in pending.items():
+            for i in range(0, len(paths), MAX_BATCH):
+                self._send(sid, paths[i : i + MAX_BATCH])
+
+    def _send(self, sid: str, paths: list[str]) -> None:
+        t = self.rt.sessions.get(sid)
+        if t is None or not t.registered:
+            return  # ended meanwhile, or to register again (then it remembers nothing)
+        gone: list[bool] = []
+        params = {"session_id": sid, "paths": [_reportable(p) for p in paths], "read": True}
+        self.sent += 1
+        result = self.rt.link.call("board.touch", params, forgotten=lambda: gone.append(True))
+        if isinstance(result, dict):
+            return
+        if gone:
+            self.rt.forget(sid)
+        if gone or self.rt.link.down:  # not recorded: the next read of these tries again
+            with self._lock:
+                for path in paths:
+                    t.reads.pop(path, None)
