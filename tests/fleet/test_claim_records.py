@@ -5,6 +5,7 @@ from __future__ import annotations
 from meshd.fleet.claim_records import (
     Entry,
     Record,
+    Seen,
     blockers,
     plan,
     record_name,
@@ -94,3 +95,30 @@ def test_a_plan_holds_each_key_and_intends_each_folder_above_it_in_one_order() -
         ("box:z", "hold"),
     }
     assert plan(list(reversed(keys)), ["/s"]) == steps  # the same order from any order
+
+
+def test_seen_keeps_the_newest_version_the_watch_delivers() -> None:
+    seen = Seen()
+    assert seen.get("k.a") is None
+    seen.now("k.a", Record(h=(A,)), 7)  # this host wrote it
+    seen.saw("k.a", Record(), 5)  # the watch catching up with an older version
+    assert seen.get("k.a") == (Record(h=(A,)), 7)
+    seen.saw("k.a", Record(h=(B,)), 9)
+    assert seen.get("k.a") == (Record(h=(B,)), 9)
+
+
+def test_seen_takes_what_the_server_just_said_and_forgets_at_a_link_up() -> None:
+    seen = Seen()
+    seen.saw("k.a", Record(h=(A,)), 90)
+    seen.now("k.a", Record(), 3)  # a read: the bucket was replaced, revisions began again
+    assert seen.get("k.a") == (Record(), 3)
+    seen.forget()
+    assert seen.get("k.a") is None
+
+
+def test_seen_is_bounded() -> None:
+    seen = Seen()
+    for n in range(Seen.LIMIT + 5):
+        seen.now(f"k.{n}", Record(), n + 1)
+    assert seen.get(f"k.{Seen.LIMIT + 4}") is not None
+    assert len(seen._by_name) <= Seen.LIMIT

@@ -8,20 +8,22 @@ watch) both write through it.
 
 A write that times out may still have landed (a loaded server fsyncs every write),
 so each retry reads first and recognises its own entry; a try gives up after
-:data:`PATIENCE` seconds of timeouts or :data:`MAX_TRIES` lost races.
+:data:`PATIENCE` seconds of timeouts or :data:`MAX_TRIES` lost races. A
+:class:`Commit` is one acquire's commit record, sent with its record's write or after.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
+import anyio
 import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from meshd.fleet.claim_records import Entry, Record, Step
+from meshd.fleet.claim_records import Entry, Record, Seen, Step
 from meshd.fleet.link import FleetDown, FleetLink, describe
 
 log = logging.getLogger("meshd.fleet.claims")
@@ -65,23 +67,32 @@ async def open_bucket(link: FleetLink) -> KeyValue:
             raise FleetDown(describe(exc)) from exc
 
 
-async def read(kv: KeyValue, name: str) -> tuple[Record, int]:
-    """A record and its revision (0: it was never written)."""
+async def read(kv: KeyValue, name: str, seen: Seen | None = None) -> tuple[Record, int]:
+    """A record and its revision (0: it was never written); ``seen`` learns it."""
     try:
         entry = await kv.get(name)
     except nats.js.errors.KeyNotFoundError as exc:
         rev = exc.entry.revision if exc.entry is not None else 0
-        return Record(), rev or 0
-    return Record.decode(entry.value), entry.revision or 0
+        record, rev = Record(), rev or 0
+    else:
+        record, rev = Record.decode(entry.value), entry.revision or 0
+    if seen is not None:
+        seen.now(name, record, rev)
+    return record, rev
 
 
-async def write(kv: KeyValue, name: str, record: Record, last: int) -> int:
+async def write(
+    kv: KeyValue, name: str, record: Record, last: int, seen: Seen | None = None
+) -> int:
     """Compare-and-set ``record`` over revision ``last``: its new revision, or 0 if
-    someone was first."""
+    someone was first; ``seen`` learns what was written."""
     try:
-        return int(await kv.update(name, record.encode(), last=last))
+        rev = int(await kv.update(name, record.encode(), last=last))
     except nats.js.errors.KeyWrongLastSequenceError:
         return 0
+    if seen is not None:
+        seen.now(name, record, rev)
+    return rev
 
 
 def lease_key(host: str) -> str:
@@ -132,21 +143,105 @@ async def create(kv: KeyValue, name: str, value: bytes) -> int:
                 raise
 
 
-async def undo(kv: KeyValue, steps: Iterable[Step], gid: str) -> None:
+class Commit:
+    """The commit record ``g.<gid>`` of one acquire: its revision is the set's token.
+
+    A set of one record (one key not under a shared folder: the common case) sends
+    the commit along with that record's compare-and-set instead of after it, saving
+    a round trip: the commit is sent after the version the write is decided on was
+    seen, so its revision is above that version's -- above the release of any
+    previous holder -- and it holds nothing alone: ``claim.validate`` needs the
+    holder's entry in the record too. Its token is kept only if that very write
+    landed; otherwise (a lost race, a timeout) the commit is deleted and made again
+    once the entry is in, so the token is above whatever the record became
+    meanwhile (docs/FLEET.md, "Fencing tokens"). A set of several records keeps
+    the commit after its last entry: until then no key of it validates.
+    """
+
+    def __init__(self, kv: KeyValue, name: str, value: bytes, *, alongside: bool) -> None:
+        self.kv = kv
+        self.name = name
+        self.value = value
+        self.alongside = alongside
+        self.tried = False
+        """A commit was sent: it may be in the bucket (deleted if the acquire fails)."""
+        self._token = 0
+        self._failed: Exception | None = None
+
+    async def with_write(self, write: Awaitable[int]) -> int:
+        """Run the record's compare-and-set ``write`` (with the commit beside it the
+        first time, for a set of one record): the revision written, 0 if lost."""
+        if not self.alongside:
+            return await write
+        self.alongside = False
+        self.tried = True
+        out: dict[str, int | Exception] = {}
+
+        async def run(what: str, aw: Awaitable[int]) -> None:
+            try:
+                out[what] = await aw
+            except Exception as exc:  # both run to their end: a commit cut short may land
+                out[what] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "commit", create(self.kv, self.name, self.value))
+            await run("write", write)  # sent first
+        written, made = out["write"], out["commit"]
+        if isinstance(written, int) and written:
+            if isinstance(made, Exception):
+                self._failed = made  # raised once the entry counts as written (undone)
+            else:
+                self._token = made
+            return written
+        await self.kv.delete(self.name)  # its token may be below the record's now
+        if isinstance(written, Exception):
+            raise written
+        if isinstance(made, Exception):
+            raise made
+        return 0
+
+    async def token(self) -> int:
+        """The set's token, once every entry is written: the commit sent along, or one
+        made now."""
+        if self._failed is not None:
+            raise self._failed
+        if self._token:
+            return self._token
+        self.tried = True
+        return await create(self.kv, self.name, self.value)
+
+
+async def undo(kv: KeyValue, steps: Iterable[Step], gid: str, seen: Seen | None = None) -> None:
     """Take ``gid``'s entries out of ``steps``' records (its holds and intents)."""
     for step in steps:
         where = "hq" if step.role == "hold" else "d"
-        await drop(kv, step.name, lambda e: e.gid == gid, where)
+        await drop(kv, step.name, lambda e: e.gid == gid, where, seen)
 
 
-async def drop(kv: KeyValue, name: str, gone: Callable[[Entry], bool], where: str = "hdq") -> None:
-    """Take every entry ``gone`` is true for out of record ``name`` (lists ``where``)."""
+async def drop(
+    kv: KeyValue, name: str, gone: Callable[[Entry], bool], where: str = "hdq",
+    seen: Seen | None = None,
+) -> None:  # fmt: skip
+    """Take every entry ``gone`` is true for out of record ``name`` (lists ``where``).
+
+    With ``seen``, the first try writes over the version it last saw, when that
+    version holds such entries (no read: the compare-and-set fails if the record
+    moved on); a version without any is not trusted (it may be stale), nor a lost
+    race: the record is read then."""
+    hint = seen.get(name) if seen is not None else None
+    if hint is not None:
+        new = hint[0].without(gone, where)
+        try:
+            if new != hint[0] and await write(kv, name, new, hint[1], seen):
+                return
+        except TIMEOUTS:
+            pass  # it may have landed: the read below says
     deadline = time.monotonic() + PATIENCE
     for _ in range(MAX_TRIES):
         try:  # each try reads first: a write of ours that timed out shows there
-            record, rev = await read(kv, name)
+            record, rev = await read(kv, name, seen)
             new = record.without(gone, where)
-            if new == record or await write(kv, name, new, rev):
+            if new == record or await write(kv, name, new, rev, seen):
                 return
         except TIMEOUTS:
             if time.monotonic() > deadline:
@@ -154,13 +249,21 @@ async def drop(kv: KeyValue, name: str, gone: Callable[[Entry], bool], where: st
     raise FleetDown(f"{name}: too many concurrent changes")
 
 
-async def queue(kv: KeyValue, name: str, me: Entry) -> None:
-    """Add waiter ``me`` to record ``name``'s line."""
+async def queue(kv: KeyValue, name: str, me: Entry, seen: Seen | None = None) -> None:
+    """Add waiter ``me`` to record ``name``'s line (over the version ``seen`` last
+    saw first: a compare-and-set, so a stale one only loses the race)."""
+    hint = seen.get(name) if seen is not None else None
+    if hint is not None:
+        try:
+            if await write(kv, name, hint[0].adding("q", me), hint[1], seen):
+                return
+        except TIMEOUTS:
+            pass  # it may have landed: adding it again below changes nothing
     deadline = time.monotonic() + PATIENCE
     for _ in range(MAX_TRIES):
         try:  # adding the same entry again changes nothing: a retry is harmless
-            record, rev = await read(kv, name)
-            if await write(kv, name, record.adding("q", me), rev):
+            record, rev = await read(kv, name, seen)
+            if await write(kv, name, record.adding("q", me), rev, seen):
                 return
         except TIMEOUTS:
             if time.monotonic() > deadline:

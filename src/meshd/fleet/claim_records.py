@@ -198,3 +198,43 @@ def plan(keys: Iterable[Key], roots: Iterable[str]) -> list[Step]:
             folder = "file:/" + "/".join(key.parts[:n])
             steps.setdefault((folder, "intent"), Step(record_name(folder), folder, "intent"))
     return sorted(steps.values(), key=lambda s: (s.name, s.role != "hold"))
+
+
+class Seen:
+    """The newest version of each record this host saw (the watch, its own reads and
+    writes): a hint that saves the read before a compare-and-set.
+
+    Only ever trusted to say a record is *free*: the write is a compare-and-set over
+    the revision the hint names, so it lands only if the record is still exactly
+    what was decided on, and a stale hint just loses that race (then the record is
+    read). A hint that something blocks, or that an entry is already there, is
+    confirmed by a read before anything is answered (:meth:`FleetClaims._take`).
+    """
+
+    LIMIT = 10_000
+    """Records kept at most: the bucket keeps every record ever touched."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, tuple[Record, int]] = {}
+
+    def get(self, name: str) -> tuple[Record, int] | None:
+        return self._by_name.get(name)
+
+    def saw(self, name: str, record: Record, revision: int) -> None:
+        """The watch delivered ``record`` at ``revision``: kept unless a newer version
+        is known (the watch may deliver a version older than one this host wrote)."""
+        known = self._by_name.get(name)
+        if known is None or known[1] < revision:
+            self.now(name, record, revision)
+
+    def now(self, name: str, record: Record, revision: int) -> None:
+        """The server just said ``record`` is at ``revision`` (a read, or this host's
+        own write): kept whatever was known (a bucket replaced while the link stayed
+        up starts its revisions again, below the ones seen)."""
+        if name not in self._by_name and len(self._by_name) >= self.LIMIT:
+            self._by_name.clear()
+        self._by_name[name] = (record, revision)
+
+    def forget(self) -> None:
+        """Drop every hint (at a link-up: the bucket may have been replaced)."""
+        self._by_name.clear()

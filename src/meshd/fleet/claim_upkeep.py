@@ -82,6 +82,7 @@ class ClaimUpkeep:
         """At each link-up: keep the lease, reconcile, then watch; until cancelled."""
         while True:
             await self.link.wait_connected()
+            self.claims.seen.forget()  # the bucket may have been replaced meanwhile
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._keep_lease, tg.cancel_scope)
@@ -210,7 +211,7 @@ class ClaimUpkeep:
                 if e.host == self.host and not self.claims.known(e.gid)
             }  # fmt: skip
             if stale:
-                await bucket.drop(kv, name, gid_in(stale))
+                await bucket.drop(kv, name, gid_in(stale), seen=self.claims.seen)
 
     async def _heal(self, sid: str, token: int, mode: Mode, keys: list[Key]) -> None:
         """A set granted local-only: the fleet grants it now (it becomes fleet-wide,
@@ -236,8 +237,10 @@ class ClaimUpkeep:
                     continue
                 if entry is None:
                     continue
+                record, revision = Record.decode(entry.value), entry.revision or 0
+                self.claims.seen.saw(entry.key, record, revision)  # first: who wakes uses it
                 self.claims.wake(entry.key)
-                self._check_losses(entry.key, Record.decode(entry.value), entry.revision or 0)
+                self._check_losses(entry.key, record, revision)
         finally:
             with anyio.CancelScope(shield=True):
                 await watcher.stop()  # type: ignore[no-untyped-call]

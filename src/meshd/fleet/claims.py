@@ -44,6 +44,8 @@ from meshd.fleet.claim_grants import (
 )
 from meshd.fleet.claim_records import (
     Entry,
+    Record,
+    Seen,
     Step,
     blockers,
     plan,
@@ -58,6 +60,10 @@ from meshd.keys import Key
 from meshd.protocol.claims import Mode
 
 log = logging.getLogger("meshd.fleet.claims")
+
+RELEASES_AT_ONCE = 16
+"""Writes of a release (or of the backlog) sent at once: a session that ends with many
+fleet claims does not flood the server."""
 
 BACK_POLL = 0.1
 """Seconds between two looks at the link by a request waiting for the fleet to be back."""
@@ -83,6 +89,8 @@ class FleetClaims:
         """This host's requests in line, by gid (``claim.list`` shows them)."""
         self._backlog: list[tuple[str, Step]] = []
         self._backlog_ready = anyio.Event()
+        self.seen = Seen()
+        """The newest version of each record seen: saves the read before a write."""
         self.high = 0
         """The highest fleet token this host granted or holds: the bucket's revisions
         must be above it (tokens never go back; see :class:`ClaimUpkeep`)."""
@@ -177,17 +185,18 @@ class FleetClaims:
         steps = plan(keys, self.roots)
         done: list[Step] = []
         revs: dict[str, int] = {}
+        value = set_value(keys, session_id, self.host, mode)
+        commit = bucket.Commit(kv, "g." + gid, value, alongside=len(steps) == 1)
         self.inflight.add(gid)
         try:
             for step in steps:
-                blocking, rev = await self._take(kv, step, me, steal)
+                blocking, rev = await self._take(kv, step, me, steal, commit)
                 if blocking:
-                    await bucket.undo(kv, done, gid)
+                    await bucket.undo(kv, done, gid, self.seen)
                     return FleetHeld(tuple((step.resource, e) for e in blocking))
                 done.append(step)
                 revs[step.name] = rev
-            value = set_value(keys, session_id, self.host, mode)
-            token = await bucket.create(kv, "g." + gid, value)
+            token = await commit.token()
             grant = FleetGrant(gid, session_id, mode, token, {k.text: k for k in keys}, revs)
             self.hold(grant)  # before it leaves inflight: never unknown here, so never "dead"
         except BaseException as exc:
@@ -195,9 +204,9 @@ class FleetClaims:
                 self._let_go(session_id, [(r, made.token) for r in made.keys])
             with anyio.CancelScope(shield=True), contextlib.suppress(*NATS_ERRORS):
                 # what fails here is dropped at the next reconcile: no grant knows it
-                if made is not None:
-                    await kv.delete("g." + gid)
-                await bucket.undo(kv, done, gid)
+                if made is not None or commit.tried:
+                    await kv.delete(commit.name)
+                await bucket.undo(kv, done, gid, self.seen)
             if isinstance(exc, NATS_ERRORS):
                 raise FleetDown(describe(exc)) from exc
             raise
@@ -217,23 +226,32 @@ class FleetClaims:
             self.by_claim[(grant.session_id, res)] = grant.gid
 
     async def _take(
-        self, kv: KeyValue, step: Step, me: Entry, steal: bool
+        self, kv: KeyValue, step: Step, me: Entry, steal: bool, commit: bucket.Commit
     ) -> tuple[list[Entry], int]:
         """Write ``me`` into ``step``'s record unless something blocks it: (what blocks
-        it, the revision written)."""
+        it, the revision written).
+
+        The first try decides on the version of the record this host last saw
+        (:class:`Seen`) instead of reading it, when that version says it is free: the
+        write is a compare-and-set over that version's revision, so it lands only if
+        the record is still exactly that. Anything else -- a lost race, a version that
+        blocks or already lists ``me`` -- is decided on a read, as ever."""
         related = self._related(me)
         where: Literal["h", "d"] = "h" if step.role == "hold" else "d"
         deadline = time.monotonic() + PATIENCE
+        hint = self.seen.get(step.name)
         for _ in range(MAX_TRIES):
-            try:
-                record, rev = await bucket.read(kv, step.name)
-            except TIMEOUTS:
-                if time.monotonic() > deadline:
-                    raise
+            look, hint = await self._look(kv, step.name, hint, deadline), None
+            if look is None:
                 continue
+            record, rev, fresh = look
             if any(e.gid == me.gid for e in getattr(record, where)):
-                return [], rev  # a write of ours that timed out did land
+                if fresh:
+                    return [], rev  # a write of ours that timed out did land
+                continue  # only a read may say so
             block = blockers(record, step.role, me, related)
+            if block and not fresh:
+                continue  # only a read may say so
             if block:
                 dead = await self._dead(kv, block)
                 if steal:
@@ -245,7 +263,7 @@ class FleetClaims:
             mine = record.without(lambda e: e.gid == me.gid, "q")
             new = mine.adding(where, replace(me, ticket=0))
             try:
-                written = await bucket.write(kv, step.name, new, rev)
+                written = await commit.with_write(bucket.write(kv, step.name, new, rev, self.seen))
             except TIMEOUTS:  # it may have landed: the next read says
                 if time.monotonic() > deadline:
                     raise
@@ -253,6 +271,20 @@ class FleetClaims:
             if written:
                 return [], written
         raise FleetDown(f"{step.resource}: too many concurrent changes, try again")
+
+    async def _look(
+        self, kv: KeyValue, name: str, hint: tuple[Record, int] | None, deadline: float
+    ) -> tuple[Record, int, bool] | None:
+        """The version of record ``name`` to decide on, and whether it was read now
+        (else it is ``hint``, the one last seen); None when a read timed out."""
+        if hint is not None:
+            return (*hint, False)
+        try:
+            return (*await bucket.read(kv, name, self.seen), True)
+        except TIMEOUTS:
+            if time.monotonic() > deadline:
+                raise
+            return None
 
     # --- waiting ----------------------------------------------------------------------
 
@@ -268,7 +300,7 @@ class FleetClaims:
             me = Entry(gid, session_id, self.host, mode, ticket)
             for step in plan(keys, self.roots):
                 if step.role == "hold":
-                    await bucket.queue(kv, step.name, me)
+                    await bucket.queue(kv, step.name, me, self.seen)
         except BaseException as exc:
             self._waiters.pop(gid, None)
             if isinstance(exc, NATS_ERRORS):
@@ -385,22 +417,39 @@ class FleetClaims:
             self._backlog_ready.set()
 
     async def _do(self, work: list[tuple[str, Step]]) -> None:
-        """Write releases to the bucket; what fails (a timeout, the link down) goes to
-        the backlog, which tries again while the link is up: other hosts would see the
-        entries as held until then. (A link that drops leaves it to the reconcile.)"""
-        done = 0
+        """Write releases to the bucket, all at once (a commit record's delete is sent
+        before its entries' removals, though either alone ends its token: validate
+        needs both); what fails (a timeout, the link down) goes to the backlog, which
+        tries again while the link is up: other hosts would see the entries as held
+        until then. (A link that drops leaves it to the reconcile.)"""
+        failed: dict[int, str] = {}  # index in work -> why
+        limit = anyio.CapacityLimiter(RELEASES_AT_ONCE)
+
+        async def one(kv: KeyValue, i: int, gid: str, step: Step) -> None:
+            try:
+                async with limit:
+                    await self._undo_one(kv, gid, step)
+            except FLEET_ERRORS as exc:
+                failed[i] = describe(exc)
+
         try:
             kv = await bucket.open_bucket(self.link)
-            for gid, step in work:
-                if step in (COMMIT_RECORD, WAIT_RECORD):
-                    await kv.delete(step.name + gid)
-                else:
-                    await bucket.undo(kv, [step], gid)
-                done += 1
         except FLEET_ERRORS as exc:
-            log.info("fleet: releasing: %s (tried again)", describe(exc))
-            self._backlog.extend(work[done:])
+            failed = dict.fromkeys(range(len(work)), describe(exc))
+        else:
+            async with anyio.create_task_group() as tg:
+                for i, (gid, step) in enumerate(work):
+                    tg.start_soon(one, kv, i, gid, step)
+        if failed:
+            log.info("fleet: releasing: %s (tried again)", next(iter(failed.values())))
+            self._backlog.extend(work[i] for i in sorted(failed))
             self._backlog_ready.set()
+
+    async def _undo_one(self, kv: KeyValue, gid: str, step: Step) -> None:
+        if step in (COMMIT_RECORD, WAIT_RECORD):
+            await kv.delete(step.name + gid)
+        else:
+            await bucket.undo(kv, [step], gid, self.seen)
 
     async def _drain_backlog(self) -> None:
         while True:

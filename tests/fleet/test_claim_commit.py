@@ -1,0 +1,167 @@
+"""Fleet claims decided on the last version seen, with the commit record sent along
+(docs/FLEET.md, "Acquire"; docs/PERFORMANCE.md, "Fleet claims, second pass").
+
+A claim no longer reads a record this host has seen before writing it, and a set of
+one record sends its commit record beside the record's compare-and-set; a release
+sends its writes together. The compare-and-set still decides: two hosts racing for
+one key get one grant, a stale version only loses its race, a commit sent beside a
+write that lost is never kept, and a release still wakes another host's waiter.
+Real nats-server, real meshd per host; no timing asserts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from tests.fleet.conftest import HostFactory, NatsServer
+from tests.fleet.test_claims import Background, acquire, register, release, waiting_on
+from tests.support import wait_for
+
+
+def test_two_hosts_racing_for_one_key_get_exactly_one_grant(fleet_hosts: HostFactory) -> None:
+    """Round after round both hosts ask for the same key at once (each has seen its
+    record free, the last round's release): one grant, one ``held``, tokens grow."""
+    h1, h2 = fleet_hosts(2)
+    sids = {h1.name: register(h1), h2.name: register(h2)}
+    last = 0
+
+    def ask(h: Any, start: threading.Barrier, got: dict[str, dict[str, Any]]) -> None:
+        start.wait()
+        got[h.name] = acquire(h, sids[h.name], "box:race")
+
+    for _ in range(12):
+        start = threading.Barrier(2)
+        got: dict[str, dict[str, Any]] = {}
+        threads = [threading.Thread(target=ask, args=(h, start, got)) for h in (h1, h2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        winners = [name for name, r in got.items() if r["status"] == "granted"]
+        assert len(winners) == 1, got
+        loser = next(name for name in got if name not in winners)
+        assert got[loser]["status"] == "held", got
+        assert [x["host"] for x in got[loser]["holders"]] == winners
+        token = got[winners[0]]["token"]
+        assert token > last
+        last = token
+        host = h1 if winners[0] == h1.name else h2
+        release(host, sids[host.name], "box:race")
+
+
+def test_a_record_seen_free_and_taken_since_is_held(fleet_hosts: HostFactory) -> None:
+    """h2 last saw the record free (its own release); h1 takes the key; h2's claim
+    is ``held`` by h1 whatever h2 saw, then granted above h1's token once h1 lets go."""
+    h1, h2 = fleet_hosts(2)
+    a, b = register(h1), register(h2)
+    for _ in range(3):
+        first = acquire(h2, b, "account:seen")
+        assert first["status"] == "granted"
+        release(h2, b, "account:seen")
+        mine = acquire(h1, a, "account:seen")
+        assert mine["status"] == "granted"
+        assert mine["token"] > first["token"]
+        held = acquire(h2, b, "account:seen")
+        assert held["status"] == "held", held
+        assert [(x["session_id"], x["host"]) for x in held["holders"]] == [(a, "h1")]
+        release(h1, a, "account:seen")
+        again = acquire(h2, b, "account:seen")
+        assert again["status"] == "granted", again
+        assert again["token"] > mine["token"]
+        release(h2, b, "account:seen")
+
+
+def test_releasing_a_set_wakes_waiters_on_each_of_its_keys(fleet_hosts: HostFactory) -> None:
+    """A set of two records is released in one go (the commit record's delete and
+    both removals sent together): a waiter on another host for each key is granted."""
+    h1, h2 = fleet_hosts(2)
+    a, b, c = register(h1), register(h2), register(h2)
+    held = acquire(h1, a, "box:x", "box:y")
+    assert held["status"] == "granted"
+    wb = Background(h2, b, "box:x", wait=30)
+    wc = Background(h2, c, "box:y", wait=30)
+    wait_for(lambda: sorted(waiting_on(h2)) == sorted([b, c]), what="both waiters in line")
+    release(h1, a)
+    got_b, got_c = wb.result(), wc.result()
+    assert got_b["status"] == got_c["status"] == "granted", (got_b, got_c)
+    assert got_b["token"] > held["token"]
+    assert got_c["token"] > held["token"]
+    old = h1.call("claim.validate", {"resource": "box:x", "token": held["token"]})
+    assert old["valid"] is False
+    assert waiting_on(h2) == []
+
+
+def test_a_commit_sent_beside_a_write_that_lost_is_not_kept(nats_server: NatsServer) -> None:
+    """The commit record sent along with a record's compare-and-set that lost its
+    race is deleted; the token made once the entry is in is above the record's
+    revision (a kept one could be below a holder's who came in between)."""
+    import nats
+    from nats.js.api import KeyValueConfig, StorageType
+
+    from meshd.fleet.claim_bucket import Commit, read, write
+    from meshd.fleet.claim_records import Entry, Record
+
+    async def go() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            js = nc.jetstream()
+            kv = await js.create_key_value(
+                KeyValueConfig(bucket="commit_test", storage=StorageType.FILE, history=1)
+            )
+            rev = await kv.put("k.a", b"{}")
+            other = Record().adding("h", Entry("h9-1", "s9", "h9", "exclusive"))
+            moved = await write(kv, "k.a", other, rev)  # someone came in between
+            assert moved > rev
+            mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
+            commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
+            assert await commit.with_write(write(kv, "k.a", mine, rev)) == 0  # stale: lost
+            assert commit.tried
+            record, now = await read(kv, "k.a")
+            assert record == other
+            try:
+                await kv.get("g.h1-1")
+            except nats.js.errors.KeyNotFoundError:
+                pass
+            else:
+                raise AssertionError("the commit sent with the lost write is still there")
+            free = await write(kv, "k.a", mine, now)  # the next try lands
+            assert free
+            token = await commit.token()
+            assert token > free > moved
+            assert (await kv.get("g.h1-1")).revision == token
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def test_a_commit_sent_beside_a_write_that_landed_is_the_token(nats_server: NatsServer) -> None:
+    """The common case: the commit rides along and its revision is the token, above
+    the version the write was decided on."""
+    import nats
+    from nats.js.api import KeyValueConfig, StorageType
+
+    from meshd.fleet.claim_bucket import Commit, write
+    from meshd.fleet.claim_records import Entry, Record
+
+    async def go() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            js = nc.jetstream()
+            kv = await js.create_key_value(
+                KeyValueConfig(bucket="commit_test", storage=StorageType.FILE, history=1)
+            )
+            rev = await kv.put("k.a", b"{}")
+            mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
+            commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
+            written = await commit.with_write(write(kv, "k.a", mine, rev))
+            assert written > rev
+            token = await commit.token()
+            assert token > rev
+            assert (await kv.get("g.h1-1")).revision == token
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
