@@ -137,6 +137,40 @@ def test_a_commit_sent_beside_a_write_that_lost_is_not_kept(nats_server: NatsSer
     asyncio.run(go())
 
 
+def test_a_commit_whose_delete_did_not_land_is_not_adopted(nats_server: NatsServer) -> None:
+    """The commit sent beside a write that lost is still there (its delete timed out
+    and did not land): the token made once the entry is in is a new version of it,
+    above the entry, not the old revision a create would adopt."""
+    import nats
+    from nats.js.api import KeyValueConfig, StorageType
+
+    from meshd.fleet.claim_bucket import Commit, write
+    from meshd.fleet.claim_records import Entry, Record
+
+    async def go() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            js = nc.jetstream()
+            kv = await js.create_key_value(
+                KeyValueConfig(bucket="commit_test", storage=StorageType.FILE, history=1)
+            )
+            rev = await kv.put("k.a", b"{}")
+            moved = await write(kv, "k.a", Record(), rev)
+            mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
+            commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
+            assert await commit.with_write(write(kv, "k.a", mine, rev)) == 0
+            stale = await kv.put("g.h1-1", b"{}")  # as if the delete had not landed
+            free = await write(kv, "k.a", mine, moved)
+            assert free > stale
+            token = await commit.token()
+            assert token > free
+            assert (await kv.get("g.h1-1")).revision == token
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
 def test_a_commit_sent_beside_a_write_that_landed_is_the_token(nats_server: NatsServer) -> None:
     """The common case: the commit rides along and its revision is the token, above
     the version the write was decided on."""

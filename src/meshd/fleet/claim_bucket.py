@@ -207,8 +207,18 @@ class Commit:
             raise self._failed
         if self._token:
             return self._token
-        self.tried = True
-        return await create(self.kv, self.name, self.value)
+        if not self.tried:
+            self.tried = True
+            return await create(self.kv, self.name, self.value)
+        # One was sent along and not kept; its delete may not have landed, and create
+        # would adopt it, revision and all: a new version of it gets a new revision.
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:  # a try that timed out and lands after all lands before the next one
+                return int(await self.kv.put(self.name, self.value))
+            except TIMEOUTS:
+                if time.monotonic() > deadline:
+                    raise
 
 
 async def undo(kv: KeyValue, steps: Iterable[Step], gid: str, seen: Seen | None = None) -> None:
