@@ -161,6 +161,57 @@ class TestMessages:
         assert left == [2, 5]
 
 
+def broadcast_items() -> list[Message]:
+    """A broadcast's items as the mailbox makes them (one queued, the rest delivered at
+    once to a subscriber), and some that changed since or never shared its shape."""
+    at = 1796000000.123456789  # a time with every bit of a double in use
+    shared = dict(sender="a", kind="broadcast", text='rebasing "main" — ünïcode\n', created_at=at)
+    items = [
+        Message(id=10 + i, to=f"s{i}", state="delivered", delivered_at=at, **shared)  # type: ignore[arg-type]
+        for i in range(6)
+    ]
+    items[1] = Message(id=11, to='odd "sid" \\ é', **shared)  # type: ignore[arg-type]
+    items[2].state, items[2].read_at = "read", at + 1  # read before the writer ran
+    items[3].delivered_at = at + 0.5
+    items[4] = Message(id=14, to="s4", sender="a", kind="broadcast", text="other", created_at=at)
+    return items
+
+
+ALL_COLUMNS = "SELECT *, typeof(created_at), typeof(delivered_at), typeof(read_at) FROM messages"
+
+
+class TestPutMany:
+    @pytest.mark.parametrize("json_rows", [True, False], ids=["json_each", "row_by_row"])
+    async def test_the_same_rows_as_one_put_each(
+        self, db_path: Path, json_rows: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """``message.put_many`` stores exactly the rows one ``message.put`` each would:
+        every column bit for bit (times stay REAL, never rounded through JSON text), odd
+        items included, with or without SQLite's JSON functions."""
+        monkeypatch.setattr(sm.SQLITE, "json_each", json_rows)
+        each = db_path.with_name("each.sqlite3")
+        await commit(db_path, [("message.put_many", tuple(broadcast_items()))])
+        await commit(each, [("message.put", m) for m in broadcast_items()])
+        with read(db_path) as db, read(each) as db_each:
+            rows = db.execute(ALL_COLUMNS + " ORDER BY id").fetchall()
+            rows_each = db_each.execute(ALL_COLUMNS + " ORDER BY id").fetchall()
+
+        assert len(rows) == 6
+        assert rows == rows_each
+        assert [r[0] for r in rows] == list(range(10, 16))
+
+    async def test_a_broadcast_restores_as_it_was(self, db_path: Path) -> None:
+        """Stored in one statement, each item comes back to its own session's inbox,
+        with its own id, state and time."""
+        items = broadcast_items()
+        await commit(db_path, [("message.put_many", tuple(items))])
+        with read(db_path) as db:
+            back = {m.id: m for m in sm.restore(db, items[0].created_at).messages}
+
+        unread = [m for m in items if m.state != "read"]
+        assert [back[m.id] for m in unread] == unread
+
+
 class TestHandoffs:
     async def test_list_mine_and_unaddressed_or_all(self, db_path: Path) -> None:
         """``handoff list`` shows to-me, by-me and unaddressed; ``all`` shows every one."""

@@ -563,8 +563,9 @@ class TestBroadcast:
         assert [m.to for m in out.messages] == ["c", "d", "e"]
 
     def test_items_are_those_one_put_each_would_make(self, clock: ManualClock) -> None:
-        """A broadcast puts its items in one go: the same messages, writes and pushes,
-        in the same order, as one put_item per recipient (subscribed ones delivered)."""
+        """A broadcast puts its items in one go: the same messages and pushes, in the
+        same order, as one put_item per recipient (subscribed ones delivered); their
+        rows go as one ``message.put_many`` of exactly those items."""
         one, each = make(clock, "a", "b", "c", "d"), make(clock, "a", "b", "c", "d")
         for box in (one, each):
             box.subscribe("c", 7)
@@ -573,8 +574,25 @@ class TestBroadcast:
 
         assert out.messages == made
         assert [m.state for m in made] == ["queued", "delivered", "queued"]
-        assert one.drain() == each.drain()
-        assert one.unread("c") == each.unread("c")
+        (writes, pushes), (writes_each, pushes_each) = one.drain(), each.drain()
+        assert writes == [("message.put_many", tuple(made))]
+        assert writes_each == [("message.put", m) for m in made]
+        assert pushes == pushes_each
+        assert [one.unread(sid) for sid in "bcd"] == [each.unread(sid) for sid in "bcd"]
+
+    def test_a_refused_broadcast_leaves_no_item(self, clock: ManualClock) -> None:
+        """Writes the disk refused are forgotten: a broadcast's items leave every inbox
+        and the reply index, and the unread counts are as before it."""
+        mb = make(clock, "a", "b", "c", "d")
+        kept = mb.send("b", "c", "before")
+        mb.drain()
+        mb.broadcast("a", "refused")
+        writes, _ = mb.drain()
+        mb.forget(writes)
+
+        assert [m.id for m in mb.unread("c")] == [kept.id]
+        assert [mb.unread_count(sid) for sid in "bcd"] == [0, 1, 0]
+        assert mb.reply_target("b", writes[0][1][0].id) is None
 
     def test_collect_skips_the_senders_chain(self, mb: Mailbox) -> None:
         """A collected broadcast made while answering never asks back up the chain."""

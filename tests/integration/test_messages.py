@@ -386,6 +386,54 @@ class TestBroadcastAndHandoffs:
         assert got == {"b": "session", "c3": "status"}
         assert sorted(out["recipients"]) == ["b", "c3"]
 
+    def test_broadcast_to_many_gives_each_its_own_item(
+        self, daemon: DaemonHandle, c: Client
+    ) -> None:
+        """A broadcast to many sessions, half of them subscribed: each recipient gets one
+        item with an id of its own (pushed once to a subscriber and delivered; queued for
+        the rest), a session refusing messages gets nothing, and every item is durable
+        as it was acknowledged (the same inboxes after kill -9)."""
+        sids = [f"r{i:02d}" for i in range(40)]
+        for sid in sids:
+            register(c, sid, accept_messages=sid != "r04")
+        subs = {sid: Client(daemon) for sid in sids[::2]}
+        for sid, sc in subs.items():
+            assert sc.call("events.subscribe", session_id=sid)["unread"] == 0
+        out = c.call("broadcast.send", session_id="a", text='rebasing "main" \u00e9')
+        ids = dict(zip(out["recipients"], out["message_ids"], strict=True))
+        for sc in subs.values():
+            sc.call("mesh.ping")  # every event pushed before the broadcast's reply is in
+        pushed = {sid: sc.events for sid, sc in subs.items()}
+        states = c.call("message.status", session_id="a", ids=list(ids.values()))["states"]
+        inboxes = {sid: c.call("message.inbox", session_id=sid, peek=True) for sid in ["b", *sids]}
+        for sc in subs.values():
+            sc.close()
+        daemon.kill()
+        daemon.start()
+        c2 = Client(daemon)
+        after = {sid: c2.call("message.inbox", session_id=sid, peek=True)["items"] for sid in ids}
+        c2.close()
+
+        assert sorted(ids) == sorted(["b", *sids[:4], *sids[5:]])
+        assert out["skipped"] == {"r04": "does not accept messages"}
+        assert len(set(ids.values())) == len(ids)
+        for sid, events in pushed.items():
+            if sid == "r04":
+                assert events == []
+                continue
+            assert [(e["kind"], e["session_id"], e["to"], e["id"], e["from"]) for e in events] == [
+                ("broadcast", sid, sid, ids[sid], "a")
+            ]
+            assert (events[0]["state"], events[0]["text"]) == ("delivered", 'rebasing "main" é')
+        for sid, inbox in inboxes.items():
+            want = [] if sid == "r04" else [(ids[sid], "a", "broadcast")]
+            assert [(i["id"], i["from"], i["kind"]) for i in inbox["items"]] == want
+            assert inbox["unread"] == len(want)
+        assert states == {
+            str(i): "delivered" if sid in subs else "queued" for sid, i in ids.items()
+        }
+        assert after == {sid: inboxes[sid]["items"] for sid in ids}
+
     def test_path_broadcast(self, c: Client) -> None:
         """--path reaches only sessions whose cwd overlaps it."""
         out = c.call("broadcast.send", session_id="a", text="touching /tmp/x", path="/tmp/x")

@@ -206,14 +206,16 @@ class ItemStore:
     def put_broadcast(self, sender: str, recipients: Sequence[str], text: str) -> list[Message]:
         """:meth:`put_item` of kind ``broadcast`` to each of ``recipients``, in order.
 
-        The same items, writes and pushes as one :meth:`put_item` each, with what they
-        share (the time, the sender's framing, the formatted time) worked out once: a
-        broadcast to 1,000 sessions is on the event loop while it runs.
+        The same items and pushes as one :meth:`put_item` each, with what they share
+        (the time, the sender's framing, the formatted time) worked out once: a
+        broadcast to 1,000 sessions is on the event loop while it runs. Their rows go
+        as one write, ``("message.put_many", items)``, which the store makes one
+        statement (:func:`meshd.store.messages.write_messages`): the same rows.
         """
         now, mono = self.mb.clock.now(), self.mb.clock.monotonic()
         created, frame = rfc3339(now), framing(sender)
         subscribers, inbox, recent = self.channels.subscribers, self._inbox, self._recent
-        order, writes, events = self._recent_order, self.mb.writes, self.mb.events
+        order, events = self._recent_order, self.mb.events
         out = []
         for to in recipients:
             m = Message(
@@ -228,13 +230,14 @@ class ItemStore:
             box[m.id] = m
             recent[m.id] = _Sent(sender, to, 1, mono)
             order.append(m.id)
-            writes.append(("message.put", m))
             event = BroadcastEvent(
                 session_id=to, id=m.id, from_=sender, text=text, created_at=created,
                 state=m.state, reply_to=None, to=to, framing=frame,
             )  # fmt: skip
             events.append(Push(to, event))
             out.append(m)
+        if out:
+            self.mb.writes.append(("message.put_many", tuple(out)))
         return out
 
     def unread_count(self, sid: str) -> int:
@@ -331,6 +334,14 @@ class ItemStore:
                 self._mark_read(box, m, now, stored=stored)
                 done.append(i)
         return done
+
+    def discard_many(self, items: Iterable[Message]) -> None:
+        """:meth:`discard` of items whose addressee is known: one inbox each, not all."""
+        for m in items:
+            self._recent.pop(m.id, None)
+            box = self._inbox.get(m.to)
+            if box is not None:
+                box.pop(m.id, None)
 
     def discard(self, msg_id: int) -> None:
         """Forget a new item whose storage failed: it was never acknowledged."""

@@ -18,11 +18,11 @@ The parts' methods are reachable from the mailbox too (``mb.send``, ``mb.ask`` â
 
 * Every durable change is appended to :attr:`Mailbox.writes` as a tuple the store
   maps to SQL (:mod:`meshd.store.messages`): ``("message.put", Message)``,
-  ``("message.state", id, state, at)``, ``("handoff.put", Handoff)``,
-  ``("message.prune", cutoff)``. Every push is appended to :attr:`Mailbox.events`
-  as a :class:`~meshd.core.mail_records.Push` for the session's subscribers.
-  :meth:`Mailbox.drain` hands both over; the service commits the writes before it
-  replies.
+  ``("message.put_many", items)`` (a broadcast's), ``("message.state", id, state, at)``,
+  ``("handoff.put", Handoff)``, ``("message.prune", cutoff)``. Every push is
+  appended to :attr:`Mailbox.events` as a :class:`~meshd.core.mail_records.Push` for
+  the session's subscribers. :meth:`Mailbox.drain` hands both over; the service
+  commits the writes before it replies.
 * Memory holds only what is still moving: unread items, pending queries, a small
   index of recent messages for the reply cap, and each session's latest handoffs.
   Read items and history live in SQLite only.
@@ -124,6 +124,8 @@ class Mailbox:
         for w in refused:
             if w[0] == "message.put":
                 self.items.discard(w[1].id)
+            elif w[0] == "message.put_many":
+                self.items.discard_many(w[1])
             elif w[0] == "handoff.put":
                 self.handoffs.discard_handoff(w[1])
 

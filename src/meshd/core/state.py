@@ -147,6 +147,7 @@ class MeshState:
         created (a steal that is given back must not leave its loss notice behind)."""
         self.mailbox.forget(refused)
         gone = {w[1].id for w in refused if w[0] == "message.put"}
+        gone.update(m.id for w in refused if w[0] == "message.put_many" for m in w[1])
         for sid, recent in self.losses.items():
             if any(e.id in gone for e in recent):
                 self.losses[sid] = deque((e for e in recent if e.id not in gone), RECENT_LOSSES)

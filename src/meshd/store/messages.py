@@ -82,6 +82,72 @@ def write_message(db: sqlite3.Connection, m: Message) -> None:
     )  # fmt: skip
 
 
+_PUT_MANY = (
+    f"INSERT OR REPLACE INTO messages({_MESSAGE_COLUMNS}) "
+    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?1, ?2, ?3, ?4, "
+    "json_extract(value, '$[2]'), ?5, ?6, "
+    "CASE WHEN json_extract(value, '$[2]') = 'queued' THEN NULL ELSE ?4 END, NULL "
+    "FROM json_each(?7)"
+)
+
+
+class _Sqlite:
+    """What this SQLite can do, learnt on first use."""
+
+    json_each = True
+    """Whether it has ``json_each`` (JSON1: built in since 3.38, and in the builds Python
+    ships); without it :func:`write_messages` writes row by row."""
+
+
+SQLITE = _Sqlite()
+
+
+def write_messages(db: sqlite3.Connection, ms: Sequence[Message]) -> None:
+    """New items that share their sender, kind, text and time (a broadcast's): the same
+    rows as :func:`write_message` each, in one statement.
+
+    What differs between them (id, addressee, state) goes in as one JSON array and
+    the rest is bound once: a broadcast to 1,000 sessions bound 11,000 parameters
+    one row at a time, half of the writer's time for it (bench: broadcast). Times
+    stay bound floats, never JSON text, so they are stored bit for bit. An item that
+    does not fit the shared shape (changed since it was made: read, say) is written
+    on its own, as before.
+    """
+    if len(ms) < 2 or not SQLITE.json_each:
+        for m in ms:
+            write_message(db, m)
+        return
+    first = ms[0]
+    sender, kind, text, created = first.sender, first.kind, first.text, first.created_at
+    reply_to, depth = first.reply_to, first.depth
+    rows: list[tuple[int, str, str]] = []
+    odd: list[Message] = []
+    for m in ms:
+        if (
+            m.sender == sender and m.kind == kind and m.text == text
+            and m.created_at == created and m.reply_to == reply_to and m.depth == depth
+            and m.read_at is None
+            and m.delivered_at == (None if m.state == "queued" else created)
+        ):  # fmt: skip
+            rows.append((m.id, m.to, m.state))
+        else:
+            odd.append(m)
+    try:
+        if rows:
+            db.execute(_PUT_MANY, (sender, kind, text, created, reply_to, depth, _json(rows)))
+    except sqlite3.OperationalError as exc:
+        if "json" not in str(exc):  # a full disk, not a missing JSON1: the commit fails
+            raise
+        SQLITE.json_each = False
+        odd = list(ms)
+    for m in odd:
+        write_message(db, m)
+
+
+def _json(rows: list[tuple[int, str, str]]) -> str:
+    return _encode(rows).decode()
+
+
 def write_state(db: sqlite3.Connection, msg_id: int, state: ItemState, at: float) -> None:
     # A state never goes back: once read, later "delivered" writes change nothing.
     db.execute(

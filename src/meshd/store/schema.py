@@ -41,6 +41,7 @@ WRITERS: dict[str, Writer] = {
     "audit.prune": claims.prune_audit,
     "fencing.reserve": claims.write_fencing,
     "message.put": messages.write_message,
+    "message.put_many": messages.write_messages,
     "message.state": messages.write_state,
     "handoff.put": messages.write_handoff,
     "message.prune": messages.write_prune,
