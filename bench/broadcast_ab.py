@@ -40,7 +40,8 @@ from bench.targets import register_many
 
 
 def start(place: Place, label: str, tree: Any) -> tuple[Proc, str]:
-    env = place.env(label)
+    # one caster sends every broadcast: more than the default 30 a minute
+    env = place.env(label, "[defaults]\nmessage_budget_per_minute = 100000\n")
     env["PYTHONPATH"] = f"{tree / 'src'}:{ROOT}"
     argv = [PYTHON, "-m", "meshd", "run", "--profile", "bench", "--log-level", "warning"]
     proc = Proc(argv, env, place.root / f"{label}.log")
@@ -96,6 +97,11 @@ def main(argv: list[str]) -> None:
                     cpu.setdefault(label, []).append((cpu_ns(proc.pid) - c0) / each)
                     out.setdefault(label, []).extend(times)
             print(f"round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
+    except BaseException:
+        for label in daemons:  # what the daemons said, before their folder goes
+            log = place.root / f"{label}.log"
+            print(f"--- {label}'s log:", log.read_text()[-3000:] if log.exists() else "")
+        raise
     finally:
         for s in echo_subs:
             s.close()
