@@ -601,7 +601,7 @@ class TestSync:
         still = ok(mc(daemon, "inbox", "--json", session="b")).json()
 
         assert human.out.startswith("Sync for b (profile test):")
-        assert "- a — refactor auth" in human.out
+        assert "- a (shell) — refactor auth" in human.out  # the id does not say its source
         assert "    holds port:8080 (exclusive" in human.out
         assert "— dev server" in human.out
         assert "(you)" in human.out

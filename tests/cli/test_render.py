@@ -45,6 +45,7 @@ class TestDescribe:
         """Unknown folder and branch are left out, not printed as None."""
         s = session(
             session_id="cron:finance-daily",
+            source="cron",
             task="importing transactions",
             status="tool-running",
             age_s=42,
@@ -58,6 +59,7 @@ class TestDescribe:
         """A session waiting for its user shows its last task; stale is marked at the end."""
         s = session(
             session_id="gateway:telegram:home",
+            source="gateway:telegram",
             status="waiting-for-user",
             task="summarised IBKR runtime status",
             age_s=150,
@@ -84,7 +86,7 @@ class TestRenderList:
         lines = text.splitlines()
         assert lines[0] == "Active sessions (profile work):"
         assert len(lines) == 3
-        assert lines[2].startswith("- x — b")
+        assert lines[2].startswith("- x (cli) — b")  # an id that does not say its source
 
     def test_empty(self) -> None:
         """No sessions: one line."""

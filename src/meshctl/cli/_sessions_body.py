@@ -47,8 +47,21 @@ def describe(session: Mapping[str, Any], home: str | None = None, *, host: bool 
         parts.append(f"idle {_time.age(float(session.get('idle_s') or 0))}")
     else:
         parts.append(f"{_time.age(float(session.get('age_s') or 0))} ago")
-    line = f"- {session.get('session_id', '?')} — {', '.join(parts)}"
+    line = f"- {session.get('session_id', '?')}{sourced(session)} — {', '.join(parts)}"
     return f"{line}  [stale]" if session.get("stale") else line
+
+
+def sourced(session: Mapping[str, Any]) -> str:
+    """`` (gateway:telegram)`` after an id that does not already say its source.
+
+    Ids the mesh makes (``cli:20261129-1f3a9c``) and most chosen ones
+    (``gateway:telegram:home``) start with their source; a Hermes session's id is
+    Hermes's own (``20261201_101010_ab12cd``), so a CLI and a gateway chat looked
+    alike. The source is added only where the id does not say it."""
+    sid, source = str(session.get("session_id") or ""), str(session.get("source") or "")
+    if not source or sid == source or sid.startswith(source + ":"):
+        return ""
+    return f" ({source})"
 
 
 def ranked(session: Mapping[str, Any]) -> str:

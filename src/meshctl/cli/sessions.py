@@ -12,6 +12,10 @@ behind it), one line a session (wrapped here)::
 
 Decisions:
 
+- an id that does not start with its session's source (a Hermes session's id is
+  Hermes's own) is followed by the source in brackets, ``20261201_101010_ab12cd
+  (gateway:telegram)``, so a CLI and a gateway chat do not look alike; ids that
+  say it already (``cli:…``, ``gateway:telegram:home``) are shown as they are;
 - the task comes first, as the thing a person scans for ("no task" when empty);
 - ``in <cwd>`` (home folder written ``~``) and ``branch <b>`` follow when known;
 - ``status: <status>``, with the last reported activity in brackets when the
