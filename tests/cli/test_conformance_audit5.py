@@ -5,7 +5,7 @@ defect found that way (docs/CONFORMANCE.md)."""
 from __future__ import annotations
 
 from .conftest import Meshctl
-from .test_conformance_audit import Daemon, ok, register  # the first audit's helpers
+from .test_conformance_audit import Daemon, MeshEnv, as_, ok, register  # first audit's
 
 
 def test_sessions_active_names_the_source_an_id_does_not_say(
@@ -27,3 +27,32 @@ def test_sessions_active_names_the_source_an_id_does_not_say(
     assert {s["session_id"]: s["source"] for s in listed}["20261201_101010_ab12cd"] == (
         "gateway:telegram"
     )
+
+
+class TestDisabledSaysNothingWasRecorded:
+    """SPEC §2: with ``enabled = false`` the daemon records nothing. ``notes add`` said
+    ``Noted (#0, note).``, ``board post`` ``Posted progress on the board of .``, ``board
+    changed`` ``Recorded 0 changed files in ?.``: a user's words silently dropped behind
+    a success line. Each says on stderr that the mesh is disabled and nothing was
+    recorded, prints no success line, and still exits 0 (a no-op, as ``claim``)."""
+
+    def test_notes_and_board_writes(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        register(meshctl, daemon, "cli:w")
+        mesh_env.write_config("[defaults]\nenabled = false\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        env = as_(daemon, "cli:w")
+
+        for args in (
+            ("notes", "add", "remember this"),
+            ("board", "post", "progress", "step 1", "--project", "p"),
+            ("board", "changed", "/tmp/x/a.py"),
+            ("board", "touch", "/tmp/x/a.py", "--read"),
+            ("board", "watch", "/tmp/x"),
+        ):
+            run = ok(meshctl(*args, env=env))
+            assert "the mesh is disabled" in run.err, run
+            assert "nothing was recorded" in run.err, run
+            assert run.out == "", run
+            assert ok(meshctl(*args, "--json", env=env)).json()["disabled"] is True

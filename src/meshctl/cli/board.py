@@ -28,7 +28,7 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output, _time
+from meshctl.cli import _claims_body, _output, _time
 from meshctl.cli._context import Group, common_options, get_state
 
 #: Old names that still work, hidden from the help: ``changes`` differed from
@@ -116,7 +116,8 @@ def changed(paths: tuple[str, ...], summary: str) -> None:
     if summary:
         params["summary"] = summary
     result = state.call("board.changed", params)
-    _output.emit(state.json, result, lambda: render_changed(_output.clean(result)))
+    human = None if off(result) else lambda: render_changed(_output.clean(result))
+    _output.emit(state.json, result, human)
 
 
 @board.command("files")
@@ -240,7 +241,8 @@ def post(kind: str, text: tuple[str, ...], project: str | None) -> None:
     }  # fmt: skip
     result = state.call("board.post", params)
     where = _output.clean(_output.tilde(result.get("project")) or result.get("project"))
-    _output.emit(state.json, result, lambda: f"Posted {kind} on the board of {where}.")
+    human = None if off(result) else f"Posted {kind} on the board of {where}."
+    _output.emit(state.json, result, human)
 
 
 @board.command()
@@ -276,6 +278,12 @@ def watch(paths: tuple[str, ...], stop: bool) -> None:
     _mark("board.watch", paths, stop=stop, verb="no longer watching" if stop else "watching")
 
 
+def off(result: Any) -> bool:
+    """The mesh is switched off (SPEC §2): the daemon recorded nothing, so say that on
+    stderr instead of a success line naming an empty board (``Posted … of .``)."""
+    return _claims_body.disabled(result, "nothing was recorded")
+
+
 def _mark(method: str, paths: tuple[str, ...], *, stop: bool, verb: str) -> None:
     state = get_state()
     params: dict[str, Any] = {
@@ -285,4 +293,4 @@ def _mark(method: str, paths: tuple[str, ...], *, stop: bool, verb: str) -> None
         params["stop"] = True
     result = state.call(method, params)
     shown = ", ".join(_output.clean(_output.tilde(p) or p) for p in result.get("paths") or [])
-    _output.emit(state.json, result, lambda: f"Recorded: {verb} {shown}.")
+    _output.emit(state.json, result, None if off(result) else f"Recorded: {verb} {shown}.")

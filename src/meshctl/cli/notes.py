@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from meshctl.cli import _output, _time
+from meshctl.cli import _claims_body, _output, _time
 from meshctl.cli._context import common_options, get_state
 
 
@@ -59,7 +59,8 @@ def add(text: tuple[str, ...], private: bool) -> None:
     params = {"session_id": state.require_session(), "text": " ".join(text), "private": private}
     result = state.call("notes.add", params)
     kind = "private note" if private else "note"
-    _output.emit(state.json, result, lambda: f"Noted (#{result.get('id')}, {kind}).")
+    off = _claims_body.disabled(result, "nothing was recorded")  # not "Noted (#0, note)."
+    _output.emit(state.json, result, None if off else f"Noted (#{result.get('id')}, {kind}).")
 
 
 @notes.command(name="list")
