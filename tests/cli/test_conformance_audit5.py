@@ -56,3 +56,52 @@ class TestDisabledSaysNothingWasRecorded:
             assert "nothing was recorded" in run.err, run
             assert run.out == "", run
             assert ok(meshctl(*args, "--json", env=env)).json()["disabled"] is True
+
+
+def test_mesh_disabled_error_says_how_to_switch_it_on(
+    meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+) -> None:
+    """SPEC §9 exit 1: "the message says what and what to do". ``send`` while disabled
+    said the same thing twice ("disabled in config (enabled = false)" / "switched off
+    (enabled = false in config.toml)"); the hint now says how to switch it on."""
+    register(meshctl, daemon, "cli:a")
+    mesh_env.write_config("[defaults]\nenabled = false\n")
+    ok(meshctl("daemon", "reload", env=daemon.env))
+
+    run = meshctl("send", "cli:a", "hi", env=as_(daemon, "cli:a"))
+
+    assert run.code == 1, run
+    assert "meshctl daemon reload" in run.err, run
+
+
+class TestRefusalsInPlainWords:
+    """SPEC §9 exit 2: a usage error says what is wrong with what the user typed. The
+    daemon's schema words came through as "is not in the accepted form" (which form?)
+    and "Object missing required field reason" (for ``--reason ''``)."""
+
+    def test_a_value_with_a_space_says_no_spaces(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        register(meshctl, daemon, "cli:a")
+        for args in (
+            ("signal", "emit", "build done"),
+            ("register", "--task", "t", "--id", "my session"),
+            ("inbox", "--session", "my session"),
+        ):
+            run = meshctl(*args, env=as_(daemon, "cli:a"))
+            assert run.code == 2, run
+            assert "no spaces" in run.err, run
+            assert "accepted form" not in run.err, run
+
+    def test_an_empty_required_option_says_empty(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        register(meshctl, daemon, "cli:a")
+        run = meshctl("steal", "res:x", "--reason", "", env=as_(daemon, "cli:a"))
+        assert run.code == 2, run
+        assert "--reason: must not be empty" in run.err, run
+        assert "Object missing" not in run.err, run
+
+    def test_sessions_show_of_an_empty_id(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """``sessions show ''`` said "this method acts for a session, and none was given
+        … export MESH_SESSION=…" (exit 1): ID is the session to show, not one to act for."""
+        run = meshctl("sessions", "show", "", "--json", env=daemon.env)
+        assert run.code == 2, run
+        assert "ID: must not be empty" in run.err, run
+        assert "MESH_SESSION" not in run.err, run

@@ -74,7 +74,8 @@ HINTS: dict[str, str] = {
     "NO_SESSION": "get one with: export MESH_SESSION=$(meshctl register --task '...') "
     "(or pass --session ID)",
     "TOO_LARGE": "shorten the text (limits: task 200 characters, bodies max_body_bytes)",
-    "MESH_DISABLED": "the mesh is switched off (enabled = false in config.toml)",
+    "MESH_DISABLED": "to switch it on, set enabled = true in config.toml (or remove that "
+    "line), then run `meshctl daemon reload`",
     "FORBIDDEN": "the socket belongs to another user; use your own MESH_SOCKET",
     "METHOD_NOT_FOUND": "list the methods with `meshctl call mesh.schema`",
     "INVALID_PARAMS": "see the method's params with `meshctl call mesh.schema`",

@@ -112,7 +112,17 @@ _PLAIN: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^Expected `array` of length >= 1$", "needs at least one value"),
         (r"^Expected `array` of length <= (\d+)$", r"has too many values (at most \1)"),
         (r"^Expected `(?:float|int)` ([<>]=?) (\S+)$", r"must be \1 \2"),
+        (
+            r"^Expected `str` matching regex '\^\[\^\\\\s\]\+\$'$",
+            "must be one word: no spaces, tabs or line breaks",
+        ),
+        (
+            r"^Expected `str` matching regex '\^\[A-Za-z0-9_\.-\]\{1,64\}\$'$",
+            "use 1-64 characters from A-Z a-z 0-9 _ . -",
+        ),
         (r"^Expected `str` matching regex .*$", "is not in the accepted form"),
+        # an empty value the client left out (``--reason ''``) is missing on the wire
+        (r"^Object missing required field `\w+`$", "must not be empty"),
         (r"^Expected `(\w+)`, got `(\w+)`$", r"must be a \1, not a \2"),
     )
 )

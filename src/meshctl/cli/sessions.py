@@ -168,6 +168,12 @@ def show(session_id: str) -> None:
     Examples:
       meshctl sessions show cli:20261129-1f3a9c
     """
+    if not session_id:  # the daemon would say none was given to act for (NO_SESSION)
+        raise _output.Failure(
+            "ID: must not be empty", "INVALID_PARAMS", code=_output.USAGE_CODE,
+            exit_code=_output.EXIT_USAGE, data={"path": "$.session_id", "argument": "ID"},
+            hint="see `meshctl sessions show --help`; ids: `meshctl sessions active`",
+        )  # fmt: skip
     state = get_state()
     info = state.call("session.get", {"session_id": session_id})
     _output.emit(state.json, info, lambda: render_one(_output.clean(info)))
