@@ -105,3 +105,10 @@ class TestRefusalsInPlainWords:
         assert run.code == 2, run
         assert "ID: must not be empty" in run.err, run
         assert "MESH_SESSION" not in run.err, run
+
+
+def test_sync_alone_says_none_besides_you(meshctl: Meshctl, daemon: Daemon) -> None:
+    """``meshctl sync`` of the only live session read "Live sessions (no besides you):"."""
+    register(meshctl, daemon, "cli:alone")
+    out = ok(meshctl("sync", env=as_(daemon, "cli:alone"))).out
+    assert "Live sessions (none besides you):" in out, out

@@ -47,7 +47,7 @@ def render_sync(doc: Doc, home: str | None = None) -> str:
     sessions = list(doc.get("sessions") or [])
     others = [s for s in sessions if s.get("session_id") != sid]
     lines = [f"Sync for {sid} (profile {doc.get('profile')}):", ""]
-    lines.append(f"Live sessions ({len(others) or 'no'} besides you):")
+    lines.append(f"Live sessions ({len(others) or 'none'} besides you):")
     for s in sessions:
         line = describe(s, home)
         lines.append(line + ("  (you)" if s.get("session_id") == sid else ""))
