@@ -66,6 +66,17 @@ def test_several_paths_hang_if_any_does(tmp_path: Path) -> None:
 
 def test_no_mount_table_means_the_thread(tmp_path: Path) -> None:
     assert MountTable(str(tmp_path / "absent")).may_hang("/tmp/x")
+    assert not MountTable(str(tmp_path / "absent")).all_local()
+
+
+def test_all_local_only_without_a_network_or_fuse_mount(tmp_path: Path) -> None:
+    """The daemon skips looking at paths only when nothing mounted can hang."""
+    info = tmp_path / "local"
+    info.write_text(LOCAL + "42 22 0:52 / /run/user/0 rw - tmpfs tmpfs rw\n")
+    with MountTable(str(info)) as mounts:
+        assert mounts.all_local()
+    with table(tmp_path, tmp_path / "nfs") as mounts:
+        assert not mounts.all_local()
 
 
 def test_touched_paths() -> None:

@@ -110,6 +110,11 @@ class MountTable:
                 return True
         return False
 
+    def all_local(self) -> bool:
+        """Whether no mounted filesystem can hang: the table is current and lists no
+        network or FUSE mount (the usual machine). Then no path needs looking at."""
+        return self._fresh() and not self._remote
+
     def may_hang(self, *paths: str) -> bool:
         """Whether resolving any of ``paths`` (absolute) may touch a filesystem that can
         hang. The table is checked for changes once for all of them (a claim names its

@@ -193,7 +193,10 @@ class Service:
         """``fn()``, which makes ``raws`` canonical: in the resolver's thread, with its
         deadline, when resolving one of them may touch a network or FUSE mount (a hung
         mount must not freeze the loop); inline otherwise -- local disks answer in
-        microseconds, and ``res:X``, ``port:N`` read nothing (see meshd.mounts)."""
+        microseconds, and ``res:X``, ``port:N`` read nothing (see meshd.mounts). With no
+        network or FUSE mount at all, nothing is looked at: nothing can hang."""
+        if self.mounts.all_local():
+            return fn()
         for raw in raws:
             paths = touched_paths(raw, HOME)
             if paths is None or self.mounts.may_hang(*paths):
