@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from meshd.keys import Key, canonical_key, describe, from_canonical, realpath
+from meshd.keys import Key, broad_place, canonical_key, describe, from_canonical, path_key, realpath
 from meshd.protocol.errors import BadKey
 
 
@@ -105,6 +105,23 @@ class TestRealpath:
 
             assert realpath(path) == os.path.realpath(path), path
 
+    def test_keys_are_built_as_path_key_builds_them(self, root: Path) -> None:
+        """A path key the walk resolved is built from its answer as it stands (no part
+        to filter, no join back); one through a link from ``path_key``, which tidies
+        what ``os.path.realpath`` may give (``//x`` at a link loop). Either way the
+        same value and parts as ``path_key`` of the resolved path."""
+        (root / "f").write_text("")
+        (root / "loop1").symlink_to(root / "loop2")
+        (root / "loop2").symlink_to(root / "loop1")
+        tails = ["", "f", "f/x/y", "nowhere/a/b.py", "nowhere//a/./b/", "home/u/./project//src/",
+                 "home/u/link/src/new.py", "home/u/project/src/new.py", "home/u/link/../x",
+                 "loop1///x/y", "loop1//"]  # fmt: skip
+        for tail in tails:
+            k = canonical_key(f"file:{root}/{tail}", home="/", broad=True)
+            want = path_key("file", realpath(f"{root}/{tail}"))  # realpath: //x at a loop
+
+            assert (k.value, k.parts) == (want.value, want.parts), tail
+
     def test_a_folder_replaced_by_a_link_is_seen_at_once(self, root: Path) -> None:
         """Nothing is cached: two spellings of one real file never make two keys."""
         path = f"{root}/home/u/work/a.py"
@@ -137,10 +154,119 @@ class TestBroad:
         with pytest.raises(BadKey, match="contains your home"):
             key(f"{root}/home", root)
 
+    def test_one_rule_for_claims_and_the_board(self, root: Path) -> None:
+        """``broad_place`` is the rule both ways: a key needs broad exactly where it says,
+        and the board asks the same function of a session's cwd (a shell in ``~`` is
+        not told of every file changed beneath it). Boundaries are whole parts."""
+        from meshd.handlers import board
+
+        home = str(root / "home" / "u")
+        places = {"/": True, str(root): True, f"{root}/home": True, home: True,
+                  f"{home}/project": False, f"{root}/home/uu": False, f"{root}/hom": False,
+                  f"{root}/home/u2": False, f"{root}/elsewhere": False}  # fmt: skip
+        for place, broad in places.items():
+            assert broad_place(place, [home]) is broad, place
+            assert (_needs(place, home) == "broad") is broad, place
+        assert board.broad_place is broad_place
+
     def test_broad_allows_them(self, root: Path) -> None:
         """With broad=True the root and home are accepted."""
         assert key("file:/", root, broad=True).parts == ()
         assert key("~", root, broad=True).value == f"{root}/home/u"
+
+
+class TestHome:
+    """The home folder is resolved on every key, as any path: only the string work of
+    taking it apart is kept (it changes only with the daemon's environment)."""
+
+    def test_a_home_through_a_link_follows_the_link_when_it_is_repointed(self, root: Path) -> None:
+        """HOME names a link; the user re-points it: the next key checks the new home."""
+        (root / "elsewhere").mkdir()
+        (root / "h").symlink_to(root / "home" / "u")
+        home = str(root / "h")
+        assert canonical_key(f"{root}/elsewhere", home=home).value == f"{root}/elsewhere"
+        with pytest.raises(BadKey, match="is your home folder"):
+            canonical_key(f"{root}/home/u", home=home)
+
+        (root / "h").unlink()
+        (root / "h").symlink_to(root / "elsewhere")
+
+        assert canonical_key(f"{root}/home/u", home=home).value == f"{root}/home/u"
+        with pytest.raises(BadKey, match="is your home folder"):
+            canonical_key(f"{root}/elsewhere", home=home)
+        with pytest.raises(BadKey, match="is your home folder"):
+            canonical_key("~/", home=home)
+        assert canonical_key("~/a.py", home=home).value == f"{root}/elsewhere/a.py"
+
+    def test_a_folder_on_the_homes_way_replaced_by_a_link_is_seen(self, root: Path) -> None:
+        """No link on the way at first; then one: the home resolves through it at once."""
+        (root / "b" / "u").mkdir(parents=True)
+        home = str(root / "a" / "u")
+        (root / "a" / "u").mkdir(parents=True)
+        assert canonical_key(f"{root}/b/u", home=home).value == f"{root}/b/u"
+        assert canonical_key("~/x", home=home).value == f"{root}/a/u/x"
+
+        shutil.rmtree(root / "a")
+        (root / "a").symlink_to(root / "b")
+
+        with pytest.raises(BadKey, match="is your home folder"):
+            canonical_key(f"{root}/b/u", home=home)
+        with pytest.raises(BadKey, match="contains your home folder"):
+            canonical_key(f"{root}/b", home=home)
+        assert canonical_key("~/x", home=home).value == f"{root}/b/u/x"
+
+    @pytest.mark.parametrize("spelt", ["{h}", "{h}/", "{h}//", "{r}/home//u", "{r}/home/./u/."])
+    def test_tilde_keys_with_home_spelt_untidily(self, root: Path, spelt: str) -> None:
+        """HOME as the environment spells it (trailing or doubled slashes, ``.``)."""
+        home = spelt.format(h=root / "home" / "u", r=root)
+
+        assert canonical_key("~/project/a.py", home=home).value == f"{root}/home/u/project/a.py"
+        assert canonical_key("~/link/a.py", home=home).value == f"{root}/home/u/project/a.py"
+        for raw in ("~", "~/", f"{root}/home/u/", f"{root}/home/u/project/.."):
+            with pytest.raises(BadKey, match="is your home folder"):
+                canonical_key(raw, home=home)
+        with pytest.raises(BadKey, match="contains your home folder"):
+            canonical_key(f"{root}/home", home=home)
+
+    def test_refusals_follow_realpath_of_the_home(self, root: Path) -> None:
+        """Whatever the home (links on its way or at its end, missing, dangling, with
+        ``..``, relative, ``/``) and whatever the key (under it, beside it, above it,
+        through a link, missing), a key is refused exactly when realpath of the home
+        lies at or under it -- the rule as it was written before the home's string work
+        was kept: the parts of ``realpath(home)`` (``os.path.realpath`` for an absolute
+        home; a relative one is taken from ``/``, as ever)."""
+        (root / "h").symlink_to(root / "home" / "u")
+        (root / "gone").symlink_to(root / "nowhere" / "u")
+        (root / "hl").symlink_to("home")
+        (root / "loop1").symlink_to(root / "loop2")
+        (root / "loop2").symlink_to(root / "loop1")
+        homes = [f"{root}/loop1//u", f"{root}/loop1///", f"{root}/home/u", f"{root}/h", f"{root}/hl/u", f"{root}/hl/u/link",
+                 f"{root}/missing/u", f"{root}/gone", f"{root}/home/u/../u", "relative/u", "/",
+                 f"{root}/home/u/link"]  # fmt: skip
+        paths = ["", "home", "home/u", "home/u/project", "home/u/link", "home/u/x/y", "h",
+                 "hl", "hl/u", "missing", "missing/u", "missing/u/x", "nowhere", "nowhere/u",
+                 "gone", "relative", "loop1", "loop1//u"]  # fmt: skip
+        for home in homes:
+            real_home = realpath(home)
+            assert home == "relative/u" or real_home == os.path.realpath(home)
+            want_parts = tuple(filter(None, real_home.split("/")))
+            for tail in [*paths, *(f"{p}/" for p in paths if p)]:
+                for raw in (f"{root}/{tail}", "~", "~/x", "~/link", "~/.."):
+                    k = canonical_key(raw, home=home, broad=True)
+                    refused = k.parts == want_parts[: len(k.parts)]
+                    needs = _needs(raw, home)
+
+                    assert needs == ("broad" if refused else None), (home, raw)
+                    assert broad_place(k.value, [real_home]) == refused, (home, raw)
+
+
+def _needs(raw: str, home: str) -> str | None:
+    """What a key refused without ``broad`` needs (None: accepted)."""
+    try:
+        canonical_key(raw, home=home)
+    except BadKey as err:
+        return str(err.data.get("needs"))
+    return None
 
 
 class TestOtherKinds:

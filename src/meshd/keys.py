@@ -29,9 +29,11 @@ neither stored (SQLite refuses it: the grant's commit failed) nor written as JSO
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from meshd.protocol.errors import BadKey
@@ -245,9 +247,19 @@ def realpath(path: str) -> str:
     folder would leave two spellings of one real file, and two sessions could hold
     it at once -- which is the walk itself.)
     """
+    return _walk(path)[0]
+
+
+def _walk(path: str) -> tuple[str, bool]:
+    """:func:`realpath`, and whether the answer is ``path`` itself, tidied: True when
+    the walk met no link and no ``..`` (then every component it ``lstat``-ed, in
+    order, is a real folder, up to the first that cannot be looked at)."""
     names = path.split("/")
     if ".." in names:
-        return os.path.realpath(path)
+        return os.path.realpath(path), False
+    # Written as realpath writes (absolute; no //, trailing / or .): stopped, the
+    # answer is the path itself, and nothing needs putting back together.
+    tidy = path[:1] == "/" and names.count("") == 1 and "." not in names
     done = ""
     lstat, islink = os.lstat, stat.S_ISLNK
     for i, name in enumerate(names):
@@ -257,32 +269,114 @@ def realpath(path: str) -> str:
         try:
             mode = lstat(step).st_mode
         except OSError:
+            if tidy:
+                return path, True
             rest = [n for n in names[i + 1 :] if n and n != "."]
-            return "/".join([step, *rest])
+            return "/".join([step, *rest]), True
         if islink(mode):
-            return os.path.realpath(path)
+            return os.path.realpath(path), False
         done = step
-    return done or "/"
+    return done or "/", True
+
+
+@dataclass(frozen=True, slots=True)
+class _Home:
+    """The string work of resolving a home folder, done once per home string (it
+    changes only with the daemon's environment). What the filesystem says is never
+    kept: :func:`_real_home` asks it on every request."""
+
+    text: str  #: the home as realpath gives it when no link is on the way
+    steps: tuple[str, ...]  #: each folder on the way, in the order the walk looks
+
+
+@functools.lru_cache(maxsize=8)
+def _home(home: str) -> _Home | None:
+    """``home`` taken apart, or None for one the walk does not take (relative, with
+    ``..`` or a NUL): that is resolved the long way, as any path."""
+    names = [n for n in home.split("/") if n and n != "."]
+    if not home.startswith("/") or ".." in names or "\0" in home:
+        return None
+    steps = tuple("/" + "/".join(names[: i + 1]) for i in range(len(names)))
+    return _Home(steps[-1] if steps else "/", steps)
+
+
+def _real_home(raw: str, home: str, real: str, clean: bool) -> str:
+    """``realpath(home)``, as :func:`_real` gives it, for a key whose path resolved to
+    ``real`` (``clean``: as :func:`_walk` says).
+
+    A clean path at or under the home folder's text proves the home too: its walk
+    looked at each folder of the home, in the same order, a moment ago, and met no
+    link (or stopped where the home's own walk would). Otherwise the home's folders
+    are looked at again, one ``lstat`` each -- the walk of :func:`realpath` without
+    taking the string apart every time. Only the string work is cached, never an
+    answer of the filesystem: a home folder re-pointed (a link on its way made,
+    moved or removed) is seen by the next request.
+    """
+    h = _home(home)
+    if h is None:
+        return _tidy(_real(raw, home))
+    text = h.text
+    if clean and (real == text or real.startswith(text + "/")):
+        return text
+    lstat, islink = os.lstat, stat.S_ISLNK
+    for step in h.steps:
+        try:
+            mode = lstat(step).st_mode
+        except OSError:
+            return text  # as realpath: the rest appended as written
+        if islink(mode):
+            return _tidy(_real(raw, home))
+    return text
+
+
+def _tidy(path: str) -> str:
+    """``path`` with empty parts dropped (``os.path.realpath`` gives ``//x`` when it
+    stops at a link loop): the home is compared by its parts."""
+    return "/" + "/".join(_parts(path))
+
+
+def broad_place(where: str, homes: Iterable[str]) -> bool:
+    """Whether ``where`` is ``/``, one of ``homes`` or a folder above one: the places a
+    claim needs ``--broad`` for (SPEC §5).
+
+    One rule for two callers: :func:`canonical_key` asks it of a path key's canonical
+    value with the home folder resolved now; the board (``meshd.handlers.board``)
+    asks it of a session's cwd or repo as reported, with the home as written and as
+    resolved, so that a shell opened in ``~`` is not told of every file beneath it.
+    Compared as written, at ``/`` boundaries (``/ho`` is not above ``/home/u``).
+    """
+    if where == "/":
+        return True
+    below = where + "/"
+    return any(home == where or home.startswith(below) for home in homes)
 
 
 def _real(raw: str, path: str) -> str:
     """``path`` resolved, not yet checked (the home folder is only compared, never
     sent: a home that is not UTF-8 must not refuse every other key)."""
+    return _walked(raw, path)[0]
+
+
+def _walked(raw: str, path: str) -> tuple[str, bool]:
+    """:func:`_walk`, a path that cannot be resolved refused."""
     try:
-        return realpath(path)  # non-strict: a path that does not exist yet is fine
+        return _walk(path)  # non-strict: a path that does not exist yet is fine
     except (OSError, ValueError) as exc:
         raise _refuse(raw, f"the path cannot be resolved ({exc})", "check the path") from exc
 
 
 def _path(raw: str, kind: str, value: str, home: str, broad: bool) -> Key:
-    real = _utf8(raw, _real(raw, _expand(raw, value, home)))
-    key = path_key(kind, real)
-    if not broad:  # only the parts count: no Key is built for the home folder
-        home_parts = _parts(_real(raw, home))
-        if key.parts == home_parts[: len(key.parts)]:
+    real, clean = _walked(raw, _expand(raw, value, home))
+    if clean and real != "/":  # as the walk writes it: no part to filter out, no join back
+        key = Key(kind, _utf8(raw, real), tuple(real[1:].split("/")))
+    else:  # os.path.realpath may give //x (a link loop): path_key tidies it
+        key = path_key(kind, _utf8(raw, real))
+    if not broad:  # the home folder is only compared: never sent, never a Key
+        real_home = _real_home(raw, home, real, clean)
+        if broad_place(key.value, (real_home,)):
             if not key.parts:
                 what = "it is the whole filesystem"
-            elif key.parts == home_parts:
+            elif key.value == real_home:
                 what = "it is your home folder"
             else:
                 what = "it contains your home folder"

@@ -14,7 +14,7 @@ module does what reads the filesystem and what waits:
   descendants, that holds a claim overlapping a changed path
   (``ClaimTable.check``), whose cwd or repo contains or lies under one
   (``Registry.present_at``; not when that place is ``/``, the home folder or above
-  it: :func:`broad_place`), or that watches or recently read an overlapping
+  it: :func:`meshd.keys.broad_place`), or that watches or recently read an overlapping
   path (``board touch --read``, ``board watch``: :mod:`meshd.core.marks`).
   Notices go as events of kind ``file.changed`` to the recipients' subscribed
   connections; a recipient without one finds a durable notice in its inbox.
@@ -34,7 +34,7 @@ from meshd.core.board import BoardState, FileNotice
 from meshd.core.state import Event, Write
 from meshd.domain import NOTHING, Domain
 from meshd.handlers.shared import shared_of
-from meshd.keys import Key, canonical_key
+from meshd.keys import Key, broad_place, canonical_key
 from meshd.protocol import board as pb
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import BadKey, InvalidParams
@@ -42,19 +42,11 @@ from meshd.service import Conn, Service
 from meshd.store.board import changes_page
 
 HOME = os.path.expanduser("~")
-#: The places a session's cwd or repo tells it of nothing (:func:`broad_place`).
+#: The homes whose places (``/``, the home, a folder above it) tell nothing of a
+#: session's work: :func:`meshd.keys.broad_place`, the rule ``--broad`` claims follow.
+#: A cwd is reported as the session saw it, so the home as written counts beside the
+#: home as resolved when the daemon started.
 _HOMES = frozenset({HOME.rstrip("/") or "/", os.path.realpath(HOME)})
-
-
-def broad_place(where: str, homes: frozenset[str] = _HOMES) -> bool:
-    """Whether ``where`` is ``/``, the home folder or a folder above it: the places a
-    claim needs ``--broad`` for (SPEC §5). A session whose cwd or repo is one of them
-    (a shell opened in ``~``) is not working on every file beneath it, so its place
-    alone does not make it a recipient of changed-file notices (its claims, watches
-    and reads still do: those it chose)."""
-    if where == "/":
-        return True
-    return any(home == where or home.startswith(where + "/") for home in homes)
 
 
 def project_of(path: str, cache: dict[str, str] | None = None) -> str:
@@ -163,7 +155,7 @@ class BoardHandlers(Domain):
             out[c.session_id] = None
         for key in keys:
             for s, how, where in st.registry.present_at(key.value):
-                if how != "changed" and broad_place(where):
+                if how != "changed" and broad_place(where, _HOMES):
                     continue
                 if s.session_id not in out and not st.claims.related(writer, s.session_id):
                     out[s.session_id] = None
