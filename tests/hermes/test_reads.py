@@ -263,3 +263,42 @@ def test_a_sessions_remembered_reads_are_bounded_and_every_read_is_recorded(
     assert doc["recorded"] == doc["n"]
     assert doc["remembered"] == doc["max"]
     assert (doc["first"], doc["last"]) == (False, True)
+
+
+REFUSED = (
+    r"""
+import json, os, socket, sys, time
+import model_tools
+from hermes_cli.plugins import invoke_hook
+import hermes_plugins.meshd._plugin as plugin
+"""
+    + RPC
+    + r"""
+S = "20261201_200000_cccccc"
+invoke_hook("on_session_start", session_id=S, model="m", platform="cli")
+rt = plugin._RUNTIMES["rt"]
+rt.reads.stop()  # no sending thread: the two reads below go in one flush, in this thread
+for i, path in enumerate(["/srv/app/tab\there.py", "/srv/app/auth.py"]):
+    invoke_hook("post_tool_call", tool_name="read_file", args={"path": path},
+                result='{"content": "1|x"}', task_id="t", session_id=S, tool_call_id=f"c{i}",
+                turn_id="u", api_request_id="r", duration_ms=0, status="ok", error_type=None,
+                error_message=None, middleware_trace=[])
+rt.reads.flush()
+shown = rpc("board.show", {"project_or_path": "/srv/app"})["watching"]
+print(json.dumps(sorted(m["path"] for m in shown if m["session_id"] == S)))
+"""
+)
+
+
+def test_a_read_the_daemon_refuses_costs_no_other_read_sent_with_it(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """Reads noted together go in one board.touch, which the daemon refuses whole for
+    one path it takes for no key (a file name with a tab): the other reads are still
+    recorded, not kept back for an hour as if they had been."""
+    hermes.install()
+
+    done = hermes.python(REFUSED)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["/srv/app/auth.py"]

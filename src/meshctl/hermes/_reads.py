@@ -18,7 +18,9 @@ the daemon. So:
   sends what was noted, a session's paths in one ``board.touch``.
 - **Failing open**: nothing is noted while the daemon is unreachable; a send that
   finds it unreachable forgets the paths again, so the next read of them records
-  them once the daemon is back. A session the daemon no longer knows registers
+  them once the daemon is back. A ``board.touch`` the daemon refuses (one path it
+  takes for no key refuses the whole call) is sent again one path a call, so only
+  that path goes unrecorded. A session the daemon no longer knows registers
   again at its next hook, and then starts with nothing remembered (its marks went
   with it).
 - **Not recorded**: group chats (they are told nothing: SPEC §6); a ``search_files``
@@ -166,3 +168,6 @@ class Reads:
             with self._lock:
                 for path in paths:
                     t.reads.pop(path, None)
+        elif len(paths) > 1:  # refused whole for one path it takes for no key (a tab in
+            for path in paths:  # a name): each alone, so only that one goes unrecorded
+                self._send(sid, [path])
