@@ -217,7 +217,9 @@ def test_daemon_down_the_read_works_and_is_recorded_when_read_again_once_it_is_b
         wait_for(lambda: auth in marks(daemon, src), timeout=60, what=lambda: marks(daemon, src))
 
 
-BOUNDED = (
+#: A Hermes process with the plugin loaded; ``read(i, path)`` runs the hooks of a
+#: read_file of ``path`` that succeeded, in session ``S`` (started by the script).
+READER = (
     r"""
 import json, os, socket, sys, time
 import model_tools
@@ -227,14 +229,22 @@ import hermes_plugins.meshd._reads as reads
 """
     + RPC
     + r"""
+def read(i, path):
+    invoke_hook("post_tool_call", tool_name="read_file", args={"path": path},
+                result='{"content": "1|x"}', task_id="t", session_id=S, tool_call_id=f"c{i}",
+                turn_id="u", api_request_id="r", duration_ms=0, status="ok", error_type=None,
+                error_message=None, middleware_trace=[])
+"""
+)
+
+BOUNDED = (
+    READER
+    + r"""
 S = "20261201_200000_bbbbbb"
 invoke_hook("on_session_start", session_id=S, model="m", platform="cli")
 n = reads.MAX_PATHS + 50
 for i in range(n):
-    invoke_hook("post_tool_call", tool_name="read_file", args={"path": f"/srv/app/m{i}.py"},
-                result='{"content": "1|x"}', task_id="t", session_id=S, tool_call_id=f"c{i}",
-                turn_id="u", api_request_id="r", duration_ms=0, status="ok", error_type=None,
-                error_message=None, middleware_trace=[])
+    read(i, f"/srv/app/m{i}.py")
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
     shown = rpc("board.show", {"project_or_path": "/srv/app"})["watching"]
@@ -266,23 +276,14 @@ def test_a_sessions_remembered_reads_are_bounded_and_every_read_is_recorded(
 
 
 REFUSED = (
-    r"""
-import json, os, socket, sys, time
-import model_tools
-from hermes_cli.plugins import invoke_hook
-import hermes_plugins.meshd._plugin as plugin
-"""
-    + RPC
+    READER
     + r"""
 S = "20261201_200000_cccccc"
 invoke_hook("on_session_start", session_id=S, model="m", platform="cli")
 rt = plugin._RUNTIMES["rt"]
 rt.reads.stop()  # no sending thread: the two reads below go in one flush, in this thread
 for i, path in enumerate(["/srv/app/tab\there.py", "/srv/app/auth.py"]):
-    invoke_hook("post_tool_call", tool_name="read_file", args={"path": path},
-                result='{"content": "1|x"}', task_id="t", session_id=S, tool_call_id=f"c{i}",
-                turn_id="u", api_request_id="r", duration_ms=0, status="ok", error_type=None,
-                error_message=None, middleware_trace=[])
+    read(i, path)
 rt.reads.flush()
 shown = rpc("board.show", {"project_or_path": "/srv/app"})["watching"]
 print(json.dumps(sorted(m["path"] for m in shown if m["session_id"] == S)))
