@@ -32,6 +32,7 @@ import os
 import socket as _socket
 import time
 from collections import deque
+from time import monotonic as _monotonic
 
 from meshctl import _conn, _spawn
 from meshd.protocol.errors import FrameTooLarge, MeshError, MeshTimeout, MeshUnavailable
@@ -179,7 +180,8 @@ class Connection:
         longer than its wait, as the library's own calls do.
         """
         rid, waiter = self._post(method, params)
-        deadline = time.monotonic() + timeout
+        pending = self._pending
+        deadline = _monotonic() + timeout
         state = self._state
         try:
             state.acquire()
@@ -192,11 +194,9 @@ class Connection:
                 try:
                     msg = self._receive(deadline)
                     if msg.__class__ is _conn.Reply and msg.id == rid:  # ours, at once
-                        self._pending.pop(rid, None)  # (another thread's close may have)
-                        waiter.reply = msg
-                        answered = True
-                    else:
-                        answered = self._read(waiter, deadline, msg)
+                        pending.pop(rid, None)  # (another thread's close may have)
+                        return msg
+                    answered = self._read(waiter, deadline, msg)
                 finally:
                     state.acquire()
                     self._reading = False
@@ -204,15 +204,15 @@ class Connection:
                         self._wake_all()
                     state.release()
         except MeshUnavailable:
-            self._pending.pop(rid, None)
+            pending.pop(rid, None)
             if waiter.lost is not None:  # closed by another thread: its reason is the news
                 raise waiter.lost from None
             raise
         except BaseException:
-            self._pending.pop(rid, None)
+            pending.pop(rid, None)
             raise
         if not answered:
-            self._pending.pop(rid, None)  # its reply, if it comes, goes to nobody
+            pending.pop(rid, None)  # its reply, if it comes, goes to nobody
             raise MeshTimeout(f"no reply from meshd within {timeout} s")
         if waiter.reply is not None:  # answered: a close that came after changes nothing
             return waiter.reply

@@ -38,6 +38,10 @@ _ROOTS = ("meshctl._sync", "meshctl.cli._git")
 #: Modules that may travel with the plugin (each is also checked to import only the
 #: standard library and other modules of the closure).
 _VENDORABLE = re.compile(r"meshctl\._\w+|meshctl\.cli\._git|meshd\.protocol\.\w+")
+#: Third-party modules the client imports only when present, falling back to the
+#: standard library when not (``meshctl._conn``'s compiled decoder for long replies):
+#: the vendored client runs without them in Hermes's environment.
+OPTIONAL = frozenset({"msgspec.json"})
 
 
 class InstallError(Exception):
@@ -151,7 +155,11 @@ def client_closure() -> list[str]:
         for dep in _imports(_module_file(mod)):
             if _ours(dep):
                 todo.append(dep)
-            elif dep.split(".")[0] not in sys.stdlib_module_names and dep != "__future__":
+            elif (
+                dep.split(".")[0] not in sys.stdlib_module_names
+                and dep != "__future__"
+                and dep not in OPTIONAL
+            ):
                 raise InstallError(f"the Hermes plugin cannot carry {mod}: it imports {dep}")
     return sorted(seen)
 

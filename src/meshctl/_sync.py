@@ -110,7 +110,9 @@ class Mesh:
         if fail_open.degraded:  # answered on the connection a timeout left open
             with self._lock:
                 fail_open.reached(self.profile)
-        return reply.unwrap()
+        if reply.error is not None:  # (Reply.unwrap, inline: every call passes here)
+            raise reply.error
+        return reply.result
 
     def ping(self) -> Any:
         """``mesh.ping``: the cheapest round trip."""

@@ -26,6 +26,7 @@ little) cannot pass for a light one.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -217,6 +218,22 @@ class TestRoundTrips:
         env = {**daemon.env, "MESH_SESSION": _register(daemon)}
         for args in (["claim", "res:lean", "--reason", "r"], ["release", "res:lean"]):
             names = loaded(args, env, 0)
+
+            assert _top(names, LAZY + HEAVY + HOT_NEVER) == []
+
+    def test_a_long_listing_does_not_buy_msgspec(self, daemon: Any) -> None:
+        """A listing past BIG_LINE (10 sessions) is a long reply, which a process that
+        keeps reading them decodes with msgspec once bought; a one-shot command reads
+        one and never buys it (importing it costs more than S)."""
+        from meshctl import _conn
+
+        for _ in range(10):
+            _register(daemon)
+        listing = daemon.call("session.list", {})
+
+        assert len(json.dumps(listing)) > _conn.BIG_LINE
+        for args in (["sessions", "active"], ["sessions", "active", "--json"]):
+            names = loaded(args, {**daemon.env, "MESH_SESSION": _register(daemon)}, 0)
 
             assert _top(names, LAZY + HEAVY + HOT_NEVER) == []
 

@@ -361,7 +361,7 @@ def unreadable_nan(monkeypatch: pytest.MonkeyPatch) -> None:
     from meshctl import _conn
 
     loose = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-    monkeypatch.setattr(_conn, "_encode", loose)
+    monkeypatch.setattr(_conn, "encode_value", loose)
 
 
 @pytest.mark.usefixtures("unreadable_nan")

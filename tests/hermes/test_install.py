@@ -67,6 +67,32 @@ class TestInstall:
         assert loaded["commands"] == 1
         assert loaded["stamp"] == __version__ == loaded["version"]
 
+    def test_the_vendored_client_decodes_long_replies_without_msgspec(self, hermes: Hermes) -> None:
+        """The vendored wire layer carries the optional compiled decoder for long
+        replies: where msgspec cannot be imported, buying it fails quietly and the
+        standard library decodes every line, to the values json gives."""
+        hermes.install()
+
+        done = hermes.python(
+            """
+            import json, sys
+            sys.modules["msgspec"] = None  # as in an environment without it
+            import model_tools
+            from hermes_cli.plugins import get_plugin_manager
+            get_plugin_manager().list_plugins()
+            from hermes_plugins.meshd._vendor import _conn
+            result = {"sessions": [{"session_id": "s", "task": "t" * 60}] * 60}
+            line = json.dumps({"jsonrpc": "2.0", "id": 1, "result": result}).encode()
+            _conn._compiled.spent = _conn.BUY_AFTER
+            reply = _conn.parse_line(line + b"\\n")
+            print(json.dumps([len(line) >= _conn.BIG_LINE, reply.result == result,
+                              repr(_conn._compiled.decode)]))
+            """
+        )
+
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, True, "False"]
+
 
 class TestForeignAndUninstall:
     def test_a_foreign_meshd_plugin_is_never_overwritten(self, hermes: Hermes) -> None:
