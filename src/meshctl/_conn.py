@@ -82,7 +82,7 @@ def encode(obj: Any) -> bytes:
 
 
 def loads(text: str) -> Any:
-    """``json.loads(text)`` for one line, the scanner called directly: the common
+    """``JSONDecoder().decode(text)`` for one line, the scanner called directly: the common
     line (no leading whitespace, at most the newline after the value) skips the
     decoder's two regex matches; anything else (an error included) goes to the
     decoder itself, so the result or the error is exactly its own."""
