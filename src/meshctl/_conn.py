@@ -8,7 +8,9 @@ an ``error`` object into the exception class for its ``data.code``.
 
 The session rules (what to register, what was lost) live in :mod:`meshctl._session`.
 
-Standard library only (the blocking client imports it).
+Standard library only (the blocking client imports it): msgspec, when present, only
+decodes long replies, and only in a process that has read enough of them to make its
+import worth it (:func:`loads_line`).
 """
 
 from __future__ import annotations
