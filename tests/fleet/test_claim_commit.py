@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tests.fleet.conftest import HostFactory, NatsServer
@@ -93,109 +94,97 @@ def test_releasing_a_set_wakes_waiters_on_each_of_its_keys(fleet_hosts: HostFact
     assert waiting_on(h2) == []
 
 
-def test_a_commit_sent_beside_a_write_that_lost_is_not_kept(nats_server: NatsServer) -> None:
-    """The commit record sent along with a record's compare-and-set that lost its
-    race is deleted; the token made once the entry is in is above the record's
-    revision (a kept one could be below a holder's who came in between)."""
+def in_bucket(url: str, body: Callable[[Any], Awaitable[None]]) -> None:
+    """Run ``body`` with a file-stored KV bucket (history 1, as the claims bucket) on
+    the server at ``url``, the connection closed after it."""
     import nats
     from nats.js.api import KeyValueConfig, StorageType
 
-    from meshd.fleet.claim_bucket import Commit, read, write
-    from meshd.fleet.claim_records import Entry, Record
-
     async def go() -> None:
-        nc = await nats.connect(nats_server.url)
+        nc = await nats.connect(url)
         try:
-            js = nc.jetstream()
-            kv = await js.create_key_value(
+            kv = await nc.jetstream().create_key_value(
                 KeyValueConfig(bucket="commit_test", storage=StorageType.FILE, history=1)
             )
-            rev = await kv.put("k.a", b"{}")
-            other = Record().adding("h", Entry("h9-1", "s9", "h9", "exclusive"))
-            moved = await write(kv, "k.a", other, rev)  # someone came in between
-            assert moved > rev
-            mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
-            commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
-            assert await commit.with_write(write(kv, "k.a", mine, rev)) == 0  # stale: lost
-            assert commit.tried
-            record, now = await read(kv, "k.a")
-            assert record == other
-            try:
-                await kv.get("g.h1-1")
-            except nats.js.errors.KeyNotFoundError:
-                pass
-            else:
-                raise AssertionError("the commit sent with the lost write is still there")
-            free = await write(kv, "k.a", mine, now)  # the next try lands
-            assert free
-            token = await commit.token()
-            assert token > free > moved
-            assert (await kv.get("g.h1-1")).revision == token
+            await body(kv)
         finally:
             await nc.close()
 
     asyncio.run(go())
+
+
+def test_a_commit_sent_beside_a_write_that_lost_is_not_kept(nats_server: NatsServer) -> None:
+    """The commit record sent along with a record's compare-and-set that lost its
+    race is deleted; the token made once the entry is in is above the record's
+    revision (a kept one could be below a holder's who came in between)."""
+    from nats.js.errors import KeyNotFoundError
+
+    from meshd.fleet.claim_bucket import Commit, read, write
+    from meshd.fleet.claim_records import Entry, Record
+
+    async def go(kv: Any) -> None:
+        rev = await kv.put("k.a", b"{}")
+        other = Record().adding("h", Entry("h9-1", "s9", "h9", "exclusive"))
+        moved = await write(kv, "k.a", other, rev)  # someone came in between
+        assert moved > rev
+        mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
+        commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
+        assert await commit.with_write(write(kv, "k.a", mine, rev)) == 0  # stale: lost
+        assert commit.tried
+        record, now = await read(kv, "k.a")
+        assert record == other
+        try:
+            await kv.get("g.h1-1")
+        except KeyNotFoundError:
+            pass
+        else:
+            raise AssertionError("the commit sent with the lost write is still there")
+        free = await write(kv, "k.a", mine, now)  # the next try lands
+        assert free
+        token = await commit.token()
+        assert token > free > moved
+        assert (await kv.get("g.h1-1")).revision == token
+
+    in_bucket(nats_server.url, go)
 
 
 def test_a_commit_whose_delete_did_not_land_is_not_adopted(nats_server: NatsServer) -> None:
     """The commit sent beside a write that lost is still there (its delete timed out
     and did not land): the token made once the entry is in is a new version of it,
     above the entry, not the old revision a create would adopt."""
-    import nats
-    from nats.js.api import KeyValueConfig, StorageType
-
     from meshd.fleet.claim_bucket import Commit, write
     from meshd.fleet.claim_records import Entry, Record
 
-    async def go() -> None:
-        nc = await nats.connect(nats_server.url)
-        try:
-            js = nc.jetstream()
-            kv = await js.create_key_value(
-                KeyValueConfig(bucket="commit_test", storage=StorageType.FILE, history=1)
-            )
-            rev = await kv.put("k.a", b"{}")
-            moved = await write(kv, "k.a", Record(), rev)
-            mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
-            commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
-            assert await commit.with_write(write(kv, "k.a", mine, rev)) == 0
-            stale = await kv.put("g.h1-1", b"{}")  # as if the delete had not landed
-            free = await write(kv, "k.a", mine, moved)
-            assert free > stale
-            token = await commit.token()
-            assert token > free
-            assert (await kv.get("g.h1-1")).revision == token
-        finally:
-            await nc.close()
+    async def go(kv: Any) -> None:
+        rev = await kv.put("k.a", b"{}")
+        moved = await write(kv, "k.a", Record(), rev)
+        mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
+        commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
+        assert await commit.with_write(write(kv, "k.a", mine, rev)) == 0
+        stale = await kv.put("g.h1-1", b"{}")  # as if the delete had not landed
+        free = await write(kv, "k.a", mine, moved)
+        assert free > stale
+        token = await commit.token()
+        assert token > free
+        assert (await kv.get("g.h1-1")).revision == token
 
-    asyncio.run(go())
+    in_bucket(nats_server.url, go)
 
 
 def test_a_commit_sent_beside_a_write_that_landed_is_the_token(nats_server: NatsServer) -> None:
     """The common case: the commit rides along and its revision is the token, above
     the version the write was decided on."""
-    import nats
-    from nats.js.api import KeyValueConfig, StorageType
-
     from meshd.fleet.claim_bucket import Commit, write
     from meshd.fleet.claim_records import Entry, Record
 
-    async def go() -> None:
-        nc = await nats.connect(nats_server.url)
-        try:
-            js = nc.jetstream()
-            kv = await js.create_key_value(
-                KeyValueConfig(bucket="commit_test", storage=StorageType.FILE, history=1)
-            )
-            rev = await kv.put("k.a", b"{}")
-            mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
-            commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
-            written = await commit.with_write(write(kv, "k.a", mine, rev))
-            assert written > rev
-            token = await commit.token()
-            assert token > rev
-            assert (await kv.get("g.h1-1")).revision == token
-        finally:
-            await nc.close()
+    async def go(kv: Any) -> None:
+        rev = await kv.put("k.a", b"{}")
+        mine = Record().adding("h", Entry("h1-1", "s1", "h1", "exclusive"))
+        commit = Commit(kv, "g.h1-1", b"{}", alongside=True)
+        written = await commit.with_write(write(kv, "k.a", mine, rev))
+        assert written > rev
+        token = await commit.token()
+        assert token > rev
+        assert (await kv.get("g.h1-1")).revision == token
 
-    asyncio.run(go())
+    in_bucket(nats_server.url, go)
