@@ -101,10 +101,24 @@ def test_seen_keeps_the_newest_version_the_watch_delivers() -> None:
     seen = Seen()
     assert seen.get("k.a") is None
     seen.now("k.a", Record(h=(A,)), 7)  # this host wrote it
-    seen.saw("k.a", Record(), 5)  # the watch catching up with an older version
+    seen.saw("k.a", Record(h=(A,)), 7)  # the watch delivering that same version
     assert seen.get("k.a") == (Record(h=(A,)), 7)
     seen.saw("k.a", Record(h=(B,)), 9)
     assert seen.get("k.a") == (Record(h=(B,)), 9)
+
+
+def test_seen_drops_a_hint_the_watch_contradicts() -> None:
+    """An older version delivered (the watch catching up, or a bucket replaced under a
+    link that stayed up: revisions start again), or another record at a revision
+    already seen: the hint goes, so the next claim of it reads before it writes."""
+    seen = Seen()
+    seen.now("k.a", Record(h=(A,)), 7)
+    seen.saw("k.a", Record(), 5)
+    assert seen.get("k.a") is None
+    seen.saw("k.a", Record(h=(A,)), 7)  # the version itself arrives: a hint again
+    assert seen.get("k.a") == (Record(h=(A,)), 7)
+    seen.saw("k.a", Record(h=(B,)), 7)  # a replaced bucket's record at the same revision
+    assert seen.get("k.a") is None
 
 
 def test_seen_takes_what_the_server_just_said_and_forgets_at_a_link_up() -> None:

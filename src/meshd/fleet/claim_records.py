@@ -221,11 +221,18 @@ class Seen:
         return self._by_name.get(name)
 
     def saw(self, name: str, record: Record, revision: int) -> None:
-        """The watch delivered ``record`` at ``revision``: kept unless a newer version
-        is known (the watch may deliver a version older than one this host wrote)."""
+        """The watch delivered ``record`` at ``revision``: kept when it is newer than
+        what is known. When it is not, the hint is dropped (the next claim of it reads):
+        an older version is usually the watch catching up with one this host wrote
+        since, but it is also what a bucket replaced under a link that stayed up looks
+        like (its revisions start again), and a hint from the old bucket could then
+        name a revision the new one reaches with another record -- a compare-and-set
+        over it would land on a record nobody read. One read is the price."""
         known = self._by_name.get(name)
         if known is None or known[1] < revision:
             self.now(name, record, revision)
+        elif known != (record, revision):
+            del self._by_name[name]
 
     def now(self, name: str, record: Record, revision: int) -> None:
         """The server just said ``record`` is at ``revision`` (a read, or this host's

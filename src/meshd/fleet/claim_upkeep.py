@@ -242,6 +242,9 @@ class ClaimUpkeep:
                 self.claims.wake(entry.key)
                 self._check_losses(entry.key, record, revision)
         finally:
+            # Nothing watched from here on: the hints would go stale unseen (a bucket
+            # replaced meanwhile among them). The next link-up forgets them too.
+            self.claims.seen.forget()
             with anyio.CancelScope(shield=True):
                 await watcher.stop()  # type: ignore[no-untyped-call]
 
