@@ -46,8 +46,10 @@ from bench.common import (
 from bench.targets import SESSION, end_many, register_many
 
 
-def start(place: Place, name: str, tree: Path, nogc: bool) -> tuple[Proc, str]:
-    env = place.env(name)
+def start(
+    place: Place, name: str, tree: Path, nogc: bool, config_text: str | None = None
+) -> tuple[Proc, str]:
+    env = place.env(name, config_text)
     env["PYTHONPATH"] = f"{tree / 'src'}:{ROOT}"
     argv = [PYTHON, "-m", "bench.meshd_variant"]
     if nogc:

@@ -14,19 +14,15 @@ medians per tree and the ratio the target uses (≤ 2x fan-out).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
 
 from bench import load
-from bench.ab_writes import trees_of
-from bench.claims import BROADCAST, SUBSCRIBE, _fanout
+from bench.ab_writes import start, trees_of
+from bench.claims import BROADCAST, _fanout, subscribe_all
 from bench.common import (
     LAT_CPUS,
-    PYTHON,
-    ROOT,
-    LineClient,
     Place,
     Proc,
     cpu_ns,
@@ -34,32 +30,10 @@ from bench.common import (
     pinned,
     rpc,
     start_echo,
-    wait_answering,
 )
-from bench.targets import register_many
 
-
-def start(place: Place, label: str, tree: Any) -> tuple[Proc, str]:
-    # one caster sends every broadcast: more than the default 30 a minute
-    env = place.env(label, "[defaults]\nmessage_budget_per_minute = 100000\n")
-    env["PYTHONPATH"] = f"{tree / 'src'}:{ROOT}"
-    argv = [PYTHON, "-m", "meshd", "run", "--profile", "bench", "--log-level", "warning"]
-    proc = Proc(argv, env, place.root / f"{label}.log")
-    wait_answering(env["MESH_SOCKET"], proc=proc.p)
-    return proc, env["MESH_SOCKET"]
-
-
-def subscribe_all(path: str, ids: list[str]) -> list[Any]:
-    """One connection per session, each subscribed to its own session's events."""
-    register_many(path, ["caster", *ids])
-    subs = load.connect_all(path, len(ids))
-    for s, sid in zip(subs, ids, strict=True):
-        c = LineClient.__new__(LineClient)
-        c.sock, c.buf = s, b""
-        reply = json.loads(c.roundtrip(rpc(SUBSCRIBE, {"session_id": sid})))
-        if "error" in reply:
-            raise RuntimeError(f"subscribe failed: {reply}")
-    return subs
+#: One caster sends every broadcast: more than the default 30 a minute.
+CONFIG = "[defaults]\nmessage_budget_per_minute = 100000\n"
 
 
 def main(argv: list[str]) -> None:
@@ -78,7 +52,7 @@ def main(argv: list[str]) -> None:
     echo_subs: list[Any] = []
     try:
         for label, tree in trees.items():
-            proc, path = start(place, label, tree)
+            proc, path = start(place, label, tree, False, CONFIG)
             daemons[label] = (proc, path, subscribe_all(path, ids))
         echo_subs = load.connect_all(echo_path, n)
         labels = list(daemons)

@@ -417,21 +417,30 @@ def _fanout(path: str, socks: list[Any], frame: bytes, rounds: int) -> list[floa
     return out
 
 
-def _broadcast(ctx: Ctx) -> None:
-    """broadcast.send to N subscribed sessions until the last has it, vs the echo fan-out."""
-    from bench.targets import pipeline, register_many
+def subscribe_all(path: str, ids: list[str]) -> list[Any]:
+    """Register ``caster`` and ``ids``; one connection per id, each subscribed to its
+    own session's events (the broadcast row's subscribers)."""
+    from bench.targets import register_many
 
-    n = 100 if ctx.quick else 1000
-    rounds = 2 if ctx.quick else 5
-    ids = [f"sub{i}" for i in range(n)]
-    register_many(ctx.sock, ["caster", *ids])
-    subs = load.connect_all(ctx.sock, n)
+    register_many(path, ["caster", *ids])
+    subs = load.connect_all(path, len(ids))
     for s, sid in zip(subs, ids, strict=True):
         c = LineClient.__new__(LineClient)
         c.sock, c.buf = s, b""
         reply = json.loads(c.roundtrip(rpc(SUBSCRIBE, {"session_id": sid})))
         if "error" in reply:
             raise RuntimeError(f"subscribe failed: {reply}")
+    return subs
+
+
+def _broadcast(ctx: Ctx) -> None:
+    """broadcast.send to N subscribed sessions until the last has it, vs the echo fan-out."""
+    from bench.targets import pipeline
+
+    n = 100 if ctx.quick else 1000
+    rounds = 2 if ctx.quick else 5
+    ids = [f"sub{i}" for i in range(n)]
+    subs = subscribe_all(ctx.sock, ids)
     echo_subs = load.connect_all(ctx.echo_path, n)
     frame = rpc(BROADCAST, {"session_id": "caster", "text": "heads up: rebasing main"})
     floor, mine = [], []

@@ -7,14 +7,24 @@ import json
 from tests.conftest import DaemonHandle
 from tests.hermes.conftest import Hermes
 
-SCRIPT = r"""
+
+def opened(session_id: str) -> str:
+    """The start of a script run in Hermes's interpreter: chat ``session_id`` started,
+    ``mesh`` its ``/mesh`` handler, ``out`` what the script prints as JSON."""
+    return f"""
 import json, model_tools
 from hermes_cli.plugins import (get_plugin_command_handler, invoke_hook,
                                 resolve_plugin_command_result)
-S = "20261130_160000_eeeeee"
+S = "{session_id}"
 invoke_hook("on_session_start", session_id=S, model="fake-model", platform="cli")
 mesh = get_plugin_command_handler("mesh")
-out = {}
+out = {{}}
+"""
+
+
+SCRIPT = (
+    opened("20261130_160000_eeeeee")
+    + r"""
 for line in ["sessions", "claim src/app.py", "sync", "ask cli:other what are you doing?",
              "release", "broadcast deploying in 5 minutes", "inbox", "bogus"]:
     out[line.split()[0]] = resolve_plugin_command_result(mesh(line))
@@ -26,6 +36,7 @@ out["bad"] = model_tools.handle_function_call("mesh_send", {"to": "nobody", "tex
                                               session_id=S, task_id="t")
 print(json.dumps(out))
 """
+)
 
 
 def test_mesh_subcommands_act_for_the_calling_session(daemon: DaemonHandle, hermes: Hermes) -> None:
@@ -161,20 +172,16 @@ def test_signal_once_and_board_tools_round_trip(daemon: DaemonHandle, hermes: He
     assert not {"deadlock", "stolen", "lost", "withdrawn", "holders"} & set(out["claim"])
 
 
-PEOPLE = r"""
-import json, model_tools
-from hermes_cli.plugins import (get_plugin_command_handler, invoke_hook,
-                                resolve_plugin_command_result)
-S = "20261130_160500_abcdef"
-invoke_hook("on_session_start", session_id=S, model="fake-model", platform="cli")
-mesh = get_plugin_command_handler("mesh")
-out = {}
+PEOPLE = (
+    opened("20261130_160500_abcdef")
+    + r"""
 for line in ["sessions", "sync", "claim src/app.py", "claim src/new.py", "release",
              "broadcast deploying in 5 minutes", "handoff parser done, tests next"]:
     out[line.split()[0] + ("-2" if line.split()[0] in out else "")] = (
         resolve_plugin_command_result(mesh(line)))
 print(json.dumps(out))
 """
+)
 
 
 def test_mesh_speaks_to_people_and_lists_sessions_that_hold_claims(
