@@ -25,9 +25,22 @@ if TYPE_CHECKING:
     from typing import Any
 
     from meshctl._async import AsyncMesh, AsyncSession
-    from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, Sent
+    from meshctl._async_listen import AsyncResponder, SessionEvents
+    from meshctl._async_session import AsyncClaim
+    from meshctl._async_shared import AsyncNotebook, AsyncOnce, AsyncSignal
+    from meshctl._events import PreemptEvent
+    from meshctl._messaging import (
+        Answer,
+        Broadcast,
+        Handoff,
+        Item,
+        Query,
+        RequestedHandoff,
+        Sent,
+    )
+    from meshctl._preempt import PreemptWatcher
     from meshctl._responder import Responder
-    from meshctl._shared import Note, Once, SignalRecord
+    from meshctl._shared import Note, Notebook, Once, Signal, SignalRecord
     from meshctl._sync import Mesh
     from meshctl._sync_claim import Claim
     from meshctl._sync_session import Session
@@ -62,8 +75,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Answer",
+    "AsyncClaim",
     "AsyncMesh",
+    "AsyncNotebook",
+    "AsyncOnce",
+    "AsyncResponder",
     "AsyncSession",
+    "AsyncSignal",
     "BadKey",
     "Broadcast",
     "BudgetExceeded",
@@ -88,15 +106,21 @@ __all__ = [
     "NoSession",
     "NotFound",
     "Note",
+    "Notebook",
     "Once",
     "ParseError",
+    "PreemptEvent",
+    "PreemptWatcher",
     "ProfileMismatch",
     "Query",
     "QueryRefused",
+    "RequestedHandoff",
     "Responder",
     "Sent",
     "Session",
+    "SessionEvents",
     "SessionExpired",
+    "Signal",
     "SignalRecord",
     "StorageUnavailable",
     "TooLarge",
@@ -109,11 +133,17 @@ __all__ = [
 #: client library, and ``import meshctl`` stays cheap for the library's users too.
 _WHERE: dict[str, str] = {
     **dict.fromkeys(("AsyncMesh", "AsyncSession"), "meshctl._async"),
+    **dict.fromkeys(("AsyncResponder", "SessionEvents"), "meshctl._async_listen"),
+    "AsyncClaim": "meshctl._async_session",
+    **dict.fromkeys(("AsyncNotebook", "AsyncOnce", "AsyncSignal"), "meshctl._async_shared"),
+    "PreemptEvent": "meshctl._events",
     **dict.fromkeys(
-        ("Answer", "Broadcast", "Handoff", "Item", "Query", "Sent"), "meshctl._messaging"
+        ("Answer", "Broadcast", "Handoff", "Item", "Query", "RequestedHandoff", "Sent"),
+        "meshctl._messaging",
     ),
+    "PreemptWatcher": "meshctl._preempt",
     "Responder": "meshctl._responder",
-    **dict.fromkeys(("Note", "Once", "SignalRecord"), "meshctl._shared"),
+    **dict.fromkeys(("Note", "Notebook", "Once", "Signal", "SignalRecord"), "meshctl._shared"),
     "Mesh": "meshctl._sync",
     "Claim": "meshctl._sync_claim",
     "Session": "meshctl._sync_session",
