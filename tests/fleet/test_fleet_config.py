@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from meshctl._fleet_config import FleetConfigError, with_fleet, without_fleet
+from meshctl.cli.admin.fleet_config import FleetConfigError, with_fleet, without_fleet
 
 FILE = (
     "# mine\n[defaults]\nstale_after = 3  # keep\n\n"

@@ -1,7 +1,7 @@
 """``meshctl doctor [--json]``: one screen that says what works and what to fix.
 
 Never starts a daemon and never changes anything (the checks are in
-:mod:`meshctl._doctor`). Exit 0 when nothing failed (warnings allowed, and no daemon
+:mod:`meshctl.cli.admin.doctor`). Exit 0 when nothing failed (warnings allowed, and no daemon
 running yet is only information: the first command that needs one starts it), 1 when
 a check failed; ``--json`` prints ``{"ok", "profile", "checks": [{name, status,
 message, fix}]}`` either way, since the failed checks are the answer, not an error.
@@ -45,7 +45,8 @@ def doctor() -> None:
       meshctl doctor
       meshctl doctor --profile work --json
     """
-    from meshctl import _doctor, _paths, _spawn
+    from meshctl import _paths, _spawn
+    from meshctl.cli.admin import doctor as _doctor
     from meshd.paths import config_file
     from meshd.protocol.errors import MeshError, MeshUnavailable
 

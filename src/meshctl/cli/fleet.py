@@ -194,7 +194,7 @@ def join(
       meshctl fleet join nats://vps.example:4222 --creds ~/.config/meshd/laptop.creds
       meshctl fleet join tls://vps.example:4222 --tls-ca ~/ca.pem --name laptop
     """
-    from meshctl import _fleet_config
+    from meshctl.cli.admin import fleet_config as _fleet_config
     from meshd.paths import config_file
 
     state = get_state()
@@ -247,7 +247,7 @@ def leave() -> None:
     Examples:
       meshctl fleet leave
     """
-    from meshctl import _fleet_config
+    from meshctl.cli.admin import fleet_config as _fleet_config
     from meshd.paths import config_file
 
     state = get_state()

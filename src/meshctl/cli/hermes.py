@@ -18,7 +18,7 @@ from meshctl.cli._context import common_options, get_state
 
 
 def _targets(all_profiles: bool, hermes_home: str | None) -> list[tuple[str, Any]]:
-    from meshctl import _hermes_install as hi
+    from meshctl.cli.admin import hermes_install as hi
 
     state = get_state()
     # Only a --profile typed on the command line names a Hermes profile: MESH_PROFILE
@@ -60,8 +60,8 @@ def install(all_profiles: bool, hermes_home: str | None) -> None:
       meshctl hermes install
       meshctl hermes install --all-profiles
     """
-    from meshctl import _hermes_install as hi
     from meshctl._spawn import daemon_running
+    from meshctl.cli.admin import hermes_install as hi
 
     state = get_state()
     done = []
@@ -111,7 +111,7 @@ def uninstall(all_profiles: bool, hermes_home: str | None) -> None:
     Examples:
       meshctl hermes uninstall --all-profiles
     """
-    from meshctl import _hermes_install as hi
+    from meshctl.cli.admin import hermes_install as hi
 
     state = get_state()
     done = []
@@ -142,8 +142,8 @@ def status(all_profiles: bool, hermes_home: str | None) -> None:
     Examples:
       meshctl hermes status --json
     """
-    from meshctl import _hermes_install as hi
     from meshctl._spawn import daemon_running
+    from meshctl.cli.admin import hermes_install as hi
 
     state = get_state()
     rows = [

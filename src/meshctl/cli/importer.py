@@ -75,7 +75,7 @@ def session_coord(db: str | None, manifest: str | None, do_apply: bool) -> None:
     """
     from pathlib import Path
 
-    from meshctl import _import_coord as ic
+    from meshctl.cli.admin import import_coord as ic
     from meshd.paths import config_file
 
     state = get_state()

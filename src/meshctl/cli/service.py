@@ -3,7 +3,7 @@
 Installs this profile's daemon as a user service, so it starts at login (or on the
 first connection, with systemd's socket activation) and is restarted after a crash.
 The rules (where files go, what is refused, how a running daemon is handed over)
-are in :mod:`meshctl._service`; this module parses and prints.
+are in :mod:`meshctl.cli.admin.service`; this module parses and prints.
 
 Exit codes: 0 done (or, when the service manager does not answer, the files are
 written and the commands to finish are printed); 1 a refusal (a unit file that
@@ -39,7 +39,7 @@ def _manager_option(func: Any) -> Any:
 
 
 def _manager(value: str | None) -> Any:
-    from meshctl import _service
+    from meshctl.cli.admin import service as _service
 
     return value or _service.default_manager()
 
@@ -76,7 +76,7 @@ def install(manager: str | None) -> None:
       meshctl service install                 # systemd on Linux, launchd on macOS
       meshctl service install --profile work
     """
-    from meshctl import _service
+    from meshctl.cli.admin import service as _service
 
     state = get_state()
     try:
@@ -96,7 +96,7 @@ def uninstall(manager: str | None) -> None:
     Examples:
       meshctl service uninstall --profile work
     """
-    from meshctl import _service
+    from meshctl.cli.admin import service as _service
 
     state = get_state()
     try:
@@ -136,7 +136,7 @@ def status(manager: str | None) -> None:
     Examples:
       meshctl service status --json
     """
-    from meshctl import _service
+    from meshctl.cli.admin import service as _service
 
     state = get_state()
     out = _service.status(state.profile, _manager(manager))

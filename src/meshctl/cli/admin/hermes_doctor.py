@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from meshctl import _hermes_install as hi
+from meshctl.cli.admin import hermes_install as hi
 
 Reachable = Callable[[str, str | None], bool]
 Result = tuple[Literal["ok", "info", "warn", "skip"], str, str | None]

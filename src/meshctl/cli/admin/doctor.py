@@ -273,7 +273,7 @@ def _schema_version() -> int | None:
 
 
 def check_service(ctx: Context) -> Check:
-    from meshctl import _service
+    from meshctl.cli.admin import service as _service
 
     manager = _service.default_manager()
     out = _service.status(ctx.profile, manager)
@@ -376,9 +376,9 @@ def check_fleet(ctx: Context) -> Check:
 
 def check_hermes(ctx: Context) -> Check:
     """Hermes Agent here: the meshd plugin installed, enabled, current, and its daemon up
-    (:mod:`meshctl._hermes_doctor`)."""
-    from meshctl import _hermes_doctor
+    (:mod:`meshctl.cli.admin.hermes_doctor`)."""
     from meshctl._spawn import daemon_running
+    from meshctl.cli.admin import hermes_doctor as _hermes_doctor
 
     def reachable(profile: str, socket: str | None) -> bool:
         if socket is None and profile == ctx.profile:

@@ -7,7 +7,7 @@ every module it imports, their ``meshctl``/``meshd`` imports rewritten to relati
 ones), stamps it with the session-mesh version, records the mesh profile and socket
 (``meshd-install.json``) and enables the plugin: ``hermes plugins enable meshd``
 when ``hermes`` is on PATH, else an in-place edit of ``plugins.enabled`` in the
-profile's ``config.yaml`` (:mod:`meshctl._hermes_config`).
+profile's ``config.yaml`` (:mod:`meshctl.cli.admin.hermes_config`).
 
 What it never does: overwrite a ``plugins/meshd/`` it did not write (the
 ``meshd_managed: true`` marker in ``plugin.yaml`` says which), or remove anything it
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from meshctl import _hermes_config
+from meshctl.cli.admin import hermes_config as _hermes_config
 from meshd.protocol.contract import rfc3339
 
 PLUGIN_KEY = "meshd"
