@@ -3,7 +3,7 @@
 Why: every auto-start from ``meshctl`` and every ``systemctl start`` runs this
 module, and BENCH.md holds daemon start to first answer within 2x the floor D (a
 minimal anyio server). click is the daemon's CLI framework, but importing it is
-several milliseconds of a start that has none to spare (docs/PERFORMANCE.md,
+several milliseconds of a start that has none to spare (docs/bench-runs/2026-12-01-notebook.md,
 "Daemon start-up").
 
 How: :func:`main` reads a plain ``run`` command line itself -- ``--profile`` and

@@ -5,8 +5,8 @@ underneath (``backend_options={"use_uvloop": True}``), so nothing above it chang
 ``MESH_EVENT_LOOP`` chooses: ``asyncio`` (unset: the default), ``uvloop``, or ``auto``
 (uvloop when importable). uvloop is an optional extra (``session-mesh[uvloop]``), not
 the default: measured on the daemon's request path it saved 4-13% of the CPU a request
-costs (docs/PERFORMANCE.md, "Request path"), not the clear win that would justify a
-compiled dependency everywhere. The test suite runs the daemon on both loops.
+costs (docs/bench-runs/2026-12-01-notebook.md, "Request path"), not the clear win
+that would justify a compiled dependency everywhere. The test suite runs the daemon on both loops.
 """
 
 from __future__ import annotations

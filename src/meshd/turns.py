@@ -22,7 +22,7 @@ pass it arrives in and for the bursts of the next one (see :class:`Turns`), so t
 is about 1.5 burst frames for it on average: 2 a pass made the waiter storm's ping
 p50 0.36-0.38 ms while 10,000 waits queued, 1 makes it 0.22 ms (0.48 -> 0.19 ms while
 they are withdrawn); the storm's daemon CPU moved within its noise (enqueue 1.00 ->
-0.97 s, cancel 0.17 -> 0.19 s: docs/PERFORMANCE.md, sixth pass)."""
+0.97 s, cancel 0.17 -> 0.19 s: docs/bench-runs/2026-12-01-notebook.md, sixth pass)."""
 
 
 class Turns:

@@ -1,5 +1,5 @@
-"""The client's faster wire (PERFORMANCE.md, "The client's call, fourth pass"): the
-request frame put together from pieces, the scanner called directly, and msgspec's
+"""The client's faster wire (docs/bench-runs/2026-12-01-notebook.md, "The client's call,
+fourth pass"): the request frame put together from pieces, the scanner called directly, and msgspec's
 decoder for long lines once bought. Each must give exactly what the plain standard
 library path gives: the same bytes out, the same values in, the same errors."""
 

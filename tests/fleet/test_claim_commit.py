@@ -1,5 +1,5 @@
 """Fleet claims decided on the last version seen, with the commit record sent along
-(docs/FLEET.md, "Acquire"; docs/PERFORMANCE.md, "Fleet claims, second pass").
+(docs/FLEET.md, "Acquire"; docs/bench-runs/2026-12-01-notebook.md, "Fleet claims, second pass").
 
 A claim no longer reads a record this host has seen before writing it, and a set of
 one record sends its commit record beside the record's compare-and-set; a release

@@ -2,11 +2,12 @@
 ``sessions active``, and ``register`` and ``end`` around them.
 
 Why: these are the calls agents and scripts make on every turn (and a script's
-``register`` ... ``end`` around them), and BENCH.md holds each within 1.8x of S (a
+``register`` ... ``end`` around them), and BENCH.md holds each within 1.2x of S (a
 stdlib script that sends one request) and within 0.8x of the peer session-coord's
-same call. ``import click`` alone costs about 1.7x S, so a
-command that imports click cannot get there; click stays the CLI's framework for
-everything else (docs/PERFORMANCE.md, "CLI start-up", has the figures and the choice).
+same call. ``import click`` alone costs about 1.8x S, so a command that imports click
+cannot get there; click stays the CLI's framework for everything else
+(docs/PERFORMANCE.md; the passes in docs/bench-runs/2026-12-01-notebook.md, "CLI
+start-up").
 
 How: :func:`main` reads the command line with a parser that knows exactly these
 commands' options. When it takes the command line, it builds the :class:`State`
