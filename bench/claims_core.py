@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from meshd.core.claims import ClaimTable
+from meshd.core.claims.table import ClaimTable
 from meshd.core.clock import ManualClock
 from meshd.keys import Key, path_key
 

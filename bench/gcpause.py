@@ -2,7 +2,7 @@
 
 ``gc.collect()`` inside a running daemon cannot be timed from outside, so this
 imports what the daemon imports (``meshd.app`` pulls in server, store, service,
-handlers), builds a :class:`meshd.core.registry.Registry` on a
+handlers), builds a :class:`meshd.core.sessions.registry.Registry` on a
 :class:`~meshd.core.clock.ManualClock` and registers the sessions through it, as
 ``session.register`` would, then times full collections. It runs in a fresh
 process (``python -m bench.gcpause N REPEATS``) so the harness's own objects do
@@ -24,7 +24,7 @@ def measure(n: int, repeats: int, freeze: bool = False) -> dict[str, Any]:
     sessions registered afterwards are what a full collection still has to walk."""
     import meshd.app  # noqa: F401  (the daemon's whole module graph)
     from meshd.core.clock import ManualClock
-    from meshd.core.registry import Registration, Registry
+    from meshd.core.sessions.registry import Registration, Registry
     from meshd.core.settings import Settings
 
     if freeze:

@@ -81,7 +81,7 @@ def test_the_frame_limit_counts_no_newline() -> None:
 def test_one_list_of_reported_fields() -> None:
     """A session's reported fields are spelled once (contract.REPORTED): the daemon's
     Report is exactly them, and the params and the session record carry each."""
-    from meshd.core.session_records import Report, Session
+    from meshd.core.sessions.records import Report, Session
     from meshd.protocol.methods import HeartbeatParams, RegisterParams
 
     assert Report.__struct_fields__ == contract.REPORTED

@@ -1,6 +1,6 @@
 """The daemon runs on plain asyncio by default and on uvloop when asked.
 
-``MESH_EVENT_LOOP`` chooses (meshd.eventloop). Both loops serve the same protocol
+``MESH_EVENT_LOOP`` chooses (meshd.server.eventloop). Both loops serve the same protocol
 with the same guarantees, so the real daemon is run on each: a queued acquire is
 granted when its holder releases, a pipelined burst is answered in order, and what
 was acknowledged survives ``kill -9``. A loop that is unknown, or asked for and not
@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import DaemonHandle, MeshEnv
 from tests.support import Client, wait_for
 
-from meshd import eventloop
+from meshd.server import eventloop
 
 HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None
 LOOPS = [

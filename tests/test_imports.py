@@ -63,12 +63,8 @@ def test_cli_never_loads_the_store() -> None:
     daemon_side = (
         "meshd.store",
         "meshd.server",
-        "meshd.admission",
-        "meshd.connection",
-        "meshd.turns",
-        "meshd.replies",
         "meshd.service",
-        "meshd.handlers",
+        "meshd.domains",
         "meshd.app",
     )
     assert {m for m in loaded if m.startswith(daemon_side)} == set()
@@ -80,7 +76,7 @@ def test_nats_stays_out_without_fleet() -> None:
     block = "import sys; sys.modules['nats'] = None  # as if nats-py were not installed\n"
     loaded = loaded_after(
         block
-        + "import meshd.app, meshd.fleet, meshd.handlers.fleet\n"
+        + "import meshd.app, meshd.fleet, meshd.domains.fleet\n"
         + IMPORT_ALL.format(package="meshctl.cli")
     )
 

@@ -158,7 +158,7 @@ class TestBroad:
         """``broad_place`` is the rule both ways: a key needs broad exactly where it says,
         and the board asks the same function of a session's cwd (a shell in ``~`` is
         not told of every file changed beneath it). Boundaries are whole parts."""
-        from meshd.handlers import board
+        from meshd.domains import board
 
         home = str(root / "home" / "u")
         places = {"/": True, str(root): True, f"{root}/home": True, home: True,

@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.mail_records import Handoff, Message, item_of
-from meshd.core.mailbox import Mailbox
-from meshd.core.registry import Registration, Registry
+from meshd.core.mail.mailbox import Mailbox
+from meshd.core.mail.records import Handoff, Message, item_of
+from meshd.core.sessions.registry import Registration, Registry
 from meshd.core.settings import Settings
 from meshd.store import Store
 from meshd.store import messages as sm

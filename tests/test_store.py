@@ -94,7 +94,7 @@ class TestSyncedKinds:
     async def test_ledger_writes_commit_with_synchronous_full(self, short_tmp: Path) -> None:
         """SPEC §8: a ledger entry survives power loss -- its batch is committed with
         synchronous=FULL; an ordinary write's is not."""
-        from meshd.core.ledger import Entry
+        from meshd.core.work.ledger import Entry
 
         st = await open_store(short_tmp / "s.sqlite3")
         seen: list[str] = []
@@ -160,7 +160,7 @@ class TestSessionRecords:
     def test_defaults_are_pinned(self) -> None:
         """A record written by an older meshd without a field reads back with today's
         default: changing one would change what every stored session means."""
-        from meshd.core.session_records import Session
+        from meshd.core.sessions.records import Session
 
         fields, values = Session.__struct_fields__, Session.__struct_defaults__
         defaults = dict(zip(fields[len(fields) - len(values) :], values, strict=True))
@@ -181,7 +181,7 @@ class TestSessionRecords:
         before) still reads back too."""
         import msgspec
 
-        from meshd.core.session_records import Session
+        from meshd.core.sessions.records import Session
         from meshd.store.sessions import load_sessions
 
         s = Session(

@@ -27,28 +27,29 @@ from pathlib import Path
 import anyio
 from anyio.abc import SocketListener, TaskGroup
 
-from meshd import __version__, config, eventloop, sdnotify, socketfile
+from meshd import __version__, config, sdnotify
 from meshd.core.clock import SystemClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState, Write
 from meshd.domain import Domain
-from meshd.handlers.board import BoardHandlers
-from meshd.handlers.board_work import BoardWorkHandlers
-from meshd.handlers.claims import ClaimHandlers
-from meshd.handlers.fleet import FleetDomain
-from meshd.handlers.fleet_mail import FleetMail
-from meshd.handlers.jobs import JobHandlers
-from meshd.handlers.ledger import LedgerHandlers
-from meshd.handlers.mesh import MeshHandlers
-from meshd.handlers.messages import MessageHandlers
-from meshd.handlers.notes import NoteHandlers
-from meshd.handlers.preempt import PreemptHandlers
-from meshd.handlers.sessions import SessionHandlers
-from meshd.handlers.shared import SharedWork
-from meshd.handlers.signals import SignalHandlers
-from meshd.handlers.watch import WatchHandlers
+from meshd.domains.board import BoardHandlers
+from meshd.domains.board_work import BoardWorkHandlers
+from meshd.domains.claims import ClaimHandlers
+from meshd.domains.fleet import FleetDomain
+from meshd.domains.fleet_mail import FleetMail
+from meshd.domains.jobs import JobHandlers
+from meshd.domains.ledger import LedgerHandlers
+from meshd.domains.mesh import MeshHandlers
+from meshd.domains.messages import MessageHandlers
+from meshd.domains.notes import NoteHandlers
+from meshd.domains.preempt import PreemptHandlers
+from meshd.domains.sessions import SessionHandlers
+from meshd.domains.shared import SharedWork
+from meshd.domains.signals import SignalHandlers
+from meshd.domains.watch import WatchHandlers
 from meshd.paths import PathError, ProfilePaths, ensure_socket_dir
-from meshd.server import Server
+from meshd.server import eventloop, socketfile
+from meshd.server.serve import Server
 from meshd.service import Service
 from meshd.startup import Begun, Listening, StartupError, listen, prepare, record
 from meshd.store import Store, StoreError
@@ -135,7 +136,7 @@ class Daemon:
         self._adopted = False
         self._tg: TaskGroup | None = None
         self.loop_name = "asyncio"
-        """The event loop it runs on (``run`` sets it; see :mod:`meshd.eventloop`)."""
+        """The event loop it runs on (``run`` sets it; see :mod:`meshd.server.eventloop`)."""
 
     # --- configuration ------------------------------------------------------------
 
@@ -164,9 +165,9 @@ class Daemon:
 
     async def _bind(self) -> SocketListener:
         """Bind the socket path again, replacing it only when it is free (the socket
-        guard; see :mod:`meshd.socketfile`). The probe and the bind run in a worker
+        guard; see :mod:`meshd.server.socketfile`). The probe and the bind run in a worker
         thread: a wedged daemon at the path may keep the probe waiting
-        :data:`~meshd.socketfile.PROBE_TIMEOUT`."""
+        :data:`~meshd.server.socketfile.PROBE_TIMEOUT`."""
         path = self._served
         problem = await anyio.to_thread.run_sync(socketfile.occupant, path)
         if problem is not None:

@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from meshd.core.jobs import JobSpec
 from meshd.core.settings import DEFAULT_SHARED_KINDS, FleetSettings, Settings
+from meshd.core.work.jobs import JobSpec
 from meshd.protocol.contract import PROFILE_RE
 
 Pos = Annotated[float, Meta(gt=0)]

@@ -1,6 +1,6 @@
 """The one shape every domain of the daemon has (sessions, claims, messages, board …).
 
-A domain is a class in ``meshd/handlers/<name>.py`` deriving from :class:`Domain`.
+A domain is a class in ``meshd/domains/<name>.py`` deriving from :class:`Domain`.
 ``app.DOMAINS`` lists the classes, in the order their methods appear in the
 schema; :class:`~meshd.service.Service` makes one of each and drives them all
 through these hooks, so adding a domain adds files and one line in ``app.py``,

@@ -340,7 +340,7 @@ def broad_place(where: str, homes: Iterable[str]) -> bool:
     claim needs ``--broad`` for (SPEC §5).
 
     One rule for two callers: :func:`canonical_key` asks it of a path key's canonical
-    value with the home folder resolved now; the board (``meshd.handlers.board``)
+    value with the home folder resolved now; the board (``meshd.domains.board``)
     asks it of a session's cwd or repo as reported, with the home as written and as
     resolved, so that a shell opened in ``~`` is not told of every file beneath it.
     Compared as written, at ``/`` boundaries (``/ho`` is not above ``/home/u``).

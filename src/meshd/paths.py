@@ -141,7 +141,7 @@ def _check_utf8(path: Path, var: str, what: str) -> None:
 def check_socket_length(path: Path) -> None:
     """Refuse a socket path that does not fit in ``sun_path`` (nor its temporary name,
     which is a few bytes longer: the socket is bound there, then renamed into place)."""
-    from meshd.socketfile import temp_path
+    from meshd.server.socketfile import temp_path
 
     size = len(os.fsencode(temp_path(path)))
     if size >= SUN_PATH_MAX:

@@ -1,6 +1,6 @@
 """The method table and the glue between core, domains, store, process watcher and server.
 
-Each domain (:class:`meshd.domain.Domain`, one module in :mod:`meshd.handlers`)
+Each domain (:class:`meshd.domain.Domain`, one module in :mod:`meshd.domains`)
 adds its methods with :meth:`Service.add`: plain functions of (params,
 connection). The service drives every domain through the same hooks (restore,
 drain, sweep, prune, connection closed); ``app.DOMAINS`` says which exist. Handlers that change
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from meshd.core.registry import EndReason, Session
+from meshd.core.sessions.registry import EndReason, Session
 from meshd.core.state import Drained, Event, MeshState, Write
 from meshd.domain import Domain, overrides
 from meshd.keys import touched_paths

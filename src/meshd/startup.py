@@ -22,7 +22,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from meshd import config, eventloop, sdnotify, singleton, socketfile
+from meshd import config, sdnotify, singleton
 from meshd.paths import (
     PathError,
     ProfilePaths,
@@ -30,6 +30,7 @@ from meshd.paths import (
     ensure_private_dir,
     ensure_socket_dir,
 )
+from meshd.server import eventloop, socketfile
 
 if TYPE_CHECKING:
     from meshd.core.settings import Settings

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from meshd.core.board import COALESCE_WINDOW, FRAMING, SAMPLE, BoardState
 from meshd.core.clock import ManualClock
+from meshd.core.work.board import COALESCE_WINDOW, FRAMING, SAMPLE, BoardState
 
 P = "/home/u/proj"
 

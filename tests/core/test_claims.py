@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from meshd.core.claim_records import MAX_AHEAD, Fencing, Granted, Held, Outcome, Queued
-from meshd.core.claims import ClaimTable
+from meshd.core.claims.records import MAX_AHEAD, Fencing, Granted, Held, Outcome, Queued
+from meshd.core.claims.table import ClaimTable
 from meshd.core.clock import ManualClock
 from meshd.keys import Key, from_canonical
 

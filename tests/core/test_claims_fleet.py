@@ -3,7 +3,7 @@ fleet, a loss the fleet decided, a local-only grant that became fleet-wide."""
 
 from __future__ import annotations
 
-from meshd.core.claims import ClaimTable, Granted
+from meshd.core.claims.table import ClaimTable, Granted
 from meshd.core.clock import ManualClock
 from meshd.keys import from_canonical
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meshd.core.claim_records import Claim, Granted, Queued, Waiting
-from meshd.core.claims import ClaimTable
+from meshd.core.claims.records import Claim, Granted, Queued, Waiting
+from meshd.core.claims.table import ClaimTable
 from meshd.core.clock import ManualClock
 from meshd.keys import Key, from_canonical
 

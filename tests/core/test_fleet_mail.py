@@ -9,9 +9,9 @@ import pytest
 from tests.core.test_mailbox import make, reg
 
 from meshd.core.clock import ManualClock
-from meshd.core.fleet_post import SEEN_DAYS, FleetPost, Outgoing
-from meshd.core.mail_records import Answer, Query
-from meshd.core.mailbox import Mailbox
+from meshd.core.mail.fleet_post import SEEN_DAYS, FleetPost, Outgoing
+from meshd.core.mail.mailbox import Mailbox
+from meshd.core.mail.records import Answer, Query
 from meshd.protocol.errors import (
     BudgetExceeded,
     Cycle,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.jobs import JobBook, JobSpec, slot
+from meshd.core.work.jobs import JobBook, JobSpec, slot
 
 SPECS = {
     "backup": JobSpec("backup", ("file:/p",), "wait", 60.0, critical=True),

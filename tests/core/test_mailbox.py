@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.mail_records import (
+from meshd.core.mail.mailbox import Mailbox
+from meshd.core.mail.records import (
     Answer,
     Handoff,
     Message,
@@ -15,8 +16,7 @@ from meshd.core.mail_records import (
     item_of,
     responder_channel,
 )
-from meshd.core.mailbox import Mailbox
-from meshd.core.registry import Registration, Registry
+from meshd.core.sessions.registry import Registration, Registry
 from meshd.core.settings import Settings
 from meshd.protocol.errors import (
     BudgetExceeded,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from meshd.core.clock import ManualClock
-from meshd.core.preempt import Preemptions
+from meshd.core.work.preempt import Preemptions
 
 
 def test_grace_expiry_is_handed_over_once() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.registry import Registration, Registry, Report
+from meshd.core.sessions.registry import Registration, Registry, Report
 from meshd.core.settings import Settings
 from meshd.protocol.errors import IdInUse, InvalidParams, SessionExpired, TooLarge, UnknownSession
 
@@ -354,7 +354,7 @@ class TestPresence:
     ) -> None:
         """SPEC §5: a session that changed the file (or files under the folder) is
         present there for RECENT_CHANGE seconds, wherever its cwd is."""
-        from meshd.core.presence import RECENT_CHANGE
+        from meshd.core.sessions.presence import RECENT_CHANGE
 
         registry.register(reg(session_id="w", cwd="/elsewhere"))
         registry.changed("w", ["/p/src/a.py", "/p/src/b.py"])

@@ -7,10 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshd.core.clock import ManualClock
-from meshd.core.ledger import Ledger, LedgerRefused
-from meshd.core.marks import READ_FRESH, Marks
-from meshd.core.notes import Notebook, visible
-from meshd.core.signals import SignalBoard
+from meshd.core.work.ledger import Ledger, LedgerRefused
+from meshd.core.work.marks import READ_FRESH, Marks
+from meshd.core.work.notes import Notebook, visible
+from meshd.core.work.signals import SignalBoard
 from meshd.protocol.errors import TooLarge
 
 

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.registry import Registration, Registry
+from meshd.core.sessions.registry import Registration, Registry
 from meshd.core.settings import Settings
 
 

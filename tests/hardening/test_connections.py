@@ -19,7 +19,7 @@ from tests.conftest import DaemonHandle, MeshEnv
 from tests.hardening.support import LimitedDaemon, is_reply, ping, raise_own_nofile
 from tests.support import wait_for
 
-from meshd.connection import MAX_INFLIGHT
+from meshd.server.connection import MAX_INFLIGHT
 
 PING = b'{"jsonrpc":"2.0","id":1,"method":"mesh.ping"}\n'
 

@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import DaemonHandle
 from tests.hardening.support import CLOSED, Client
 
-from meshd.connection import BACKLOG_LIMIT, EVENT_BACKLOG_LIMIT
 from meshd.protocol.methods import LISTED_CLAIMS
+from meshd.server.connection import BACKLOG_LIMIT, EVENT_BACKLOG_LIMIT
 
 PAD = "x" * 400
 

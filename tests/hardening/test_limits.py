@@ -17,8 +17,8 @@ from tests.conftest import DaemonHandle, MeshEnv
 from tests.hardening.support import CLOSED, Client, raise_own_nofile, wait_for
 
 from meshctl import FrameTooLarge, Mesh, _conn
-from meshd.frames import PARTIAL_BUDGET
 from meshd.protocol.framing import MAX_FRAME
+from meshd.server.frames import PARTIAL_BUDGET
 
 
 def ping_line(size: int, rid: int = 1) -> bytes:

@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import DaemonHandle, MeshEnv, rpc
 from tests.support import wait_for
 
-from meshd import socketfile
+from meshd.server import socketfile
 
 
 def replaced(path: Path, ino: int) -> bool:

@@ -24,13 +24,13 @@ from tests.hardening.support import Client, FaultyDaemon, wait_for
 
 # The answers of queued waits only: claim_waits imports these for its records alone.
 NO_GRANT_REPLY = """
-import meshd.handlers.claim_waits as cw
+import meshd.domains.claim_waits as cw
 def granted(*a, **k):
     raise RuntimeError("injected: a queued grant's reply cannot be built")
 cw.granted = granted
 """
 NO_HELD_REPLY = """
-import meshd.handlers.claim_waits as cw
+import meshd.domains.claim_waits as cw
 def held(*a, **k):
     raise RuntimeError("injected: a queued wait's held reply cannot be built")
 cw.held = held
@@ -38,7 +38,7 @@ cw.held = held
 # Running out the waits of session "boom" raises; with ONCE, only the timer's own
 # withdrawal does (the guard's second one, without working out holders, works).
 BAD_RUN_OUT = """
-from meshd.core.claims import ClaimTable
+from meshd.core.claims.table import ClaimTable
 cancel = ClaimTable.cancel_waiter
 def cancel_waiter(self, wid, *, why="cancelled", wake=True):
     w = self._queue.waiters.get(wid)

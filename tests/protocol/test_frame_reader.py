@@ -7,7 +7,7 @@ import socket
 
 import anyio
 
-from meshd.frames import FREE_PARTIAL, FrameReader, PartialBudget
+from meshd.server.frames import FREE_PARTIAL, FrameReader, PartialBudget
 
 
 async def test_pipelined_frames_never_draw_on_the_partial_budget() -> None:

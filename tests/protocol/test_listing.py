@@ -1,5 +1,5 @@
 """``session.list`` keeps each session's encoded form until the session changes
-(meshd.handlers.listing): the bytes must be what encoding its ``SessionInfo`` gives, and
+(meshd.domains.listing): the bytes must be what encoding its ``SessionInfo`` gives, and
 every change must be seen in the next listing.
 
 Driven in-process like test_dispatch.py: a real Service with every domain, a manual
@@ -20,11 +20,11 @@ from tests.support import profile_paths
 
 from meshd.app import DOMAINS
 from meshd.core.clock import ManualClock
-from meshd.core.registry import Registration, Report
+from meshd.core.sessions.registry import Registration, Report
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState
-from meshd.handlers import listing
-from meshd.handlers.sessions import SessionHandlers
+from meshd.domains import listing
+from meshd.domains.sessions import SessionHandlers
 from meshd.keys import from_canonical
 from meshd.protocol import methods as m
 from meshd.protocol.jsonrpc import Dispatcher, encoder, response

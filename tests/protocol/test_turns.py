@@ -1,4 +1,4 @@
-"""Bursts take turns (meshd.turns.Turns): a few pipelined frames per pass of the loop.
+"""Bursts take turns (meshd.server.turns.Turns): a few pipelined frames per pass of the loop.
 
 The event loop is deterministic without I/O: each ``asyncio.sleep(0)`` is one pass,
 so these count frames per pass, not time.
@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from meshd.turns import Turns
+from meshd.server.turns import Turns
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ async def test_a_cancelled_waiter_takes_no_turn() -> None:
 
 async def test_a_request_that_arrives_goes_before_the_next_turns_frames() -> None:
     """A lone request read from a socket (the loop's I/O callback wakes its reader, as
-    :class:`meshd.frames.FrameReader` does) resumes before the burst frames of the
+    :class:`meshd.server.frames.FrameReader` does) resumes before the burst frames of the
     turn let go in the same pass: the turn is taken after that pass's reads."""
     import socket
 

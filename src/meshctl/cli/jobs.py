@@ -206,7 +206,7 @@ def _reserve_slot(
     if not decl.get("once"):
         return None
     from meshctl.cli.once import held_text
-    from meshd.core.jobs import slot
+    from meshd.core.work.jobs import slot
 
     key = f"job:{name}:{slot(decl['once'], time.time())}"
     result = mesh.call(

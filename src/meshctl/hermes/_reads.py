@@ -11,7 +11,7 @@ the daemon. So:
 
 - **Once per (session, path)**: a path the session already recorded is not sent
   again, except after :data:`REFRESH` seconds, so the daemon's 12-hour freshness of
-  a read (``meshd.core.marks.READ_FRESH``) follows the agent's latest reads.
+  a read (``meshd.core.work.marks.READ_FRESH``) follows the agent's latest reads.
   Per session at most :data:`MAX_PATHS` are remembered (oldest forgotten first: at
   worst a path is sent twice), and nothing once the session ends.
 - **Off the tool's path**: the hook only notes the path; one thread per process

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from meshd.core.jobs import JobSpec
+from meshd.core.work.jobs import JobSpec
 
 DEFAULT_SHARED_KINDS = ("box", "account", "cron", "gateway", "res")
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from meshd.core.claim_records import Cancelled, EndHow, Fencing, Notice
-from meshd.core.claims import ClaimTable
+from meshd.core.claims.records import Cancelled, EndHow, Fencing, Notice
+from meshd.core.claims.table import ClaimTable
 from meshd.core.clock import Clock
-from meshd.core.mailbox import Mailbox
-from meshd.core.registry import EndReason, Registration, Registry, Report, Session
+from meshd.core.mail.mailbox import Mailbox
+from meshd.core.sessions.registry import EndReason, Registration, Registry, Report, Session
 from meshd.core.settings import Settings
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.events import CLAIM_EVENTS, ClaimEvent, ClaimLoss, EventBody, kind_of

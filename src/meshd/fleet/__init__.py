@@ -7,7 +7,7 @@ nothing, so ``import meshd.fleet`` is free. Without ``[fleet]`` nothing of it lo
 How the pieces fit (the interface for the fleet parts: registry, claims, messages)
 -------------------------------------------------------------------------------------
 
-* **Getting the fleet.** ``meshd.handlers.fleet.FleetDomain`` is a Domain (listed in
+* **Getting the fleet.** ``meshd.domains.fleet.FleetDomain`` is a Domain (listed in
   ``app.DOMAINS``). Any domain looks it up once in ``install()``::
 
       self._fleet = self.svc.domain(FleetDomain)      # the domain, always there
@@ -43,11 +43,11 @@ How the pieces fit (the interface for the fleet parts: registry, claims, message
   ``FleetDown`` means "the fleet is out of reach now" (UNAVAILABLE, or local-only
   under ``on_partition = "local"``).
 
-* **Hooks in the handlers.** Claims: ``meshd/handlers/claim_fleet.py`` decides per key;
+* **Hooks in the handlers.** Claims: ``meshd/domains/claim_fleet.py`` decides per key;
   a key is fleet-wide when ``fleet is not None`` and its kind is in
   ``fleet.cfg.shared_kinds`` (or it is a ``file:`` key under one of
   ``fleet.cfg.shared_paths``, already canonical). Messages:
-  ``meshd/handlers/messages.py``; a session id unknown locally may live on another
+  ``meshd/domains/messages.py``; a session id unknown locally may live on another
   host: ``fleet.registry.host_of(session_id)`` (item 2) says which.
 
 * **Tests.** ``tests/fleet/conftest.py``: ``nats_server`` (a real nats-server from

@@ -1,6 +1,6 @@
 """The :class:`Fleet`: everything this daemon does with the other hosts, behind one object.
 
-Made by :class:`meshd.handlers.fleet.FleetDomain` when ``[fleet]`` is configured (and
+Made by :class:`meshd.domains.fleet.FleetDomain` when ``[fleet]`` is configured (and
 again after a reload that changes the table); without ``[fleet]`` it does not exist
 and nothing here is imported. It owns the :class:`~meshd.fleet.link.FleetLink` and
 the fleet *parts* (the registry mirror, claims, messages), and runs them all in one
@@ -58,8 +58,8 @@ class Fleet:
         """Parts run by :meth:`run`; items 3 and 4 append theirs here (one line each)."""
         self.mail = MailLink(self)  # messages, asks, broadcasts, signals (docs/FLEET.md)
         self.parts.append(self.mail)
+        from meshd.domains.claims import ClaimHandlers
         from meshd.fleet.claims import FleetClaims
-        from meshd.handlers.claims import ClaimHandlers
 
         self.claims = FleetClaims(
             self.link, svc.domain(ClaimHandlers), heartbeat=svc.state.settings.heartbeat_interval

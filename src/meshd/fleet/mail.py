@@ -1,5 +1,5 @@
 """Mail across hosts over NATS (docs/FLEET.md): the stream, the forwarder, the consumer
-and the ask responder of one daemon. The rules are :mod:`meshd.handlers.fleet_mail`'s.
+and the ask responder of one daemon. The rules are :mod:`meshd.domains.fleet_mail`'s.
 
 * **Stream** ``MESH_<profile>_MAIL`` on ``mesh.<profile>.mail.>`` (file storage, 7
   days, 2 min duplicate window), and this host's **durable pull consumer**
@@ -26,8 +26,8 @@ from anyio.abc import TaskGroup
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
+from meshd.domains.fleet_mail import FleetMail
 from meshd.fleet.link import describe
-from meshd.handlers.fleet_mail import FleetMail
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol.errors import StorageUnavailable
 

@@ -49,7 +49,7 @@ class FleetRegistry:
     name = "registry"
 
     def __init__(self, fleet: Fleet) -> None:
-        from meshd.handlers.sessions import SessionHandlers
+        from meshd.domains.sessions import SessionHandlers
 
         self.fleet = fleet
         self.link = fleet.link

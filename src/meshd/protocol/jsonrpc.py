@@ -188,7 +188,7 @@ class Call:
 
 class Dispatcher:
     """From a frame to the calls it asks for and their replies, given the method table
-    (``lookup``). The server decides where each call runs (see meshd.server)."""
+    (``lookup``). The server decides where each call runs (see meshd.server.serve)."""
 
     def __init__(self, lookup: Callable[[str], Handler]) -> None:
         self.lookup = lookup

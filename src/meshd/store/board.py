@@ -1,6 +1,6 @@
 """SQL for the board's changed files: the table, its writers, one blocking read.
 
-:mod:`meshd.core.board` leaves ``("board.changed", changes)`` (one row per path)
+:mod:`meshd.core.work.board` leaves ``("board.changed", changes)`` (one row per path)
 and ``("board.prune", cutoff)`` writes; :mod:`meshd.store.schema` maps them here.
 """
 
@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from meshd.core.board import Change
+from meshd.core.work.board import Change
 from meshd.store.query import newest_rows
 
 DDL = """

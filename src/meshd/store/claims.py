@@ -1,7 +1,7 @@
 """SQL for claims: the live claim set, the audit log and the fencing block.
 
-The lock table (:mod:`meshd.core.claims`) reports every change as an
-:class:`~meshd.core.claim_records.AuditRecord`; one writer turns each record into an
+The lock table (:mod:`meshd.core.claims.table`) reports every change as an
+:class:`~meshd.core.claims.records.AuditRecord`; one writer turns each record into an
 audit row *and* the matching change to the live ``claims`` table (grant and
 refresh upsert, every other action deletes), so the two can never disagree.
 The fencing block ("tokens up to N may have been issued") is written with
@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from meshd.core.claim_records import ENDING, AuditRecord
+from meshd.core.claims.records import ENDING, AuditRecord
 from meshd.store.query import newest_rows
 
 DDL = """

@@ -1,6 +1,6 @@
 """SQL for the fleet's post office (docs/FLEET.md): the outbox and the seen keys.
 
-:mod:`meshd.core.fleet_post` leaves write tuples; :data:`WRITERS` holds their SQL.
+:mod:`meshd.core.mail.fleet_post` leaves write tuples; :data:`WRITERS` holds their SQL.
 An outbox row is stored in the same commit as the call that made it (a send to a
 session on another host), and a seen key in the same commit as the items an arriving
 fleet item made: that pairing is what makes delivery exactly once.
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from meshd.core.fleet_post import Outgoing
+from meshd.core.mail.fleet_post import Outgoing
 
 DDL = """
 CREATE TABLE fleet_outbox (

@@ -1,6 +1,6 @@
 """SQL for declared jobs' runs and deferrals: one event table, its writers, the restore read.
 
-:mod:`meshd.core.jobs` leaves ``("job.event", JobEvent)`` and ``("job.prune",
+:mod:`meshd.core.work.jobs` leaves ``("job.event", JobEvent)`` and ``("job.prune",
 cutoff)``; :mod:`meshd.store.schema` maps them here. The book is rebuilt from the
 events at start (:func:`load_events`, oldest first).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from meshd.core.jobs import JobEvent
+from meshd.core.work.jobs import JobEvent
 
 DDL = """
 CREATE TABLE job_events (

@@ -1,6 +1,6 @@
 """SQL for the message domain: tables, the writers of its write kinds, blocking reads.
 
-The pure :mod:`meshd.core.mailbox` produces writes ``(kind, *args)``; the store's
+The pure :mod:`meshd.core.mail.mailbox` produces writes ``(kind, *args)``; the store's
 static table (:data:`meshd.store.schema.WRITERS`) maps each kind to a writer here,
 so they go through the group commit with everything else. The read helpers are
 blocking and take a :class:`sqlite3.Connection`: the store runs them on its read
@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from meshd.core.mail_records import REPLY_WINDOW, Handoff, Message
+from meshd.core.mail.records import REPLY_WINDOW, Handoff, Message
 from meshd.protocol.messages import ItemState
 
 DDL = """
@@ -251,7 +251,7 @@ def handoff_show(db: sqlite3.Connection, handoff_id: int) -> Handoff | None:
 
 
 class RestoredMail(msgspec.Struct):
-    """What :meth:`meshd.core.mailbox.Mailbox.restore` takes back after a restart."""
+    """What :meth:`meshd.core.mail.mailbox.Mailbox.restore` takes back after a restart."""
 
     messages: list[Message]
     handoffs: list[Handoff]

@@ -1,9 +1,9 @@
 """SQL for sessions and the ``meta`` table: the first migration, its writers, the restore read.
 
-:mod:`meshd.core.registry` leaves ``("session.put", s)``, ``("session.snapshot", s)``
+:mod:`meshd.core.sessions.registry` leaves ``("session.put", s)``, ``("session.snapshot", s)``
 and ``("session.end", sid, at, reason)`` writes; a session is stored whole as its
 msgspec-encoded record (its default-valued fields left out, see
-:class:`~meshd.core.session_records.Session`), so a new reported field needs no
+:class:`~meshd.core.sessions.records.Session`), so a new reported field needs no
 migration.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from meshd.core.registry import Session
+from meshd.core.sessions.registry import Session
 
 log = logging.getLogger("meshd.store")
 

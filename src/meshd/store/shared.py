@@ -1,6 +1,6 @@
 """SQL for shared work (SPEC §7): notes, signals, the ledger, board posts and marks.
 
-The pure cores (:mod:`meshd.core.notes`, ``signals``, ``ledger``, ``marks``)
+The pure cores (:mod:`meshd.core.work.notes`, ``signals``, ``ledger``, ``marks``)
 leave write tuples; :data:`WRITERS` holds their SQL (in the store's static table)
 and the ledger's kinds are synced (``synchronous=FULL`` for their batch: a ledger entry
 survives power loss, SPEC §8). :func:`load` reads everything the daemon holds
@@ -15,9 +15,9 @@ from typing import Any
 
 import msgspec
 
-from meshd.core.ledger import Entry
-from meshd.core.notes import Note
-from meshd.core.signals import Signal
+from meshd.core.work.ledger import Entry
+from meshd.core.work.notes import Note
+from meshd.core.work.signals import Signal
 from meshd.store.query import newest_rows
 
 DDL = """

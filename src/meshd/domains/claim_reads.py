@@ -1,0 +1,162 @@
+"""``claim.check``, ``claim.list``, ``claim.validate`` and ``audit.log``: the claims
+read side (SPEC §5). Nothing here changes a claim or writes; each answers from the
+table in memory (after a ttl sweep), the fleet for fleet-wide keys, or, for the
+audit log, the store's read connection.
+
+The methods are registered by :class:`~meshd.domains.claims.ClaimHandlers`, which
+owns the key resolution and the fleet hooks these read through.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from meshd.domains.claim_replies import holder, warning
+from meshd.keys import Key
+from meshd.protocol import claims as pc
+from meshd.protocol.contract import rfc3339
+from meshd.protocol.errors import InvalidParams, MeshUnavailable
+from meshd.store.claims import audit_page
+
+if TYPE_CHECKING:
+    from meshd.domains.claims import ClaimHandlers
+    from meshd.fleet.claims import FleetClaims
+    from meshd.service import Conn
+
+
+class ClaimReads:
+    """The read-only ``claim.*`` methods and ``audit.log`` of ``claims``'s domain."""
+
+    def __init__(self, claims: ClaimHandlers) -> None:
+        self.claims = claims
+        self.svc = claims.svc
+
+    async def check(self, p: pc.ClaimCheckParams, conn: Conn) -> pc.ClaimCheckResult:
+        st = self.svc.state
+        if st.hidden_from(p.for_profile):
+            return pc.ClaimCheckResult(status="free", profile=st.profile, visible=False)
+        if not st.settings.enabled:
+            return pc.ClaimCheckResult(status="free", disabled=True, profile=st.profile)
+        keys = await self.claims.keys_for(p.resources, p.broad)
+        self.claims.expire()
+        found = st.claims.check(keys, p.session_id)
+        present = self._present(keys, p.session_id)
+        warnings = [warning(st, c) for c in found]
+        warnings += [
+            f"{x.session_id} "
+            + ("recently changed " if x.why == "changed" else "is working in ")
+            + x.path
+            + (f" (branch {x.branch})" if x.branch else "")
+            + (f" — {x.task}" if x.task else "")
+            for x in present
+        ]
+        return pc.ClaimCheckResult(
+            status="held" if found else "free", claims=[holder(st, c) for c in found],
+            present=present, warnings=warnings, profile=st.profile,
+        )  # fmt: skip
+
+    def _present(self, keys: list[Key], caller: str | None) -> list[pc.ClaimPresent]:
+        """Other live sessions whose cwd or repo contains one of the paths."""
+        st = self.svc.state
+        out: list[pc.ClaimPresent] = []
+        seen: set[str] = set()
+        for key in keys:
+            if not key.is_path:
+                continue
+            for s, why, where in st.registry.present_at(key.value):
+                if s.session_id in seen or (
+                    caller is not None and st.claims.related(caller, s.session_id)
+                ):
+                    continue
+                seen.add(s.session_id)
+                out.append(
+                    pc.ClaimPresent(
+                        session_id=s.session_id, task=s.task, why=why,  # type: ignore[arg-type]
+                        path=where, branch=s.branch, since=rfc3339(s.started_at),
+                    )
+                )  # fmt: skip
+        return out
+
+    def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
+        st = self.svc.state
+        now = self.svc.clock.monotonic()
+        fc = self.claims.fleet()
+        local_only = fc.local_only if fc is not None else set()
+        claims = [
+            pc.ClaimRecord(
+                session_id=c.session_id, resource=c.resource, mode=c.mode, token=c.token,
+                since=rfc3339(c.since), reason=c.reason,
+                expires_in_s=None if c.deadline is None else round(c.deadline - now, 3),
+                local_only=(c.session_id, c.resource) in local_only,
+            )
+            for c in st.claims.list_claims(p.session_id)
+        ]  # fmt: skip
+        waiting = [
+            pc.ClaimWaiting(
+                session_id=w.session_id, resources=list(w.resources), mode=w.mode,
+                since=rfc3339(w.since),
+            )
+            for w in st.claims.waiting(p.session_id)
+        ]  # fmt: skip
+        if fc is not None:  # this host's requests in line in the fleet
+            waiting += [
+                pc.ClaimWaiting(
+                    session_id=w.session_id, resources=[k.text for k in w.keys], mode=w.mode,
+                    since=rfc3339(w.since),
+                )
+                for w in fc.waiting()
+                if p.session_id is None or w.session_id == p.session_id
+            ]  # fmt: skip
+        return pc.ClaimListResult(claims=claims, waiting=waiting)
+
+    async def validate(self, p: pc.ClaimValidateParams, conn: Conn) -> pc.ClaimValidateResult:
+        st = self.svc.state
+        key = await self.claims.key_for(p.resource)
+        fc = self.claims.fleet()
+        if fc is not None and fc.is_fleet(key) and not self._local_only(fc, key, p.token):
+            from meshd.fleet.link import FleetDown
+
+            try:
+                valid, sid, host = await fc.validate(key, p.token)
+            except FleetDown as exc:
+                raise MeshUnavailable(
+                    f"{key.text} is fleet-wide and the fleet cannot be reached ({exc})",
+                    {"resource": key.text, "reason": "fleet"},
+                ) from exc
+            return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=sid, host=host)
+        valid = st.claims.validate(key, p.token)
+        holder_id = None
+        if valid:
+            holder_id = next(
+                (c.session_id for c in st.claims.check([key]) if c.token == p.token), None
+            )
+        return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=holder_id)
+
+    def _local_only(self, fc: FleetClaims, key: Key, token: int) -> bool:
+        """Whether ``token`` is a local-only claim's on ``key`` (validated here alone)."""
+        return any(
+            c.token == token and (c.session_id, c.resource) in fc.local_only
+            for c in self.svc.state.claims.check([key])
+        )
+
+    async def audit(self, p: pc.AuditLogParams, conn: Conn) -> pc.AuditLogResult:
+        since = None
+        if p.since is not None:
+            try:
+                since = datetime.fromisoformat(p.since.replace("Z", "+00:00")).timestamp()
+            except ValueError as exc:
+                raise InvalidParams(
+                    f"since must be an RFC 3339 time, got {p.since!r}", {"path": "$.since"}
+                ) from exc
+        resource = None
+        if p.resource is not None:
+            resource = (await self.claims.key_for(p.resource)).text
+        rows = await self.svc.store.read(
+            lambda db: audit_page(
+                db, since=since, limit=p.limit, session_id=p.session_id, resource=resource
+            )
+        )
+        return pc.AuditLogResult(
+            entries=[pc.AuditEntry(**{**r, "at": rfc3339(r["at"])}) for r in rows]
+        )

@@ -1,0 +1,87 @@
+"""``mesh.*``: liveness, introspection, schema and reload."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from meshd import PROTOCOL_VERSION, __version__
+from meshd.config import as_dict
+from meshd.domain import Domain
+from meshd.protocol import methods as m
+from meshd.protocol.contract import rfc3339
+from meshd.service import Conn, Service
+
+CAPABILITIES = [
+    "sessions", "liveness.pidfd", "bind", "schema", "reload", "claims", "fencing", "audit",
+    "messages", "queries", "broadcasts", "handoffs", "events", "board.changed", "notes",
+    "jobs",
+    "ranks",
+    "watch", "preempt",
+    "signals", "once", "board",
+    "fleet",
+]  # fmt: skip
+
+
+class MeshHandlers(Domain):
+    name = "mesh"
+
+    def __init__(self, svc: Service) -> None:
+        super().__init__(svc)
+        self._schema: dict[str, Any] | None = None
+
+    def install(self) -> None:
+        self.svc.add(m.PING, self.ping)
+        self.svc.add(m.INFO, self.info)
+        self.svc.add(m.SCHEMA, self.schema)
+        self.svc.add(m.RELOAD, self.reload)
+
+    def ping(self, p: m.Empty, conn: Conn) -> m.PingResult:
+        return m.PingResult(time=self.svc.clock.now())
+
+    def info(self, p: m.Empty, conn: Conn) -> m.InfoResult:
+        svc = self.svc
+        st = svc.state
+        reg = st.registry
+        now = svc.clock.monotonic()
+        claim_stats = st.claims.statistics()
+        return m.InfoResult(
+            version=__version__,
+            protocol_version=PROTOCOL_VERSION,
+            capabilities=CAPABILITIES,
+            profile=st.profile,
+            pid=os.getpid(),
+            socket=str(svc.paths.socket),
+            state_dir=str(svc.paths.state),
+            started_at=rfc3339(svc.started_wall),
+            uptime_s=round(now - svc.started_mono, 3),
+            enabled=st.settings.enabled,
+            counts=m.Counts(
+                sessions=len(reg.sessions),
+                stale=reg.stale_count(now),
+                connections=len(svc.connections),
+                claims=claim_stats.claims,
+                waiters=claim_stats.waiters,
+                signal_waits=self._signal_waits(),
+            ),
+            config=as_dict(st.settings),
+        )
+
+    def _signal_waits(self) -> int:
+        from meshd.domains.signals import SignalHandlers
+
+        try:
+            return self.svc.domain(SignalHandlers).parked()
+        except LookupError:  # a service built without the signals domain (tests)
+            return 0
+
+    def schema(self, p: m.Empty, conn: Conn) -> dict[str, Any]:
+        if self._schema is None:
+            self._schema = m.method_schema(self.svc.specs)
+        return self._schema
+
+    def reload(self, p: m.Empty, conn: Conn) -> m.ReloadResult:
+        if self.svc.reload_config is None:
+            return m.ReloadResult(reloaded=False, error="reload is not available")
+        ok, error = self.svc.reload_config()
+        return m.ReloadResult(reloaded=ok, error=error, config=as_dict(self.svc.state.settings))

@@ -1,0 +1,49 @@
+"""``notes.add`` and ``notes.list``: the notebook (SPEC §7).
+
+Who may read what is decided by :mod:`meshd.core.work.notes` alone; this module
+only checks the author is a live session and stores the note before the reply.
+"""
+
+from __future__ import annotations
+
+from meshd.core.work.notes import Note
+from meshd.domain import Domain
+from meshd.domains.shared import shared_of
+from meshd.protocol import notes as pn
+from meshd.protocol.contract import rfc3339
+from meshd.service import Conn, Service
+
+
+def entry(n: Note) -> pn.NoteEntry:
+    return pn.NoteEntry(
+        id=n.id, session_id=n.author, text=n.text, private=n.private, at=rfc3339(n.at)
+    )
+
+
+class NoteHandlers(Domain):
+    name = "notes"
+
+    def __init__(self, svc: Service) -> None:
+        super().__init__(svc)
+        self.work = shared_of(svc)
+
+    def install(self) -> None:
+        self.svc.add(pn.NOTES_ADD, self.add, is_async=True)
+        self.svc.add(pn.NOTES_LIST, self.list, is_async=True)
+
+    async def add(self, p: pn.NoteAddParams, conn: Conn) -> pn.NoteAddResult:
+        work = await self.work.ready()
+        if not self.svc.state.settings.enabled:
+            return pn.NoteAddResult(disabled=True)
+        self.svc.state.registry.get(p.session_id)
+        limit = self.svc.state.settings.max_body_bytes
+        note = work.notes.add(p.session_id, p.text, private=p.private, limit=limit)
+        await work.commit()  # refused: SharedWork.forget drops the note again
+        return pn.NoteAddResult(
+            id=note.id, session_id=note.author, private=note.private, at=rfc3339(note.at)
+        )
+
+    async def list(self, p: pn.NoteListParams, conn: Conn) -> pn.NoteListResult:
+        work = await self.work.ready()
+        notes = work.notes.read(p.session_id, author=p.author, limit=p.limit)
+        return pn.NoteListResult(entries=[entry(n) for n in notes])

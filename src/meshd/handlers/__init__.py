@@ -1,5 +1,0 @@
-"""Method handlers: one module per domain, each a :class:`meshd.domain.Domain`.
-
-The service never imports this package; ``meshd.app.DOMAINS`` lists the domain
-classes and the service makes one of each (see CONTRIBUTING.md).
-"""
