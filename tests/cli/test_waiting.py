@@ -11,6 +11,7 @@ from typing import Any
 from tests.cli.conftest import Meshctl
 from tests.support import wait_for
 
+from meshctl.cli import _waiting
 from meshctl.cli._waiting import describe_wait
 
 
@@ -49,18 +50,70 @@ def test_terminal_shows_holder_and_time_left(
     assert "s left" not in screen()
 
 
-def on_terminal(tmux: Any, env: dict[str, str], *args: str) -> Callable[[], str]:
+def on_terminal(
+    tmux: Any, env: dict[str, str], *args: str, columns: int = 220
+) -> Callable[[], str]:
     """Run ``meshctl ARGS`` with the mesh's environment on a tmux terminal (left idling
     afterwards, so the pane stays to be read); the function that reads its screen."""
     line = " ".join(
         [f"{k}={v!r}" for k, v in env.items() if k.startswith(("MESH_", "XDG_"))]
-        + [sys.executable, "-m", "meshctl.cli", *args, ";", "sleep", "30"]
+        + [sys.executable, "-m", "meshctl.cli", *args, ";", "echo", "ENDED", ";", "sleep", "30"]
     )
-    tmux("new-session", "-d", "-x", "220", "-y", "10", f"env {line}")
+    tmux("new-session", "-d", "-x", str(columns), "-y", "24", f"env {line}")
     return lambda: str(tmux("capture-pane", "-p"))
 
 
+def rows(screen: str) -> list[str]:
+    return [row for row in screen.splitlines() if row.strip()]
+
+
+class TestWidth:
+    def test_one_line_at_80_columns_then_only_the_outcome(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any, tmux: Any
+    ) -> None:
+        """A holder with a long task: the line is cut to 80 columns and redrawn in
+        place (no row of junk per redraw), the time left stays in view, and when the
+        wait runs out the outcome is all that is left on the screen."""
+        env = mesh_env.env
+        a = register(meshctl, env, "migrating the production database " * 5)
+        b = register(meshctl, env, "waiter")
+        assert meshctl("claim", "--session", a, "res:db", env=env).code == 0
+        screen = on_terminal(
+            tmux, env, "claim", "--session", b, "res:db", "--wait", "4", columns=80
+        )
+
+        wait_for(lambda: "2 s left" in screen() or "1 s left" in screen(), what=screen)
+        shown = rows(screen())
+        assert len(shown) == 1, shown
+        assert len(shown[0]) < 80, shown
+        assert shown[0].endswith(" s left"), shown
+        assert shown[0].startswith(f"meshctl: waiting for res:db; {a} holds res:db"), shown
+
+        wait_for(lambda: "ENDED" in screen(), what=screen)
+        left = rows(screen())
+        assert left[-1] == "ENDED"
+        assert not any("s left" in row for row in left), left
+        assert "the wait ran out after 4 s" in " ".join(left), left
+
+
 class TestPure:
+    def test_fit_keeps_the_clock_and_cuts_the_middle(self) -> None:
+        head = "meshctl: waiting for res:db; a holds res:db since 14:02 — " + "x" * 100
+
+        line = _waiting.fit(head, "3 s left", 80)
+
+        assert _waiting.width(line) == 79
+        assert line.endswith("… — 3 s left")
+        assert _waiting.fit("meshctl: waiting", "3 s left", 80) == (
+            "meshctl: waiting — 3 s left (Ctrl-C to stop)"
+        )
+        assert _waiting.width(_waiting.fit(head, "3 s left", 5)) <= 4
+
+    def test_wide_characters_count_two_cells(self) -> None:
+        assert _waiting.width("日本語") == 6
+        assert _waiting.cut("日本語テキスト", 7) == "日本語…"
+        assert _waiting.width(_waiting.cut("日本語テキスト", 7)) == 7
+
     def test_describe_wait_names_the_holder_and_the_queue(self) -> None:
         holders = [{"session_id": "a", "resource": "res:db", "reason": "migrating"}]
         waiters = [

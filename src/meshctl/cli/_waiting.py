@@ -6,9 +6,14 @@ request; a person watching would otherwise see a blank terminal. :func:`waiting`
 draws one line on stderr -- what it waits for, who holds it and where it stands
 in the queue (a ``detail`` callable, asked again every few seconds), and the
 seconds left (or, for a wait without a limit, the seconds so far) -- and redraws
-it every half second from a thread, then clears it. Nothing is drawn when stderr
-is not a terminal (scripts, cron, pipes, tests read clean output), and nothing is
-ever written to stdout.
+it in place every half second from a thread, then clears it: the command's own
+outcome (``granted …``, or :func:`ran_out`) is the one line left when it ends.
+The line is cut to the terminal's width, read again at every redraw (a resize):
+a line one column too long wraps, and ``\r`` then returns to the start of its
+last row only, leaving a row of junk at every redraw. The time left stays in view
+(the middle is cut, with ``…``). Nothing is drawn when stderr is not a terminal
+(scripts, cron, pipes, tests read clean output), and nothing is ever written to
+stdout.
 
 The detail of a claim wait (:func:`claim_detail`) is read on a connection of its
 own (the command's is busy with the wait): ``claim.check`` for the holders and
@@ -58,7 +63,7 @@ def waiting(
                 clock = f"{round(now - start)} s so far"
             else:
                 clock = f"{max(0, round(start + seconds - now))} s left"
-            err.write(f"\r\x1b[2Kmeshctl: {what}{extra} — {clock} (Ctrl-C to stop)")
+            err.write("\r\x1b[2K" + fit(f"meshctl: {what}{extra}", clock, _columns(err)))
             err.flush()
             stop.wait(_TICK)
 
@@ -73,6 +78,66 @@ def waiting(
         err.flush()
         if isinstance(detail, Detail):
             detail.close()
+
+
+def _columns(stream: Any) -> int:
+    """The terminal's width now (80 when it cannot be read)."""
+    import os
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (OSError, ValueError, AttributeError):
+        return 80
+
+
+def fit(head: str, clock: str, columns: int) -> str:
+    """``head — clock (Ctrl-C to stop)`` in at most ``columns - 1`` cells (the last
+    column is left free: writing there makes some terminals wrap at once).
+
+    What gives way first: the Ctrl-C hint, then the end of ``head`` (cut with ``…``);
+    the clock stays, as long as there is room for anything at all."""
+    room = max(columns - 1, 1)
+    tail = f" — {clock} (Ctrl-C to stop)"
+    if width(head) + width(tail) <= room:
+        return head + tail
+    tail = f" — {clock}"
+    if width(tail) + 2 > room:
+        return cut(head + tail, room)
+    return cut(head, room - width(tail)) + tail
+
+
+def width(text: str) -> int:
+    """Cells ``text`` takes on a terminal: East Asian wide and full-width characters
+    take two, combining marks none (ambiguous ones one, as most terminals draw them)."""
+    if text.isascii():
+        return len(text)
+    import unicodedata
+
+    return sum(_cells(c, unicodedata) for c in text)
+
+
+def _cells(char: str, unicodedata: Any) -> int:
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def cut(text: str, room: int) -> str:
+    """``text`` in at most ``room`` cells, its end replaced by ``…`` when cut."""
+    if width(text) <= room:
+        return text
+    if text.isascii():
+        return text[: max(room - 1, 0)] + "…"
+    import unicodedata
+
+    out, used = [], 0
+    for char in text:
+        cells = _cells(char, unicodedata)
+        if used + cells > room - 1:
+            break
+        out.append(char)
+        used += cells
+    return "".join(out) + "…"
 
 
 def _read(detail: Callable[[], str], last: str) -> str:
