@@ -106,3 +106,116 @@ class TestFullScreen:
         wait_for(lambda: "Esc: back" not in screen(), what=screen)
         tmux("send-keys", "q")
         wait_for(lambda: tmux("list-sessions") == "", timeout=10)
+
+
+def top_on_terminal(tmux: Any, env: dict[str, str], columns: int) -> Any:
+    """``meshctl top`` full screen in a tmux pane ``columns`` wide; its screen reader."""
+    cmd = " ".join(
+        [f"{k}={v!r}" for k, v in env.items() if k.startswith(("MESH_", "XDG_"))]
+        + [sys.executable, "-m", "meshctl.cli", "top"]
+    )
+    tmux("new-session", "-d", "-x", str(columns), "-y", "30", f"env TERM=xterm-256color {cmd}")
+    return lambda: str(tmux("capture-pane", "-p"))
+
+
+class TestHandoffs:
+    def test_the_newest_five_newest_last(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any
+    ) -> None:
+        env = mesh_env.env
+        sid = register(meshctl, env, "writer")
+        for n in range(8):
+            r = meshctl("handoff", "write", f"handoff number {n}", "--session", sid, env=env)
+            assert r.code == 0, r
+
+        out = meshctl("top", "--once", env=env).out
+
+        section = out.split("HANDOFFS (newest last)\n", 1)[1].split("\n\n", 1)[0]
+        shown = [line.rsplit("handoff number ", 1)[1] for line in section.splitlines()]
+        assert shown == ["3", "4", "5", "6", "7"], out
+
+
+class TestDaemonRestart:
+    def test_plain_reconnects_and_says_so(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any, short_tmp: Any
+    ) -> None:
+        """Not a terminal: a restart is told on stderr, then top goes on with the
+        restored daemon (rc 0 and silence before)."""
+        env = mesh_env.env
+        err = (short_tmp / "top.err").open("w+")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "meshctl.cli", "top"],
+            env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("meshctl top — profile test")
+            daemon.restart()
+            sid = register(meshctl, env, "after the restart")
+            seen: list[str] = []
+            while not any(sid in line for line in seen):
+                line = proc.stdout.readline()
+                assert line, (seen, proc.poll(), (short_tmp / "top.err").read_text())
+                seen.append(line)
+            told = (short_tmp / "top.err").read_text()
+            assert "meshctl: lost the daemon (" in told
+            assert "reconnecting (Ctrl-C stops)" in told
+            assert "meshctl: reconnected to the daemon" in told
+            assert proc.poll() is None
+        finally:
+            proc.kill()
+            proc.communicate(timeout=10)
+            err.close()
+
+    def test_full_screen_reconnects_and_says_so(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any, tmux: Any
+    ) -> None:
+        env = mesh_env.env
+        screen = top_on_terminal(tmux, env, 100)
+        wait_for(lambda: "meshctl top — profile test" in screen(), what=screen)
+
+        daemon.restart()
+        sid = register(meshctl, env, "after the restart")
+
+        wait_for(lambda: sid in screen(), what=screen)
+        assert "reconnected to the daemon at " in screen()
+        assert tmux("list-sessions") != ""
+
+
+class TestTerminal80:
+    def test_stale_mark_stays_in_80_columns(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any, tmux: Any
+    ) -> None:
+        env = mesh_env.env
+        mesh_env.write_config("[defaults]\nstale_after = 0.5\n")
+        assert meshctl("daemon", "reload", env=env).code == 0
+        sid = register(meshctl, env, "a long task that fills the line " * 4)
+        screen = top_on_terminal(tmux, env, 80)
+
+        wait_for(lambda: "(1 stale)" in screen(), what=screen)
+        row = next(line for line in screen().splitlines() if sid in line)
+        assert row.rstrip().endswith("…  [stale]"), screen()
+        assert len(row) <= 80
+
+    def test_clock_moves_without_changes(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any, tmux: Any
+    ) -> None:
+        env = mesh_env.env
+        screen = top_on_terminal(tmux, env, 80)
+        wait_for(lambda: "meshctl top — profile test" in screen(), what=screen)
+        first = screen().splitlines()[0]
+
+        wait_for(lambda: screen().splitlines()[0] != first, timeout=5, what=screen)
+
+
+class TestPipe:
+    def test_top_head_exits(self, meshctl: Meshctl, daemon: Any, mesh_env: Any) -> None:
+        """``top | head -3``: top notices its reader left and exits, with nothing changing
+        in the mesh (before, it lived until the next change)."""
+        head = subprocess.run(
+            f"{sys.executable} -m meshctl.cli top | head -3",
+            shell=True, env=mesh_env.env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+
+        assert head.returncode == 0, head
+        assert head.stdout.startswith("meshctl top — profile test")

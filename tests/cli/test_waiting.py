@@ -11,7 +11,7 @@ from typing import Any
 from tests.cli.conftest import Meshctl
 from tests.support import wait_for
 
-from meshctl.cli import _waiting
+from meshctl.cli import _terminal, _waiting
 from meshctl.cli._waiting import describe_wait
 
 
@@ -102,17 +102,17 @@ class TestPure:
 
         line = _waiting.fit(head, "3 s left", 80)
 
-        assert _waiting.width(line) == 79
+        assert _terminal.width(line) == 79
         assert line.endswith("… — 3 s left")
         assert _waiting.fit("meshctl: waiting", "3 s left", 80) == (
             "meshctl: waiting — 3 s left (Ctrl-C to stop)"
         )
-        assert _waiting.width(_waiting.fit(head, "3 s left", 5)) <= 4
+        assert _terminal.width(_waiting.fit(head, "3 s left", 5)) <= 4
 
     def test_wide_characters_count_two_cells(self) -> None:
-        assert _waiting.width("日本語") == 6
-        assert _waiting.cut("日本語テキスト", 7) == "日本語…"
-        assert _waiting.width(_waiting.cut("日本語テキスト", 7)) == 7
+        assert _terminal.width("日本語") == 6
+        assert _terminal.cut("日本語テキスト", 7) == "日本語…"
+        assert _terminal.width(_terminal.cut("日本語テキスト", 7)) == 7
 
     def test_describe_wait_names_the_holder_and_the_queue(self) -> None:
         holders = [{"session_id": "a", "resource": "res:db", "reason": "migrating"}]

@@ -69,7 +69,10 @@ def fetch(state: State) -> View:
         claims=list(claims.get("claims") or []),
         waiting=list(claims.get("waiting") or []),
         jobs=list(_call(state, "job.list", {}).get("jobs") or []),
-        handoffs=list(_call(state, "handoff.list", {"all": True}).get("handoffs") or [])[-5:],
+        # handoff.list answers newest first: the newest five, shown newest last
+        handoffs=list(
+            reversed(_call(state, "handoff.list", {"all": True, "limit": 5}).get("handoffs") or [])
+        ),
         changes=list(_call(state, "board.changes", {"limit": 5}).get("entries") or []),
         at=time.time(),
     )
@@ -84,10 +87,15 @@ def _matches(text: str, needle: str) -> bool:
     return not needle or needle.lower() in text.lower()
 
 
-def session_line(s: Doc, *, hosts: bool = False) -> str:
+def session_line(s: Doc, *, hosts: bool = False, width: int = 10_000) -> str:
     """One session: id, status, idle time, task, where; stale and orphaned marked.
 
-    ``hosts``: name each session's host (when the sessions span several)."""
+    ``hosts``: name each session's host (when the sessions span several). ``width``:
+    the cells the line may take; the task and the folder give way (cut with ``…``),
+    never the marks, which say the most in the fewest cells."""
+    from meshctl.cli._terminal import cut
+    from meshctl.cli._terminal import width as cells
+
     status = s.get("status") or "idle"
     where = _output.tilde(s.get("cwd")) or ""
     if s.get("branch"):
@@ -98,8 +106,12 @@ def session_line(s: Doc, *, hosts: bool = False) -> str:
     marks = "  [stale]" if s.get("stale") else ""
     if s.get("parent") and s.get("orphan"):
         marks += "  [orphan]"
-    line = f"{s.get('session_id')}{host}{rank}  {status}  {idle}  {s.get('task') or '-'}  {where}"
-    return _output.safe(line.rstrip() + marks)
+    head = _output.safe(f"{s.get('session_id')}{host}{rank}  {status}  {idle}  ")
+    rest = _output.safe(f"{s.get('task') or '-'}  {where}".rstrip())
+    room = width - cells(head) - len(marks)
+    if cells(rest) > room:
+        rest = cut(rest, max(room, 1))
+    return head + rest + marks
 
 
 def claim_line(c: Doc, now: float) -> str:
@@ -117,24 +129,37 @@ def wait_line(w: Doc) -> str:
     return _output.safe(f"{res}  waited on by {w.get('session_id')}{pos}")
 
 
-def render(view: View, *, needle: str = "", selected: int = 0, width: int = 120) -> list[str]:
-    """The whole screen as lines (pure: tested without a terminal)."""
+def render(
+    view: View, *, needle: str = "", selected: int = 0, width: int = 120, notice: str = ""
+) -> list[str]:
+    """The whole screen as lines (pure: tested without a terminal). The clock in the
+    first line is now's (a full screen redraws every second); ``notice``, when given,
+    is the second line (the daemon lost, or back)."""
     now = time.time()
     hosts = len({s.get("host") for s in view.sessions}) > 1
     sessions = [s for s in view.sessions if _matches(session_line(s, hosts=hosts), needle)]
     stale = sum(1 for s in view.sessions if s.get("stale"))
+    from meshctl.cli._terminal import cut
+    from meshctl.cli._terminal import width as cells
+
+    stale_n = f" ({stale} stale)" if stale else ""
     head = (
-        f"meshctl top — profile {view.profile} — {len(view.sessions)} sessions ({stale} stale), "
-        f"{len(view.claims)} claims, {len(view.waiting)} waiting — "
-        f"{time.strftime('%H:%M:%S', time.localtime(view.at))}"
+        f"meshctl top — profile {view.profile} — {len(view.sessions)} sessions{stale_n}, "
+        f"{len(view.claims)} claims, {len(view.waiting)} waiting"
     )
     if needle:
         head += f" — filter: {needle}"
-    out = [head, "", "SESSIONS  (id  status  idle  task  where)"]
+    clock = f" — {time.strftime('%H:%M:%S', time.localtime(now))}"  # kept when cut
+    out = [
+        cut(head, width - cells(clock)) + clock,
+        notice,
+        "SESSIONS  (id  status  idle  task  where)",
+    ]
     if not sessions:
         out.append("  (none)")
     for i, s in enumerate(sessions):
-        out.append(("> " if i == selected else "  ") + session_line(s, hosts=hosts))
+        line = session_line(s, hosts=hosts, width=width - 2)
+        out.append(("> " if i == selected else "  ") + line)
     claims = [c for c in view.claims if _matches(claim_line(c, now), needle)]
     out += ["", "CLAIMS  (resource  holder  held for — reason)"]
     out += [f"  {claim_line(c, now)}" for c in claims] or ["  (none)"]
@@ -165,7 +190,7 @@ def render(view: View, *, needle: str = "", selected: int = 0, width: int = 120)
                 _output.safe(f"  {_age(ch.get('at'), now)} ago  {ch.get('session_id')}  "
                              f"{_output.tilde(ch.get('path'))}")
             )  # fmt: skip
-    return [line[:width] for line in out]
+    return [cut(line, width) for line in out]
 
 
 def detail(view: View, sid: str) -> list[str]:
@@ -179,46 +204,125 @@ def detail(view: View, sid: str) -> list[str]:
 
 
 class Feed:
-    """The watch connection: a thread that sets :attr:`changed` on every event."""
+    """The watch connection: a thread that sets :attr:`changed` on every event.
+
+    When the daemon goes away (a restart, a stop) the thread says so in :attr:`lost`
+    and tries again, every second, on a connection that never starts a daemon (top
+    must not bring back one a person just stopped); once it is back, :attr:`back`
+    says when, and :attr:`changed` makes the view read everything again.
+    """
+
+    RETRY = 1.0
 
     def __init__(self, state: State) -> None:
-        from meshctl._blocking import Connection
-
         self.changed = threading.Event()
-        self.error: str | None = None
-        self._conn = Connection.like(state.mesh())
-        self._conn.call("mesh.watch")
+        self.lost: str | None = None
+        """Why the daemon is out of reach, while it is."""
+        self.back: float | None = None
+        """When the daemon was reached again after being lost (wall clock)."""
+        self._state = state
+        self._closing = threading.Event()
+        self._conn: Any = self._open(autostart=True)
         self._thread = threading.Thread(target=self._run, name="meshctl-top-feed", daemon=True)
         self._thread.start()
+
+    def _open(self, *, autostart: bool) -> Any:
+        from meshctl._blocking import Connection
+
+        mesh = self._state.mesh()
+        conn = Connection(mesh.profile, mesh.socket_path, autostart=autostart,
+                          timeout=mesh.timeout)  # fmt: skip
+        try:
+            conn.call("mesh.watch")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _run(self) -> None:
         from meshd.protocol.errors import MeshError
 
-        try:
-            while True:
-                if self._conn.next_event(3600.0) is not None:
-                    self.changed.set()
-        except (MeshError, OSError) as exc:
-            self.error = str(exc)
-            self.changed.set()
+        while not self._closing.is_set():
+            try:
+                while True:
+                    if self._conn.next_event(3600.0) is not None:
+                        self.changed.set()
+            except (MeshError, OSError) as exc:
+                if self._closing.is_set():
+                    return
+                self._conn.close()
+                self.lost = str(exc)
+                self.changed.set()
+            while not self._closing.wait(self.RETRY):
+                try:
+                    self._conn = self._open(autostart=False)
+                except (MeshError, OSError) as exc:
+                    self.lost = str(exc)
+                    continue
+                self.lost, self.back = None, time.time()
+                self.changed.set()
+                break
 
     def close(self) -> None:
+        self._closing.set()
         self._conn.close()
 
 
 def _plain(state: State, feed: Feed) -> None:
-    """Print the view, then again after each change (a log of views)."""
+    """Print the view, then again after each change (a log of views); say so on stderr
+    when the daemon goes away and when it is back. Returns when stdout's reader left
+    (``top | head``): checked every second, not only when something changes."""
+    told = False  # whether the loss in progress was told
     while True:
         feed.changed.clear()
-        try:
-            click.echo("\n".join(render(fetch(state), selected=-1, width=10_000)) + "\n")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            return
-        feed.changed.wait()
-        if feed.error:
-            _output.note(f"lost the daemon: {feed.error}")
-            return
+        if feed.lost is not None:
+            if not told:
+                _output.note(f"lost the daemon ({feed.lost}); reconnecting (Ctrl-C stops)")
+                told = True
+        else:
+            if told:
+                _output.note("reconnected to the daemon")
+                told = False
+            view = _fetch_or_none(state)
+            if view is not None and not _print(render(view, selected=-1, width=10_000)):
+                return
+        while not feed.changed.wait(1.0):
+            if _reader_gone(sys.stdout):
+                return
+
+
+def _fetch_or_none(state: State) -> View | None:
+    """The view, or None when the daemon went away meanwhile (the feed says so next)."""
+    from meshd.protocol.errors import MeshUnavailable
+
+    try:
+        return fetch(state)
+    except MeshUnavailable:
+        return None
+
+
+def _print(lines: list[str]) -> bool:
+    """Print one view; False when stdout's reader is gone."""
+    try:
+        click.echo("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return False
+    return True
+
+
+def _reader_gone(stream: Any) -> bool:
+    """Whether nobody reads ``stream`` any more: a pipe whose reader closed (POLLERR)
+    or a terminal hung up, seen without writing to it."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), 0)
+        events = poller.poll(0)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in events)
 
 
 def _full_screen(state: State, feed: Feed) -> None:
@@ -232,6 +336,16 @@ def _full_screen(state: State, feed: Feed) -> None:
             pass
 
     curses.wrapper(main)
+
+
+def _notice(feed: Feed) -> str:
+    """The daemon's reachability, for the full-screen view's second line."""
+    if feed.lost is not None:
+        return f"lost the daemon ({feed.lost}); reconnecting — the view below is old"
+    if feed.back is not None and time.time() - feed.back < 60:
+        at = time.strftime("%H:%M:%S", time.localtime(feed.back))
+        return f"reconnected to the daemon at {at}"
+    return ""
 
 
 class _Screen:
@@ -259,9 +373,8 @@ class _Screen:
     def step(self) -> bool:
         if self.feed.changed.is_set():
             self.feed.changed.clear()
-            if self.feed.error:
-                return False
-            self.view = fetch(self.state)
+            if self.feed.lost is None:
+                self.view = _fetch_or_none(self.state) or self.view
         self._draw()
         key = self.scr.getch()
         if key == -1:
@@ -279,7 +392,8 @@ class _Screen:
         if self.opened is not None:
             lines = detail(self.view, self.opened)
         else:
-            lines = render(self.view, needle=self.needle, selected=self.selected, width=width - 1)
+            lines = render(self.view, needle=self.needle, selected=self.selected,
+                           width=width - 1, notice=_notice(self.feed))  # fmt: skip
             keys = "q quit  / filter  j/k move  Enter open"
             footer = (
                 f"filter: {self.needle}_"

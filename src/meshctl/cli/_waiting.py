@@ -48,6 +48,7 @@ def waiting(
         yield
         return
     from meshctl.cli._output import safe
+    from meshctl.cli._terminal import columns
 
     what = safe(what)  # argv may hold undecodable bytes or control characters
     stop = threading.Event()
@@ -63,7 +64,7 @@ def waiting(
                 clock = f"{round(now - start)} s so far"
             else:
                 clock = f"{max(0, round(start + seconds - now))} s left"
-            err.write("\r\x1b[2K" + fit(f"meshctl: {what}{extra}", clock, _columns(err)))
+            err.write("\r\x1b[2K" + fit(f"meshctl: {what}{extra}", clock, columns(err)))
             err.flush()
             stop.wait(_TICK)
 
@@ -80,22 +81,14 @@ def waiting(
             detail.close()
 
 
-def _columns(stream: Any) -> int:
-    """The terminal's width now (80 when it cannot be read)."""
-    import os
-
-    try:
-        return os.get_terminal_size(stream.fileno()).columns or 80
-    except (OSError, ValueError, AttributeError):
-        return 80
-
-
 def fit(head: str, clock: str, columns: int) -> str:
     """``head — clock (Ctrl-C to stop)`` in at most ``columns - 1`` cells (the last
     column is left free: writing there makes some terminals wrap at once).
 
     What gives way first: the Ctrl-C hint, then the end of ``head`` (cut with ``…``);
     the clock stays, as long as there is room for anything at all."""
+    from meshctl.cli._terminal import cut, width
+
     room = max(columns - 1, 1)
     tail = f" — {clock} (Ctrl-C to stop)"
     if width(head) + width(tail) <= room:
@@ -104,40 +97,6 @@ def fit(head: str, clock: str, columns: int) -> str:
     if width(tail) + 2 > room:
         return cut(head + tail, room)
     return cut(head, room - width(tail)) + tail
-
-
-def width(text: str) -> int:
-    """Cells ``text`` takes on a terminal: East Asian wide and full-width characters
-    take two, combining marks none (ambiguous ones one, as most terminals draw them)."""
-    if text.isascii():
-        return len(text)
-    import unicodedata
-
-    return sum(_cells(c, unicodedata) for c in text)
-
-
-def _cells(char: str, unicodedata: Any) -> int:
-    if unicodedata.combining(char):
-        return 0
-    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
-
-
-def cut(text: str, room: int) -> str:
-    """``text`` in at most ``room`` cells, its end replaced by ``…`` when cut."""
-    if width(text) <= room:
-        return text
-    if text.isascii():
-        return text[: max(room - 1, 0)] + "…"
-    import unicodedata
-
-    out, used = [], 0
-    for char in text:
-        cells = _cells(char, unicodedata)
-        if used + cells > room - 1:
-            break
-        out.append(char)
-        used += cells
-    return "".join(out) + "…"
 
 
 def _read(detail: Callable[[], str], last: str) -> str:
