@@ -114,6 +114,33 @@ class TestRegisterAndList:
         assert run.json()["error"]["data"]["code"] == "UNKNOWN_SESSION"
         assert "meshctl sessions active" in run.err
 
+    def test_oldest_first_after_a_restart(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """The listing is in the order sessions started, restored or not (it came back
+        in id order)."""
+        ids = ["zeta:1", "alpha:2", "mu:3"]
+        for sid in ids:
+            ok(
+                meshctl(
+                    "register",
+                    "--id",
+                    sid,
+                    "--task",
+                    "t",
+                    "--liveness",
+                    "heartbeat",
+                    env=daemon.env,
+                )
+            )
+        before = ok(meshctl("sessions", "active", "--json", env=daemon.env)).json()
+
+        daemon.restart()
+        after = ok(meshctl("sessions", "active", "--json", env=daemon.env)).json()
+        human = ok(meshctl("sessions", "active", env=daemon.env)).out
+
+        assert [s["session_id"] for s in before] == ids
+        assert [s["session_id"] for s in after] == ids
+        assert [line.split()[1] for line in human.splitlines()[1:]] == ids
+
 
 class TestActingForASession:
     def test_heartbeat_then_end(self, meshctl: Meshctl, daemon: Daemon) -> None:

@@ -77,9 +77,13 @@ def load_sessions(db: sqlite3.Connection) -> Iterator[Session]:
     Decoded one row at a time, as the caller takes them: the registry interns each
     session's strings before the next is decoded, so the duplicates freed are reused
     at once instead of 10,000 sessions' worth being allocated first (bench: start).
+    Oldest first, as they were registered: the registry lists them in the order it
+    took them, and listings are oldest first (the primary key's order put them in id
+    order after every restart).
     """
     decode = _decode_session
-    for (record,) in db.execute("SELECT record FROM sessions WHERE ended_at IS NULL"):
+    query = "SELECT record FROM sessions WHERE ended_at IS NULL ORDER BY started_at, rowid"
+    for (record,) in db.execute(query):
         try:
             yield decode(record)
         except msgspec.DecodeError:
