@@ -53,7 +53,7 @@ def prepare(profile: str) -> tuple[ProfilePaths, Settings, int]:
     except (PathError, config.ConfigError) as exc:
         raise StartupError(str(exc)) from exc
     try:
-        lock_fd = singleton.acquire(paths.lock, paths.socket)
+        lock_fd = singleton.acquire(paths.lock, paths.socket, paths.socket_record)
     except singleton.AlreadyRunning as exc:
         raise StartupError(str(exc)) from exc
     except OSError as exc:

@@ -359,6 +359,24 @@ class TestDaemonCommands:
         assert good.json()["reloaded"] is True
 
 
+class TestWrongSocket:
+    def test_a_wrong_mesh_socket_names_the_socket_served(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """MESH_SOCKET names a path where no daemon answers while one serves the profile
+        elsewhere: the refusal names where it serves and what to set (it called the
+        wrong path the running daemon's socket)."""
+        wrong = daemon.socket.parent / "wrong.sock"
+        env = {**daemon.env, "MESH_SOCKET": str(wrong), "MESH_SPAWN": "direct"}
+
+        r = meshctl("sessions", "active", env=env)
+
+        assert r.code == 69, r
+        assert f"already serves this profile on {daemon.socket} " in r.err
+        assert f"not on {wrong} (MESH_SOCKET)" in r.err
+        assert f"set MESH_SOCKET={daemon.socket} or unset MESH_SOCKET" in r.err
+
+
 class TestCall:
     def test_call_prints_result_json(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """call prints the raw result as JSON even without --json."""
