@@ -19,7 +19,6 @@ Standard library only.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -37,7 +36,7 @@ VALIDATE = "claim.validate"
 LOG = "audit.log"
 
 #: ``kind:`` prefixes: anything shaped like one is a key (the daemon judges the kind).
-_KIND_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*:")
+_KIND_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 #: Keys without a ``kind:`` prefix that are not paths (SPEC §5).
 _BARE_KEYS = frozenset({"memory"})
 _PATH_KINDS = ("file:", "repo:")
@@ -56,9 +55,17 @@ def resolve(resource: str, cwd: str | None = None) -> str:
         if text.startswith(prefix):
             value = text[len(prefix) :]
             return prefix + _absolute(value, cwd) if _relative(value) else text
-    if text in _BARE_KEYS or _KIND_RE.match(text):
+    if text in _BARE_KEYS or _kind(text):
         return text
     return "file:" + _absolute(text, cwd) if _relative(text) else text
+
+
+def _kind(text: str) -> bool:
+    """Whether ``text`` starts with a kind, ``^[A-Za-z][A-Za-z0-9_-]*:``, checked without
+    a pattern (compiling one costs a hot command's start-up time)."""
+    head, colon, _ = text.partition(":")
+    first = head[:1]
+    return bool(colon) and first.isascii() and first.isalpha() and _KIND_CHARS.issuperset(head)
 
 
 def _relative(value: str) -> bool:

@@ -25,7 +25,6 @@ functions that start a daemon: a command that finds its daemon running (every
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import socket
 import sys
@@ -199,6 +198,8 @@ class _SpawnLock:
         self.fd = -1
 
     def __enter__(self) -> None:
+        import fcntl  # only when a daemon has to be started
+
         profile = self.profile
         state = _paths.state_dir()
         try:

@@ -54,6 +54,8 @@ HOT_NEVER = (
     "meshctl.cli.sessions",
     "meshctl.cli.lifecycle",
     "threading",  # Mesh's lock is _thread's: threading costs about a millisecond
+    "struct",  # the peer's credentials are three ints (int.from_bytes)
+    "fcntl",  # the spawn lock's, only when a daemon has to be started
 )
 
 # Runs ``meshctl`` as the console script does, and writes sys.modules at exit
@@ -69,6 +71,52 @@ sys.argv[0] = "meshctl"
 from meshctl.cli import main
 main()
 """
+
+
+# Runs ``meshctl`` as above, and writes every regular expression that a module of ours
+# (meshctl, meshd) compiled, one JSON string a line, to the file named by argv[1].
+_PATTERNS = """
+import atexit, json, re, sys
+out = sys.argv.pop(1)
+seen = []
+compile_ = re._compile
+def spy(pattern, flags):
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") in ("re", "re._compiler"):
+        frame = frame.f_back
+    caller = frame.f_globals.get("__name__", "") if frame is not None else ""
+    if caller.split(".")[0] in ("meshctl", "meshd"):
+        seen.append(f"{caller}: {pattern}")
+    return compile_(pattern, flags)
+re._compile = spy
+def dump():
+    with open(out, "w") as f:
+        f.write("\\n".join(json.dumps(p) for p in seen))
+atexit.register(dump)
+sys.argv[0] = "meshctl"
+from meshctl.cli import main
+main()
+"""
+
+
+def compiled(args: list[str], env: dict[str, str], code: int) -> list[str]:
+    """The patterns our modules compiled in a ``meshctl ARGS`` run (``module: pattern``)."""
+    fd, path = tempfile.mkstemp(prefix="re-")
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PATTERNS, path, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == code, f"{args} -> {done.returncode}\n{done.stderr[-2000:]}"
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f.read().splitlines()]
+    finally:
+        os.unlink(path)
 
 
 def loaded(args: list[str], env: dict[str, str], code: int) -> set[str]:
@@ -252,3 +300,38 @@ class TestRoundTrips:
             )
 
         assert "subprocess" in names
+
+
+class TestPatterns:
+    """A hot command compiles no regular expression of its own: ``json`` compiles S's
+    (S imports it too), and ours each cost 0.1-1.3 ms of a budget of a few ms (the
+    escaping of text for people was two patterns, 2-3 ms together). The profile rule
+    (``meshd.protocol.contract``, one small pattern shared with the daemon) is the one
+    left."""
+
+    ALLOWED = ("meshd.protocol.contract: ^[A-Za-z0-9_.-]{1,64}$",)
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["check", "res:x", "src/a.py"],
+            ["sessions", "active"],
+            ["claim", "res:p", "--reason", "r"],
+            ["release", "res:p"],
+            ["heartbeat", "--status", "thinking"],
+        ],
+    )
+    def test_hot(self, args: list[str], daemon: Any) -> None:
+        env = {**daemon.env, "MESH_SESSION": _register(daemon), "MESH_PROFILE": "test"}
+
+        assert [p for p in compiled(args, env, 0) if p not in self.ALLOWED] == []
+
+    def test_the_probe_sees_a_compile(self, daemon: Any) -> None:
+        """The other side: text that needs escaping for people does compile the escaping
+        pattern (on the run that needs it), so an empty list above means something."""
+        env = {**daemon.env, "MESH_SESSION": _register(daemon)}
+        daemon.call("session.register", {"task": "bell \x07 here", "pid": os.getpid()})
+
+        seen = compiled(["sessions", "active"], env, 0)
+
+        assert any(p.startswith("meshctl.cli._output: [") for p in seen), seen

@@ -468,6 +468,24 @@ class TestSafe:
     def test_prose_keeps_its_lines(self) -> None:
         assert _output.safe("one\ntwo\tthree\r", multiline=True) == "one\ntwo\tthree\\r"
 
+    @pytest.mark.parametrize("multiline", [False, True])
+    def test_every_code_point(self, multiline: bool) -> None:
+        """Exactly the unsafe characters are escaped, wherever they sit in the text: the
+        shortcut for text without any (``str.isprintable``) skips none of them. (Every
+        unsafe one is below U+E000, the rest of the plane too is read as it is.)"""
+        unsafe = {*range(0x20), *range(0x7F, 0xA0), 0x61C, 0x200E, 0x200F}
+        unsafe |= {*range(0x2028, 0x202F), *range(0x2066, 0x206A), *range(0xD800, 0xE000)}
+        if multiline:
+            unsafe -= {ord("\n"), ord("\t")}
+        points = [*range(0xE100), *range(0xE100, 0x110000, 7)]
+
+        def escaped(text: str) -> bool:
+            return _output.safe(text, multiline=multiline) != text
+
+        assert {c for c in points if escaped(f"a{chr(c)}")} == unsafe
+        if multiline:  # prose with its own line breaks and tabs around the character
+            assert {c for c in points if escaped(f"x\n\ty{chr(c)}")} == unsafe
+
     def test_clean_keeps_lines_only_in_prose_fields(self) -> None:
         doc = {"task": "a\nb", "text": "a\nb", "claims": [{"reason": "c\nd"}], "id": 3}
 

@@ -32,8 +32,10 @@ from typing import Any
 import click
 
 from meshctl.cli import _output
-from meshctl.cli._text import PATH_RE as _PATH_RE
 from meshd.protocol.errors import InvalidParams, MeshError
+
+#: The wire field a JSON path starts with (names the argument it came from).
+_PATH_RE = re.compile(r"^\$\.([A-Za-z_][A-Za-z0-9_]*)")
 
 #: The daemon's upper bound for durations (``meshd.protocol.methods.Seconds``).
 ONE_YEAR = 31_536_000.0

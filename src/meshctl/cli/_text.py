@@ -12,8 +12,6 @@ every request, also on the fast path.
 
 from __future__ import annotations
 
-import re
-
 from meshctl._conn import key_field, strings, undecodable
 from meshctl.cli import _output
 from meshd.protocol.errors import BadKey
@@ -23,9 +21,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     import click
-
-#: The wire field a JSON path starts with (names the argument it came from).
-PATH_RE = re.compile(r"^\$\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def check_text(params: Any, ctx: click.Context | None) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import struct
 import sys
 
 
@@ -32,12 +31,13 @@ def peer_credentials(sock: socket.socket) -> tuple[int | None, int]:
     For a client's socket this is the process that called ``listen()``.
     """
     if hasattr(socket, "SO_PEERCRED"):
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        pid, uid, _gid = struct.unpack("3i", raw)
-        return pid, uid
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred
+        order = sys.byteorder  # three native ints; not struct: a client's start-up pays it
+        pid = int.from_bytes(raw[0:4], order, signed=True)
+        return pid, int.from_bytes(raw[4:8], order, signed=True)
     if sys.platform == "darwin":  # struct xucred: u_int cr_version; uid_t cr_uid; ...
         raw = sock.getsockopt(0, getattr(socket, "LOCAL_PEERCRED", 1), 76)
-        _version, uid = struct.unpack_from("Ii", raw)
+        uid = int.from_bytes(raw[4:8], sys.byteorder, signed=True)
         return None, uid
     raise OSError("cannot read peer credentials on this platform")
 
