@@ -304,6 +304,14 @@ def pinned(cpus: set[int], *pids: int) -> Iterator[None]:
             pin(p, all_cpus())
 
 
+@contextlib.contextmanager
+def pinning(mode: str, *pids: int) -> Iterator[None]:
+    """``pinned(LAT_CPUS, *pids)`` for ``mode`` "pinned"; for "unpinned" every CPU, as a
+    user's processes run (the scheduler places them)."""
+    with pinned(LAT_CPUS if mode == "pinned" else all_cpus(), *pids):
+        yield
+
+
 def interleave(rounds: int, *steps: Callable[[int], None]) -> None:
     """Run the steps round-robin, ``rounds`` times (rounds interleaved, BENCH.md)."""
     for r in range(rounds):
