@@ -237,3 +237,11 @@ async def test_stop_closes_the_bell_and_wakes_every_batch(short_tmp: Path) -> No
     assert sorted(order) == list(range(250))
     if before:
         assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def test_the_contract_names_the_schema_version_the_store_writes() -> None:
+    """``meshctl doctor`` reads the schema version from the contract, not the store: the
+    two agree (add a migration, raise ``contract.SCHEMA_VERSION``)."""
+    from meshd.protocol import contract
+
+    assert contract.SCHEMA_VERSION == SCHEMA_VERSION

@@ -173,3 +173,15 @@ def test_command_gets_onces_own_session_a_child_of_the_callers(
     assert me["session_id"] != parent.out.strip()
     assert me["source"] == "once"
     assert me["parent"] == parent.out.strip()
+
+
+def test_a_once_job_gets_one_ledger_slot_per_utc_day_or_hour() -> None:
+    """`meshctl job run` of a `once` job reserves `job:NAME:<slot>`: a day or an hour, UTC."""
+    from meshctl.cli.jobs import slot
+
+    t = 1_796_000_000.0  # 2026-11-30T00:53:20Z
+
+    assert slot("daily", t) == "2026-11-30"
+    assert slot("hourly", t) == "2026-11-30T00"
+    assert slot("hourly", t + 3600) == "2026-11-30T01"
+    assert slot("", t) == ""

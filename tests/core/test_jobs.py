@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meshd.core.clock import ManualClock
-from meshd.core.work.jobs import JobBook, JobSpec, slot
+from meshd.core.work.jobs import JobBook, JobSpec
 
 SPECS = {
     "backup": JobSpec("backup", ("file:/p",), "wait", 60.0, critical=True),
@@ -101,13 +101,3 @@ class TestRestore:
         assert st.last_end.outcome == "died"
         assert [e.session_id for e in again.pending(SPECS)["backup"]] == ["run:1"]
         assert [w[1].outcome for w in again.writes] == ["died"]
-
-
-def test_slots() -> None:
-    """`once` jobs get one ledger key per UTC day or hour."""
-    t = 1_796_000_000.0  # 2026-11-30T00:53:20Z
-
-    assert slot("daily", t) == "2026-11-30"
-    assert slot("hourly", t) == "2026-11-30T00"
-    assert slot("hourly", t + 3600) == "2026-11-30T01"
-    assert slot("", t) == ""

@@ -47,7 +47,7 @@ def doctor() -> None:
     """
     from meshctl import _paths, _spawn
     from meshctl.cli.admin import doctor as _doctor
-    from meshd.paths import config_file
+    from meshctl.cli.admin.config import config_file
     from meshd.protocol.errors import MeshError, MeshUnavailable
 
     state = get_state()

@@ -113,7 +113,7 @@ def status() -> None:
       meshctl fleet status
       meshctl fleet status --json
     """
-    from meshd.paths import config_file
+    from meshctl.cli.admin.config import config_file
 
     state = get_state()
     st = state.call("fleet.status")
@@ -125,22 +125,21 @@ def _edit(state: State, new_text: str | None, path: Path) -> dict[str, Any]:
 
     ``new_text`` None: nothing to change. Returns ``{"reloaded", "running"}``.
     """
-    from meshd.config import ConfigError, load
+    from meshctl.cli.admin.config import problem
 
     if new_text is None:
         return {"changed": False, "reloaded": False}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(new_text, encoding="utf-8")
-    try:
-        load(tmp, state.profile)
-    except ConfigError as exc:
+    refused = problem(tmp, state.profile)
+    if refused is not None:
         tmp.unlink(missing_ok=True)
         raise _output.Failure(
-            str(exc).replace(str(tmp), str(path)),
+            refused.replace(str(tmp), str(path)),
             "CONFIG_INVALID",
             hint=f"nothing was changed; fix the option, or edit {path} by hand",
-        ) from exc
+        )
     old = path.read_bytes() if path.exists() else None
     if old is not None:
         os.chmod(tmp, path.stat().st_mode & 0o777)
@@ -195,7 +194,7 @@ def join(
       meshctl fleet join tls://vps.example:4222 --tls-ca ~/ca.pem --name laptop
     """
     from meshctl.cli.admin import fleet_config as _fleet_config
-    from meshd.paths import config_file
+    from meshctl.cli.admin.config import config_file
 
     state = get_state()
     if creds and nkey:
@@ -248,7 +247,7 @@ def leave() -> None:
       meshctl fleet leave
     """
     from meshctl.cli.admin import fleet_config as _fleet_config
-    from meshd.paths import config_file
+    from meshctl.cli.admin.config import config_file
 
     state = get_state()
     path = config_file()

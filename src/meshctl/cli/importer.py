@@ -76,7 +76,7 @@ def session_coord(db: str | None, manifest: str | None, do_apply: bool) -> None:
     from pathlib import Path
 
     from meshctl.cli.admin import import_coord as ic
-    from meshd.paths import config_file
+    from meshctl.cli.admin.config import config_file
 
     state = get_state()
     manifest_path = Path(manifest) if manifest else ic.default_manifest()

@@ -195,6 +195,16 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
         guard.end()
 
 
+def slot(once: str, now: float) -> str:
+    """The ledger slot of a ``once`` job at wall time ``now`` (UTC): a day or an hour."""
+    t = time.gmtime(now)
+    if once == "daily":
+        return time.strftime("%Y-%m-%d", t)
+    if once == "hourly":
+        return time.strftime("%Y-%m-%dT%H", t)
+    return ""
+
+
 def _reserve_slot(
     state: Any, mesh: Any, sid: str, *, name: str, decl: dict[str, Any], argv: list[str]
 ) -> str | bool | None:
@@ -206,7 +216,6 @@ def _reserve_slot(
     if not decl.get("once"):
         return None
     from meshctl.cli.once import held_text
-    from meshd.core.work.jobs import slot
 
     key = f"job:{name}:{slot(decl['once'], time.time())}"
     result = mesh.call(

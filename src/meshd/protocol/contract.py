@@ -63,6 +63,12 @@ def check_profile(name: str) -> str:
     return name
 
 
+SCHEMA_VERSION = 9
+"""The database schema this release writes (its ``PRAGMA user_version``): the number of
+migrations in :data:`meshd.store.MIGRATIONS` (a test keeps the two equal), here so that
+``meshctl doctor`` can compare a database's without loading the store."""
+
+
 def rfc3339(ts: float) -> str:
     """Wall time as RFC 3339 in UTC, to the second (``2026-11-29T14:02:00Z``).
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from meshd import __version__
+from meshd.protocol.contract import SCHEMA_VERSION
 
 Status = Literal["ok", "info", "warn", "fail", "skip"]
 
@@ -182,7 +183,6 @@ def check_database(ctx: Context) -> Check:
             f"meshctl daemon stop --profile {ctx.profile}; mv '{db}' '{db}.broken'",
         )
     size = db.stat().st_size + _size(db.with_name(db.name + "-wal"))
-    wanted = _schema_version()
     if result != "ok":
         return Check(
             "database",
@@ -190,11 +190,11 @@ def check_database(ctx: Context) -> Check:
             f"{db} failed its integrity check: {result}",
             f"meshctl daemon stop --profile {ctx.profile}; mv '{db}' '{db}.broken'",
         )
-    if wanted is not None and version > wanted:
+    if version > SCHEMA_VERSION:
         return Check(
             "database",
             "fail",
-            f"{db} has schema {version}, newer than this meshd knows ({wanted})",
+            f"{db} has schema {version}, newer than this meshd knows ({SCHEMA_VERSION})",
             "upgrade session-mesh, or move the file aside",
         )
     return Check("database", "ok", f"{db}: integrity ok, schema {version}, {size / 1e6:.1f} MB")
@@ -261,15 +261,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _schema_version() -> int | None:
-    try:
-        from meshd import store
-    except ImportError:  # pragma: no cover - the store moved
-        return None
-    version = getattr(store, "SCHEMA_VERSION", None)
-    return version if isinstance(version, int) else None
 
 
 def check_service(ctx: Context) -> Check:

@@ -169,15 +169,3 @@ class JobBook:
         else:
             st.deferrals += 1
             st.pending.append(ev)
-
-
-def slot(once: Once, now: float) -> str:
-    """The ledger slot of a ``once`` job at wall time ``now`` (UTC): a day or an hour."""
-    import time
-
-    t = time.gmtime(now)
-    if once == "daily":
-        return time.strftime("%Y-%m-%d", t)
-    if once == "hourly":
-        return time.strftime("%Y-%m-%dT%H", t)
-    return ""
