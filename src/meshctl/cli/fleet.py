@@ -194,11 +194,17 @@ def join(
       meshctl fleet join tls://vps.example:4222 --tls-ca ~/ca.pem --name laptop
     """
     from meshctl.cli.admin import fleet_config as _fleet_config
+    from meshctl.cli.admin import fleet_extra
     from meshctl.cli.admin.config import config_file
 
     state = get_state()
     if creds and nkey:
         raise click.UsageError("give --creds or --nkey, not both")
+    if module := fleet_extra.missing():
+        raise _output.Failure(
+            fleet_extra.refusal(module), "FLEET_EXTRA_MISSING",
+            hint=f"install it with: {fleet_extra.install_hint()}; then join again",
+        )  # fmt: skip
     path = config_file()
     changes: dict[str, Any] = {"url": url}
     if creds or nkey:  # one replaces the other

@@ -326,6 +326,17 @@ def check_fleet(ctx: Context) -> Check:
             "fleet", "ok", "not configured: this host is alone (meshctl fleet join URL to join)"
         )
     urls = ", ".join(st.get("urls") or [])
+    if not st.get("connected") and "No module named" in str(st.get("last_error")):
+        from meshctl.cli.admin import fleet_extra
+
+        return Check(
+            "fleet",
+            "fail",
+            f"[fleet] is configured but the daemon cannot load the fleet client: "
+            f"{st.get('last_error')}; this host's mesh works alone meanwhile",
+            f"install the [fleet] extra: {fleet_extra.install_hint()}, then "
+            f"`meshctl daemon restart`; or `meshctl fleet leave`",
+        )
     if not st.get("connected"):
         why = st.get("last_error") or "no answer yet"
         return Check(

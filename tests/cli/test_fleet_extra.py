@@ -1,0 +1,78 @@
+"""An installation without the ``[fleet]`` extra: ``fleet join`` changes nothing and
+names the extra; ``doctor`` names it too, instead of suggesting to start nats-server.
+
+The extra's absence is made real for the processes under test by a folder on
+``PYTHONPATH`` whose ``nats`` package fails to import exactly as a missing one does
+(ModuleNotFoundError naming ``nats``): the venv the tests run in has nats-py, which
+the fleet tests need.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cli.conftest import Meshctl
+from tests.conftest import DaemonHandle
+from tests.support import wait_for
+
+
+@pytest.fixture
+def without_nats(short_tmp: Path) -> dict[str, str]:
+    """``PYTHONPATH`` for a process in which ``import nats`` fails as if not installed."""
+    pkg = short_tmp / "no-extra" / "nats"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'nats'\", name='nats')\n"
+    )
+    return {"PYTHONPATH": str(pkg.parent)}
+
+
+def test_join_without_the_extra_changes_nothing(
+    meshctl: Meshctl, offline_env: Any, without_nats: dict[str, str]
+) -> None:
+    env = {**offline_env.env, **without_nats}
+    config = Path(env["MESH_CONFIG"])
+
+    r = meshctl("fleet", "join", "nats://127.0.0.1:4222", env=env)
+
+    assert r.code == 1, r
+    assert "joining a fleet needs the [fleet] extra (nats-py)" in r.err
+    assert "no module named 'nats'); nothing was changed" in r.err
+    assert "-m pip install 'session-mesh[fleet]'" in r.err
+    assert not config.exists()
+    assert "Traceback" not in r.err
+
+
+def test_join_without_the_extra_json(
+    meshctl: Meshctl, offline_env: Any, without_nats: dict[str, str]
+) -> None:
+    r = meshctl(
+        "fleet", "join", "nats://127.0.0.1:4222", "--json", env={**offline_env.env, **without_nats}
+    )
+
+    assert r.code == 1, r
+    assert r.json()["error"]["data"]["code"] == "FLEET_EXTRA_MISSING"
+
+
+def test_doctor_names_the_extra(
+    meshctl: Meshctl, mesh_env: Any, without_nats: dict[str, str]
+) -> None:
+    """[fleet] written by hand, a daemon without nats-py: doctor says to install the
+    extra, not to start nats-server."""
+    mesh_env.write_config('[fleet]\nurl = "nats://127.0.0.1:4222"\n')
+    env = {**mesh_env.env, **without_nats}
+    d = DaemonHandle(env=env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+    d.start()
+    try:
+        wait_for(lambda: d.call("fleet.status")["result"].get("last_error"))
+
+        r = meshctl("doctor", env=env)
+
+        assert r.code == 1, r
+        assert "the daemon cannot load the fleet client" in r.out
+        assert "install the [fleet] extra: " in r.out
+        assert "start nats-server" not in r.out
+    finally:
+        d.stop()
