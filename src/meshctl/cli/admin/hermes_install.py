@@ -89,6 +89,23 @@ def homes(
     return [("custom", home)]
 
 
+def _no_home(name: str, home: Path) -> str:
+    """Why ``home`` is not a Hermes home, and what to do instead."""
+    if home.parent.name == "profiles":
+        have = (
+            sorted(p.name for p in home.parent.iterdir() if p.is_dir())
+            if home.parent.is_dir()
+            else []
+        )
+        known = f"; the profiles there: {', '.join(have)}" if have else ""
+        return f"no Hermes profile {name} (no folder {home}){known}; nothing was written"
+    return (
+        f"no Hermes home at {home}: Hermes Agent is not installed for this user, or has "
+        "not run yet (it makes its home on its first run); nothing was written. Install "
+        "and run Hermes first, or name its home with --hermes-home PATH"
+    )
+
+
 # --- the plugin's files ---------------------------------------------------------------
 
 
@@ -303,7 +320,13 @@ def is_enabled(home: Path) -> bool:
 
 
 def install(name: str, home: Path, mesh_profile: str, socket: str | None) -> dict[str, Any]:
-    """Place (or update) the plugin in one Hermes home and enable it."""
+    """Place (or update) the plugin in one Hermes home and enable it.
+
+    A home that does not exist is refused, not created: Hermes makes its home when it
+    first runs, so a missing one is a machine without Hermes or a mistyped profile,
+    and a plugin folder made there would only let ``doctor`` call the plugin ok."""
+    if not home.is_dir():
+        raise InstallError(_no_home(name, home))
     plugins = home / "plugins"
     dest = plugins / PLUGIN_KEY
     if dest.exists() and not managed(dest):
