@@ -1,10 +1,10 @@
 """An installation without the ``[fleet]`` extra: ``fleet join`` changes nothing and
 names the extra; ``doctor`` names it too, instead of suggesting to start nats-server.
 
-The extra's absence is made real for the processes under test by a folder on
-``PYTHONPATH`` whose ``nats`` package fails to import exactly as a missing one does
-(ModuleNotFoundError naming ``nats``): the venv the tests run in has nats-py, which
-the fleet tests need.
+The extra's absence is made real for the processes under test by a ``sitecustomize``
+on ``PYTHONPATH`` that puts a finder first on ``sys.meta_path`` refusing ``nats``
+exactly as a missing package is refused (ModuleNotFoundError naming it): the venv the
+tests run in has nats-py, which the fleet tests need.
 """
 
 from __future__ import annotations
@@ -20,13 +20,26 @@ from tests.support import wait_for
 
 @pytest.fixture
 def without_nats(short_tmp: Path) -> dict[str, str]:
-    """``PYTHONPATH`` for a process in which ``import nats`` fails as if not installed."""
-    pkg = short_tmp / "no-extra" / "nats"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'nats'\", name='nats')\n"
-    )
-    return {"PYTHONPATH": str(pkg.parent)}
+    """``PYTHONPATH`` for a process in which nats-py is not there to find or import."""
+    folder = short_tmp / "no-extra"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(NO_NATS)
+    return {"PYTHONPATH": str(folder)}
+
+
+NO_NATS = """
+import sys
+
+
+class NoNats:
+    def find_spec(self, name, path=None, target=None):
+        if name == "nats" or name.startswith("nats."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoNats())
+"""
 
 
 def test_join_without_the_extra_changes_nothing(
