@@ -87,10 +87,6 @@ def rss_bytes(pid: int) -> int:
         return int(f.read().split()[1]) * PAGE
 
 
-def fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def raise_nofile(n: int) -> None:
     """Lift this process's soft RLIMIT_NOFILE (1,000 client sockets)."""
     import resource

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import PYTHON, ROOT, LineClient, Place, Proc, median, rpc
+from bench.common import PYTHON, ROOT, Place, Proc, median
 
 S_CLIENT = ROOT / "bench" / "s_client.py"
 
@@ -188,9 +188,3 @@ def daemon_start(place: Place, i: int, cpu: list[float] | None = None) -> float:
         proc.stop()
         Path(path).unlink(missing_ok=True)
     return answered - t
-
-
-def ping_once(path: str) -> None:
-    c = LineClient(path)
-    c.roundtrip(rpc("mesh.ping"))
-    c.close()

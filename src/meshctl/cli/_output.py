@@ -452,12 +452,3 @@ def note(text: str) -> None:
 def tilde(path: str | None, home: str | None = None) -> str | None:
     """``path`` with the home folder written ``~`` (``/home/u/p`` -> ``~/p``); None stays."""
     return contract.tilde(path, home) if path else path
-    home = home if home is not None else os.path.expanduser("~")
-    home = home.rstrip("/")
-    if not home or home == "~":
-        return path
-    if path == home:
-        return "~"
-    if path.startswith(home + "/"):
-        return "~" + path[len(home) :]
-    return path

@@ -32,7 +32,7 @@ class NoteHandlers(Domain):
         self.svc.add(pn.NOTES_LIST, self.list, is_async=True)
 
     async def add(self, p: pn.NoteAddParams, conn: Conn) -> pn.NoteAddResult:
-        work = await self.work.ready()
+        work = self.work
         if not self.svc.state.settings.enabled:
             return pn.NoteAddResult(disabled=True)
         self.svc.state.registry.get(p.session_id)
@@ -44,6 +44,6 @@ class NoteHandlers(Domain):
         )
 
     async def list(self, p: pn.NoteListParams, conn: Conn) -> pn.NoteListResult:
-        work = await self.work.ready()
+        work = self.work
         notes = work.notes.read(p.session_id, author=p.author, limit=p.limit)
         return pn.NoteListResult(entries=[entry(n) for n in notes])

@@ -156,7 +156,7 @@ class PreemptHandlers(Domain):
     async def pause(self, p: pp.PauseParams, conn: Conn) -> pp.PauseResult:
         svc, st = self.svc, self.svc.state
         s = st.registry.get(p.session_id)
-        work = await self.work.ready()
+        work = self.work
         note = work.notes.add(
             p.session_id, f"checkpoint: {p.note}", private=False, limit=st.settings.max_body_bytes
         )

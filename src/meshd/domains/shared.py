@@ -57,11 +57,6 @@ class SharedWork(Domain):
         if not self.svc.state.settings.enabled:
             raise MeshDisabled("the mesh is disabled in config (enabled = false)")
 
-    async def ready(self) -> SharedWork:
-        """Self: restored at start-up already (kept for callers written when it loaded
-        lazily on first use)."""
-        return self
-
     def restore(self, db: sqlite3.Connection) -> None:
         """Take back what the database holds (start-up, before anything is served)."""
         got = storage_shared.load(db)

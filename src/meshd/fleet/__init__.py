@@ -19,7 +19,7 @@ How the pieces fit (the interface for the fleet parts: registry, claims, message
 
 * **The Fleet** (``meshd.fleet.hub.Fleet``): ``fleet.cfg`` (``FleetSettings``: urls,
   name, creds, nkey, tls_ca, shared_kinds, shared_paths, on_partition),
-  ``fleet.host`` (this host's name), ``fleet.is_shared_kind(kind)``, ``fleet.svc``
+  ``fleet.host`` (this host's name), ``fleet.svc``
   (the Service), ``fleet.link`` and ``fleet.parts``. A part is an object with
   ``name``, ``async run()`` and ``status() -> dict`` (``FleetPart``); add yours in
   ``Fleet.__init__`` (``self.claims = FleetClaims(self)`` and append it to

@@ -71,10 +71,6 @@ class Fleet:
         """This host's name in the fleet."""
         return self.cfg.name
 
-    def is_shared_kind(self, kind: str) -> bool:
-        """Whether claims of ``kind`` are decided fleet-wide (``shared_kinds``)."""
-        return kind in self.cfg.shared_kinds
-
     def _changed(self, up: bool) -> None:
         self.changed_mono = self.svc.clock.monotonic()
 

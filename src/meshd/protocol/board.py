@@ -155,6 +155,3 @@ BOARD_POST = MethodSpec(
 BOARD_TOUCH = MethodSpec("board.touch", BoardMarkParams, BoardMarkResult, "Record files read.")
 BOARD_WATCH = MethodSpec("board.watch", BoardMarkParams, BoardMarkResult, "Watch paths.")
 BOARD_SHOW = MethodSpec("board.show", BoardShowParams, BoardShowResult, "The whole board.")
-BOARD_METHODS: list[MethodSpec] = [
-    BOARD_CHANGED, BOARD_CHANGES, BOARD_POST, BOARD_TOUCH, BOARD_WATCH, BOARD_SHOW,
-]  # fmt: skip

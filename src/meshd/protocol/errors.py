@@ -278,8 +278,6 @@ _BY_CODE: dict[int, type[MeshError]] = {
     INTERNAL_ERROR: InternalError,
 }
 
-MESH_CODES: dict[str, int] = {name: code for code, name in _CODES.items()}
-
 
 def error_from_wire(error: Any) -> MeshError:
     """Turn a JSON-RPC ``error`` object into the matching exception instance."""

@@ -58,4 +58,3 @@ class FleetStatusResult(Result):
 FLEET_STATUS = MethodSpec(
     "fleet.status", Empty, FleetStatusResult, "The fleet link and the hosts it sees."
 )
-FLEET_METHODS: list[MethodSpec] = [FLEET_STATUS]

@@ -123,4 +123,3 @@ JOB_END = MethodSpec("job.end", JobEndParams, JobEventResult, "A job's run ended
 JOB_DEFER = MethodSpec("job.defer", JobDeferParams, JobEventResult, "A job's run was deferred.")
 JOB_LIST = MethodSpec("job.list", JobListParams, JobListResult, "The jobs radar.")
 JOB_WAIT = MethodSpec("job.wait", JobWaitParams, JobWaitResult, "Wait for a running job to end.")
-JOB_METHODS: list[MethodSpec] = [JOB_GET, JOB_START, JOB_END, JOB_DEFER, JOB_LIST, JOB_WAIT]

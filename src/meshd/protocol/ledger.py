@@ -108,4 +108,3 @@ ONCE_RESOLVE = MethodSpec(
     "once.resolve", OnceResolveParams, OnceResolveResult, "Settle an unknown key."
 )
 ONCE_LIST = MethodSpec("once.list", OnceListParams, OnceListResult, "Keys and their states.")
-LEDGER_METHODS: list[MethodSpec] = [ONCE_RESERVE, ONCE_FINISH, ONCE_RESOLVE, ONCE_LIST]

@@ -292,19 +292,3 @@ HANDOFF_SHOW = MethodSpec("handoff.show", HandoffShowParams, HandoffInfo, "One h
 SUBSCRIBE = MethodSpec(
     "events.subscribe", SubscribeParams, SubscribeResult, "Push a session's events here."
 )
-
-MESSAGE_METHODS: list[MethodSpec] = [
-    SEND,
-    INBOX,
-    ACK,
-    STATUS,
-    ASK,
-    ANSWER,
-    RESPOND,
-    BROADCAST,
-    HANDOFF_WRITE,
-    HANDOFF_REQUEST,
-    HANDOFF_LIST,
-    HANDOFF_SHOW,
-    SUBSCRIBE,
-]

@@ -56,4 +56,3 @@ class NoteListResult(Result):
 
 NOTES_ADD = MethodSpec("notes.add", NoteAddParams, NoteAddResult, "Write a note.")
 NOTES_LIST = MethodSpec("notes.list", NoteListParams, NoteListResult, "Read notebooks.")
-NOTES_METHODS: list[MethodSpec] = [NOTES_ADD, NOTES_LIST]

@@ -98,4 +98,3 @@ RESUME = MethodSpec(
     "session.resume", ResumeParams, ResumeResult,
     "Queue for the reserved set; returns the checkpoint note; status back.",
 )  # fmt: skip
-PREEMPT_METHODS = (PREEMPT, PAUSE, RESUME)

@@ -64,4 +64,3 @@ SIGNAL_EMIT = MethodSpec("signal.emit", SignalEmitParams, SignalRecord, "Emit a 
 SIGNAL_WAIT = MethodSpec(
     "signal.wait", SignalWaitParams, SignalWaitResult, "Wait for a signal (pushed, no polling)."
 )
-SIGNAL_METHODS: list[MethodSpec] = [SIGNAL_EMIT, SIGNAL_WAIT]

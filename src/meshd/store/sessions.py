@@ -88,9 +88,3 @@ def load_sessions(db: sqlite3.Connection) -> Iterator[Session]:
             yield decode(record)
         except msgspec.DecodeError:
             log.warning("skipping an unreadable session record")
-
-
-def load_meta(db: sqlite3.Connection, key: str) -> Any:
-    """One value of the ``meta`` table, or None."""
-    row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return row[0] if row else None
