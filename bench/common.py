@@ -39,8 +39,19 @@ CLIENT_CPUS = {0}
 # --- pinning ------------------------------------------------------------------------
 
 
+#: How the latency rows run now: "pinned" (``LAT_CPUS``) or "unpinned" (every CPU, as a
+#: user's processes run). The bench runs its latency sections once each way.
+MODE = {"latency": "pinned"}
+
+
 def pin(pid: int, cpus: set[int]) -> None:
-    """Pin every thread of ``pid`` (0: this process) to ``cpus``."""
+    """Pin every thread of ``pid`` (0: this process) to ``cpus``.
+
+    ``LAT_CPUS`` means "as the latency rows run now" (:data:`MODE`): every CPU when
+    they run unpinned.
+    """
+    if cpus is LAT_CPUS and MODE["latency"] == "unpinned":
+        cpus = all_cpus()
     pid = pid or os.getpid()
     try:
         tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]

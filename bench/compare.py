@@ -3,7 +3,9 @@
 Each run's rows are ratios to floors measured in that run (BENCH.md), so the two
 columns compare like with like even when the machine's load differs between runs.
 A row renamed since the BEFORE run is matched through :data:`RENAMED`; a row only
-in one run says so. Prints a Markdown table: row, target, before, after, met.
+in one run says so. Rows are matched by name and pinning (a run from before rows were
+printed both ways was pinned). Prints a Markdown table: row, pinning, target, before,
+after, met.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ RENAMED = {  # name in an older run -> name now (issue 17.5: labels say what the
     ),
     "claim.check, 10,000 vs 100 claims": "claim.check of a free path: 10,000 live claims vs 100",
     "claim + release round trip p50 (durable)": "claim or release round trip p50 (each durable)",
+    "fleet claim + release p50 (vs NATS request/reply)": "fleet claim + release p50",
+    "query.ask / E3": "query.ask answered by a live responder p50",
+    "durable write round trip p50, 1 connection, same CPU": (
+        "durable write round trip p50, 1 connection"
+    ),
     "claim + release with 100,000 finished claims in history": (
         "claim or release round trip p50, 100,000 finished claims in history"
     ),
@@ -63,9 +70,10 @@ RENAMED = {  # name in an older run -> name now (issue 17.5: labels say what the
 }
 
 
-def load(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def load(path: Path) -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
     doc = json.loads(path.read_text())
-    rows = {RENAMED.get(r["name"], r["name"]): r for r in doc["rows"]}
+    rows = {(RENAMED.get(r["name"], r["name"]), r.get("pinning") or "pinned"): r
+            for r in doc["rows"]}  # fmt: skip
     return doc["machine"], rows
 
 
@@ -85,16 +93,17 @@ def shown(r: dict[str, Any] | None) -> str:
 def table(before: Path, after: Path) -> str:
     mb, b = load(before)
     ma, a = load(after)
-    head = ("row", "target", f"before ({mb['commit']})", f"after ({ma['commit']})", "met")
+    head = ("row", "pinning", "target", f"before ({mb['commit']})", f"after ({ma['commit']})",
+            "met")  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     names = [n for n, r in a.items() if r.get("limit") is not None]
     names += [n for n, r in b.items() if r.get("limit") is not None and n not in a]
-    for name in names:
-        rb, ra = b.get(name), a.get(name)
+    for key in names:
+        rb, ra = b.get(key), a.get(key)
         target = (ra or rb or {}).get("target", "")
         verdict = ra["verdict"] if ra else "—"
         met = {"pass": "met", "SHORT": "not met"}.get(verdict, verdict)
-        lines.append(f"| {name} | {target} | {shown(rb)} | {shown(ra)} | {met} |")
+        lines.append(f"| {key[0]} | {key[1]} | {target} | {shown(rb)} | {shown(ra)} | {met} |")
     return "\n".join(lines)
 
 

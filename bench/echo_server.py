@@ -71,6 +71,8 @@ async def relay(stream: anyio.abc.ByteStream, req: Req) -> bool:
         qid = len(ASKS) + 1
         while qid in ASKS:
             qid += 1
+        if p.to not in RESPONDERS:  # not subscribed yet: a plain reply, nobody answered
+            return False
         ASKS[qid] = (stream, req.id)
         event = {"kind": "query", "id": qid, "session_id": p.to, "from": p.session_id,
                  "text": p.question}  # fmt: skip

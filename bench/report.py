@@ -4,6 +4,13 @@ A row is one figure. When it has a floor, its ratio to the floor is what the
 target is about (``max``: ratio must not exceed the limit; ``min``: must reach
 it). Rows marked *absolute* compare the figure itself with a limit. Rows without
 either are context (the floors themselves, breakdowns) and say ``info``.
+
+A latency row says how it was measured (``pinning``: "unpinned", as a user runs
+it, or "pinned", client and servers on one CPU); its ``spread`` is the lowest and
+highest ratio over the run's interleaved rounds when the section keeps them. A row
+whose floor landed far from that floor's own history (the same row of earlier
+full runs on a machine like this one: :mod:`bench.history`) says so and does not
+pass on it (``FLOOR?``): a floor that moved 6x measures the machine, not us.
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ class Row:
     skip: str = ""
     group: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    pinning: str = ""
+    #: lowest and highest ratio over the interleaved rounds (None: not kept)
+    spread: tuple[float, float] | None = None
+    #: why the floor is not trusted (it moved far from its history), or ""
+    floor_moved: str = ""
 
     @property
     def ratio(self) -> float | None:
@@ -52,6 +64,8 @@ class Row:
         if x is None or math.isnan(x):
             return "n/a"
         ok = x <= self.limit if self.kind == "max" else x >= self.limit
+        if self.floor_moved:
+            return "FLOOR?"  # neither pass nor short: the floor is not what it was
         return "pass" if ok else "SHORT"
 
     @property
@@ -91,28 +105,50 @@ class Report:
         self.rows: list[Row] = []
         self.notes: list[str] = []
         self.started = time.time()
+        #: stamped on the rows added while it is set (the section runner sets it)
+        self.pinning = ""
+        self.history: Any = None
 
     def add(self, row: Row) -> Row:
+        if not row.pinning:
+            row.pinning = self.pinning
+        if self.history is not None:
+            row.floor_moved = self.history.check(row)
         self.rows.append(row)
-        print(f"  {row.name:<52} {fmt(row.value, row.unit):>12}  {row.verdict}", flush=True)
+        how = f" [{row.pinning}]" if row.pinning else ""
+        print(f"  {row.name + how:<62} {fmt(row.value, row.unit):>12}  {row.verdict}", flush=True)
+        if row.floor_moved:
+            print(f"    {row.floor_moved}", flush=True)
         return row
 
     def note(self, text: str) -> None:
         self.notes.append(text)
         print(f"  note: {text}", flush=True)
 
+    def ordered(self) -> list[Row]:
+        """The rows in the order first seen, a row's unpinned figure before its pinned one."""
+        first: dict[str, int] = {}
+        for i, r in enumerate(self.rows):
+            first.setdefault(r.name, i)
+        rank = {"unpinned": 0, "pinned": 1}
+        return sorted(self.rows, key=lambda r: (first[r.name], rank.get(r.pinning, 2)))
+
     def table(self) -> str:
-        head = ("benchmark", "figure", "floor", "ratio", "target", "result")
+        head = ("benchmark", "pinning", "figure", "floor", "ratio (rounds)", "target", "result")
         lines = [
             "| " + " | ".join(head) + " |",
             "|" + "|".join("---" for _ in head) + "|",
         ]
-        for r in self.rows:
+        for r in self.ordered():
             floor = f"{r.floor} {fmt(r.floor_value, r.unit)}" if r.floor else ""
             ratio = f"{r.ratio:.2f}x" if r.ratio is not None else ""
+            if ratio and r.spread:
+                ratio += f" ({r.spread[0]:.2f}-{r.spread[1]:.2f})"
             verdict = f"skip: {r.skip}" if r.skip else r.verdict
+            if r.floor_moved:
+                verdict += f": {r.floor_moved}"
             name = r.name + (f" ({r.note})" if r.note else "")
-            cells = (name, fmt(r.value, r.unit), floor, ratio, r.target, verdict)
+            cells = (name, r.pinning, fmt(r.value, r.unit), floor, ratio, r.target, verdict)
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
@@ -146,11 +182,17 @@ class Report:
 
     def to_json(self, path: Path, quick: bool) -> None:
         rows = []
-        for r in self.rows:
+        for r in self.ordered():
             d = asdict(r)
             d.update(ratio=r.ratio, verdict=r.verdict, target=r.target)
             rows.append(d)
-        doc = {"machine": self.machine(), "quick": quick, "rows": rows, "notes": self.notes}
+        doc = {
+            "machine": self.machine(),
+            "load": list(os.getloadavg()),
+            "quick": quick,
+            "rows": rows,
+            "notes": self.notes,
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(_clean(doc), indent=1) + "\n")
 
@@ -164,3 +206,10 @@ def _clean(o: Any) -> Any:
     if isinstance(o, list):
         return [_clean(v) for v in o]
     return o
+
+
+def spread(values: list[float], floors: list[float]) -> tuple[float, float] | None:
+    """Lowest and highest ratio of round-by-round pairs (a figure and the floor measured
+    beside it in the same round); None when there are fewer than two rounds."""
+    ratios = [v / f for v, f in zip(values, floors, strict=False) if f]
+    return (min(ratios), max(ratios)) if len(ratios) >= 2 else None
