@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "call": "meshctl.cli.raw:call",
     "check": "meshctl.cli.claims:check",
     "claim": "meshctl.cli.claims:claim",
+    "claude": "meshctl.cli.claude:claude",
     "completion": "meshctl.cli.completion:completion",
     "daemon": "meshctl.cli.daemon:daemon",
     "doctor": "meshctl.cli.doctor:doctor",
