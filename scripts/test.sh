@@ -23,6 +23,21 @@ if ! .venv-hermes/bin/python -c "import importlib.metadata as m, sys; sys.exit(m
         echo "== $PY is not 3.11-3.13: tests/hermes will be skipped (hermes-agent needs it)"
     fi
 fi
+# tests/claude runs the real Claude Code CLI (print mode, against a scripted endpoint on
+# loopback: offline). Installed from npm into .npm-claude/ (project-local, never global),
+# pinned, kept when present; without npm those tests are skipped and say why.
+CLAUDE_CODE_VERSION=2.1.328
+if command -v npm >/dev/null; then
+    if [ "$(.npm-claude/node_modules/.bin/claude --version 2>/dev/null | cut -d' ' -f1)" != "$CLAUDE_CODE_VERSION" ]; then
+        echo "== installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into .npm-claude (once)"
+        mkdir -p .npm-claude
+        npm install --prefix .npm-claude --no-audit --no-fund --loglevel=error \
+            "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >/dev/null 2>&1 \
+            || echo "== could not install Claude Code: its tests in tests/claude are skipped"
+    fi
+else
+    echo "== npm not found: the Claude Code tests in tests/claude are skipped"
+fi
 # tmux drives `meshctl top` in its test, systemd-analyze checks the rendered units, ip
 # puts the fleet tests' hosts in network namespaces (tests/fleet): all come with Debian's
 # packages; install them when missing and we may (CI runs as root).
