@@ -17,6 +17,7 @@ from tests.conftest import DaemonHandle
 
 pytestmark = pytest.mark.slow
 
+
 def sessions(daemon: DaemonHandle, source: str | None = None) -> list[dict[str, Any]]:
     listed = daemon.call("session.list", {})["result"]["sessions"]
     return [s for s in listed if source is None or s.get("source") == source]
