@@ -172,17 +172,19 @@ class Hook:
         cwd = event.get("cwd")
         self.cwd = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else os.getcwd()
 
-    def register(self, task: str = "", status: str = "idle") -> bool:
+    def registration(self) -> tuple[str, dict[str, object]]:
+        """The ``session.register`` call for this Claude Code process."""
         from meshctl.cli._git import git_place
 
         place = git_place(self.cwd)
         params = {"session_id": self.sid, "source": SOURCE, "pid": self.pid,
                   "liveness": "process", "cwd": self.cwd, "repo": place.repo,
-                  "branch": place.branch, "worktree": place.worktree, "task": task,
-                  "status": status, "model": self.event.get("model")}  # fmt: skip
-        params = {k: v for k, v in params.items() if v not in (None, "")}
-        reply = self.link.batch([("session.register", params)])[0]
-        return bool(_result(reply)) and not _result(reply).get("disabled")
+                  "branch": place.branch, "worktree": place.worktree, "status": "idle",
+                  "model": self.event.get("model")}  # fmt: skip
+        return "session.register", {k: v for k, v in params.items() if v not in (None, "")}
+
+    def register(self) -> bool:
+        return _registered(self.link.batch([self.registration()])[0])
 
     def calls(self, calls: list[tuple[str, dict[str, object]]]) -> list[dict[str, object]]:
         """``calls`` for this session; registered first when the daemon has forgotten it."""
@@ -197,11 +199,18 @@ class Hook:
         return os.path.normpath(os.path.join(self.cwd, os.path.expanduser(value)))
 
 
+def _registered(reply: dict[str, object]) -> bool:
+    return bool(_result(reply)) and not _result(reply).get("disabled")
+
+
 def session_start(h: Hook) -> str | None:
-    if not h.register():
+    """Register, and in the same round trip ask who else claims or works here."""
+    replies = h.link.batch(
+        [h.registration(), ("claim.check", {"resources": [h.cwd], "session_id": h.sid})]
+    )
+    if not _registered(replies[0]):
         return None
-    check = _result(h.link.batch([("claim.check", {"resources": [h.cwd],
-                                                   "session_id": h.sid})])[0])  # fmt: skip
+    check = _result(replies[1])
     warnings = check.get("warnings")
     if not warnings or not isinstance(warnings, list):
         return None
