@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench import (
     claims,
+    claude_hook,
     common,
     fleet,
     fleet_ask,
@@ -43,6 +44,7 @@ SECTIONS = {
     "waiters": waiters.run,
     "shared": shared_work.run,
     "startup": startup.run,
+    "claude-hook": claude_hook.run,
     "fleet": fleet.run,
     "fleet-ask": fleet_ask.run,
     "fleet-claims": fleet_claims.run,
