@@ -68,6 +68,7 @@ COMMANDS: dict[str, str] = {
     "steal": "meshctl.cli.claims:steal",
     "sync": "meshctl.cli.sync:sync",
     "top": "meshctl.cli.top:top",
+    "whoami": "meshctl.cli.sessions:whoami",
 }
 
 

@@ -34,6 +34,8 @@ class State:
         #: the fast path, which leaves every command line that needs it to click
         self.command: click.Context | None = None
         self._mesh: Mesh | None = None
+        #: session ids as typed -> the full ids they resolved to (:mod:`meshctl.cli._ids`)
+        self.aliases: dict[str, str] = {}
 
     def mesh(self, *, autostart: bool = True) -> Mesh:
         """A connected client for this profile; starts the daemon unless ``autostart=False``.
@@ -66,13 +68,37 @@ class State:
         """One request to this profile's daemon (library errors propagate).
 
         Text that cannot be sent (undecodable argv bytes) is refused first, naming
-        its argument (:func:`meshctl.cli._text.check_text`).
+        its argument (:func:`meshctl.cli._text.check_text`). A session id the daemon
+        does not know is taken as a prefix, and the call sent again with the one id
+        it matches (:mod:`meshctl.cli._ids`; the error path only).
         """
         from meshctl.cli._text import check_text
+        from meshd.protocol.errors import UnknownSession
 
         check_text({"method": method}, self.command)
         check_text(params, self.command)
-        return self.mesh(autostart=autostart).call(method, params, timeout=timeout)
+        mesh = self.mesh(autostart=autostart)
+        if self.aliases:
+            from meshctl.cli._ids import substitute
+
+            params = substitute(params, self.aliases)
+        try:
+            return mesh.call(method, params, timeout=timeout)
+        except UnknownSession as exc:
+            from meshctl.cli._ids import resolve, substitute
+
+            full = resolve(exc, params, self.live_ids)
+            if full is None:
+                raise
+            self.aliases[str(exc.data["session_id"])] = full
+            if self.session == exc.data["session_id"]:
+                self.session = full
+            return mesh.call(method, substitute(params, self.aliases), timeout=timeout)
+
+    def live_ids(self) -> list[str]:
+        """The ids of the live sessions (this host's and, in a fleet, the others')."""
+        listed = self.mesh().call("session.list", {})
+        return [str(s.get("session_id")) for s in listed.get("sessions") or []]
 
     def reached(self) -> bool:
         """Whether this invocation's client has reached a daemon (answered ``mesh.info``):

@@ -179,6 +179,36 @@ def show(session_id: str) -> None:
     _output.emit(state.json, info, lambda: render_one(_output.clean(info)))
 
 
+@click.command()
+@common_options
+def whoami() -> None:
+    """The session this shell acts for (--session, else MESH_SESSION), as the daemon
+    knows it now.
+
+    Exit 1 when there is none, or the daemon no longer knows it (the message says
+    how to get one). A prefix of an id is enough (the one live session it names).
+
+    \b
+    Examples:
+      meshctl whoami
+      meshctl whoami --json
+    """
+    state = get_state()
+    sid = state.require_session()
+    info = state.call("session.get", {"session_id": sid})
+    _output.emit(state.json, info, lambda: _whoami_line(_output.clean(info)))
+
+
+def _whoami_line(info: dict[str, Any]) -> str:
+    """``ID — task, status: S, in ~/p, registered 3m ago`` (one line, for prompts too)."""
+    parts = [str(info.get("task") or "no task"), f"status: {info.get('status') or 'idle'}"]
+    if cwd := _output.tilde(info.get("cwd")):
+        parts.append(f"in {cwd}")
+    if info.get("started_at"):
+        parts.append(f"registered {_time.ago(info.get('started_at'))}")
+    return f"{info.get('session_id')} — {', '.join(parts)}"
+
+
 # `sessions ask` lives with the other query commands; importing it costs only click.
 from meshctl.cli.messages import ask  # noqa: E402
 
