@@ -173,7 +173,7 @@ class TestSessionRecords:
             "expire_after": None, "bind": False, "started_at": 0.0, "last_heartbeat": 0.0,
             "last_activity": 0.0, "last_hb_mono": 0.0, "grace_until": 0.0,
             "unbound_at": None, "conn_id": None, "anchors": (), "rank": 0, "rank_by": None,
-            "rank_at": None, "activity": "",
+            "rank_at": None, "activity": "", "reg": "",
         }  # fmt: skip
 
     async def test_a_session_reads_back_whole_from_its_short_record(self, short_tmp: Path) -> None:

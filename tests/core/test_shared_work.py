@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from meshd.core.clock import ManualClock
 from meshd.core.work.ledger import Ledger, LedgerRefused
 from meshd.core.work.marks import READ_FRESH, Marks
-from meshd.core.work.notes import Notebook, visible
+from meshd.core.work.notes import Notebook, Reader, visible
 from meshd.core.work.signals import SignalBoard
 from meshd.protocol.errors import TooLarge
 
@@ -19,44 +19,64 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+def who(sid: str | None, reg: str = "r1") -> Reader | None:
+    """``sid``'s live registration ``reg`` (None: a reader that acts for no session)."""
+    return None if sid is None else Reader(sid, reg)
+
+
 class TestNotebook:
     def test_shared_notes_are_read_by_all_private_only_by_their_author(
         self, clock: ManualClock
     ) -> None:
         """B reads A's shared note and never A's private one; A reads both."""
         nb = Notebook(clock)
-        nb.add("A", "API base is /v2", private=False, limit=100)
-        nb.add("A", "my hunch", private=True, limit=100)
+        nb.add(Reader("A", "r1"), "API base is /v2", private=False, limit=100)
+        nb.add(Reader("A", "r1"), "my hunch", private=True, limit=100)
 
-        by_b = [n.text for n in nb.read("B")]
-        by_a = [n.text for n in nb.read("A")]
+        by_b = [n.text for n in nb.read(who("B"))]
+        by_a = [n.text for n in nb.read(who("A"))]
         by_nobody = [n.text for n in nb.read(None)]
 
         assert by_b == ["API base is /v2"]
         assert by_a == ["API base is /v2", "my hunch"]
         assert by_nobody == ["API base is /v2"]
 
+    def test_a_private_note_is_its_registrations_not_its_ids(self, clock: ManualClock) -> None:
+        """A later session under the same id (another registration) never reads it."""
+        nb = Notebook(clock)
+        nb.add(Reader("A", "first"), "my hunch", private=True, limit=100)
+
+        assert [n.text for n in nb.read(Reader("A", "first"))] == ["my hunch"]
+        assert nb.read(Reader("A", "second")) == []
+
     @given(
-        st.lists(st.tuples(st.sampled_from("ABC"), st.booleans(), st.integers(0, 9)), max_size=30),
-        st.sampled_from(["A", "B", "C", None]),
+        st.lists(
+            st.tuples(
+                st.sampled_from("ABC"), st.booleans(), st.integers(0, 9), st.sampled_from("12")
+            ),
+            max_size=30,
+        ),
+        st.sampled_from([Reader(s, r) for s in "ABC" for r in "12"] + [None]),
         st.sampled_from(["A", "B", "C", None]),
     )
     # Generation speed depends on the machine's load (-n 4 on 2 cores failed it once).
     @settings(suppress_health_check=[HealthCheck.too_slow])
     def test_no_reader_ever_gets_a_private_note_of_another(
         self,
-        notes: list[tuple[str, bool, int]],
-        reader: str | None,
+        notes: list[tuple[str, bool, int, str]],
+        reader: Reader | None,
         author: str | None,
     ) -> None:
-        """Whatever the notebook and the filter, a private note reaches its author only."""
+        """Whatever the notebook and the filter, a private note reaches the registration
+        that wrote it only."""
         nb = Notebook(ManualClock())
-        for who, private, i in notes:
-            nb.add(who, f"{who}-{i}", private=private, limit=100)
+        for sid, private, i, reg in notes:
+            nb.add(Reader(sid, reg), f"{sid}-{i}", private=private, limit=100)
 
         got = nb.read(reader, author=author)
+        me = None if reader is None else (reader.session_id, reader.reg)
 
-        assert all(not n.private or n.author == reader for n in got)
+        assert all(not n.private or (n.author, n.reg) == me for n in got)
         assert len(got) == sum(
             1 for n in nb.notes.values() if visible(n, reader) and author in (None, n.author)
         )
@@ -65,31 +85,31 @@ class TestNotebook:
         nb = Notebook(clock)
 
         with pytest.raises(TooLarge):
-            nb.add("A", "é" * 6, private=False, limit=10)
+            nb.add(Reader("A", "r1"), "é" * 6, private=False, limit=10)
 
         assert nb.notes == {}
         assert nb.drain() == []
 
     def test_notes_older_than_history_days_are_pruned(self, clock: ManualClock) -> None:
         nb = Notebook(clock)
-        nb.add("A", "old", private=False, limit=100)
+        nb.add(Reader("A", "r1"), "old", private=False, limit=100)
         clock.advance(2 * 86400)
-        nb.add("A", "new", private=False, limit=100)
+        nb.add(Reader("A", "r1"), "new", private=False, limit=100)
         nb.drain()
 
         gone = nb.prune(history_days=1)
 
         assert gone == 1
-        assert [n.text for n in nb.read("A")] == ["new"]
+        assert [n.text for n in nb.read(who("A"))] == ["new"]
         assert nb.drain() == [("note.prune", clock.now() - 86400)]
 
     def test_ids_go_on_above_restored_ones(self, clock: ManualClock) -> None:
         first = Notebook(clock)
-        first.add("A", "x", private=False, limit=100)
+        first.add(Reader("A", "r1"), "x", private=False, limit=100)
         again = Notebook(clock)
         again.restore(first.notes.values())
 
-        note = again.add("A", "y", private=False, limit=100)
+        note = again.add(Reader("A", "r1"), "y", private=False, limit=100)
 
         assert note.id == 2
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
 import uuid
 from typing import Any
 
@@ -42,6 +44,8 @@ class TestNotebook:
     def test_notebooks_outlive_their_session_and_a_restart(
         self, daemon: DaemonHandle, trio: Client
     ) -> None:
+        """The shared note stays for everyone; the private one stays in the store but
+        belonged to the registration that ended, so nobody reads it any more."""
         trio.call("notes.add", session_id="A", text="kept")
         trio.call("notes.add", session_id="A", text="mine", private=True)
         trio.call("session.end", session_id="A")
@@ -52,11 +56,30 @@ class TestNotebook:
 
         after = c.call("notes.list", session_id="A")["entries"]
         c.close()
+        with sqlite3.connect(daemon.state_dir / "test.sqlite3") as db:
+            stored = db.execute("SELECT text FROM notes ORDER BY id").fetchall()
 
         assert [(e["session_id"], e["text"], e["private"]) for e in after] == [
             ("A", "kept", False),
-            ("A", "mine", True),
         ]
+        assert stored == [("kept",), ("mine",)]
+
+    def test_a_live_session_reads_its_private_notes_after_a_kill_9(
+        self, daemon: DaemonHandle, trio: Client
+    ) -> None:
+        """The registration is stored with the session: the same live session still
+        reads its private note once the daemon is back."""
+        trio.call("notes.add", session_id="A", text="mine", private=True)
+        trio.close()
+        daemon.kill()
+        daemon.start()
+        c = Client(daemon)
+
+        after = texts(c, session_id="A")
+        theirs = texts(c, session_id="B", author="A")
+        c.close()
+
+        assert (after, theirs) == (["mine"], [])
 
     def test_a_note_over_max_body_bytes_is_refused_and_not_kept(self, trio: Client) -> None:
         reply = trio.raw("notes.add", session_id="A", text="x" * 9000)
@@ -68,6 +91,84 @@ class TestNotebook:
         reply = trio.raw("notes.add", session_id="nobody", text="x")
 
         assert reply["error"]["data"]["code"] == "UNKNOWN_SESSION"
+
+
+class TestPrivateNotesBelongToTheRegistration:
+    """SPEC §4: a private note is its registration's, not its id's."""
+
+    def test_naming_the_author_after_it_ended_reads_no_private_note(self, trio: Client) -> None:
+        trio.call("notes.add", session_id="A", text="open")
+        trio.call("notes.add", session_id="A", text="secret", private=True)
+        trio.call("session.end", session_id="A")
+
+        assert texts(trio, session_id="A") == ["open"]
+        assert texts(trio, session_id="A", author="A") == ["open"]
+
+    def test_a_new_session_under_the_same_id_never_reads_the_old_ones(
+        self, daemon: DaemonHandle, trio: Client
+    ) -> None:
+        trio.call("notes.add", session_id="A", text="secret", private=True)
+        trio.call("session.end", session_id="A")
+        register(trio, "A")  # the same id, the same process: a new registration
+        trio.call("notes.add", session_id="A", text="new", private=True)
+
+        now = texts(trio, session_id="A")
+        trio.close()
+        daemon.kill()
+        daemon.start()
+        c = Client(daemon)
+        after_restart = texts(c, session_id="A")
+        c.close()
+
+        assert now == ["new"]
+        assert after_restart == ["new"]
+
+    def test_a_refresh_by_the_same_process_keeps_them(self, trio: Client) -> None:
+        trio.call("notes.add", session_id="A", text="secret", private=True)
+        again = trio.call(
+            "session.register", session_id="A", source="cli", pid=os.getpid(), liveness="process"
+        )
+
+        assert again["refreshed"] is True
+        assert texts(trio, session_id="A") == ["secret"]
+
+    def test_a_pidless_heartbeat_session_is_taken_over_only_with_replace(
+        self, trio: Client
+    ) -> None:
+        """A live heartbeat session with no process: a process registering its id is
+        refused (ID_IN_USE) unless it says --replace; the one that replaces it is a new
+        registration and does not read the old one's private note."""
+        trio.call("session.register", session_id="H", source="shell", liveness="heartbeat")
+        trio.call("notes.add", session_id="H", text="secret", private=True)
+        refreshed = trio.call(
+            "session.register", session_id="H", source="shell", liveness="heartbeat"
+        )
+
+        taken = trio.raw("session.register", session_id="H", source="cli", pid=os.getpid())
+        kept = texts(trio, session_id="H")
+        replaced = trio.call(
+            "session.register", session_id="H", source="cli", pid=os.getpid(), replace=True
+        )
+
+        assert refreshed["refreshed"] is True  # the same caller again, with no process
+        assert taken["error"]["data"]["code"] == "ID_IN_USE"
+        assert kept == ["secret"]
+        assert replaced["refreshed"] is False
+        assert texts(trio, session_id="H") == []
+        assert trio.raw("session.get", session_id="H")["result"]["pid"] == os.getpid()
+
+    def test_replace_never_takes_a_session_from_a_live_process(self, trio: Client) -> None:
+        child = subprocess.Popen(["sleep", "30"])
+        try:
+            trio.call("session.register", session_id="P", source="cli", pid=child.pid)
+            reply = trio.raw(
+                "session.register", session_id="P", source="cli", pid=os.getpid(), replace=True
+            )
+        finally:
+            child.kill()
+            child.wait()
+
+        assert reply["error"]["data"]["code"] == "ID_IN_USE"
 
 
 # --- private notes never leak, by any method ---------------------------------------------
@@ -153,3 +254,35 @@ def test_notes_older_than_history_days_are_pruned(daemon: DaemonHandle) -> None:
     c.close()
 
     assert left == ["new"]
+
+
+def test_a_private_note_from_before_registrations_were_kept(daemon: DaemonHandle) -> None:
+    """A database written before notes kept their registration: the session that was
+    live then (restored, its record without one either) still reads its private note;
+    once it ends, the same id registered again does not."""
+    from meshd.store.schema import MIGRATIONS
+    from meshd.store.shared import DDL_NOTE_REG
+
+    c = Client(daemon)
+    register(c, "A")
+    c.call("notes.add", session_id="A", text="secret", private=True)
+    c.close()
+    daemon.stop()
+    with sqlite3.connect(daemon.state_dir / "test.sqlite3") as db:
+        db.execute("ALTER TABLE notes DROP COLUMN reg")
+        (record,) = db.execute("SELECT record FROM sessions WHERE session_id = 'A'").fetchone()
+        old = {k: v for k, v in json.loads(record).items() if k != "reg"}
+        db.execute(
+            "UPDATE sessions SET record = ? WHERE session_id = 'A'", (json.dumps(old).encode(),)
+        )
+        db.execute(f"PRAGMA user_version = {MIGRATIONS.index(DDL_NOTE_REG)}")
+    daemon.start()
+    c = Client(daemon)
+
+    restored = texts(c, session_id="A")
+    c.call("session.end", session_id="A")
+    register(c, "A")
+    again = texts(c, session_id="A")
+    c.close()
+
+    assert (restored, again) == (["secret"], [])

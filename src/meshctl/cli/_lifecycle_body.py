@@ -46,6 +46,7 @@ def register(
     queries: bool,
     messages: bool,
     status: str | None,
+    replace: bool = False,
 ) -> None:
     """``meshctl register``: print the new session's id (and only that) on stdout."""
     params = register_params(
@@ -64,6 +65,8 @@ def register(
         ppid=caller_pid(),
         host=socket.gethostname(),
     )
+    if replace:
+        params["replace"] = True
     result = state.call("session.register", params)
     disabled_note(result)
     _output.emit(state.json, result, str(result.get("session_id", "")))

@@ -69,6 +69,12 @@ __all__ = ["STATUSES", "end", "heartbeat", "register", "register_params"]
     help="Refuse messages.",
 )
 @click.option("--status", type=click.Choice(STATUSES), help="Initial status (default idle).")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Take over a live heartbeat session with no process under --id (it ends; "
+    "its private notes stay its own).",
+)
 def register(
     *,
     task: str,
@@ -82,6 +88,7 @@ def register(
     queries: bool,
     messages: bool,
     status: str | None,
+    replace: bool,
 ) -> None:
     """Register a session for the calling process; print its id.
 
@@ -114,6 +121,7 @@ def register(
         queries=queries,
         messages=messages,
         status=status,
+        replace=replace,
     )
 
 

@@ -1,17 +1,25 @@
 """``notes.add`` and ``notes.list``: the notebook (SPEC §7).
 
 Who may read what is decided by :mod:`meshd.core.work.notes` alone; this module
-only checks the author is a live session and stores the note before the reply.
+only checks the author is a live session, names the reader's live registration
+(:func:`reader_of`), and stores the note before the reply.
 """
 
 from __future__ import annotations
 
-from meshd.core.work.notes import Note
+from meshd.core.work.notes import Note, Reader
 from meshd.domain import Domain
 from meshd.domains.shared import shared_of
 from meshd.protocol import notes as pn
 from meshd.protocol.contract import rfc3339
 from meshd.service import Conn, Service
+
+
+def reader_of(svc: Service, sid: str | None) -> Reader | None:
+    """The reader a ``session_id`` names: its live registration, or a stranger (an id
+    whose session ended, or was never registered, reads no private note)."""
+    s = svc.state.registry.sessions.get(sid) if sid is not None else None
+    return Reader(s.session_id, s.reg) if s is not None else None
 
 
 def entry(n: Note) -> pn.NoteEntry:
@@ -35,9 +43,9 @@ class NoteHandlers(Domain):
         work = self.work
         if not self.svc.state.settings.enabled:
             return pn.NoteAddResult(disabled=True)
-        self.svc.state.registry.get(p.session_id)
+        s = self.svc.state.registry.get(p.session_id)
         limit = self.svc.state.settings.max_body_bytes
-        note = work.notes.add(p.session_id, p.text, private=p.private, limit=limit)
+        note = work.notes.add(Reader(s.session_id, s.reg), p.text, private=p.private, limit=limit)
         await work.commit()  # refused: SharedWork.forget drops the note again
         return pn.NoteAddResult(
             id=note.id, session_id=note.author, private=note.private, at=rfc3339(note.at)
@@ -45,5 +53,6 @@ class NoteHandlers(Domain):
 
     async def list(self, p: pn.NoteListParams, conn: Conn) -> pn.NoteListResult:
         work = self.work
-        notes = work.notes.read(p.session_id, author=p.author, limit=p.limit)
+        reader = reader_of(self.svc, p.session_id)
+        notes = work.notes.read(reader, author=p.author, limit=p.limit)
         return pn.NoteListResult(entries=[entry(n) for n in notes])

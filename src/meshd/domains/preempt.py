@@ -25,6 +25,7 @@ import msgspec
 from meshd.core.claims.records import RESERVED
 from meshd.core.sessions.registry import Report
 from meshd.core.state import Event, Write
+from meshd.core.work.notes import Reader
 from meshd.core.work.preempt import Preemption, Preemptions
 from meshd.domain import Domain
 from meshd.domains.claims import ClaimHandlers
@@ -158,7 +159,10 @@ class PreemptHandlers(Domain):
         s = st.registry.get(p.session_id)
         work = self.work
         note = work.notes.add(
-            p.session_id, f"checkpoint: {p.note}", private=False, limit=st.settings.max_body_bytes
+            Reader(s.session_id, s.reg),
+            f"checkpoint: {p.note}",
+            private=False,
+            limit=st.settings.max_body_bytes,
         )
         await work.commit()
         handoff = st.mailbox.write_handoff(p.session_id, p.note)

@@ -69,10 +69,16 @@ class SessionHandlers(Domain):
             s, refreshed = svc.state.register(r)
         except IdInUse:
             old = svc.state.registry.sessions[p.session_id or ""]
-            if old.pid is not None and alive(old.pid, old.pid_start):
+            if old.pid is None:  # a live heartbeat session with no process
+                if not p.replace:
+                    raise
+                svc.end_session(old.session_id, "replaced")
+            elif alive(old.pid, old.pid_start):
                 raise
-            svc.end_session(old.session_id, "died")
+            else:
+                svc.end_session(old.session_id, "died")
             before = None
+            r = msgspec.structs.replace(r, replace=False)
             s, refreshed = svc.state.register(r)
         for pid, start in s.pids():
             svc.pids.watch(s.session_id, pid, start)

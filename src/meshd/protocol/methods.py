@@ -122,6 +122,9 @@ class RegisterParams(Params):
     liveness: Liveness = "heartbeat"
     expire_after: Seconds | None = None
     bind: bool = False
+    replace: bool = False
+    """Take over a live ``heartbeat`` session that has no process (SPEC §4): it ends
+    (``replaced``) and this is a new registration. Without it, ``ID_IN_USE``."""
 
 
 class RegisterResult(Result):

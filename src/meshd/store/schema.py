@@ -29,6 +29,7 @@ MIGRATIONS: list[str] = [
     claims.DDL_TTL,  # 7: each claim's ttl: a restart caps what is left of it (clock steps)
     fleet_post.DDL,  # 8: the fleet's outbox and the keys of fleet items taken in
     claims.DDL_DROP_ENDED,  # 9: claim rows an end left behind before it took them along
+    shared.DDL_NOTE_REG,  # 10: the registration a note was written under (private notes)
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

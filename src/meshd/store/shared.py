@@ -63,6 +63,13 @@ CREATE TABLE board_marks (
 ) STRICT;
 """
 
+DDL_NOTE_REG = """
+ALTER TABLE notes ADD COLUMN reg TEXT NOT NULL DEFAULT '';
+"""
+"""A private note belongs to the registration that wrote it (SPEC §4), kept here. A
+note written before this column existed has ``''``: only a session restored from the
+same release (whose record has no registration either) under the same id reads it."""
+
 LEDGER_KINDS = frozenset({"ledger.put", "ledger.delete"})
 
 
@@ -89,8 +96,8 @@ class Loaded(msgspec.Struct):
 
 def _note_put(db: sqlite3.Connection, n: Note) -> None:
     db.execute(
-        "INSERT OR REPLACE INTO notes(id, author, text, private, at) VALUES (?,?,?,?,?)",
-        (n.id, n.author, n.text, int(n.private), n.at),
+        "INSERT OR REPLACE INTO notes(id, author, text, private, at, reg) VALUES (?,?,?,?,?,?)",
+        (n.id, n.author, n.text, int(n.private), n.at, n.reg),
     )
 
 
@@ -182,10 +189,10 @@ are synced (:data:`LEDGER_KINDS` joins ``SYNC_KINDS``)."""
 def load(db: sqlite3.Connection) -> Loaded:
     """Everything the daemon keeps in memory: notes, newest signals, counters, ledger."""
     out = Loaded()
-    for i, author, text, private, at in db.execute(
-        "SELECT id, author, text, private, at FROM notes ORDER BY id"
+    for i, author, text, private, at, reg in db.execute(
+        "SELECT id, author, text, private, at, reg FROM notes ORDER BY id"
     ):
-        out.notes.append(Note(i, author, text, bool(private), at))
+        out.notes.append(Note(i, author, text, bool(private), at, reg))
     for name, seq, payload, by, at in db.execute(
         "SELECT name, seq, payload, emitted_by, at FROM signals s "
         "WHERE seq = (SELECT max(seq) FROM signals t WHERE t.name = s.name)"

@@ -80,6 +80,7 @@ class Session(msgspec.Struct, kw_only=True, gc=False, omit_defaults=True):
     rank_by: str | None = None
     rank_at: float | None = None
     activity: str = ""
+    reg: str = ""  # this registration (SPEC §4): a private note is its, not its id's
 
     def pids(self) -> list[tuple[int, int | None]]:
         """Every (pid, start time) this session lives with."""
@@ -143,6 +144,7 @@ class Registration(msgspec.Struct, kw_only=True):
     expire_after: float | None
     bind: bool
     conn_id: int | None
+    replace: bool = False
 
 
 class Report(msgspec.Struct, kw_only=True):

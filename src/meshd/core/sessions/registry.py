@@ -47,7 +47,9 @@ ENDED_MEMORY = 10_000
 #: What a registration gives a session as it is (the rest is decided below).
 _AS_GIVEN = tuple(
     name for name in Registration.__struct_fields__
-    if name not in {"session_id", "tools", "accept_queries", "accept_messages", "conn_id"}
+    if name not in {
+        "session_id", "tools", "accept_queries", "accept_messages", "conn_id", "replace",
+    }
 )  # fmt: skip
 _END_TEXT: dict[str, str] = {
     "ended": "ended",
@@ -118,7 +120,11 @@ class Registry:
         """Add or refresh a session; ``(session, refreshed)``.
 
         Raises :class:`IdInUse` when the id is live under another process: the
-        service checks that process and, if it is gone, expires it and retries.
+        service checks that process and, if it is gone, expires it and retries. A
+        live ``heartbeat`` session with no process is refreshed by a caller with no
+        process either (a script that registers again), but a process taking it over
+        is refused unless ``r.replace``: the service then ends it (``replaced``) and
+        retries, and the new session is a new registration (SPEC §4).
         """
         validate_registration(r)
         sid = r.session_id or self.new_id(r.source)
@@ -132,6 +138,12 @@ class Registry:
             raise IdInUse(
                 f"session {sid} is live under pid {old.pid}",
                 {"session_id": sid, "pid": old.pid},
+            )
+        if old is not None and old.pid is None and (r.pid is not None or r.replace):
+            raise IdInUse(
+                f"session {sid} is live (a heartbeat session with no process); "
+                "--replace takes it over",
+                {"session_id": sid, "pid": None, "replace": True},
             )
         settings = self.settings
         s = Session(
@@ -149,6 +161,7 @@ class Registry:
             last_hb_mono=now_m,
             conn_id=r.conn_id if r.bind else None,
             anchors=tuple(a for a in old.anchors if a[0] != r.pid) if old else (),
+            reg=old.reg if old else os.urandom(8).hex(),
         )  # fmt: skip
         compact(s)
         if old is not None:  # a person's rank outlives a re-registration

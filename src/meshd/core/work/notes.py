@@ -3,12 +3,16 @@
 A note belongs to the session that wrote it (its *author*) and outlives it:
 notebooks stay after their sessions end and across restarts, until
 ``history_days`` prunes them. A ``shared`` note may be read by every session of
-the profile; a ``private`` one by its author alone.
+the profile; a ``private`` one by its author alone, and only while that same
+registration lives (SPEC §4): the note keeps the registration (``reg``) it was
+written under, so neither naming the id after the session ended nor a new
+session registered under the same id reads it.
 
 Privacy is decided here, in one function (:func:`visible`), and every answer
 that carries notes goes through :meth:`Notebook.read`: a reader that is not the
-author never gets a private note, whatever method asked. A reader of ``None``
-(a caller that acts for no session) is a stranger to every notebook.
+author's live registration never gets a private note, whatever method asked. A
+reader of ``None`` (a caller that acts for no live session) is a stranger to
+every notebook.
 
 What must be stored is left in :attr:`Notebook.writes` as ``("note.put", note)``
 and ``("note.prune", cutoff)``; the clock is injected.
@@ -35,11 +39,22 @@ class Note(msgspec.Struct, frozen=True):
     text: str
     private: bool
     at: float
+    reg: str = ""  # the author's registration when it wrote the note
 
 
-def visible(note: Note, reader: str | None) -> bool:
-    """Whether ``reader`` may see ``note``: shared notes to all, private to the author."""
-    return not note.private or (reader is not None and note.author == reader)
+class Reader(msgspec.Struct, frozen=True):
+    """A live session reading (or writing): its id and its registration."""
+
+    session_id: str
+    reg: str
+
+
+def visible(note: Note, reader: Reader | None) -> bool:
+    """Whether ``reader`` may see ``note``: shared notes to all, private to the
+    registration that wrote it."""
+    return not note.private or (
+        reader is not None and note.author == reader.session_id and note.reg == reader.reg
+    )
 
 
 def utf8_len(text: str) -> int:
@@ -62,7 +77,7 @@ class Notebook:
             self.notes[n.id] = n
             self._next_id = max(self._next_id, n.id + 1)
 
-    def add(self, author: str, text: str, *, private: bool, limit: int) -> Note:
+    def add(self, author: Reader, text: str, *, private: bool, limit: int) -> Note:
         """Write ``text`` into ``author``'s notebook; refused when over ``limit`` bytes."""
         size = utf8_len(text)
         if size > limit:
@@ -70,7 +85,7 @@ class Notebook:
                 f"the note is {size} bytes; the limit is {limit} (max_body_bytes)",
                 {"path": "$.text", "limit": limit},
             )
-        note = Note(self._next_id, author, text, private, self.clock.now())
+        note = Note(self._next_id, author.session_id, text, private, self.clock.now(), author.reg)
         self._next_id += 1
         self.notes[note.id] = note
         self.writes.append(("note.put", note))
@@ -82,7 +97,7 @@ class Notebook:
 
     def read(
         self,
-        reader: str | None,
+        reader: Reader | None,
         *,
         author: str | None = None,
         limit: int | None = None,
