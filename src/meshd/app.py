@@ -58,6 +58,8 @@ log = logging.getLogger("meshd")
 SWEEP_INTERVAL = 0.25
 GUARD_INTERVAL = 1.0
 SHUTDOWN_DEADLINE = 5.0
+RELOAD_TIMEOUT = 10.0
+"""Seconds a reload waits for the config file to be read before keeping the old one."""
 
 DOMAINS: tuple[type[Domain], ...] = (
     MeshHandlers,
@@ -140,13 +142,27 @@ class Daemon:
 
     # --- configuration ------------------------------------------------------------
 
-    def reload(self) -> tuple[bool, str | None]:
-        """Re-read config.toml; an invalid file keeps the old config and says so."""
+    async def reload(self) -> tuple[bool, str | None]:
+        """Re-read config.toml; an invalid file keeps the old config and says so.
+
+        The file is read and checked in a worker thread (:func:`meshd.config.load`
+        reads only a bounded regular file, but a hung mount can still stall a read):
+        the loop keeps serving meanwhile, and a read that takes longer than
+        :data:`RELOAD_TIMEOUT` is given up, keeping the old config."""
+        path, profile = self.paths.config, self.paths.profile
+        settings = None
         try:
-            settings = config.load(self.paths.config, self.paths.profile)
+            with anyio.move_on_after(RELOAD_TIMEOUT):
+                settings = await anyio.to_thread.run_sync(
+                    config.load, path, profile, abandon_on_cancel=True
+                )
         except config.ConfigError as exc:
             log.error("reload refused, keeping the old config: %s", exc)
             return False, str(exc)
+        if settings is None:
+            why = f"{path}: not read within {RELOAD_TIMEOUT:g} s (a hung mount?)"
+            log.error("reload refused, keeping the old config: %s", why)
+            return False, why
         self.state.reconfigure(settings)
         log.info("config reloaded from %s", self.paths.config)
         return True, None
@@ -279,7 +295,8 @@ class Daemon:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
             async for sig in sigs:
                 if sig == signal.SIGHUP:
-                    self.reload()
+                    assert self._tg is not None
+                    self._tg.start_soon(self.reload)  # a slow read never delays a SIGTERM
                     continue
                 log.info("received %s; shutting down", signal.Signals(sig).name)
                 sdnotify.notify("STOPPING=1")

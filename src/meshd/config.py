@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -138,14 +139,68 @@ def _apply(settings: Settings, o: Overrides) -> Settings:
     return msgspec.structs.replace(settings, **changes)
 
 
-def load(path: Path, profile: str) -> Settings:
-    """The effective settings of ``profile``; a missing file means all defaults."""
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest config file read (1 MiB): a real one is a few KiB; anything bigger is
+refused rather than read into memory (a link to ``/dev/zero`` never ends)."""
+
+_KINDS = {
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def read_config(path: Path) -> bytes | None:
+    """The bytes of the config file, or None when there is none.
+
+    Only a regular file (a symlink to one is fine) of at most
+    :data:`MAX_CONFIG_BYTES` is read. It is opened non-blocking and checked with
+    ``fstat`` before a byte is read, so a named pipe, a device, a folder or a socket
+    at the path is refused with what it is, never waited on or read without end.
+    """
     try:
-        text = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return Settings()
+        return None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+            raise ConfigError(f"{path}: is {kind}; meshd reads its config only from a regular file")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(_too_big(path, f"is {st.st_size:,} bytes"))
+        chunks, size = [], 0
+        while size <= MAX_CONFIG_BYTES:  # the file may grow between fstat and read
+            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(_too_big(path, "grew while read"))
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _too_big(path: Path, what: str) -> str:
+    return f"{path}: {what}; a config file is at most {MAX_CONFIG_BYTES:,} bytes (1 MiB)"
+
+
+def load(path: Path, profile: str) -> Settings:
+    """The effective settings of ``profile``; a missing file means all defaults.
+
+    Blocking (the file is read, job keys are resolved): the running daemon calls it
+    in a worker thread (:meth:`meshd.app.App.reload`)."""
+    text = read_config(path)
+    if text is None:
+        return Settings()
     import tomllib  # only with a file to read: its import is 1.2 ms of a daemon's start
 
     try:

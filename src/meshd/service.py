@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -82,7 +82,7 @@ class Service:
         paths: ProfilePaths,
         *,
         domains: Iterable[type[Domain]] = (),
-        reload: Callable[[], tuple[bool, str | None]] | None = None,
+        reload: Callable[[], Awaitable[tuple[bool, str | None]]] | None = None,
     ) -> None:
         self.state = state
         self.store = store

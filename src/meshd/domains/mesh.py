@@ -34,7 +34,7 @@ class MeshHandlers(Domain):
         self.svc.add(m.PING, self.ping)
         self.svc.add(m.INFO, self.info)
         self.svc.add(m.SCHEMA, self.schema)
-        self.svc.add(m.RELOAD, self.reload)
+        self.svc.add(m.RELOAD, self.reload, is_async=True)
 
     def ping(self, p: m.Empty, conn: Conn) -> m.PingResult:
         return m.PingResult(time=self.svc.clock.now())
@@ -80,8 +80,8 @@ class MeshHandlers(Domain):
             self._schema = m.method_schema(self.svc.specs)
         return self._schema
 
-    def reload(self, p: m.Empty, conn: Conn) -> m.ReloadResult:
+    async def reload(self, p: m.Empty, conn: Conn) -> m.ReloadResult:
         if self.svc.reload_config is None:
             return m.ReloadResult(reloaded=False, error="reload is not available")
-        ok, error = self.svc.reload_config()
+        ok, error = await self.svc.reload_config()
         return m.ReloadResult(reloaded=ok, error=error, config=as_dict(self.svc.state.settings))
