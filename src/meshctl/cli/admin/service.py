@@ -21,7 +21,9 @@ note and ledger entry.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -117,32 +119,45 @@ def launchd_path(profile: str) -> Path:
     return Path(os.path.expanduser("~")) / "Library" / "LaunchAgents" / name
 
 
-def is_managed(path: Path) -> bool:
-    """Whether ``path`` was written by us (its first lines carry :data:`MARKER`)."""
+def _head(path: Path) -> list[str] | None:
+    """The first three lines of ``path`` when it is a regular file, never through a
+    symlink at ``path`` and never blocking on a named pipe there; else None."""
     try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            return any(MARKER in f.readline() for _ in range(3))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return [f.readline(4096).decode("utf-8", "replace") for _ in range(3)]
+
+
+def is_managed(path: Path) -> bool:
+    """Whether ``path`` was written by us: a regular file (not a symlink to one) whose
+    first lines carry :data:`MARKER`."""
+    return any(MARKER in line for line in _head(path) or ())
 
 
 def installed_version(path: Path) -> str | None:
     """The session-mesh version stamped into a managed file, if any."""
-    try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            for _ in range(3):
-                line = f.readline()
-                if MARKER in line and "(session-mesh " in line:
-                    return line.split("(session-mesh ", 1)[1].split(")", 1)[0]
-    except OSError:
-        return None
+    for line in _head(path) or ():
+        if MARKER in line and "(session-mesh " in line:
+            return line.split("(session-mesh ", 1)[1].split(")", 1)[0]
     return None
 
 
 def _refuse_foreign(paths: list[Path]) -> None:
-    """Refuse before writing anything when one of ``paths`` is someone else's file."""
+    """Refuse before writing anything when one of ``paths`` is someone else's: a file
+    without our marker, or anything that is not a regular file (we never write a
+    symlink, so one at the final name was put there by someone else)."""
     for path in paths:
-        if (path.exists() or path.is_symlink()) and not is_managed(path):
+        if path.is_symlink():
+            raise ServiceError(
+                f"{path} is a symbolic link (to {os.readlink(path)}), not written by "
+                "meshctl, which never writes through one: move it away (or remove it) "
+                "and run this again"
+            )
+        if path.exists() and not is_managed(path):
             raise ServiceError(
                 f"{path} exists and was not written by meshctl: "
                 "move it away (or remove it) and run this again"
@@ -150,13 +165,34 @@ def _refuse_foreign(paths: list[Path]) -> None:
 
 
 def _write(path: Path, text: str) -> bool:
-    """Write ``text`` to ``path`` (ours or absent); whether it changed."""
-    if path.exists() and path.read_text(encoding="utf-8", errors="replace") == text:
+    """Write ``text`` to ``path`` (ours or absent); whether it changed.
+
+    The text goes to a new temporary file in the same folder, created with
+    ``O_CREAT|O_EXCL|O_NOFOLLOW`` under a name nobody can have prepared (so nothing
+    planted there -- a symlink, another file -- is written through or taken over),
+    synced, then renamed over ``path``. The rename replaces whatever entry is at
+    ``path`` and never follows it; :func:`_refuse_foreign` has refused a foreign one.
+    """
+    if _head(path) is not None and path.read_bytes() == text.encode("utf-8"):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o644)
+            break
+        except FileExistsError:
+            continue  # astronomically unlikely; pick another name
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return True
 
 
@@ -291,7 +327,7 @@ def _step_quiet(plan: Plan, argv: list[str], live: bool) -> None:
 def _remove(plan: Plan, path: Path) -> None:
     if not (path.exists() or path.is_symlink()):
         return
-    if not is_managed(path):
+    if not is_managed(path):  # a symlink is never ours, whatever it points to
         plan.notes.append(f"left {path} alone: it was not written by meshctl")
         return
     path.unlink()
