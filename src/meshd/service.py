@@ -21,7 +21,7 @@ import socket
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -35,6 +35,7 @@ from meshd.pidwatch import PidWatcher
 from meshd.protocol import contract
 from meshd.protocol import methods as m
 from meshd.protocol.errors import MeshError, MethodNotFound
+from meshd.protocol.events import ITEM_EVENTS, ItemEvent
 from meshd.protocol.jsonrpc import Handler, encoder, notification
 from meshd.resolver import Resolver
 from meshd.store import Store
@@ -50,6 +51,8 @@ log = logging.getLogger("meshd.service")
 
 rfc3339 = contract.rfc3339
 """The contract's time format, for the handlers that import it from here."""
+_ITEM_EVENT_TYPES = frozenset(ITEM_EVENTS.values())
+"""Events that push an inbox item: one whose frame goes out in full makes it delivered."""
 
 
 @dataclass(eq=False)
@@ -65,8 +68,11 @@ class Conn:
     only then does the connection read its next request, in a new task. Until that
     point requests are handled in the order they came, so a pipelined ``acquire``
     then ``release`` does what it says; a request that never blocks costs no task."""
-    push: Callable[[bytes], None] = field(default=lambda frame: None, repr=False)
-    """Writes one event frame to the client without waiting (set by the server)."""
+    push: Callable[[bytes, Callable[[], None] | None], None] = field(
+        default=lambda frame, on_sent=None: None, repr=False
+    )
+    """Writes one event frame to the client without waiting (set by the server); calls
+    its second argument, when given, once the whole frame is written out."""
     leaving: bool = False
     """Its hang-up was read and its waits are being withdrawn (a few a turn): none of
     them is granted meanwhile (set by the server; read by the claim table)."""
@@ -96,6 +102,7 @@ class Service:
         self.mounts = process_table()
         self.reload_config = reload
         self.connections: dict[int, Conn] = {}
+        self._deliveries_due = False
         self.subscribers: dict[str, set[Conn]] = {}
         self.handlers: dict[str, Handler] = {}
         self._next_prune = 0.0
@@ -314,8 +321,26 @@ class Service:
             if not subs:
                 continue
             frame = encoder.encode(notification("event", ev.body))
+            body = ev.body
+            on_sent = None
+            if type(body) in _ITEM_EVENT_TYPES:
+                item = cast("ItemEvent", body)
+                if item.state == "delivered":
+                    on_sent = functools.partial(self._pushed, item.to, item.id)
             for c in list(subs):
-                c.push(frame)
+                c.push(frame, on_sent)
+
+    def _pushed(self, sid: str, msg_id: int) -> None:
+        """An item's push went out in full to a subscriber: it is ``delivered`` now
+        (SPEC §6), stored with a commit soon after (one per loop turn, however many)."""
+        changed = self.state.mailbox.items.pushed(sid, msg_id, self.clock.now())
+        if changed and not self._deliveries_due:
+            self._deliveries_due = True
+            asyncio.get_running_loop().call_soon(self._store_deliveries)
+
+    def _store_deliveries(self) -> None:
+        self._deliveries_due = False
+        self.flush_background()
 
     # --- session lifecycle, whoever triggers it -------------------------------------
 

@@ -95,6 +95,19 @@ def _by_project(paths: list[str]) -> dict[str, dict[str, Key]]:
     return by_project
 
 
+def project_name(name: str) -> str:
+    """A project given by name, as is; refused when it looks like a path but is not one
+    (``..``, ``../../etc``, ``src/``, ``.hidden``): the CLI reads such a word as a path,
+    and a name must never be mistaken for one by anything that reads the board."""
+    if name[:1] == "." or "/" in name or "\\" in name or "\0" in name:
+        raise InvalidParams(
+            f"project name {name!r} looks like a path but is not one: give a folder as "
+            "an absolute path (or ~/…), or a name with no '/' that does not start with '.'",
+            {"path": "$.project_or_path"},
+        )
+    return name
+
+
 def _path_key(raw: str) -> Key:
     key = canonical_key(raw, home=HOME, broad=True)
     if key.kind != "file":
@@ -209,6 +222,8 @@ class BoardHandlers(Domain):
         if project is not None and project[:1] in ("/", "~"):
             raw = project
             project = await self.svc.resolve_paths([raw], lambda: project_of(_path_key(raw).value))
+        elif project is not None:
+            project = project_name(project)
         rows = await self.svc.store.read(
             lambda db: changes_page(
                 db, project=project, since=since, session_id=p.session_id, limit=p.limit

@@ -23,7 +23,7 @@ from typing import Any
 from meshd.core.work.marks import Kind
 from meshd.core.work.notes import utf8_len
 from meshd.domain import Domain
-from meshd.domains.board import _path_key, project_of
+from meshd.domains.board import _path_key, project_name, project_of
 from meshd.domains.shared import shared_of
 from meshd.keys import Key
 from meshd.protocol import board as pb
@@ -71,7 +71,7 @@ class BoardWorkHandlers(Domain):
                 )
         if given is None:
             raise InvalidParams("name a project or a path", {"path": "$.project_or_path"})
-        return project_of(_path_key(given).value) if _is_path(given) else given
+        return project_of(_path_key(given).value) if _is_path(given) else project_name(given)
 
     # --- methods --------------------------------------------------------------------
 

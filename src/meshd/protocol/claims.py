@@ -29,11 +29,13 @@ AuditAction = Literal[
     "resume",
     "rank",
 ]
-Resource = Annotated[str, Meta(min_length=1, max_length=4096)]
+Resource = Annotated[str, Meta(max_length=4096)]
+"""A key as typed; the empty key is the daemon's to refuse, with ``BAD_KEY`` (SPEC §5)."""
 Resources = Annotated[list[Resource], Meta(min_length=1, max_length=256)]
 REASON_MAX = 200
 Reason = Annotated[str, Meta(max_length=REASON_MAX)]
-WaitSeconds = Annotated[float, Meta(ge=0, le=3600)]
+WaitSeconds = Annotated[float, Meta(ge=0)]
+"""Capped to ``max_query_timeout`` by the daemon, never refused for being long (SPEC §2)."""
 
 
 class ClaimAcquireParams(Params):

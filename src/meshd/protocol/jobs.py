@@ -104,7 +104,7 @@ class JobWaitParams(Params):
     (at most ``max_query_timeout``); at once when it is not running."""
 
     name: JobName
-    timeout: Annotated[float, Meta(ge=0, le=86_400)] = 60.0
+    timeout: Annotated[float, Meta(ge=0)] = 60.0
 
 
 class JobWaitResult(Result):

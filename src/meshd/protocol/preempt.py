@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from msgspec import Meta
 
 from meshd.protocol.claims import ClaimHolder, Resources
-from meshd.protocol.methods import MethodSpec, Params, Result, Seconds, SessionId
+from meshd.protocol.methods import MethodSpec, Params, Result, SessionId
 
 Note = Annotated[str, Meta(min_length=1, max_length=8192)]
 
@@ -67,7 +67,7 @@ class ResumeParams(Params):
     """Queue for the reserved set (waiting up to ``wait``), get the checkpoint note back."""
 
     session_id: SessionId
-    wait: Seconds | None = None
+    wait: Annotated[float, Meta(gt=0)] | None = None  # capped to max_query_timeout
 
 
 class ResumeResult(Result):

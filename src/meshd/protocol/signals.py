@@ -43,7 +43,7 @@ class SignalWaitParams(Params):
     name: SignalName
     after: Annotated[int, Meta(ge=0)] | None = None
     since: Annotated[float, Meta(gt=0, le=31_536_000)] | None = None
-    timeout: Annotated[float, Meta(ge=0, le=31_536_000)] = 10.0
+    timeout: Annotated[float, Meta(ge=0)] = 10.0
     session_id: SessionId | None = None
 
 

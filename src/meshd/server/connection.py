@@ -20,6 +20,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 from anyio.abc import ByteStream, TaskGroup
@@ -91,7 +92,7 @@ class Connection:
         self.inflight = anyio.Semaphore(MAX_INFLIGHT)
         self.sock: socket.socket | None = None
         self.backlog = bytearray()
-        self._parts: deque[list[int]] = deque()  # [is_event, bytes left] per frame queued
+        self._parts: deque[list[Any]] = deque()  # [is_event, bytes left(, on_sent)] per frame
         self._queued = [0, 0]  # bytes of [replies, events] in the backlog
         self._flushing = False
         self.last_frame = time.monotonic()
@@ -107,9 +108,11 @@ class Connection:
         """Write one reply frame (never blocks; see :meth:`write`)."""
         self.write(frame + DELIMITER, 0)
 
-    def push(self, frame: bytes) -> None:
-        """Write one event frame without waiting; drop the connection if it fell behind."""
-        self.write(frame + DELIMITER, 1)
+    def push(self, frame: bytes, on_sent: Callable[[], None] | None = None) -> None:
+        """Write one event frame without waiting; drop the connection if it fell behind.
+        ``on_sent`` is called once the whole frame is written out (never if the
+        connection closes first: a dropped reader did not get it)."""
+        self.write(frame + DELIMITER, 1, on_sent)
 
     def _sent(self, n: int) -> None:
         """``n`` bytes from the front of the backlog went out: count them off."""
@@ -122,8 +125,10 @@ class Connection:
             n -= took
             if not part[1]:
                 self._parts.popleft()
+                if len(part) > 2:
+                    part[2]()
 
-    def write(self, data: bytes, event: int) -> None:
+    def write(self, data: bytes, event: int, on_sent: Callable[[], None] | None = None) -> None:
         if self.closed:
             return
         if not self.backlog and self.sock is not None:
@@ -136,11 +141,13 @@ class Connection:
                 self.close()
                 return
             if sent == len(data):
+                if on_sent is not None:
+                    on_sent()
                 return
             data = data[sent:]
         ahead = self._queued[event]  # this kind's bytes already waiting, before this frame
         self.backlog += data
-        self._parts.append([event, len(data)])
+        self._parts.append([event, len(data)] if on_sent is None else [event, len(data), on_sent])
         self._queued[event] += len(data)
         over = self._queued[1] > EVENT_BACKLOG_LIMIT if event else ahead > BACKLOG_LIMIT
         if over:

@@ -8,9 +8,12 @@ Writes and pushes go to the :class:`~meshd.core.mail.mailbox.Mailbox`'s ``writes
 subscriber of the addressee (:class:`~meshd.core.mail.channels.Channels`) makes a
 new item ``delivered`` at once.
 
-States of an item: ``queued`` → ``delivered`` (handed to a reader: an inbox read
-or a push to a subscriber) → ``read`` (only on ack, or an inbox read without
-``peek``). Nothing is ever read before a reader had it.
+States of an item: ``queued`` → ``delivered`` (handed to a reader: an inbox read,
+or a push whose frame a subscriber's connection took in full, :meth:`ItemStore.pushed`)
+→ ``read`` (only on ack, or an inbox read without ``peek``). Nothing is ever read
+before a reader had it, and nothing is ``delivered`` that a reader dropped as too
+slow never got: its push event says ``delivered`` (what it is once received), the
+item stays ``queued`` until the frame is out.
 """
 
 from __future__ import annotations
@@ -196,14 +199,26 @@ class ItemStore:
                 self._remember(m, self.mb.clock.monotonic())  # the reply cap, across hosts
                 self.mb.outbound.append((host, m))
                 return m
-        if self.channels.subscribers.get(to):
-            m.state, m.delivered_at = "delivered", now
         self._inbox.setdefault(to, {})[m.id] = m
         self._remember(m, self.mb.clock.monotonic())
         self.mb.writes.append(("message.put", m))
         if push:
-            self.mb.events.append(Push(to, item_event(m)))
+            ev = item_event(m)
+            if self.channels.subscribers.get(to):
+                ev = replace(ev, state="delivered")  # once its frame is out (pushed())
+            self.mb.events.append(Push(to, ev))
         return m
+
+    def pushed(self, sid: str, msg_id: int, now: float) -> bool:
+        """A subscriber's connection took the whole frame of item ``msg_id``'s push:
+        a ``queued`` item becomes ``delivered`` (stored with the next commit).
+        Whether it changed."""
+        m = self._inbox.get(sid, {}).get(msg_id)
+        if m is None or m.state != "queued":
+            return False
+        m.state, m.delivered_at = "delivered", now
+        self.mb.writes.append(("message.state", msg_id, "delivered", now))
+        return True
 
     def put_broadcast(self, sender: str, recipients: Sequence[str], text: str) -> list[Message]:
         """:meth:`put_item` of kind ``broadcast`` to each of ``recipients``, in order.
@@ -228,17 +243,15 @@ class ItemStore:
         self._next_id = first + len(recipients)
         out = []
         for i, to in enumerate(recipients, first):
-            if subscribers.get(to):
-                m = Message(i, to, sender, "broadcast", text, now, "delivered", None, 1, now)
-            else:
-                m = Message(i, to, sender, "broadcast", text, now)
+            m = Message(i, to, sender, "broadcast", text, now)
             box = inbox.get(to)
             if box is None:
                 box = inbox[to] = {}
             box[i] = m
             recent[i] = new(_Sent, (sender, to, 1, mono))
             order.append(i)
-            events.append(new(Push, (to, like(shape, session_id=to, id=i, state=m.state, to=to))))
+            state = "delivered" if subscribers.get(to) else "queued"  # see put_item
+            events.append(new(Push, (to, like(shape, session_id=to, id=i, state=state, to=to))))
             out.append(m)
         if out:
             self.mb.writes.append(("message.put_many", tuple(out)))
