@@ -83,14 +83,24 @@ class TestSend:
         assert [("message.put", m)] == writes
         assert [e.session_id for e in events] == ["b"]
 
-    def test_push_to_a_subscriber_delivers(self, mb: Mailbox) -> None:
-        """A message pushed to a subscribed reader is ``delivered`` at once, never ``read``."""
+    def test_push_to_a_subscriber_delivers_once_its_frame_is_out(self, mb: Mailbox) -> None:
+        """A message pushed to a subscribed reader stays ``queued`` until the shell says
+        its frame went out in full (``pushed``); then ``delivered``, never ``read``. Its
+        event already says ``delivered``: what it is once the reader has it."""
         mb.subscribe("b", 7)
         m = mb.send("a", "b", "hello")
+        _, events = mb.drain()
+        queued = m.state
 
-        assert m.state == "delivered"
-        assert m.delivered_at is not None
-        assert m.read_at is None
+        changed = mb.items.pushed("b", m.id, 5.0)
+        again = mb.items.pushed("b", m.id, 6.0)
+        writes, _ = mb.drain()
+
+        assert queued == "queued"
+        assert [e.body.state for e in events] == ["delivered"]  # type: ignore[attr-defined]
+        assert (changed, again) == (True, False)
+        assert (m.state, m.delivered_at, m.read_at) == ("delivered", 5.0, None)
+        assert writes == [("message.state", m.id, "delivered", 5.0)]
 
     def test_event_says_who_and_that_it_is_not_the_user(self, mb: Mailbox) -> None:
         """Every pushed item names its sender and carries the framing sentence."""
@@ -573,7 +583,7 @@ class TestBroadcast:
         made = [each.put_item("a", to, "broadcast", "rebasing main") for to in ("b", "c", "d")]
 
         assert out.messages == made
-        assert [m.state for m in made] == ["queued", "delivered", "queued"]
+        assert [m.state for m in made] == ["queued", "queued", "queued"]  # until pushed
         (writes, pushes), (writes_each, pushes_each) = one.drain(), each.drain()
         assert writes == [("message.put_many", tuple(made))]
         assert writes_each == [("message.put", m) for m in made]
