@@ -39,3 +39,83 @@ class TestHermesInstall:
         assert "no Hermes profile wrok" in r.err
         assert "the profiles there: work" in r.err
         assert not Path(home / ".hermes" / "profiles" / "wrok").exists()
+
+
+def live(meshctl: Meshctl, env: dict[str, str], sid: str) -> str:
+    r = meshctl("register", "--id", sid, "--task", "t", "--liveness", "heartbeat", env=env)
+    assert r.code == 0, r
+    return r.out.strip()
+
+
+class TestSessionIds:
+    def test_register_parent_nosuch(self, meshctl: Meshctl, daemon: Any, mesh_env: Any) -> None:
+        env = mesh_env.env
+        parent = live(meshctl, env, "cli:20261201-1a8041")
+
+        r = meshctl("register", "--task", "child", "--parent", "nosuch", env=env)
+        short = meshctl("register", "--task", "child", "--parent", "cli:2026", "--json", env=env)
+
+        assert r.code == 1, r
+        assert "no session nosuch in profile test" in r.err
+        assert r.out == ""
+        assert short.code == 0, short
+        child = meshctl("sessions", "show", short.json()["session_id"], "--json", env=env).json()
+        assert child["parent"] == parent
+
+    def test_handoff_write_to_nosuch(self, meshctl: Meshctl, daemon: Any, mesh_env: Any) -> None:
+        env = mesh_env.env
+        me = live(meshctl, env, "cli:20261201-1a8041")
+
+        r = meshctl("handoff", "write", "notes", "--to", "cli:20261201-1a8014", "--session", me,
+                    env=env)  # fmt: skip
+
+        assert r.code == 1, r
+        assert f"no session cli:20261201-1a8014 in profile test; did you mean {me}?" in r.err
+        listed = meshctl("handoff", "list", "--all", "--session", me, "--json", env=env)
+        assert listed.json() == []
+
+    def test_notes_list_nosuch(self, meshctl: Meshctl, daemon: Any, mesh_env: Any) -> None:
+        env = mesh_env.env
+        me = live(meshctl, env, "cli:20261201-1a8041")
+        assert meshctl("notes", "add", "API base is /v2", "--session", me, env=env).code == 0
+
+        r = meshctl("notes", "list", "nosuch", env=env)
+        short = meshctl("notes", "list", "cli:2026", env=env)
+
+        assert r.code == 1, r
+        assert "no notes by nosuch, and no session nosuch in profile test" in r.err
+        assert short.code == 0, short
+        assert "API base is /v2" in short.out
+
+
+class TestLedgerKeys:
+    def test_resolve_free_of_no_entry(self, meshctl: Meshctl, daemon: Any, mesh_env: Any) -> None:
+        env = mesh_env.env
+        ran = meshctl("once", "--key", "report:2026-11-30", "--", "true", env=env)
+        assert ran.code == 0, ran
+
+        r = meshctl("once", "--resolve", "report:2026-11-03", "free", env=env)
+        done = meshctl("once", "--resolve", "report:2026-12-01", "done", env=env)
+
+        assert r.code == 1, r
+        assert (
+            "no ledger entry report:2026-11-03: nothing to free; did you mean report:2026-11-30?"
+        ) in r.err
+        assert done.code == 0, done
+        assert "report:2026-12-01 had no entry (nothing ran under it): recorded done by hand" in (
+            done.err
+        )
+
+
+class TestConfigProfiles:
+    def test_doctor_names_a_profile_table_nobody_uses(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any
+    ) -> None:
+        env = mesh_env.env
+        mesh_env.write_config("[profiles.tset]\nstale_after = 30\n")
+
+        r = meshctl("doctor", env=env)
+
+        assert "[profiles.tset] names no profile used here (used: test); did you mean test?" in (
+            r.out
+        )

@@ -82,6 +82,22 @@ def closest(text: str, ids: Iterable[str]) -> str | None:
     return best if score >= 0.6 else None
 
 
+def closest_text(text: str, names: Iterable[str]) -> str | None:
+    """The name most like ``text`` (a key, a job), if one is close enough to suggest."""
+    import difflib
+
+    found = difflib.get_close_matches(text, list(names), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def check_live(state: Any, sid: str) -> str:
+    """The full id of live session ``sid`` as typed (exact, a prefix, the part after its
+    kind), or ``UNKNOWN_SESSION`` naming the matches or the closest: for the commands
+    whose daemon call would take an unknown id silently (``register --parent``,
+    ``handoff write --to``). One ``session.get`` when the id is exact."""
+    return str(state.call("session.get", {"session_id": sid}).get("session_id") or sid)
+
+
 def resolve(error: MeshError, params: Any, live: Callable[[], list[str]]) -> str | None:
     """The full id an ``UNKNOWN_SESSION`` ``error`` for a typed id stands for; None when
     the unknown id is not one the command sent (nothing to resolve). Raises the error

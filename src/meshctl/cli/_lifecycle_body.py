@@ -48,7 +48,14 @@ def register(
     status: str | None,
     replace: bool = False,
 ) -> None:
-    """``meshctl register``: print the new session's id (and only that) on stdout."""
+    """``meshctl register``: print the new session's id (and only that) on stdout.
+
+    ``--parent`` must name a live session (a prefix is enough): the daemon takes any id
+    as a parent, and a typo would make an orphan from the start."""
+    if parent:
+        from meshctl.cli._ids import check_live
+
+        parent = check_live(state, parent)
     params = register_params(
         task=task,
         source=source,

@@ -155,6 +155,10 @@ def write(
     """
     state = get_state()
     params: dict[str, Any] = {"session_id": state.require_session(), "summary": " ".join(text)}
+    if to:  # the daemon keeps a handoff for any id: a typo would wait for nobody
+        from meshctl.cli._ids import check_live
+
+        to = check_live(state, to)
     optional = {"to": to, "files": list(files), "branch": branch, "next_steps": list(next_steps)}
     params.update({k: v for k, v in optional.items() if v})
     result = state.call("handoff.write", params)

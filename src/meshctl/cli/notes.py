@@ -85,5 +85,23 @@ def list_(author: str | None, limit: int, since: float | None) -> None:
     if author:
         params["author"] = author
     result = state.call("notes.list", params)
+    if author and not result.get("entries"):
+        result = _again_for(state, author, params) or result
     entries = _time.oldest_first(_time.newer(result.get("entries") or [], since, "at"), "at")
     _output.emit(state.json, entries, lambda: render_list(_output.clean(entries), state.session))
+
+
+def _again_for(state: Any, author: str, params: dict[str, Any]) -> Any:
+    """``notes list ID`` found nothing: ID may be a prefix of a live session's id (read
+    again with the full id) or a typo (``UNKNOWN_SESSION``, naming the closest id). An
+    ended session's empty notebook, or a live one's, is just empty (None)."""
+    from meshd.protocol.errors import SessionExpired, UnknownSession
+
+    try:
+        full = state.call("session.get", {"session_id": author}).get("session_id")
+    except SessionExpired:
+        return None
+    except UnknownSession as exc:
+        exc.message = f"no notes by {author}, and {exc.message}"
+        raise
+    return state.call("notes.list", {**params, "author": full}) if full != author else None

@@ -34,7 +34,7 @@ from typing import Any
 import click
 
 from meshctl.cli import _output, _time
-from meshctl.cli._context import common_options, get_state
+from meshctl.cli._context import State, common_options, get_state
 from meshctl.cli._own import OwnSession
 from meshctl.cli.run import _Guard, _run_unguarded
 from meshd.protocol.errors import MeshError
@@ -203,6 +203,27 @@ def _resolve(key: str, how: str) -> int:
         _output.emit(state.json, result, None)
         _output.note(f"not resolved: {_output.clean(result.get('reason'))}")
         return _output.EXIT_TEMPFAIL
+    if not result.get("previous"):
+        _no_entry(state, key, how)
     before = (result.get("previous") or {}).get("state", "free")
     _output.emit(state.json, result, lambda: _output.clean(f"{key}: {before} → {how}"))
     return _output.EXIT_OK
+
+
+def _no_entry(state: State, key: str, how: str) -> None:
+    """``--resolve`` of a key the ledger had no entry for: a typo, most likely. Freeing
+    it did nothing (refused, naming the closest key); ``done`` is recorded (marking a
+    key done beforehand is a person's right) and said."""
+    from meshctl.cli._ids import closest_text
+
+    keys = [str(e.get("key")) for e in state.call("once.list", {}).get("entries") or []]
+    guess = closest_text(key, keys)
+    mean = f"; did you mean {guess}?" if guess else ""
+    shown = _output.safe(key)
+    if how == "free":
+        raise _output.Failure(
+            f"no ledger entry {shown}: nothing to free{mean}", "NOT_FOUND",
+            data={"key": key, "did_you_mean": guess},
+            hint="see the keys with `meshctl once --list`",
+        )  # fmt: skip
+    _output.note(f"{shown} had no entry (nothing ran under it): recorded done by hand{mean}")

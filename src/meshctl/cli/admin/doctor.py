@@ -14,6 +14,7 @@ environment); only ``fail`` makes doctor exit 1.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -160,7 +161,41 @@ def check_config(ctx: Context) -> Check:
     except ConfigError as exc:
         return Check("config", "fail", str(exc), f"fix {ctx.config}, then: meshctl daemon reload")
     off = "" if settings.enabled else " (enabled = false: the mesh is switched off)"
+    if unused := _unused_profile_tables(ctx):
+        return unused
     return Check("config", "warn" if off else "ok", f"{ctx.config} is valid{off}")
+
+
+def _unused_profile_tables(ctx: Context) -> Check | None:
+    """A ``[profiles.NAME]`` table whose NAME no profile here uses (a typo, most likely:
+    ``[profiles.wrok]`` is valid TOML and a valid name, and would be ignored silently).
+    A profile is used when it has a database in the state folder or a socket beside
+    this one's, or is the profile this check runs for."""
+    import difflib
+    import tomllib
+
+    try:
+        tables = tomllib.loads(ctx.config.read_text(encoding="utf-8")).get("profiles") or {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    used = {ctx.profile}
+    for folder, suffix in ((ctx.state_dir, ".sqlite3"), (ctx.socket.parent, ".sock")):
+        with contextlib.suppress(OSError):
+            used |= {p.name.removesuffix(suffix) for p in folder.glob(f"*{suffix}")}
+    unused = sorted(name for name in tables if name not in used)
+    if not unused:
+        return None
+    names = ", ".join(f"[profiles.{n}]" for n in unused)
+    guesses = [g for n in unused for g in difflib.get_close_matches(n, sorted(used), n=1)]
+    mean = f"; did you mean {', '.join(guesses)}?" if guesses else ""
+    return Check(
+        "config",
+        "warn",
+        f"{ctx.config} is valid, but {names} names no profile used here (used: "
+        f"{', '.join(sorted(used))}){mean}",
+        f"rename or remove the table in {ctx.config} (a new profile is used once a "
+        "daemon ran for it)",
+    )
 
 
 def check_database(ctx: Context) -> Check:
