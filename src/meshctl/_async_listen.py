@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,7 +52,8 @@ async def open_stream(
 ) -> anyio.abc.SocketStream:
     """A connected stream to the daemon (finding or starting it runs in a worker thread)."""
     connect = _spawn.connect_or_start
-    sock = await anyio.to_thread.run_sync(connect, profile, path, autostart, timeout)
+    raw = await anyio.to_thread.run_sync(connect, profile, path, autostart, timeout)
+    sock = socket.socket(fileno=raw.detach())  # anyio takes socket.socket, not _socket's
     try:
         return await anyio.abc.UNIXSocketStream.from_socket(sock)
     except BaseException:

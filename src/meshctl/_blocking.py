@@ -27,17 +27,20 @@ Standard library only.
 
 from __future__ import annotations
 
+import _socket  # not socket: its enums and selectors cost every command's start-up
 import _thread
 import os
-import socket as _socket
 import time
-from collections import deque
 from time import monotonic as _monotonic
 
 from meshctl import _conn, _spawn
 from meshd.protocol.errors import FrameTooLarge, MeshError, MeshTimeout, MeshUnavailable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from collections import deque
+else:  # the same class; collections' __init__ is start-up time on every command
+    from _collections import deque
 if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, NoReturn
@@ -129,7 +132,7 @@ class Connection:
         # send (a socket's timeout belongs to the Python object, not the socket).
         self._out: _socket.socket | None = None
         try:
-            self._out = sock.dup()
+            self._out = _spawn.dup(sock)
             self._out.settimeout(timeout)
             info = self.exchange("mesh.info", None, timeout).unwrap()
             _conn.check_daemon(info, _spawn.find_socket_str(profile, socket_path), profile)

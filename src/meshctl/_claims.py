@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
 
 from meshd.protocol.contract import tilde
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
 if TYPE_CHECKING:
     from typing import Any
 

@@ -15,7 +15,6 @@ import worth it (:func:`loads_line`).
 
 from __future__ import annotations
 
-import json
 from sys import modules as _modules
 
 from meshd.protocol.errors import (
@@ -39,36 +38,80 @@ MAX_REPLY: Final = 64 << 20
 #: The protocol major version this client speaks.
 PROTOCOL_MAJOR: Final = "1"
 
+# The json package is not imported on the common path: it loads re (and with it enum,
+# functools, collections) and compiles its patterns, together about a third of a
+# command's start-up. Its C parts (_json) do the work, built with exactly the arguments
+# json would give them; anything unusual goes to json itself, imported then.
 # allow_nan=False: NaN and Infinity are not JSON (RFC 8259); Python's json writes them
 # by default, and the daemon could only answer such a frame with an error of no id.
-_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_encode = _encoder.encode
-_decoder = json.JSONDecoder()
-_decode = _decoder.decode
-#: The decoder's C scanner: what ``_decode`` runs after two whitespace regex matches.
-_scan = _decoder.scan_once  # type: ignore[attr-defined]
 
 
-def _one_shot_encoder() -> Any:
+def _encode(obj: Any) -> str:
+    """``json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    .encode``: what :func:`encode_value` falls back to."""
+    import json
+
+    return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(obj)
+
+
+def _decode(text: str) -> Any:
+    """``json.JSONDecoder().decode``: lines the scanner alone does not take, and errors."""
+    import json
+
+    return json.JSONDecoder().decode(text)
+
+
+def _default(o: Any) -> Any:
+    """``JSONEncoder.default``: the same refusal, word for word."""
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+
+class _ScanContext:
+    """What ``json.JSONDecoder()`` hands the C scanner (``json.scanner.make_scanner``)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> float:
+        return {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}[name]
+
+
+def _c_parts() -> tuple[Any, Any]:
     """The C encoder that ``JSONEncoder.encode`` builds anew for every value (about a
     microsecond of each request's few), built once: the same arguments ``iterencode``
     gives it, but no circular-reference markers (a dict shared by threads would see
     another thread's value as a cycle). A cycle then ends in RecursionError from the
-    encoder itself, as it did from the refusal's walk of the value before. None when
-    this Python has no C encoder (``encode`` is used)."""
-    from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-
-    if c_make_encoder is None:
-        return None
-    e = _encoder
-    args = (None, e.default, encode_basestring, e.indent, e.key_separator)
+    encoder itself, as it did from the refusal's walk of the value before. And the C
+    scanner ``JSONDecoder().scan_once`` is. (None, None) when this Python has no
+    ``_json`` (json's own classes are used)."""
     try:
-        return c_make_encoder(*args, e.item_separator, e.sort_keys, e.skipkeys, e.allow_nan)
-    except TypeError:  # another Python's signature
-        return None
+        import _json
+    except ImportError:  # another Python: json's pure-Python parts
+        return None, None
+    try:
+        encoder = _json.make_encoder(
+            None, _default, _json.encode_basestring, None, ":", ",", False, False, False
+        )
+        scanner = _json.make_scanner(_ScanContext())  # type: ignore[arg-type]
+    except (TypeError, AttributeError):  # another Python's signature
+        return None, None
+    return encoder, scanner
 
 
-_c_encode = _one_shot_encoder()
+_c_encode, _c_scan = _c_parts()
+
+
+def _scan(text: str, idx: int) -> tuple[Any, int]:
+    """``JSONDecoder().scan_once``: the C scanner, or json's own when there is none."""
+    if _c_scan is not None:
+        return _c_scan(text, idx)  # type: ignore[no-any-return]
+    import json
+
+    return json.JSONDecoder().scan_once(text, idx)  # type: ignore[attr-defined,no-any-return]
 
 
 def encode_value(obj: Any) -> str:

@@ -24,12 +24,11 @@ functions that start a daemon: a command that finds its daemon running (every
 
 from __future__ import annotations
 
+import _socket  # not socket: its enums and selectors cost every command's start-up
 import errno
 import os
-import socket
 import sys
 import time
-from collections.abc import Callable
 
 from meshctl import _conn, _log, _paths
 from meshd.protocol import trust
@@ -38,6 +37,7 @@ from meshd.protocol.errors import MeshUnavailable, UntrustedSocket
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Callable
     from pathlib import Path
 
 #: How long a started daemon has to answer ``mesh.ping``.
@@ -71,7 +71,7 @@ def find_socket_str(profile: str, explicit: str | os.PathLike[str] | None) -> st
     return own
 
 
-def _connect(path: str, timeout: float) -> socket.socket | None:
+def _connect(path: str, timeout: float) -> _socket.socket | None:
     """A connected socket to a daemon of ours, or None when no daemon listens there.
 
     Before a byte is sent, the socket's folder must be the user's own (0700, no
@@ -86,7 +86,7 @@ def _connect(path: str, timeout: float) -> socket.socket | None:
             "to a shorter path",
             {"socket_path": path},
         )
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
@@ -105,6 +105,11 @@ def _connect(path: str, timeout: float) -> socket.socket | None:
     return sock
 
 
+def dup(sock: _socket.socket) -> _socket.socket:
+    """A second handle on ``sock`` (``socket.socket.dup``, which ``_socket`` lacks)."""
+    return _socket.socket(sock.family, sock.type, sock.proto, os.dup(sock.fileno()))
+
+
 def _check_folder(path: str) -> None:
     """Refuse a socket whose folder another user could have put it in (missing: fine)."""
     folder = os.path.dirname(path) or "."
@@ -120,7 +125,7 @@ def _check_folder(path: str) -> None:
         raise UntrustedSocket(f"refusing the socket {path}: {problem}", {"socket": path})
 
 
-def _ping(sock: socket.socket) -> bool:
+def _ping(sock: _socket.socket) -> bool:
     """Whether the daemon on ``sock`` answers ``mesh.ping`` (within the socket's timeout)."""
     proto = _conn.Protocol()
     rid, frame = proto.request("mesh.ping")
@@ -147,8 +152,10 @@ def daemon_running(profile: str, socket_path: str | os.PathLike[str] | None = No
         return False
     if sock is None:
         return False
-    with sock:
+    try:
         return _ping(sock)
+    finally:
+        sock.close()
 
 
 def connect_or_start(
@@ -156,7 +163,7 @@ def connect_or_start(
     socket_path: str | os.PathLike[str] | None = None,
     autostart: bool = True,
     timeout: float = 5.0,
-) -> socket.socket:
+) -> _socket.socket:
     """A socket connected to the profile's daemon, starting the daemon if allowed.
 
     Raises MeshUnavailable with a sentence saying what to do when there is none.
@@ -336,7 +343,7 @@ def _wait_ready(
     how: str,
     *,
     since: int = 0,
-) -> socket.socket:
+) -> _socket.socket:
     """Wait, with backoff, until the new daemon answers ``mesh.ping``; MeshUnavailable
     saying what happened (and what it logged from byte ``since`` on) when it exits or
     never answers."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import _thread
 import os
 import time
-from collections import deque
 
 from meshctl import _conn, _paths, _session
 from meshctl._blocking import FORKS, Connection, Stale
@@ -36,6 +35,10 @@ from meshd.protocol import contract
 from meshd.protocol.errors import FrameTooLarge, MeshError, MeshTimeout, MeshUnavailable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    from collections import deque
+else:  # the same class; collections' __init__ is start-up time on every command
+    from _collections import deque
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import TracebackType

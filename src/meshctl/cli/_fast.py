@@ -30,7 +30,6 @@ hot command loads).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 
@@ -211,7 +210,7 @@ def _seconds(
     except ValueError:
         return None
     low = number <= minimum if open_min else number < minimum
-    if not math.isfinite(number) or low or number > maximum:
+    if number - number != 0 or low or number > maximum:  # NaN, ±inf (math.isfinite)
         return None
     return number
 
@@ -300,9 +299,9 @@ def _valid(name: str, value: str) -> bool:
     if undecodable(value):
         return False
     if name == "profile":
-        from meshd.protocol.contract import PROFILE_RE
+        from meshd.protocol.contract import is_profile
 
-        return bool(PROFILE_RE.match(value)) and value not in (".", "..")
+        return is_profile(value) and value not in (".", "..")
     if name == "socket":
         return os.path.isabs(value)
     return True

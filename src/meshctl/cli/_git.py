@@ -27,11 +27,25 @@ if TYPE_CHECKING:
         worktree: str | None = None
 
 else:
-    # The same tuple class, made without typing (``meshctl register`` runs this).
-    from collections import namedtuple
 
-    GitPlace = namedtuple("GitPlace", ("repo", "branch", "worktree"), defaults=(None, None, None))
-    GitPlace.__doc__ = "A folder's repository facts; every field ``None`` outside git."
+    class GitPlace(tuple):
+        """A folder's repository facts; every field ``None`` outside git.
+
+        The tuple ``namedtuple`` would make, written out: ``collections`` (and
+        ``typing``) are start-up time for ``meshctl register``, which runs this.
+        """
+
+        __slots__ = ()
+
+        def __new__(cls, repo=None, branch=None, worktree=None):
+            return tuple.__new__(cls, (repo, branch, worktree))
+
+        repo = property(lambda self: self[0], doc="the repository's top folder")
+        branch = property(lambda self: self[1], doc="the checked-out branch")
+        worktree = property(lambda self: self[2], doc="a linked worktree's folder")
+
+        def __repr__(self) -> str:
+            return f"GitPlace(repo={self[0]!r}, branch={self[1]!r}, worktree={self[2]!r})"
 
 
 def _read(path: str) -> str | None:

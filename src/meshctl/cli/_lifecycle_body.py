@@ -9,8 +9,8 @@ Standard library only (a test checks that the hot commands never load click).
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 
 from meshctl.cli import _output
 
@@ -70,7 +70,7 @@ def register(
         status=status,
         cwd=_cwd(),
         ppid=caller_pid(),
-        host=socket.gethostname(),
+        host=_socket.gethostname(),
     )
     if replace:
         params["replace"] = True

@@ -40,16 +40,16 @@ from __future__ import annotations
 
 import codecs
 import io
-import json
 import os
-import re
 import sys
-from collections.abc import Callable
 
 from meshd.protocol import contract
 from meshd.protocol import errors as E
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable
 if TYPE_CHECKING:
     from typing import Any
 
@@ -123,6 +123,8 @@ def safe(text: str, *, multiline: bool = False) -> str:
         return text  # holds none of them: the common case, no pattern needed
     pattern = _compiled.get(multiline)
     if pattern is None:
+        import re  # json and this are its only users; neither is on a hot command's path
+
         pattern = _compiled[multiline] = re.compile(_UNSAFE_MULTILINE if multiline else _UNSAFE)
     return pattern.sub(_escape, text) if pattern.search(text) else text
 
@@ -342,6 +344,8 @@ def write_json(document: Any) -> None:
 def dump_json(document: Any, indent: int | None = None) -> str:
     """``document`` as JSON text; non-ASCII kept readable unless it holds lone
     surrogates (undecodable bytes), which only ``\\udcXX`` escapes carry faithfully."""
+    import json  # only for --json: json loads re, enum and functools
+
     options: dict[str, Any] = {"indent": indent, "default": str}
     if not indent:
         options["separators"] = (",", ":")

@@ -11,13 +11,39 @@ carry this module, so it imports nothing but the standard library.
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import time
 
-PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-"""Profile names: 1-64 characters from A-Z a-z 0-9 _ . - (SPEC §2)."""
+TYPE_CHECKING = False  # not typing's: the clients import this module on every command
+if TYPE_CHECKING:
+    import re
+
+    PROFILE_RE: re.Pattern[str]
+    """Profile names: 1-64 characters from A-Z a-z 0-9 _ . - (SPEC §2)."""
+
+#: The profile-name rule (SPEC §2). ``PROFILE_RE`` is compiled from it on first use
+#: (module ``__getattr__``): ``re`` and a compile are start-up time for every client
+#: command, which checks a name with :func:`is_profile` instead.
+_PROFILE = r"^[A-Za-z0-9_.-]{1,64}$"
+_PROFILE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def __getattr__(name: str) -> object:
+    if name == "PROFILE_RE":
+        import re
+
+        pattern = globals()["PROFILE_RE"] = re.compile(_PROFILE)
+        return pattern
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def is_profile(name: str) -> bool:
+    """Whether ``PROFILE_RE`` matches ``name``, without a pattern: 1-64 characters from
+    the set, and (as ``$`` allows) one newline after them."""
+    core = name[:-1] if name.endswith("\n") else name
+    return 0 < len(core) <= 64 and _PROFILE_CHARS.issuperset(core)
+
+
 DAEMON_SENDER = "meshd"
 """The sender of the daemon's own notices."""
 REPORTED = ("status", "task", "cwd", "repo", "branch", "worktree", "tools", "activity")
@@ -56,7 +82,7 @@ def escaped(text: str) -> str:
 
 def check_profile(name: str) -> str:
     """Return ``name`` if it is a valid profile name, else raise ``ValueError``."""
-    if not PROFILE_RE.match(name) or name in {".", ".."}:
+    if not is_profile(name) or name in {".", ".."}:
         raise ValueError(
             f"invalid profile name {name!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
         )
@@ -75,12 +101,18 @@ def rfc3339(ts: float) -> str:
     Cached per second: listings format the same few seconds over and over, and
     ``strftime`` is most of a small listing's cost.
     """
-    return _rfc3339(int(ts))
+    second = int(ts)
+    text = _RFC3339.get(second)
+    if text is None:
+        if len(_RFC3339) >= 8192:
+            _RFC3339.clear()
+        text = _RFC3339[second] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+    return text
 
 
-@functools.lru_cache(maxsize=8192)
-def _rfc3339(second: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+#: Second -> its RFC 3339 text (a dict, not functools.lru_cache: functools is start-up
+#: time for every client command).
+_RFC3339: dict[int, str] = {}
 
 
 def label(sender: str) -> str:

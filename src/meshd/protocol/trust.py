@@ -19,24 +19,24 @@ imports this module):
 
 from __future__ import annotations
 
+import _socket  # not socket: its enums and selectors cost a client's start-up
 import os
-import socket
 import stat
 import sys
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int | None, int]:
+def peer_credentials(sock: _socket.socket) -> tuple[int | None, int]:
     """(pid, uid) of the process at the other end of a connected Unix socket.
 
     For a client's socket this is the process that called ``listen()``.
     """
-    if hasattr(socket, "SO_PEERCRED"):
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred
+    if hasattr(_socket, "SO_PEERCRED"):
+        raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # struct ucred
         order = sys.byteorder  # three native ints; not struct: a client's start-up pays it
         pid = int.from_bytes(raw[0:4], order, signed=True)
         return pid, int.from_bytes(raw[4:8], order, signed=True)
     if sys.platform == "darwin":  # struct xucred: u_int cr_version; uid_t cr_uid; ...
-        raw = sock.getsockopt(0, getattr(socket, "LOCAL_PEERCRED", 1), 76)
+        raw = sock.getsockopt(0, getattr(_socket, "LOCAL_PEERCRED", 1), 76)
         uid = int.from_bytes(raw[4:8], sys.byteorder, signed=True)
         return None, uid
     raise OSError("cannot read peer credentials on this platform")
@@ -83,7 +83,7 @@ def folder_problem(path: str, uid: int | None = None) -> str | None:
     return None
 
 
-def peer_problem(sock: socket.socket, path: str) -> str | None:
+def peer_problem(sock: _socket.socket, path: str) -> str | None:
     """Why the daemon reached through ``sock`` is not to be trusted, or None.
 
     A daemon of another user could be a fake one collecting tasks, paths and
