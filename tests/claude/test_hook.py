@@ -199,16 +199,22 @@ class TestQuiet:
                                capture_output=True, text=True, timeout=60)  # fmt: skip
             assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), raw
 
-    def test_the_hook_loads_no_third_party_module(self, mesh_env: MeshEnv, tmp_path: Path) -> None:
-        """Standard library only (and without site-packages: ``python -S``)."""
+    def test_the_hook_loads_no_third_party_module_nor_json(
+        self, daemon: DaemonHandle, mesh_env: MeshEnv, tmp_path: Path
+    ) -> None:
+        """Standard library only (and without site-packages: ``python -S``); a write
+        nobody else touches loads neither json nor socket (with re, enum and typing:
+        a third of what S pays to start): the client's wire, json's C parts, does it."""
+        started(mesh_env, tmp_path)
+        write = event("PreToolUse", tmp_path, tool_name="Write", tool_input={"file_path": "a"})
         r = subprocess.run(
-            [sys.executable, "-S", "-X", "importtime", str(HOOK)],
-            input=json.dumps(event("PreToolUse", tmp_path, tool_name="Write",
-                                   tool_input={"file_path": "a"})),
+            [sys.executable, "-S", "-X", "importtime", str(HOOK)], input=json.dumps(write),
             env=mesh_env.env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         loaded = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
+        top = {m.split(".")[0] for m in loaded}
 
         assert r.returncode == 0
-        assert not {m.split(".")[0] for m in loaded} & {"anyio", "msgspec", "click", "platformdirs",
-                                                        "mcp", "pydantic", "site"}  # fmt: skip
+        assert mine(daemon) is not None
+        assert not top & {"anyio", "msgspec", "click", "platformdirs", "mcp", "pydantic", "site"}
+        assert not top & {"json", "socket", "re", "enum", "typing"}

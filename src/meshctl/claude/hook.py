@@ -31,13 +31,12 @@ sharing a file.
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a hook's start-up ms
 if TYPE_CHECKING:
+    import _socket
     from typing import Any
 
 if not __package__:  # run as a file (python -S …/meshctl/claude/hook.py): no site-packages
@@ -83,26 +82,32 @@ def session_id(pid: int) -> str:
 
 
 class Link:
-    """One connection to meshd; requests sent together, replies matched by id."""
+    """One connection to meshd; requests sent together, replies matched by id.
 
-    def __init__(self, sock: socket.socket) -> None:
+    The client's own wire (:mod:`meshctl._conn`: json's C parts, not json and its
+    regular expressions) and connect (:mod:`meshctl._spawn`: the socket folder and the
+    daemon's uid checked before a byte is sent).
+    """
+
+    def __init__(self, sock: _socket.socket) -> None:
         self.sock = sock
         self.buf = b""
         self.next_id = 0
 
     def batch(self, calls: list[tuple[str, dict[str, object]]]) -> list[dict[str, object]]:
         """The replies (``result`` or ``error`` objects) to ``calls``, in their order."""
+        from meshctl import _conn
+
         first = self.next_id + 1
         frames = []
         for method, params in calls:
             self.next_id += 1
-            frames.append(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
-                                      "params": params}, ensure_ascii=False))  # fmt: skip
-        self.sock.sendall(("\n".join(frames) + "\n").encode("utf-8", "surrogateescape"))
+            request = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+            frames.append(_conn.encode(request))
+        self.sock.sendall(b"".join(frames))
         got: dict[int, dict[str, object]] = {}
         while len(got) < len(calls):
-            line = self._line()
-            msg = json.loads(line)
+            msg = _conn.loads(self._line().decode("utf-8", "replace"))
             if isinstance(msg, dict) and isinstance(msg.get("id"), int):
                 got[msg["id"]] = msg
         return [got.get(i, {}) for i in range(first, first + len(calls))]
@@ -119,28 +124,15 @@ class Link:
 
 def connect() -> Link | None:
     """A connection to the profile's daemon, or None (down, or not the user's own)."""
-    from meshctl import _paths
-    from meshd.protocol import trust
+    from meshctl import _spawn
+    from meshd.protocol.errors import MeshError
 
     profile = os.environ.get("MESH_PROFILE") or "default"
     try:
-        path = _paths.socket_path_str(profile)
-    except ValueError:
+        sock = _spawn._connect(_spawn.find_socket_str(profile, None), _timeout())
+    except (MeshError, OSError, ValueError):
         return None
-    if "MESH_SOCKET" not in os.environ and not os.path.exists(path):
-        path = _paths.recorded_socket_str(profile) or path
-    try:
-        if trust.folder_problem(os.path.dirname(path) or ".") is not None:
-            return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(_timeout())
-        sock.connect(path)
-        if trust.peer_problem(sock, path) is not None:
-            sock.close()
-            return None
-    except (OSError, ValueError):
-        return None
-    return Link(sock)
+    return None if sock is None else Link(sock)
 
 
 def _timeout() -> float:
@@ -298,8 +290,10 @@ EVENTS = {"SessionStart": session_start, "UserPromptSubmit": user_prompt,
 
 def main() -> int:
     """Run the hook for the event on stdin; always exit 0, print only context to add."""
+    from meshctl import _conn
+
     try:
-        event = json.loads(sys.stdin.buffer.read() or b"{}")
+        event = _conn.loads(sys.stdin.buffer.read().decode("utf-8", "replace").strip() or "{}")
     except (OSError, ValueError):
         return 0
     name = event.get("hook_event_name") if isinstance(event, dict) else None
@@ -317,7 +311,7 @@ def main() -> int:
         link.sock.close()
     if context:
         out = {"hookSpecificOutput": {"hookEventName": name, "additionalContext": context}}
-        sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+        sys.stdout.write(_conn.encode_value(out) + "\n")
     return 0
 
 
