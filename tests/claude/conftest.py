@@ -74,7 +74,7 @@ class ClaudeProject:
         return {
             **self.env, "HOME": str(self.home), "ANTHROPIC_BASE_URL": fake.url,
             "ANTHROPIC_API_KEY": "sk-test-dummy", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_MCP_STARTUP_WAIT_MS": "60000",
         }  # fmt: skip
 
     def run(self, prompt: str, fake: FakeAnthropic, *args: str) -> subprocess.CompletedProcess[str]:
