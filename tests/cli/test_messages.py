@@ -535,7 +535,7 @@ class TestBroadcast:
         b_items = ok(mc(daemon, "inbox", "--json", session="b")).json()
         c_items = ok(mc(daemon, "inbox", "--json", session="c")).json()
 
-        assert run.out == "Sent to 1 session(s): b.\n"
+        assert run.out == "Sent to 1 session: b.\n"
         assert [(i["kind"], i["text"]) for i in b_items] == [("broadcast", "touching proj")]
         assert c_items == []
 

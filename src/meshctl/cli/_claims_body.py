@@ -201,7 +201,8 @@ MAX_PRESENT = 5
 
 
 def render_check(keys: list[str], result: dict[str, Any], home: str | None = None) -> str:
-    """What ``check`` prints: one ``held`` line per conflicting session, then notices.
+    """What ``check`` prints: one ``held`` line per conflicting session (or one ``free``
+    line), then notices.
 
     A holder of several overlapping claims gets one line naming them; a session
     that holds claims is not listed again as merely present; present sessions are
@@ -218,9 +219,10 @@ def render_check(keys: list[str], result: dict[str, Any], home: str | None = Non
         lines.append(f"notice: … and {more} more session(s) working there (--json lists them)")
     for c in result.get("elsewhere") or []:
         lines.append(f"notice: in profile {c.get('profile')}, {_claims.holder_line(c, home)}")
-    if not lines:
+    if not holders:  # free: said first, also when sessions work there (the notices)
         shown = ", ".join(_claims.show_resource(k, home) for k in keys)
-        return f"free: no other session claims or works on {shown}"
+        what = "claims" if lines else "claims or works on"
+        lines.insert(0, f"free: no other session {what} {shown}")
     return "\n".join(lines)
 
 

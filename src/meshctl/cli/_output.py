@@ -129,6 +129,15 @@ def safe(text: str, *, multiline: bool = False) -> str:
     return pattern.sub(_escape, text) if pattern.search(text) else text
 
 
+def few(items: Any, shown: int = 3) -> str:
+    """``a, b, c and 32 more (--json lists them)``: a list of ids a person can read at a
+    glance; the whole list stays in the ``--json`` document."""
+    items = [str(i) for i in items]
+    if len(items) <= shown + 1:
+        return ", ".join(items)
+    return f"{', '.join(items[:shown])} and {len(items) - shown} more (--json lists them)"
+
+
 def clean(document: Any, *, multiline: bool = False) -> Any:
     """A copy of a daemon reply that is safe to render for people (see :func:`safe`).
 

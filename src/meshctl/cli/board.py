@@ -56,9 +56,9 @@ def render_changed(result: Mapping[str, Any]) -> str:
     where = ", ".join(_output.tilde(p) or p for p in projects)
     lines = [f"Recorded {n} changed file{'' if n == 1 else 's'} in {where}."]
     if told := result.get("notified"):
-        lines.append("Told now: " + ", ".join(told) + ".")
+        lines.append(f"Told now: {_output.few(told)}.")
     if held := result.get("held"):
-        lines.append("Told within 30 s, with your other recent changes: " + ", ".join(held) + ".")
+        lines.append(f"Told within 30 s, with your other recent changes: {_output.few(held)}.")
     if not result.get("notified") and not result.get("held"):
         lines.append("No other live session works on these paths.")
     return "\n".join(lines)

@@ -173,10 +173,17 @@ def steal(resources: tuple[str, ...], reason: str, shared: bool) -> None:
 
 
 def _stolen(result: dict[str, Any]) -> str:
-    text = _claims.granted_line(result)
-    for victim in result.get("stolen") or []:
-        text += f"\nstole {victim.get('resource')} from {victim.get('session_id')}"
-    return text
+    """``stole res:x from cli:… (token 12)``: one line (the grant, and its "last holder
+    did not release it cleanly" note, are the steal itself, said once)."""
+    victims = result.get("stolen") or []
+    if not victims:
+        return _claims.granted_line(result)
+    took = ", ".join(f"{v.get('resource')} from {v.get('session_id')}" for v in victims)
+    token = _claims.token_of(result)
+    free = [str(c.get("resource")) for c in _claims.claims_of(result)
+            if c.get("resource") not in {v.get("resource") for v in victims}]  # fmt: skip
+    also = f"; granted {', '.join(free)} (free)" if free else ""
+    return f"stole {took}" + (f" (token {token})" if token is not None else "") + also
 
 
 # --- log ------------------------------------------------------------------------------

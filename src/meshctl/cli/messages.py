@@ -144,7 +144,8 @@ def render_broadcast(result: Item) -> str:
     """``broadcast`` for people: who got it, who was skipped, and collected answers."""
     recipients = [str(r) for r in result.get("recipients") or []]
     if recipients:
-        lines = [f"Sent to {len(recipients)} session(s): {', '.join(recipients)}."]
+        n = len(recipients)
+        lines = [f"Sent to {n} session{'' if n == 1 else 's'}: {_output.few(recipients)}."]
     else:
         lines = ["No other live session to broadcast to."]
     for sid, why in (result.get("skipped") or {}).items():
@@ -455,7 +456,7 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
 
     with waiting(f"asking {_output.safe(to)}", timeout, session_detail(state.mesh(), to)):
         result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
-    if result.get("timed_out"):
+    if result.get("timed_out") and state.json:  # for people, the answer's head says it
         what = f"{to} did not answer; the answer is from what {to} reported"
         ran_out(timeout, what, result.get("elapsed_s"))
     _output.hand_over(
