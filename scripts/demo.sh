@@ -4,6 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# Debian and Ubuntu ship venv's pip bootstrap (ensurepip) apart, in python3-venv.
+if [ ! -x .venv/bin/python ] && ! "$PY" -c 'import ensurepip' 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "== installing python3-venv (python3 -m venv needs it)"
+        apt-get install -y -q python3-venv >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q python3-venv >/dev/null; }
+    else
+        echo "$PY -m venv cannot make a venv here: install python3-venv (sudo apt install python3-venv)" >&2
+        exit 1
+    fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
 export PATH="$PWD/.venv/bin:$PATH"
