@@ -331,7 +331,7 @@ class MessageHandlers(Domain):
         woken: list[_Ask] = []
         self._answered = woken
         try:
-            late = self.mb.answer(p.session_id, p.query_id, p.text)
+            late = self.mb.answer(p.session_id, p.query_id, p.text, p.by)
         finally:
             self._answered = None
             for ask in woken:  # the asker's reply first: it is the one waiting

@@ -152,11 +152,18 @@ class AskResult(Result, kw_only=True):
 
 
 class AnswerParams(Params):
-    """Answer query ``query_id`` addressed to ``session_id`` (at most 2 KiB)."""
+    """Answer query ``query_id`` addressed to ``session_id`` (at most 2 KiB).
+
+    ``by: "status"``: the text is the session's status, written by its frontend for a
+    model that cannot answer now (waiting for its user, or without the mesh tools);
+    the asker gets it marked ``answered_by: "status"``. Too late, it is dropped (the
+    asker had a status answer already).
+    """
 
     session_id: SessionId
     query_id: ItemId
     text: Text
+    by: AnsweredBy = "session"
 
 
 class AnswerResult(Result):

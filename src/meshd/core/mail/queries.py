@@ -29,7 +29,7 @@ from meshd.core.sessions.registry import Session
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import Cycle, NotFound, QueryRefused
 from meshd.protocol.events import QueryEvent
-from meshd.protocol.messages import MAX_ANSWER_BYTES, MAX_CHAIN_DEPTH, framing
+from meshd.protocol.messages import MAX_ANSWER_BYTES, MAX_CHAIN_DEPTH, AnsweredBy, framing
 
 if TYPE_CHECKING:
     from meshd.core.mail.mailbox import Mailbox
@@ -218,12 +218,16 @@ class QueryDesk:
         self.mb.events.append(Push(responder_channel(to), event))
         return q
 
-    def answer(self, sid: str, query_id: int, text: str) -> Message | None:
-        """``sid`` answers its query ``query_id``.
+    def answer(
+        self, sid: str, query_id: int, text: str, by: AnsweredBy = "session"
+    ) -> Message | None:
+        """``sid`` answers its query ``query_id`` (``by``: its own answer, or its status
+        written by its frontend).
 
         In time (its ask still waits): ``None``, and the waiter is woken. Late: the
-        answer goes to the asker's inbox as kind ``answer`` (returned). Raises
-        :class:`NotFound` for a query that is not ``sid``'s, answered or forgotten.
+        answer goes to the asker's inbox as kind ``answer`` (returned), unless it is a
+        status (the asker had one already: dropped). Raises :class:`NotFound` for a
+        query that is not ``sid``'s, answered or forgotten.
         """
         self.mb.check_body(text, limit=min(MAX_ANSWER_BYTES, self.mb.settings.max_body_bytes))
         q = self.queries.get(query_id)
@@ -232,11 +236,13 @@ class QueryDesk:
                 f"no open query {query_id} for {sid} (answered already, or too late)",
                 {"query_id": query_id},
             )
-        q.answer = text
+        q.answer, q.answered_by = text, by
         if not q.finished:
             self.wake(q.id)
             return None
         del self.queries[q.id]
+        if by == "status":
+            return None
         return self.mb.put_item(sid, q.asker, "answer", text, reply_to=q.id)
 
     def finish(self, query_id: int) -> Answer:
@@ -249,7 +255,7 @@ class QueryDesk:
         if q.answer is not None or q.ended:
             del self.queries[q.id]
         if q.answer is not None:
-            return Answer(q.id, q.answer, "session", False, q.target, elapsed)
+            return Answer(q.id, q.answer, q.answered_by, False, q.target, elapsed)
         target = self.mb.registry.sessions.get(q.target)
         timed_out = not (q.ended or q.no_responder)
         return self._status_answer(

@@ -91,6 +91,7 @@ class Query(msgspec.Struct):
     close_at: float
     claims: tuple[str, ...] = ()
     answer: str | None = None
+    answered_by: Literal["session", "status"] = "session"
     finished: bool = False
     ended: bool = False
     no_responder: bool = False
