@@ -57,26 +57,26 @@ class ClaimReads:
         )  # fmt: skip
 
     def _present(self, keys: list[Key], caller: str | None) -> list[pc.ClaimPresent]:
-        """Other live sessions whose cwd or repo contains one of the paths."""
+        """Other live sessions whose cwd or repo contains one of the paths, or that
+        recently changed one: one entry per session, a change before a place (a
+        session working in the repo that also changed this very file is named for
+        the change, which is what a writer must know)."""
         st = self.svc.state
-        out: list[pc.ClaimPresent] = []
-        seen: set[str] = set()
+        found: dict[str, pc.ClaimPresent] = {}
         for key in keys:
             if not key.is_path:
                 continue
             for s, why, where in st.registry.present_at(key.value):
-                if s.session_id in seen or (
-                    caller is not None and st.claims.related(caller, s.session_id)
-                ):
+                had = found.get(s.session_id)
+                if had is not None and (had.why == "changed" or why != "changed"):
                     continue
-                seen.add(s.session_id)
-                out.append(
-                    pc.ClaimPresent(
-                        session_id=s.session_id, task=s.task, why=why,  # type: ignore[arg-type]
-                        path=where, branch=s.branch, since=rfc3339(s.started_at),
-                    )
+                if had is None and caller is not None and st.claims.related(caller, s.session_id):
+                    continue
+                found[s.session_id] = pc.ClaimPresent(
+                    session_id=s.session_id, task=s.task, why=why,  # type: ignore[arg-type]
+                    path=where, branch=s.branch, since=rfc3339(s.started_at),
                 )  # fmt: skip
-        return out
+        return list(found.values())
 
     def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
         st = self.svc.state
