@@ -244,6 +244,37 @@ class TestQueries:
             ("answer", "b", "sorry, busy")
         ]
 
+    def test_a_status_answer_from_the_frontend_is_marked_status(
+        self, daemon: DaemonHandle, c: Client
+    ) -> None:
+        """A frontend answering for a session whose model cannot answer (waiting for its
+        user, no mesh tools) says so with by=status: the asker reads answered_by status,
+        not a session answer; a late status answer fills no inbox."""
+        got: list[dict[str, Any]] = []
+
+        def answer(r: Client, ev: dict[str, Any]) -> None:
+            got.append(ev)
+            r.call("query.answer", session_id="b", query_id=ev["id"], by="status",
+                   text="b is waiting-for-user: refactor auth")  # fmt: skip
+
+        rc, t = responder(daemon, "b", answer)
+        r = c.call("query.ask", session_id="a", to="b", question="status?", timeout=5)
+        t.join(5)
+        late: list[dict[str, Any]] = []
+        rc2, t2 = responder(daemon, "b", lambda r2, ev: late.append(ev))
+        c.call("query.ask", session_id="a", to="b", question="again?", timeout=0.5)
+        t2.join(5)
+        after = rc2.call("query.answer", session_id="b", query_id=late[0]["id"], by="status",
+                         text="b is waiting-for-user")  # fmt: skip
+        items = c.call("message.inbox", session_id="a")["items"]
+        rc.close()
+        rc2.close()
+
+        assert (r["answered_by"], r["timed_out"]) == ("status", False)
+        assert r["answer"] == "b is waiting-for-user: refactor auth"
+        assert after["late"] is False
+        assert items == []
+
     def test_follower_is_not_a_responder(self, daemon: DaemonHandle, c: Client) -> None:
         """Subscribing to events does not make a connection the session's responder."""
         f = Client(daemon)
