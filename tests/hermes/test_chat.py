@@ -51,9 +51,9 @@ def test_a_chat_run_is_on_the_mesh_while_it_runs_and_sees_other_sessions(
     mine = [s for s in seen[0].values() if s["session_id"] != "cli:parser-1f3a9c"]
     assert [(s["source"], s["status"]) for s in mine] == [("cli", "thinking")]
     assert mine[0]["task"] == "who else is working?"
-    core = {"mesh_sessions", "mesh_ask", "mesh_reply", "mesh_send", "mesh_broadcast",
-            "mesh_claim", "mesh_release", "mesh_handoff", "mesh_inbox"}  # fmt: skip
-    assert core | {"mesh_notes", "mesh_board", "mesh_signal", "mesh_once"} <= set(llm.tool_names())
+    compact = {"mesh_sessions", "mesh_ask", "mesh_msg", "mesh_claim", "mesh_notes",
+               "mesh_signal", "mesh_once"}  # fmt: skip
+    assert {t for t in llm.tool_names() if t.startswith("mesh_")} == compact
     [result] = llm.tool_messages()
     listed = json.loads(result)["sessions"]
     assert [(s["session_id"], s["task"]) for s in listed] == [
@@ -164,7 +164,8 @@ def test_b_answers_as_question_mid_turn_with_mesh_reply(
     daemon: DaemonHandle, hermes: Hermes
 ) -> None:
     """B's model is at work (calling tools); A asks it; the question reaches B's model in
-    its next tool result, B answers with mesh_reply, and A's model gets B's own words."""
+    its next tool result, naming the tool B has (the compact set's mesh_msg), B answers
+    with it, and A's model gets B's own words."""
 
     def script(messages: list[dict[str, Any]]) -> Move:
         first_user = content(next(m for m in messages if m.get("role") == "user"))
@@ -172,10 +173,13 @@ def test_b_answers_as_question_mid_turn_with_mesh_reply(
         if first_user.startswith("B:"):
             if "question #" in tool:
                 qid = int(tool.split("question #")[1].split(":")[0])
-                return Tool("mesh_reply", {"id": qid, "text": "migrating billing, 40% done"})
+                answer = {"action": "reply", "id": qid, "text": "migrating billing, 40% done"}
+                return Tool("mesh_msg", answer)
             if '"query_id"' in tool:
                 return Text("B-DONE")
-            return Tool("mesh_inbox", {})  # B keeps working (one tool call after another)
+            return Tool(
+                "mesh_msg", {"action": "inbox"}
+            )  # B keeps working (one tool call after another)
         if not tool:
             return Tool("mesh_sessions", {})
         doc = json.loads(tool.split("\n\n[Session Mesh]")[0])
@@ -214,6 +218,7 @@ def test_b_answers_as_question_mid_turn_with_mesh_reply(
     shown = next(m for m in llm.tool_messages() if "question #" in m)
     assert "another session of your user, not the user" in shown
     assert "status?" in shown
+    assert "(answer with mesh_msg action=reply id=" in shown
 
 
 def test_safe_mode_does_not_load_the_plugin(daemon: DaemonHandle, hermes: Hermes) -> None:

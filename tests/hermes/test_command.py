@@ -32,8 +32,8 @@ note = {"action": "add", "text": "API base is /v2"}
 out["notes_add"] = model_tools.handle_function_call("mesh_notes", note, session_id=S, task_id="t")
 out["notes_list"] = model_tools.handle_function_call("mesh_notes", {"action": "list"},
                                                      session_id=S, task_id="t")
-out["bad"] = model_tools.handle_function_call("mesh_send", {"to": "nobody", "text": "hi"},
-                                              session_id=S, task_id="t")
+out["bad"] = model_tools.handle_function_call(
+    "mesh_msg", {"action": "send", "to": "nobody", "text": "hi"}, session_id=S, task_id="t")
 print(json.dumps(out))
 """
 )
@@ -139,6 +139,7 @@ print(json.dumps({
     "wait": tool("mesh_signal", action="wait", name="data-ready", after=0, wait_s=1),
     "reserve": tool("mesh_once", action="reserve", key="mail:report:2026-11-30"),
     "again": tool("mesh_once", action="reserve", key="mail:report:2026-11-30"),
+    "theirs": tool("mesh_once", action="reserve", key="deploy:prod"),
     "done": tool("mesh_once", action="done", key="mail:report:2026-11-30"),
     "post": tool("mesh_board", action="post", kind="pitfall", text="tests need TZ=UTC"),
     "show": tool("mesh_board", action="show"),
@@ -149,8 +150,13 @@ print(json.dumps({
 
 
 def test_signal_once_and_board_tools_round_trip(daemon: DaemonHandle, hermes: Hermes) -> None:
-    """mesh_signal / mesh_once / mesh_board show up with the daemon methods behind them."""
+    """mesh_signal / mesh_once / mesh_board show up with the daemon methods behind them
+    (mesh_board is in the full set: the person turned it on in config.yaml)."""
+    hermes.config(extra="plugins:\n  entries:\n    meshd:\n      tools: full\n")
     hermes.install()
+    daemon.call("session.register", {"session_id": "cli:deployer", "task": "deploying"})
+    taken = daemon.call("once.reserve", {"session_id": "cli:deployer", "key": "deploy:prod"})
+    assert taken["result"]["status"] == "reserved"
 
     done = hermes.python(SHARED)
 
@@ -159,7 +165,9 @@ def test_signal_once_and_board_tools_round_trip(daemon: DaemonHandle, hermes: He
     assert out["emit"]["seq"] == 1
     assert (out["wait"]["received"], out["wait"]["payload"]) == (True, {"rows": 10})
     assert out["reserve"]["status"] == "reserved"
-    assert out["again"]["status"] == "running", "a second reserve must not run it again"
+    # the caller's own reservation is not "running" (another session acting) but its own
+    assert out["again"]["status"] == "reserved by you", out["again"]
+    assert out["theirs"]["status"] == "running", "another session's must not run again"
     assert out["done"]["state"] == "done"
     assert "error" not in out["post"], out["post"]
     assert "tests need TZ=UTC" in json.dumps(out["show"])

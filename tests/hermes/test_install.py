@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
+import pytest
 from tests.conftest import DaemonHandle
 from tests.hermes.conftest import Hermes
 
@@ -16,14 +18,63 @@ def plugins(h: Hermes) -> dict[str, dict[str, str]]:
     return {p["name"]: p for p in json.loads(done.stdout)}
 
 
+#: A config a person wrote: comments (full-line and inline), blank lines, a CRLF-free
+#: file whose last line has no newline.
+PERSONAL = (
+    "# my Hermes\nmodel:\n  provider: custom  # the fake one\n  base_url: {url}\n"
+    "  default: fake-model\n  api_key: dummy\n\n# quiet\nsecurity:\n"
+    "  tirith_enabled: false   # off for tests\ndisplay:\n  compact: true"
+)
+
+
+def diff(before: str, after: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True)))
+
+
+@pytest.mark.parametrize("on_path", [True, False], ids=["hermes-on-path", "no-hermes"])
+def test_install_then_uninstall_leaves_config_byte_identical(hermes: Hermes, on_path: bool) -> None:
+    """With `hermes` on PATH and without: Hermes lists the plugin enabled after install,
+    and uninstall gives back the very bytes (`hermes plugins enable` used to drop every
+    comment and add `_config_version`, `disabled: []`, `entries:` and 40 lines)."""
+    config = hermes.home / "config.yaml"
+    before = PERSONAL.format(url="http://127.0.0.1:9/v1")
+    config.write_bytes(before.encode())
+
+    hermes.install(path=on_path)
+    listed = plugins(hermes)["meshd"]["status"]
+    installed = config.read_bytes().decode()
+    assert hermes.meshctl("hermes", "uninstall", path=on_path).returncode == 0
+
+    assert listed == "enabled"
+    assert installed == before + "\nplugins:\n  enabled: [meshd]\n"
+    assert diff(before, config.read_bytes().decode()) == ""
+    assert config.read_bytes() == before.encode()
+    assert "meshd" not in plugins(hermes)
+
+
+def test_edits_made_between_install_and_uninstall_survive(hermes: Hermes) -> None:
+    config = hermes.home / "config.yaml"
+    hermes.install()
+    edited = config.read_text().replace("tirith_enabled: false", "tirith_enabled: false  # x")
+    config.write_text(edited + "# added while the plugin was installed\n")
+
+    assert hermes.meshctl("hermes", "uninstall").returncode == 0
+
+    after = config.read_text()
+    assert "tirith_enabled: false  # x" in after
+    assert after.endswith("# added while the plugin was installed\n")
+    assert "meshd" not in after
+
+
 class TestInstall:
     def test_install_with_hermes_on_path_shows_enabled(self, hermes: Hermes) -> None:
-        """`hermes plugins enable` does the enabling when `hermes` is on PATH."""
+        """config.yaml is edited in place, and Hermes itself lists the plugin enabled."""
         done = hermes.install()
 
         listed = plugins(hermes)["meshd"]
 
-        assert done["enabled_by"] == "hermes"
+        assert done["enabled_by"] == "config.yaml"
+        assert done["hermes_sees"] == "enabled"
         assert listed["status"] == "enabled"
         assert listed["source"] == "user"
         assert (hermes.home / "plugins" / "meshd" / "_vendor" / "_sync.py").exists()
@@ -128,7 +179,8 @@ class TestForeignAndUninstall:
         """`hermes plugins enable` also wrote plugins.entries.meshd: uninstall takes it out
         with the rest, and keeps what the person wrote."""
         config = hermes.home / "config.yaml"
-        hermes.install()
+        hermes.install()  # then the person (or an older meshctl) ran `hermes plugins enable`
+        assert hermes.run("plugins", "enable", "meshd", "--no-allow-tool-override").returncode == 0
         assert "allow_tool_override" in config.read_text()
         config.write_text(config.read_text() + "# mine\n")
 
@@ -143,6 +195,7 @@ class TestForeignAndUninstall:
     def test_uninstall_keeps_an_entry_the_person_configured(self, hermes: Hermes) -> None:
         config = hermes.home / "config.yaml"
         hermes.install()
+        assert hermes.run("plugins", "enable", "meshd", "--no-allow-tool-override").returncode == 0
         text = config.read_text().replace(
             "allow_tool_override: false", "allow_tool_override: false\n      note: mine"
         )
@@ -237,4 +290,4 @@ def test_the_entry_point_loads_the_plugin_when_session_mesh_is_in_hermes_env(
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert (loaded["source"], loaded["error"], loaded["client"]) == ("entrypoint", None, "meshctl")
-    assert loaded["tools"] >= 9
+    assert loaded["tools"] == 7  # the compact set

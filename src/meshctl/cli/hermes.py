@@ -78,9 +78,10 @@ def install(all_profiles: bool, hermes_home: str | None) -> None:
         for d in done:
             was = f" (was {d['previous_version']})" if d["previous_version"] else ""
             on = "enabled" if d["enabled"] else "NOT enabled"
+            seen = f"; Hermes lists it as {d['hermes_sees']}" if d.get("hermes_sees") else ""
             lines.append(
                 f"Installed meshd {d['version']}{was} in {d['path']}; {on} "
-                f"(via {d['enabled_by']}); mesh profile {d['profile']}."
+                f"(in {d['hermes_home']}/config.yaml{seen}); mesh profile {d['profile']}."
             )
         lines.append("New Hermes sessions join the mesh; restart a running gateway.")
         idle = {(d["profile"], d["socket"]) for d in done if not d["daemon_reachable"]}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import threading
 import time
@@ -34,6 +35,7 @@ PAUSE_AFTER_TIMEOUT = 5.0
 #: While the daemon is unreachable, calls are skipped for this long, doubling up to the max.
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 10.0
+log = logging.getLogger("meshd.hermes")
 #: The file ``meshctl hermes install`` writes beside the plugin.
 INSTALL_FILE = "meshd-install.json"
 
@@ -159,9 +161,8 @@ class Link:
         self.socket = socket
         # Not the client's own fail_open: it turns a hung daemon's timeout into the same
         # None as an unreachable one, and this Link pauses longer after a timeout.
-        self.mesh: Any = self.lib.Mesh(
-            profile, socket, autostart=False, fail_open=False, timeout=timeout or hook_timeout()
-        )
+        self.timeout = timeout or hook_timeout()
+        self.mesh: Any = self._new_mesh()
         self.disabled = False
         self._checked_at = -AVAILABLE_TTL
         self._available = False
@@ -169,6 +170,8 @@ class Link:
         self._lock = threading.Lock()
         self._paused_until = 0.0
         self._backoff = BACKOFF_FIRST
+        #: the last failure was a timeout: the daemon runs but does not answer
+        self.hung = False
 
     @property
     def errors(self) -> tuple[type[BaseException], ...]:
@@ -188,7 +191,10 @@ class Link:
         ``forgotten`` runs when the daemon does not know the session the call is for
         (it expired, or a restarted daemon lost it), so the caller can register again.
         A reply that times out pauses every call for a few seconds: a hung daemon must
-        not cost each hook the whole timeout.
+        not cost each hook the whole timeout. Nothing a daemon sends raises out of
+        here: a reply the client cannot take (nested too deep, not JSON, a
+        ``RecursionError`` or ``MemoryError`` in its decode) counts as the daemon
+        being unavailable, with the same back-off.
         """
         if self.down:
             return None
@@ -199,19 +205,62 @@ class Link:
             if forgotten is not None:
                 forgotten()
             return None
-        except lib.MeshTimeout:  # hung: a long pause, doubling like the backoff
-            self._backoff = max(self._backoff, PAUSE_AFTER_TIMEOUT)
-            self._pause(self._backoff)
-            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+        except lib.MeshTimeout:
+            self.timed_out()
             return None
         except lib.MeshUnavailable:
-            self._pause(self._backoff)
-            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+            self.unreachable()
             return None
         except lib.MeshError:
             return None
+        except Exception:  # whatever the daemon sent, the plugin goes on (fail open)
+            self._reset()
+            self.unreachable()
+            return None
         self._backoff = BACKOFF_FIRST
+        self.hung = False
         return result
+
+    def timed_out(self) -> None:
+        """A reply did not come in time (daemon hung or stopped): a long pause, doubling
+        like the backoff; :meth:`not_answering` says so to people."""
+        self.hung = True
+        self._backoff = max(self._backoff, PAUSE_AFTER_TIMEOUT)
+        self._pause(self._backoff)
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    def unreachable(self) -> None:
+        """The daemon could not be reached (or sent what the client cannot take)."""
+        self._pause(self._backoff)
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    def _new_mesh(self) -> Any:
+        return self.lib.Mesh(
+            self.profile, self.socket, autostart=False, fail_open=False, timeout=self.timeout
+        )
+
+    def _reset(self) -> None:
+        """After an unexpected failure (a reply the client could not take), a new
+        connection for the next call: the old one may hold half a reply."""
+        old, self.mesh = self.mesh, self._new_mesh()
+        try:
+            old.close()
+        except Exception:
+            log.debug("meshd: closing the link failed", exc_info=True)
+
+    def not_answering(self) -> str:
+        """The advice for a daemon that accepts but does not answer (it runs)."""
+        return (
+            "meshd is running but not answering (no reply in time): it may be stopped "
+            "(SIGSTOP), overloaded or stuck. Check it with `meshctl doctor`; "
+            "`meshctl daemon restart` restarts it."
+        )
+
+    def advice(self) -> str:
+        """What to tell a person the mesh cannot be used: hung, or not running."""
+        if self.hung:
+            return f"Session Mesh: {self.not_answering()}"
+        return "Session Mesh: meshd is not reachable (start it with `meshctl daemon start`)."
 
     @property
     def down(self) -> bool:
@@ -222,8 +271,15 @@ class Link:
         self._paused_until = time.monotonic() + seconds
 
     def strict(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
-        """One request for a tool: the daemon's refusals are raised (the tool reports them)."""
-        return self.mesh.call(method, params, timeout=timeout)
+        """One request for a tool: the daemon's refusals are raised (the tool reports them;
+        :class:`._tools.HermesContext` turns every other failure into "unreachable")."""
+        try:
+            return self.mesh.call(method, params, timeout=timeout)
+        except self.lib.MeshError:
+            raise
+        except Exception:
+            self._reset()
+            raise
 
     def available(self) -> bool:
         """Whether the daemon answers and the mesh is enabled (cached for a moment)."""

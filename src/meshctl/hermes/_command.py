@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import _client, _text
+from . import _client, _private, _text
 from ._runtime import GATEWAY_MESSAGE, gateway_session
 from ._tools import Tools, framed_sessions
 
@@ -24,20 +24,12 @@ USAGE = (
 def calling_session(tools: Tools) -> str:
     """The session this command is typed in: the gateway chat's (from the message being
     handled), the CLI's, else the last one seen by hooks."""
-    sid = gateway_session(GATEWAY_MESSAGE.get())
-    if sid:
-        return sid
-    try:
-        import importlib
-
-        plugins = importlib.import_module("hermes_cli.plugins")
-        cli = getattr(plugins.get_plugin_manager(), "_cli_ref", None)
-        sid = getattr(cli, "session_id", None) if cli is not None else None
-        if sid:
-            return str(sid)
-    except Exception:
-        pass
-    return tools.rt.last_session or ""
+    return (
+        gateway_session(GATEWAY_MESSAGE.get())
+        or _private.cli_session_id()
+        or tools.rt.last_session
+        or ""
+    )
 
 
 def run(tools: Tools, raw: str) -> str:
@@ -61,7 +53,9 @@ def run(tools: Tools, raw: str) -> str:
     if sub == "inbox":
         doc = json.loads(call("mesh_inbox")({}, session_id=sid))
         items = doc.get("items") or []
-        return doc.get("error") or ("\n".join(map(_text.item_line, items)) or "Inbox: empty.")
+        return doc.get("error") or (
+            "\n".join(_text.item_line(i, tools.mode) for i in items) or "Inbox: empty."
+        )
     tool = {"claim": "mesh_claim", "release": "mesh_release", "broadcast": "mesh_broadcast",
             "handoff": "mesh_handoff"}.get(sub)  # fmt: skip
     if tool is None or (sub != "release" and not rest):
@@ -105,7 +99,11 @@ def _sync(tools: Tools, sid: str) -> str:
         framed_sessions(doc, sid),
     ]
     items = inbox.get("items") or []
-    lines.append("\n".join(map(_text.item_line, items)) if items else "Inbox: nothing unread.")
+    lines.append(
+        "\n".join(_text.item_line(i, tools.mode) for i in items)
+        if items
+        else "Inbox: nothing unread."
+    )
     return "\n".join(lines)
 
 

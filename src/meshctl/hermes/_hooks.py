@@ -54,10 +54,12 @@ def hooks(rt: Runtime) -> dict[str, Hook]:
         t = rt.track(session_id, platform, str(model or ""))
         if t is None:
             return None
+        rt.learn_tools(t)  # once: whether its model can answer (``-t terminal`` cannot)
         task = None  # a group chat's messages are not one person's task; a cron
         if not t.group and t.source != "cron":  # run's prompt is Hermes's, not the job's
             task = _text.one_line(str(user_message or ""))
         rt.report(session_id, status="thinking", task=task or None)
+        t.told = False  # a new turn: at most one line on who else works here
         if t.group or not t.registered:
             return None  # multi-party chats get no mesh context (SPEC §6)
         notes = [rt.presence_note(t)] if is_first_turn else []

@@ -6,8 +6,9 @@ import logging
 from typing import Any
 
 from . import _command, _hooks
+from ._agent import tools as agent_tools
 from ._runtime import Runtime
-from ._tools import OPTIONAL, SCHEMAS, Tools
+from ._tools import Tools, tool_mode
 
 log = logging.getLogger("meshd.hermes")
 TOOLSET = "mesh"
@@ -23,22 +24,23 @@ def runtime(hermes_profile: str) -> Runtime:
 
 def setup(ctx: Any) -> None:
     rt = runtime(str(getattr(ctx, "profile_name", "") or "default"))
-    tools = Tools(rt)
+    rt.mode = tool_mode()
+    tools = Tools(rt, rt.mode)
     for name, callback in _hooks.hooks(rt).items():
         ctx.register_hook(name, callback)
     ctx.register_hook("pre_llm_call", _refresh(tools))
     reachable = rt.link.available()
-    for name, schema in SCHEMAS.items():
-        method = OPTIONAL.get(name)
+    for tool in tools.registered():
+        method = tool.method
         if method is not None and reachable and not rt.link.has_method(method):
             continue  # this daemon does not serve it: the model never sees it
         ctx.register_tool(
-            name=name,
+            name=tool.name,
             toolset=TOOLSET,
-            schema=schema,
-            handler=tools.handler(name),
+            schema=agent_tools.schema(tool),
+            handler=tools.handler(tool.name),
             check_fn=_check(rt, method),
-            description=schema["description"],
+            description=tool.description,
             emoji="🕸",
         )
     ctx.register_command(
@@ -47,6 +49,7 @@ def setup(ctx: Any) -> None:
         description="Session Mesh: your other live sessions, questions, claims, inbox",
         args_hint="sessions|ask ID Q|sync|inbox|claim RES|release|broadcast TEXT|handoff TEXT",
     )
+    rt.register_cli_at_start()
     log.debug("meshd plugin registered (profile %s, socket %s)", rt.profile, rt.socket)
 
 

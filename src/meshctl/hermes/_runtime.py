@@ -22,12 +22,13 @@ from __future__ import annotations
 import contextvars
 import json
 import os
-import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import _client, _text
+from . import _client, _private, _text
+from ._agent import advice
 
 #: Hermes tools that write files, and the argument naming the file.
 WRITE_TOOLS = {"write_file": "path", "patch": "path"}
@@ -35,6 +36,8 @@ WRITE_TOOLS = {"write_file": "path", "patch": "path"}
 READ_TOOLS = {"read_file": "path", "search_files": "path"}
 #: Interactive surfaces: after a turn they wait for their user.
 INTERACTIVE = {"cli", "tui"}
+#: The tool that answers a question, per tool set (:mod:`meshctl.agent.tools`).
+ANSWER_TOOL = {"compact": "mesh_msg", "full": "mesh_reply"}
 #: Questions remembered for a late mesh_reply (query id -> asker), newest kept.
 MAX_ASKERS = 256
 _PATCH_FILE = ("*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:")
@@ -61,16 +64,9 @@ def in_background_agent() -> bool:
     id and platform, on a thread of its own, and so does the skill curator's agent;
     their hooks would report the review prompt as the session's task and hand the
     session's inbox to the fork. Hermes marks both with the write origin
-    ``background_review`` (a ContextVar set at each of their turns; 0.19.0's
-    ``tools.skill_provenance``). Never imports anything: no fork, no module.
+    ``background_review`` (:func:`._private.write_origin`).
     """
-    mod = sys.modules.get("tools.skill_provenance")
-    if mod is None:
-        return False
-    try:
-        return bool(mod.get_current_write_origin() == "background_review")
-    except Exception:
-        return False
+    return _private.write_origin() == "background_review"
 
 
 def hermes_home() -> str:
@@ -174,8 +170,11 @@ def gateway_session(message: tuple[Any, Any, Any] | None) -> str | None:
     if message is None:
         return None
     gateway, store, source = message
+    key = _private.gateway_session_key(gateway, source)
+    if key is None:
+        return None
     try:
-        sid = store.peek_session_id(gateway._session_key_for_source(source))
+        sid = store.peek_session_id(key)
     except Exception:
         return None
     return str(sid) if sid else None
@@ -197,6 +196,9 @@ class Tracked:
         self.notes: dict[str, str] = {}  # tool_call_id -> warning to add to that result
         self.questions: list[dict[str, Any]] = []  # queries for the model, not yet shown
         self.reads: dict[str, float] = {}  # path -> when its read was noted (._reads)
+        self.told = False  # had this turn's line on who else works here
+        #: whether its model has the mesh tools to answer with (None: not known)
+        self.answers: bool | None = None
 
 
 class Runtime:
@@ -209,6 +211,8 @@ class Runtime:
         self.parents: dict[str, str] = {}
         self.groups: set[str] = set()
         self.last_session: str | None = None
+        #: the tool set the model sees (:mod:`._tools`): inbox lines name its tools
+        self.mode = "compact"
         self.interval = 5.0
         self._lock = threading.RLock()
         self._beat: threading.Thread | None = None
@@ -413,6 +417,11 @@ class Runtime:
             return
         query = {"id": event.get("id"), "kind": "query", "from": event.get("from", ""),
                  "text": event.get("text", "")}  # fmt: skip
+        doing = f": {t.task}" if t.task else ""
+        if t.answers is False:  # its model has no tool to answer with: the status, now
+            self._status(conn, t, query, f"{t.session_id} is {t.status}{doing}. Its model "
+                         "runs without the mesh tools, so it cannot answer questions.")  # fmt: skip
+            return
         if isinstance(query["id"], int):
             self.askers[query["id"]] = str(query["from"])
             while len(self.askers) > MAX_ASKERS:  # oldest first (dicts keep order)
@@ -420,16 +429,53 @@ class Runtime:
         t.questions.append(query)
         if t.status in ("thinking", "tool-running"):
             return  # the model may answer mid-turn; else the status responder does
-        doing = f": {t.task}" if t.task else ""
-        text = (
-            f"{t.session_id} is {t.status}{doing}. Its model is not running now; your "
-            "question was passed on to it, and an answer it gives later will reach your inbox."
-        )
+        self._status(conn, t, query, f"{t.session_id} is {t.status}{doing}. Its model is not "
+                     "running now; your question was passed on to it, and an answer it gives "
+                     "later will reach your inbox.")  # fmt: skip
+
+    def _status(self, conn: Any, t: Tracked, query: Mapping[str, Any], text: str) -> None:
+        """Answer ``query`` at once with the session's status, marked as such (a daemon
+        older than ``by`` refuses the field: then unmarked, as before)."""
+        params = {"session_id": t.session_id, "query_id": query["id"], "text": text}
         try:
-            conn.call("query.answer", {"session_id": t.session_id, "query_id": query["id"],
-                                       "text": text})  # fmt: skip
-        except Exception:
-            return
+            conn.call("query.answer", {**params, "by": "status"})
+        except Exception as exc:
+            if getattr(exc, "data", {}).get("code") != "INVALID_PARAMS":
+                return
+            try:
+                conn.call("query.answer", params)
+            except Exception:
+                return
+
+    def learn_tools(self, t: Tracked) -> None:
+        """From ``pre_llm_call``, once per session: whether its model has the tool that
+        answers a question (not known: assumed). Without it, questions get the status
+        at once and deliveries name no tool."""
+        if t.answers is None:
+            names = _private.agent_tool_names()
+            if names is not None:
+                t.answers = ANSWER_TOOL.get(self.mode, "mesh_msg") in names
+
+    # --- delivery ---------------------------------------------------------------------
+
+    def register_cli_at_start(self, wait: float = 30.0) -> None:
+        """An interactive CLI emits no hook until its first message: register it as soon
+        as Hermes made it (``_cli_ref``), waiting for its user; its task comes with that
+        message. One short-lived thread, only in a process that may host a CLI."""
+
+        def watch() -> None:
+            deadline = time.monotonic() + wait
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                sid = _private.cli_session_id()
+                if sid:
+                    if sid not in self.sessions:
+                        t = self.track(sid, "cli")
+                        if t is not None and t.registered and t.status == "idle":
+                            self.report(sid, status="waiting-for-user")
+                    return
+                self._stop.wait(0.2)
+
+        threading.Thread(target=watch, name="meshd-cli-start", daemon=True).start()
 
     # --- delivery ---------------------------------------------------------------------
 
@@ -452,23 +498,28 @@ class Runtime:
         """Framed text of what waits for the session (and ``notes``); acknowledged."""
         items = self.inbox(t)
         questions, t.questions = t.questions, []
-        text = _text.delivery([*questions, *items], notes)
+        mode = self.mode if t.answers is not False else "none"  # no tool to name
+        text = _text.delivery([*questions, *items], notes, mode)
         self.ack(t, items)
         return text
 
     def presence_note(self, t: Tracked) -> str:
-        """At a session's first turn: who else claims or works in its folder."""
+        """At a session's first turn: who else claims or works in its folder (short)."""
         cwd = working_dir()
         if broad(cwd):  # everyone under home would be "in your folder"
             return ""
         check = self.link.call("claim.check", {"resources": [cwd], "session_id": t.session_id})
-        if not isinstance(check, dict) or not check.get("warnings"):
+        if not isinstance(check, dict):
             return ""
-        lines = [f"- [Session Mesh] Other live sessions of your user work in {cwd}:"]
-        lines += [f"    {w}" for w in check["warnings"]]
-        lines.append(
-            "  Check with them (mesh_sessions, mesh_ask) before changing files they work on."
-        )
+        holders = [c for c in check.get("claims") or [] if isinstance(c, Mapping)]
+        present = [p for p in check.get("present") or [] if isinstance(p, Mapping)]
+        lines = []
+        if holders:
+            lines = [f"- [Session Mesh] Claimed by other sessions of your user in {cwd}:"]
+            lines += [advice.holder_line(c) for c in holders]
+        if present:
+            lines.append(advice.presence_line(present))
+            t.told = True
         return "\n".join(lines)
 
     def gateway_message(self, event: Any, gateway: Any, store: Any) -> None:
@@ -495,14 +546,18 @@ class Runtime:
     # --- warnings before writes -------------------------------------------------------
 
     def check_write(self, t: Tracked, tool_name: str, args: Any, call_id: str) -> None:
-        """Before a file write: who else claims or works there (a note for the tool result)."""
+        """Before a file write: a note for the tool result when it matters
+        (:func:`meshctl.agent.advice.advise`: claims and recent changes of that very
+        file ask for approval; mere presence is one line per turn)."""
         paths = written_paths(tool_name, args)
         if not paths:
             return
         check = self.link.call("claim.check", {"resources": paths, "session_id": t.session_id})
-        if not isinstance(check, dict) or not check.get("warnings"):
-            return
-        t.notes[call_id or tool_name] = _text.conflict_note(", ".join(paths), check)
+        said = advice.advise(paths, check, told=t.told)
+        if said.level == "info":
+            t.told = True
+        if said.text:
+            t.notes[call_id or tool_name] = said.text
 
     def after_tool(self, t: Tracked, tool_name: str, args: Any) -> None:
         """After a tool succeeded: a write is reported now, a read noted for the board."""

@@ -1,11 +1,18 @@
 """Add or remove a plugin key in ``plugins.enabled`` of a Hermes ``config.yaml``, in place.
 
-Used when the ``hermes`` command is not on PATH (``meshctl hermes install`` prefers
-``hermes plugins enable``, which owns the file). Standard library only, so no YAML
-library: the edit touches the ``plugins:`` block's ``enabled``/``disabled`` lists and
-nothing else, keeping every other line (comments included) exactly as it was. Both
-list styles Hermes and people write are understood: flow (``enabled: [a, b]``) and
-block (``- a`` lines).
+The only way ``meshctl hermes install`` and ``uninstall`` change a Hermes config:
+``hermes plugins enable`` would rewrite the whole file through Hermes's config
+writer (every comment gone, ``_config_version``, ``disabled: []``, ``entries:`` and
+a block of commented defaults added), and ``hermes plugins disable`` would add a
+``disabled`` entry nobody wrote. Standard library only, so no YAML library: the
+edit touches the ``plugins:`` block's ``enabled``/``disabled`` lists and nothing
+else, keeping every other byte (comments, line endings, a missing final newline)
+exactly as it was. Both list styles Hermes and people write are understood: flow
+(``enabled: [a, b]``) and block (``- a`` lines).
+
+:func:`enable` says what it added (:data:`ADDED`), and :func:`disable` given that
+answer takes out exactly that, so install then uninstall leaves the file
+byte-identical, and what a person changed in between stays.
 """
 
 from __future__ import annotations
@@ -92,7 +99,10 @@ def _edit(lines: list[str], span: tuple[int, int], key: str, name: str, add: boo
             _edit_block(lines, i, end, name, add)
             return
         items = [x for x in flow or [] if x != name] + ([name] if add else [])
-        lines[i] = f"{m.group(1)}{key}: [{', '.join(items)}]"
+        value = m.group(3)
+        comment = value[value.index("]") + 1 :] if "]" in value else ""  # kept as written
+        tail = lines[i][len(lines[i].rstrip()) :]
+        lines[i] = f"{m.group(1)}{key}: [{', '.join(items)}]{comment}{tail}"
         return
     if add:
         indent = next(
@@ -184,3 +194,76 @@ def is_enabled(text: str, name: str) -> bool:
         flow = _flow_items(m.group(3))
         found[m.group(2)] = flow if flow is not None else _list_span(lines, i, end, m.group(1))[1]
     return name in found["enabled"] and name not in found["disabled"]
+
+
+#: What :func:`enable` added: the whole ``plugins:`` block (``block-nl``: and the
+#: newline the file did not end with), the ``enabled:`` key in an existing block, an
+#: item under an ``enabled:`` that had no value, one item in a list, nothing.
+ADDED = ("block", "block-nl", "key", "value", "item", "")
+
+
+def _style(text: str) -> tuple[str, bool]:
+    """(line ending, whether the text ends with one)."""
+    nl = "\r\n" if "\r\n" in text else "\n"
+    return nl, text.endswith("\n")
+
+
+def _join(lines: list[str], nl: str, final: bool) -> str:
+    return nl.join(lines) + (nl if final and lines else "")
+
+
+def enable(text: str, name: str) -> tuple[str, str]:
+    """(``text`` with ``name`` in ``plugins.enabled``, what was added: :data:`ADDED`).
+
+    Also takes the name out of ``plugins.disabled`` (which always wins in Hermes).
+    """
+    if is_enabled(text, name):
+        return text, ""
+    nl, final = _style(text)
+    lines = text.splitlines()
+    span = _block(lines)
+    if span is None:
+        block = ["plugins:", f"  enabled: [{name}]"]
+        if not text or final:
+            return text + _join(block, nl, True), "block"
+        return text + nl + _join(block, nl, True), "block-nl"
+    keys = [m for i in range(*span) if (m := _KEY.match(lines[i])) and m.group(2) == "enabled"]
+    added = "key" if not keys else "value" if keys[0].group(3) == "" else "item"
+    _edit(lines, span, "disabled", name, add=False)
+    span = _block(lines) or span
+    _edit(lines, span, "enabled", name, add=True)
+    return _join(lines, nl, final), added
+
+
+def disable(text: str, name: str, added: str = "item") -> str:
+    """``text`` without ``name`` in ``plugins.enabled``; ``added``: what :func:`enable`
+    added (:data:`ADDED`), so that a key or block holding only ``name`` goes too.
+    Everything else is kept byte for byte."""
+    nl, final = _style(text)
+    lines = text.splitlines()
+    span = _block(lines)
+    if span is None:
+        return text
+    first, end = span
+    for i in range(first, end):
+        m = _KEY.match(lines[i])
+        if m is None or m.group(2) != "enabled":
+            continue
+        flow = _flow_items(m.group(3))
+        stop, items = (i + 1, flow) if flow is not None else _list_span(lines, i, end, m.group(1))
+        if items != [name] or added not in ("block", "block-nl", "key", "value"):
+            break
+        if added == "value":
+            del lines[i + 1 : stop]
+            return _join(lines, nl, final)
+        del lines[i:stop]
+        if added != "key" and not any(x.strip() for x in lines[first : end - (stop - i)]):
+            del lines[first - 1 : end - (stop - i)]
+            if added == "block-nl":
+                return nl.join(lines)
+        return _join(lines, nl, final) if lines else ""
+    before = "\n".join(lines)
+    edited = set_enabled(before + "\n", name, False)
+    if edited == before + "\n":
+        return text
+    return _join(edited.splitlines(), nl, final)

@@ -5,9 +5,11 @@ install copies the plugin (``meshctl/hermes/``) into ``$HERMES_HOME/plugins/mesh
 with the blocking client it needs beside it (``_vendor/``: ``meshctl._sync`` and
 every module it imports, their ``meshctl``/``meshd`` imports rewritten to relative
 ones), stamps it with the session-mesh version, records the mesh profile and socket
-(``meshd-install.json``) and enables the plugin: ``hermes plugins enable meshd``
-when ``hermes`` is on PATH, else an in-place edit of ``plugins.enabled`` in the
-profile's ``config.yaml`` (:mod:`meshctl.cli.admin.hermes_config`).
+(``meshd-install.json``, with what it added to the config) and enables the plugin
+with an in-place edit of ``plugins.enabled`` in the profile's ``config.yaml``
+(:mod:`meshctl.cli.admin.hermes_config`: every other byte kept; never ``hermes
+plugins enable``, whose config writer rewrites the whole file), then asks Hermes
+(``hermes plugins list``, when on PATH) whether it sees the plugin enabled.
 
 What it never does: overwrite a ``plugins/meshd/`` it did not write (the
 ``meshd_managed: true`` marker in ``plugin.yaml`` says which), or remove anything it
@@ -119,6 +121,29 @@ def _source_dir() -> Path:
     from meshctl import hermes
 
     return Path(hermes.__file__).parent
+
+
+def agent_files() -> list[Path]:
+    """The tool definitions (``meshctl.agent``), carried whole; refuses any module of it
+    that imports more than the standard library and its own package (relative)."""
+    import sys
+
+    from meshctl import agent
+
+    files = sorted(Path(agent.__file__).parent.glob("*.py"))
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "__future__":
+                    raise InstallError(
+                        f"the Hermes plugin cannot carry agent/{f.name}: it imports {name}"
+                    )
+    return files
 
 
 def _module_file(name: str) -> Path:
@@ -247,6 +272,10 @@ def write_plugin(dest: Path, record: dict[str, Any]) -> None:
             vendored_source(module), encoding="utf-8"
         )
     (vendor / "__init__.py").write_text(_VENDOR_INIT.format(version=version), encoding="utf-8")
+    agent = vendor / "agent"
+    agent.mkdir()
+    for f in agent_files():
+        shutil.copyfile(f, agent / f.name)
     (dest / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
@@ -270,41 +299,71 @@ def read_record(dest: Path) -> dict[str, Any]:
 # --- enabling -------------------------------------------------------------------------
 
 
-def _hermes(home: Path, *args: str) -> bool:
-    """Run ``hermes ARGS`` for ``home``; False when there is no ``hermes`` or it failed."""
+def hermes_sees(home: Path) -> str | None:
+    """What Hermes itself says of the plugin in ``home`` (``hermes plugins list``, which
+    reads the manifests and config.yaml): ``enabled``, ``not enabled``, …; None when
+    ``hermes`` is not on PATH or did not answer."""
     exe = shutil.which("hermes")
     if exe is None:
-        return False
+        return None
     env = {**os.environ, "HERMES_HOME": str(home)}
     try:
         done = subprocess.run(
-            [exe, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
+            [exe, "plugins", "list", "--json"], env=env, capture_output=True, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+        listed = json.loads(done.stdout) if done.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    for p in listed if isinstance(listed, list) else []:
+        if isinstance(p, dict) and p.get("name") == PLUGIN_KEY:
+            return str(p.get("status") or "")
+    return "not listed"
 
 
-def _edit_config(home: Path, enabled: bool) -> bool:
-    """Set the plugin in ``config.yaml``'s ``plugins.enabled``; True when the file changed."""
-    path = home / "config.yaml"
+def _read_config(path: Path) -> str | None:
+    """config.yaml's text exactly as stored (no newline translation), None if absent."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        if not enabled:
-            return False
-        text = ""
-    edited = _hermes_config.set_enabled(text, PLUGIN_KEY, enabled)
-    if not enabled:  # and the entry `hermes plugins enable` wrote at install
-        edited = _hermes_config.drop_entry(edited, PLUGIN_KEY)
-    if edited == text:
-        return False
+        return None
+
+
+def _write_config(home: Path, path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=home, prefix=".config.yaml.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(edited)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
     if path.exists():
         os.chmod(tmp, path.stat().st_mode & 0o777)
     os.replace(tmp, path)
+
+
+def _enable_config(home: Path) -> str:
+    """Put the plugin in ``plugins.enabled`` with the byte-preserving editor; what was
+    added (:data:`meshctl.cli.admin.hermes_config.ADDED`, ``file``: the whole file)."""
+    path = home / "config.yaml"
+    text = _read_config(path)
+    edited, added = _hermes_config.enable(text or "", PLUGIN_KEY)
+    if added:
+        _write_config(home, path, edited)
+    return "file" if text is None and added else added
+
+
+def _disable_config(home: Path, added: str) -> bool:
+    """Take out exactly what :func:`_enable_config` added (and the entry an older
+    install's ``hermes plugins enable`` wrote); True when the file changed."""
+    path = home / "config.yaml"
+    text = _read_config(path)
+    if text is None:
+        return False
+    edited = _hermes_config.disable(text, PLUGIN_KEY, "block" if added == "file" else added)
+    edited = _hermes_config.drop_entry(edited, PLUGIN_KEY) if "entries:" in edited else edited
+    if added == "file" and not edited:
+        path.unlink()
+        return True
+    if edited == text:
+        return False
+    _write_config(home, path, edited)
     return True
 
 
@@ -334,10 +393,14 @@ def install(name: str, home: Path, mesh_profile: str, socket: str | None) -> dic
             f"{dest} holds a plugin that meshctl did not install; leaving it alone "
             "(move it away and run `meshctl hermes install` again)"
         )
-    previous = read_record(dest).get("version") if dest.exists() else None
+    before = read_record(dest) if dest.exists() else {}
+    previous = before.get("version")
+    # What install added to config.yaml, kept across reinstalls (a reinstall adds
+    # nothing: the first install's answer is what uninstall must take out).
+    added = before.get("config_added", "") if is_enabled(home) else _enable_config(home)
     record = {
         "managed": True, "version": _version(), "profile": mesh_profile, "socket": socket,
-        "hermes_profile": name, "installed_at": rfc3339(time.time()),
+        "hermes_profile": name, "installed_at": rfc3339(time.time()), "config_added": added,
     }  # fmt: skip
     plugins.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=plugins, prefix=".meshd-new-"))
@@ -349,14 +412,11 @@ def install(name: str, home: Path, mesh_profile: str, socket: str | None) -> dic
         (staging / PLUGIN_KEY).rename(dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    how = "hermes"
-    if not _hermes(home, "plugins", "enable", PLUGIN_KEY, "--no-allow-tool-override"):
-        how = "config.yaml"
-        _edit_config(home, True)
     return {
         "hermes_profile": name, "hermes_home": str(home), "path": str(dest),
         "version": record["version"], "previous_version": previous, "enabled": is_enabled(home),
-        "enabled_by": how, "profile": mesh_profile, "socket": socket,
+        "enabled_by": "config.yaml", "hermes_sees": hermes_sees(home), "profile": mesh_profile,
+        "socket": socket,
     }  # fmt: skip
 
 
@@ -364,15 +424,17 @@ def uninstall(name: str, home: Path) -> dict[str, Any]:
     """Remove the plugin this command wrote and take it out of ``plugins.enabled``."""
     dest = home / "plugins" / PLUGIN_KEY
     removed = False
+    added = "item"  # no record (an older install): just take the name out
     if dest.exists():
         if not managed(dest):
             raise InstallError(f"{dest} was not installed by meshctl; leaving it alone")
+        added = str(read_record(dest).get("config_added", "item"))
         shutil.rmtree(dest)
         removed = True
     # Not `hermes plugins disable`: it would add the key to plugins.disabled, a line we
-    # never wrote. Taking it out of plugins.enabled (and plugins.entries, where
-    # `hermes plugins enable` put allow_tool_override) undoes what install did.
-    disabled = _edit_config(home, False)
+    # never wrote, and rewrite the whole file. Taking out what install added (and the
+    # plugins.entries an older install's `hermes plugins enable` wrote) undoes it.
+    disabled = _disable_config(home, added)
     return {"hermes_profile": name, "hermes_home": str(home), "removed": removed,
             "disabled": disabled}  # fmt: skip
 
