@@ -91,6 +91,14 @@ def install(all_profiles: bool, hermes_home: str | None) -> None:
     _output.emit(state.json, done, human)
 
 
+def _install_for(r: dict[str, Any]) -> str:
+    """The command that installs the plugin in row ``r``'s Hermes profile."""
+    if r["hermes_profile"] == "custom":
+        return f"meshctl hermes install --hermes-home {r['hermes_home']}"
+    flag = "" if r["hermes_profile"] == "default" else f" --profile {r['hermes_profile']}"
+    return "meshctl hermes install" + flag
+
+
 def _start_hint(profile: str, socket: str | None) -> str:
     """How to start the daemon a Hermes profile's sessions talk to (the plugin never does:
     a Kanban worker or a second profile's chat would otherwise stay off the mesh unseen)."""
@@ -144,18 +152,29 @@ def status(all_profiles: bool, hermes_home: str | None) -> None:
       meshctl hermes status --json
     """
     from meshctl._spawn import daemon_running
+    from meshctl.cli.admin import hermes_doctor
     from meshctl.cli.admin import hermes_install as hi
 
     state = get_state()
     rows = [
         hi.status(name, home, daemon_running) for name, home in _targets(all_profiles, hermes_home)
     ]
+    ep = hermes_doctor.entry_point_on_path()
+    everywhere = [] if ep else [  # every profile, for the cloned ones (files only)
+        r for name, home in hi.homes(all_profiles=True) if home.is_dir()
+        if (r := hi.status(name, home, lambda p, s: None))["missing_folder"]
+    ]  # fmt: skip
 
     def human() -> str:
         lines = []
         for r in rows:
             if r["foreign"]:
                 state_ = "a plugin named meshd that meshctl did not install"
+            elif r["missing_folder"] and not ep:
+                state_ = (
+                    "enabled in config.yaml, but the plugin folder is missing (a profile "
+                    f"cloned from one that has it?): run `{_install_for(r)}`"
+                )
             elif not r["installed"]:
                 state_ = "not installed"
             else:
@@ -174,6 +193,12 @@ def status(all_profiles: bool, hermes_home: str | None) -> None:
             lines.append(f"{r['hermes_profile']} ({r['hermes_home']}): {state_}")
             if r["installed"] and not r["daemon_reachable"]:
                 lines.append("  " + _start_hint(r["profile"], r["socket"]))
+        shown = {r["hermes_home"] for r in rows}
+        if cloned := [r for r in everywhere if r["hermes_home"] not in shown]:
+            lines.append(
+                "Other Hermes profiles enable meshd but have no plugin folder (cloned?): "
+                + "; ".join(f"{r['hermes_profile']}: `{_install_for(r)}`" for r in cloned)
+            )
         return "\n".join(lines)
 
     _output.emit(state.json, rows, human)

@@ -17,8 +17,19 @@ from ._tools import Tools, framed_sessions
 
 USAGE = (
     "usage: /mesh sessions | ask ID QUESTION | sync | inbox | claim RES... | release [RES...] "
-    "| broadcast TEXT | handoff TEXT"
+    "| broadcast TEXT | handoff TEXT | help"
 )
+HELP = """/mesh — Session Mesh: the other live AI sessions of your user
+  /mesh sessions          who else is working, on what, where, holding what (also: /mesh ls)
+  /mesh sync              you, your claims, the others, and your unread inbox
+  /mesh ask ID QUESTION   ask another session; its answer (or its status) comes back
+  /mesh inbox             messages and answers other sessions sent you
+  /mesh claim RES...      claim files or keys (res:NAME, port:8080) so others are warned
+  /mesh release [RES...]  release them (all of yours without RES)
+  /mesh broadcast TEXT    tell every other live session
+  /mesh handoff TEXT      leave a note for whoever continues this work
+  /mesh help              this text
+The model has the mesh_* tools; `meshctl` does all of this from a terminal."""
 
 
 def calling_session(tools: Tools) -> str:
@@ -37,9 +48,11 @@ def run(tools: Tools, raw: str) -> str:
     words = raw.split()
     sub = words[0].lower() if words else "sessions"
     rest = raw.strip()[len(words[0]) :].strip() if words else ""
+    if sub == "help":
+        return HELP
     sid = calling_session(tools)
     if not tools.rt.link.available():
-        return "Session Mesh: meshd is not reachable (start it with `meshctl daemon start`)."
+        return tools.rt.link.advice()  # not running, or running and not answering
     call = tools.handler
     if sub in ("sessions", "ls"):
         doc = json.loads(call("mesh_sessions")({}, session_id=sid))
@@ -96,6 +109,7 @@ def _sync(tools: Tools, sid: str) -> str:
     inbox = json.loads(tools.handler("mesh_inbox")({}, session_id=sid))
     lines = [
         f"Session Mesh — you are {sid} (profile {doc.get('profile')})",
+        _own_claims(tools, sid),
         framed_sessions(doc, sid),
     ]
     items = inbox.get("items") or []
@@ -105,6 +119,21 @@ def _sync(tools: Tools, sid: str) -> str:
         else "Inbox: nothing unread."
     )
     return "\n".join(lines)
+
+
+def _own_claims(tools: Tools, sid: str) -> str:
+    """The caller's own claims, one line (what it holds, why, and for how long)."""
+    listed = tools.rt.link.call("claim.list", {"session_id": sid})
+    claims = [c for c in (listed or {}).get("claims") or [] if isinstance(c, dict)]
+    if not claims:
+        return "Your claims: none."
+    shown = []
+    for c in claims:
+        why = f" — {c['reason']}" if c.get("reason") else ""
+        left = c.get("expires_in_s")
+        ttl = f" (expires in {int(left) // 60} min)" if isinstance(left, int | float) else ""
+        shown.append(f"{c.get('resource')}{why}{ttl}")
+    return "Your claims: " + "; ".join(shown)
 
 
 def handler(tools: Tools) -> Any:

@@ -85,8 +85,8 @@ def hooks(rt: Runtime) -> dict[str, Hook]:
     def post_tool_call(
         tool_name: str = "", args: Any = None, session_id: str = "", status: str = "", **_: Any
     ) -> None:
-        t = rt.sessions.get(session_id)
-        if t is not None and t.registered and status in ("", "ok", "success"):
+        t = rt.sessions.get(session_id)  # registered or not: a write is kept till it is
+        if t is not None and status in ("", "ok", "success"):
             rt.after_tool(t, tool_name, args or {})
 
     def transform_tool_result(

@@ -220,9 +220,13 @@ class Runtime:
         self._stop = threading.Event()
         #: query id -> asker, for questions handed to the model (mesh_reply needs it)
         self.askers: dict[int, str] = {}
-        from ._reads import Reads  # it builds on this module
+        #: sessions whose questions this process's responder connection receives now
+        self.responding: set[str] = set()
+        from ._reads import Reads  # they build on this module
+        from ._writes import Writes
 
         self.reads = Reads(self)
+        self.writes = Writes(self)
 
     # --- registration ---------------------------------------------------------------
 
@@ -280,6 +284,11 @@ class Runtime:
         self._start_heartbeat()
         return True
 
+    def register_again(self, t: Tracked) -> None:
+        """Register ``t`` now if it is not and the daemon may be there."""
+        if not t.registered and not self.link.down and not self.link.disabled:
+            self._register(t)
+
     def forget(self, session_id: str) -> None:
         """The daemon no longer knows this session: register it again on the next call."""
         t = self.sessions.get(session_id)
@@ -307,6 +316,9 @@ class Runtime:
 
     def end(self, session_id: str, reason: str = "ended") -> None:
         """``on_session_finalize`` / ``subagent_stop``: end it on the mesh (releases claims)."""
+        t = self.sessions.get(session_id)
+        if t is not None and t.registered:
+            self.writes.flush_session(t)  # before the end: the daemon takes none after
         with self._lock:  # nothing of an ended session is kept (a gateway runs for weeks)
             t = self.sessions.pop(session_id, None)
             self.parents.pop(session_id, None)
@@ -371,6 +383,7 @@ class Runtime:
     def stop(self) -> None:
         self._stop.set()
         self.reads.stop()
+        self.writes.stop()
 
     # --- live responder ---------------------------------------------------------------
 
@@ -400,7 +413,7 @@ class Runtime:
                 conn.close()
 
     def _serve(self, conn: Any) -> None:
-        serving: set[str] = set()
+        serving = self.responding = set()  # a new connection: responds for none yet
         while not self._stop.is_set():
             for t in list(self.sessions.values()):
                 if t.registered and not t.group and t.session_id not in serving:
@@ -560,14 +573,14 @@ class Runtime:
             t.notes[call_id or tool_name] = said.text
 
     def after_tool(self, t: Tracked, tool_name: str, args: Any) -> None:
-        """After a tool succeeded: a write is reported now, a read noted for the board."""
+        """After a tool succeeded: a write or a read noted for the board (a write even
+        while the session is not registered: it is reported once it is)."""
         if tool_name in WRITE_TOOLS:
             self.changed(t, tool_name, args)
-        elif tool_name in READ_TOOLS and not t.group:  # a group chat is told nothing
+        elif tool_name in READ_TOOLS and t.registered and not t.group:  # groups: told nothing
             self.reads.note(t, tool_name, args)
 
     def changed(self, t: Tracked, tool_name: str, args: Any) -> None:
-        """After a file write: report the paths (never contents) to the board."""
-        paths = written_paths(tool_name, args)
-        if paths:
-            self.link.call("board.changed", {"session_id": t.session_id, "paths": paths})
+        """After a file write: note the paths (never contents) for the board; the
+        writes thread reports them, now or once the daemon is back (:mod:`._writes`)."""
+        self.writes.note(t, written_paths(tool_name, args))

@@ -75,6 +75,10 @@ def check(profile: str, reachable: Reachable) -> Result:
         elif r["installed"] and not r["enabled"]:
             problems.append(f"Hermes {r['hermes_profile']} has the meshd plugin, not enabled")
             fixes.append("meshctl hermes install" + _flag(r))
+        elif r["missing_folder"] and not ep:
+            problems.append(f"Hermes {r['hermes_profile']} enables the meshd plugin but has "
+                            "no plugin folder (a cloned profile?)")  # fmt: skip
+            fixes.append("meshctl hermes install" + _flag(r))
     if problems:
         return "warn", "; ".join(problems), "; ".join(dict.fromkeys(fixes))
     joined = [r for r in rows if r["enabled"] and (r["installed"] or ep)]

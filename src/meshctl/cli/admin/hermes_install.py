@@ -440,7 +440,8 @@ def uninstall(name: str, home: Path) -> dict[str, Any]:
 
 
 def status(name: str, home: Path, reachable: Any) -> dict[str, Any]:
-    """What one profile has: installed, enabled, version matches, daemon reachable."""
+    """What one profile has: installed, enabled (``missing_folder``: enabled in its
+    config, no plugin folder), version matches, daemon reachable."""
     dest = home / "plugins" / PLUGIN_KEY
     record = read_record(dest) if dest.exists() else {}
     installed = dest.exists() and managed(dest)
@@ -448,9 +449,13 @@ def status(name: str, home: Path, reachable: Any) -> dict[str, Any]:
     current = _version()
     profile = str(record.get("profile") or (name if name != "custom" else "default"))
     socket = record.get("socket") or None
+    # Enabled with no folder: a profile cloned from one that has the plugin (Hermes
+    # copies config.yaml, not plugins/), or one whose folder was deleted by hand.
+    enabled = is_enabled(home)
     return {
         "hermes_profile": name, "hermes_home": str(home), "installed": installed,
-        "foreign": dest.exists() and not installed, "enabled": is_enabled(home),
+        "foreign": dest.exists() and not installed, "enabled": enabled,
+        "missing_folder": enabled and not dest.exists(),
         "version": version, "current_version": current,
         "outdated": installed and version != current, "profile": profile, "socket": socket,
         "daemon_reachable": bool(reachable(profile, socket)) if installed else None,
