@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meshctl import Mesh
-from meshctl.agent import advice
 from tests.agent.test_tools import Ctx
 from tests.conftest import DaemonHandle
+
+from meshctl import Mesh
+from meshctl.agent import advice
 
 
 @pytest.fixture

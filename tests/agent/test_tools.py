@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meshctl import Mesh, MeshError, MeshUnavailable
-from meshctl.agent import MODES, Refused, cost, run, schema, tools_for
-from meshctl.agent import advice
 from tests.conftest import DaemonHandle
+
+from meshctl import Mesh, MeshError, MeshUnavailable
+from meshctl.agent import MODES, Refused, advice, cost, run, schema, tools_for
 
 
 class Ctx:

@@ -71,7 +71,8 @@ def test_a_day_in_a_shared_project(daemon: DaemonHandle, hermes: Hermes) -> None
     said = [out["first"][0]["context"] if out["first"] else "", *map(str, out["results"])]
     text = "\n".join(said)
     assert text.count("cli:docs (writing the docs)") == 1, said
-    assert "get their approval" not in text and "warning" not in text
+    assert "get their approval" not in text
+    assert "warning" not in text
     assert out["results"][1:] == [[], []], "nothing more this turn"
     assert out["help"].startswith("/mesh — Session Mesh")
     assert "/mesh sync" in out["help"]

@@ -250,9 +250,10 @@ def pre_tool(h: Hook) -> str | None:
     check = _result(replies[1])
     if not check.get("warnings"):
         return None
-    from meshctl.hermes import _text as text
+    from meshctl.agent import advice
 
-    return "\n".join([text.FRAME, text.conflict_note(path, check)])
+    said = advice.advise([path], check)  # approval only for a claim or a change of it
+    return "\n".join([advice.FRAME, said.text]) if said.text else None
 
 
 def post_tool(h: Hook) -> str | None:
