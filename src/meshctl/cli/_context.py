@@ -101,6 +101,13 @@ def complete_paths(ctx: click.Context, param: click.Parameter, incomplete: str) 
     return [CompletionItem(incomplete, type="file")]
 
 
+def _store_colour(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:  # given at this level: it stands (the last one given wins)
+        from meshctl.cli import _terminal
+
+        _terminal.choice = value
+
+
 def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
         state = ctx.ensure_object(State)
@@ -174,6 +181,14 @@ def common_options(func: F) -> F:
             expose_value=False,
             callback=_store("json"),
             help="Print exactly one JSON document on stdout.",
+        ),
+        click.option(
+            "--color",
+            "--colour",
+            type=click.Choice(["auto", "always", "never"]),
+            expose_value=False,
+            callback=_store_colour,
+            help="Colour for people: auto (a terminal, and NO_COLOR unset), always, never.",
         ),
     ]
     for option in reversed(options):

@@ -176,6 +176,8 @@ def _option(argv: list[str], i: int, line: _Line, spec: _Spec | None) -> int | N
         else:
             line.options[flags[name]] = True
         return i + 1
+    if name in ("--color", "--colour"):
+        return _colour(argv, i, given if eq else None)
     if name not in _COMMON and name not in values:
         return None
     if eq:
@@ -189,6 +191,21 @@ def _option(argv: list[str], i: int, line: _Line, spec: _Spec | None) -> int | N
     else:
         line.options[values[name]] = value
     return i
+
+
+def _colour(argv: list[str], i: int, given: str | None) -> int | None:
+    """``--color WHEN``: set the choice (:mod:`meshctl.cli._terminal`); the index after it.
+    None (click's refusal) for a value click would not take."""
+    if given is None:
+        if i + 1 >= len(argv):
+            return None
+        given, i = argv[i + 1], i + 1
+    if given not in ("auto", "always", "never"):
+        return None
+    from meshctl.cli import _terminal
+
+    _terminal.choice = given
+    return i + 1
 
 
 def undecodable(text: str) -> bool:

@@ -43,6 +43,7 @@ import io
 import os
 import sys
 
+from meshctl.cli import _terminal
 from meshd.protocol import contract
 from meshd.protocol import errors as E
 
@@ -308,7 +309,8 @@ def report(failure: Failure, as_json: bool) -> None:
         except BrokenPipeError:
             reader_gone()
     try:
-        echo(failure.human(), err=True)
+        human = failure.human()
+        echo(_terminal.error(human) if _terminal.colour(sys.stderr) else human, err=True)
     except BrokenPipeError:  # not contextlib.suppress: contextlib costs start-up time
         return
 
@@ -326,6 +328,10 @@ def echo(text: str, *, err: bool = False) -> None:
     stream = sys.stderr if err else sys.stdout
     if stream is None:
         return  # as click.echo: no stream attached (pythonw)
+    if _terminal.colour(stream):  # our own escapes only: others' text is escaped already
+        stream.write(_terminal.paint(text) + "\n")
+        stream.flush()
+        return
     if "\x1b" in text or not _plain_text_stream(stream):
         import click
 

@@ -1,4 +1,4 @@
-"""What a terminal does with text: the cells it takes, and the width it has.
+"""What a terminal does with text: the cells it takes, the width it has, its colours.
 
 A line one cell wider than the terminal wraps, and a line redrawn in place with
 ``\r`` then leaves its first rows behind; a view cut by characters instead of
@@ -6,20 +6,74 @@ cells overflows on East Asian text. :func:`width` counts cells, :func:`cut` cuts
 to them, :func:`columns` reads the terminal's width (again at every redraw: a
 window can be resized meanwhile).
 
+**Colour** marks what matters at a glance -- ``held`` and errors red, ``granted`` and
+``free`` green, ``[stale]`` and a steal yellow -- on a terminal only, as git and
+systemctl do: ``--color never`` or a non-empty ``NO_COLOR`` (no-color.org) turns it
+off, ``--color always`` on (also into a pipe), ``TERM=dumb`` and pipes get none.
+:func:`paint` works on whole lines by their first word, so every command's output
+gets it in one place (:func:`meshctl.cli._output.echo`) and the text a test reads
+in a pipe is unchanged. Text from other sessions cannot forge a colour: it is
+escaped before it gets here (``\x1b`` shown, never sent).
+
 Standard library only; ``unicodedata`` is imported only for text that is not ASCII.
 """
 
 from __future__ import annotations
+
+import os
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
     from typing import Any
 
 
+#: ``--color``: "auto", "always" or "never" (set by the option, on either path).
+choice = "auto"
+
+RED, GREEN, YELLOW, RESET = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[0m"
+
+#: A line's first word, and its colour.
+_HEADS = (("held:", RED), ("granted ", GREEN), ("free:", GREEN), ("stole ", YELLOW),
+          ("lost ", RED), ("error:", RED))  # fmt: skip
+
+
+def colour(stream: Any) -> bool:
+    """Whether what is written to ``stream`` gets colour now."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def paint(text: str) -> str:
+    """``text`` with each line's leading word coloured (see :data:`_HEADS`), and a
+    trailing ``[stale]`` yellow."""
+    return "\n".join(_paint_line(line) for line in text.split("\n"))
+
+
+def _paint_line(line: str) -> str:
+    for head, code in _HEADS:
+        if line.startswith(head):
+            word = head.rstrip()
+            line = f"{code}{word}{RESET}{line[len(word) :]}"
+            break
+    if line.endswith("[stale]"):
+        line = f"{line[:-7]}{YELLOW}[stale]{RESET}"
+    return line
+
+
+def error(text: str) -> str:
+    """An error's first line in red (the hint after it stays plain)."""
+    first, sep, rest = text.partition("\n")
+    return f"{RED}{first}{RESET}{sep}{rest}"
+
+
 def columns(stream: Any, default: int = 80) -> int:
     """The width of the terminal ``stream`` writes to now (``default`` when unknown)."""
-    import os
-
     try:
         return os.get_terminal_size(stream.fileno()).columns or default
     except (OSError, ValueError, AttributeError):
