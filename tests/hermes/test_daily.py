@@ -281,3 +281,62 @@ def test_status_and_doctor_name_a_cloned_profile_and_the_fix(
     assert [r["hermes_profile"] for r in listed if r["missing_folder"]] == ["worker"]
     assert "Hermes worker enables the meshd plugin but has no plugin folder" in doctor.stdout
     assert "meshctl hermes install --profile worker" in doctor.stdout
+
+
+def test_an_interactive_cli_is_on_the_mesh_before_its_first_message(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """`hermes chat` under a terminal, no message typed: Hermes fires no hook until the
+    first message, so the session was invisible until then; now it registers as soon
+    as Hermes made the CLI, waiting for its user."""
+    import os
+    import pty
+    import signal
+
+    hermes.install()
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [str(hermes.bin / "hermes"), "chat", "-t", "mesh"], env=hermes.environ(True),
+        stdin=follower, stdout=follower, stderr=follower, cwd=hermes.home.parent,
+        start_new_session=True,
+    )  # fmt: skip
+    os.close(follower)
+    drained: list[bytes] = []
+    reader = threading.Thread(target=lambda: _drain(leader, drained), daemon=True)
+    reader.start()
+    try:
+
+        def cli_sessions() -> list[dict[str, Any]]:
+            listed = daemon.call("session.list")["result"]["sessions"]
+            return [s for s in listed if s["source"] == "cli"]
+
+        [session] = wait_for(
+            cli_sessions, timeout=240,
+            what=lambda: f"the CLI on the mesh; its terminal: {b''.join(drained)[-3000:]!r}",
+        )  # fmt: skip
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(60)
+        os.close(leader)
+        reader.join(10)
+
+    assert session["status"] == "waiting-for-user"
+    assert session["task"] == ""
+
+
+def _drain(fd: int, into: list[bytes]) -> None:
+    """Read the terminal's output so Hermes never blocks writing to it."""
+    import os
+
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        into.append(chunk)

@@ -471,7 +471,7 @@ class Runtime:
 
     # --- delivery ---------------------------------------------------------------------
 
-    def register_cli_at_start(self, wait: float = 30.0) -> None:
+    def register_cli_at_start(self, wait: float = 600.0) -> None:
         """An interactive CLI emits no hook until its first message: register it as soon
         as Hermes made it (``_cli_ref``), waiting for its user; its task comes with that
         message. One short-lived thread, only in a process that may host a CLI."""
@@ -481,12 +481,13 @@ class Runtime:
             while not self._stop.is_set() and time.monotonic() < deadline:
                 sid = _private.cli_session_id()
                 if sid:
-                    if sid not in self.sessions:
-                        t = self.track(sid, "cli")
-                        if t is not None and t.registered and t.status == "idle":
-                            self.report(sid, status="waiting-for-user")
+                    fresh = Tracked(sid, source_of(sid, "cli"), "cli")
+                    fresh.status = "waiting-for-user"  # opened, nothing asked yet
+                    with self._lock:
+                        self.sessions.setdefault(sid, fresh)
+                    self.track(sid, "cli")
                     return
-                self._stop.wait(0.2)
+                self._stop.wait(0.5)
 
         threading.Thread(target=watch, name="meshd-cli-start", daemon=True).start()
 
