@@ -130,6 +130,22 @@ def safe(text: str, *, multiline: bool = False) -> str:
     return pattern.sub(_escape, text) if pattern.search(text) else text
 
 
+def words(text: tuple[str, ...] | list[str]) -> str:
+    """A body given as words (joined with spaces), or as ``-``: read from stdin, one
+    trailing newline dropped (``git log -1 | meshctl send ID -``). An empty stdin is a
+    usage error: nothing is sent."""
+    if list(text) != ["-"]:
+        return " ".join(text)
+    body = sys.stdin.read() if sys.stdin is not None else ""
+    body = body[:-1] if body.endswith("\n") else body
+    if not body:
+        raise Failure(
+            "TEXT: '-' reads the text from stdin, and stdin was empty", "USAGE",
+            code=USAGE_CODE, exit_code=EXIT_USAGE, data={"argument": "TEXT"}, hint="",
+        )  # fmt: skip
+    return body
+
+
 def few(items: Any, shown: int = 3) -> str:
     """``a, b, c and 32 more (--json lists them)``: a list of ids a person can read at a
     glance; the whole list stays in the ``--json`` document."""

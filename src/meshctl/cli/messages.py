@@ -194,15 +194,17 @@ def as_item(event: Item) -> dict[str, Any]:
 def send(to: str, text: tuple[str, ...]) -> None:
     """Send a durable message to session ID; it waits in their inbox.
 
-    The words are joined with spaces. The receiver sees it framed as coming
-    from another session of the same user, not from the user.
+    The words are joined with spaces; `-` alone reads the text from stdin. The
+    receiver sees it framed as coming from another session of the same user, not
+    from the user.
 
     \b
     Examples:
       meshctl send cli:20261129-1f3a9c 'tests on main are red, do not merge'
+      pytest -q 2>&1 | tail -5 | meshctl send cli:20261129-1f3a9c -
     """
     state = get_state()
-    params = {"session_id": state.require_session(), "to": to, "text": " ".join(text)}
+    params = {"session_id": state.require_session(), "to": to, "text": _output.words(text)}
     result = state.call("message.send", params)
     where = f" on host {result['host']}" if result.get("host") else ""
     _output.emit(

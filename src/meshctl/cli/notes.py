@@ -54,9 +54,14 @@ def add(text: tuple[str, ...], private: bool) -> None:
     Examples:
       meshctl notes add 'the staging db is read-only until Monday'
       meshctl notes add --private 'try the cache fix next'
+      git log -1 --format=%B | meshctl notes add -
     """
     state = get_state()
-    params = {"session_id": state.require_session(), "text": " ".join(text), "private": private}
+    params = {
+        "session_id": state.require_session(),
+        "text": _output.words(text),
+        "private": private,
+    }
     result = state.call("notes.add", params)
     kind = "private note" if private else "note"
     off = _claims_body.disabled(result, "nothing was recorded")  # not "Noted (#0, note)."

@@ -49,13 +49,15 @@ HOME = os.path.expanduser("~")
 _HOMES = frozenset({HOME.rstrip("/") or "/", os.path.realpath(HOME)})
 
 
-def project_of(path: str, cache: dict[str, str] | None = None) -> str:
+def project_of(path: str, cache: dict[str, str] | None = None, *, is_dir: bool = False) -> str:
     """The git top level holding ``path``; outside git the folder itself, or the file's folder.
 
     Reads the filesystem (``.git`` entries, is-a-folder). ``cache`` maps folders
-    already walked to their project, for reports of many files.
+    already walked to their project, for reports of many files. ``is_dir``: the path
+    was given ending in ``/``, so it is a folder even before it exists (SPEC §7; the
+    key itself is kept without the slash).
     """
-    start = path if os.path.isdir(path) else (os.path.dirname(path) or "/")
+    start = path if is_dir or os.path.isdir(path) else (os.path.dirname(path) or "/")
     seen: list[str] = []
     folder = start
     found: str | None = None
@@ -91,7 +93,8 @@ def _by_project(paths: list[str]) -> dict[str, dict[str, Key]]:
         except BadKey as exc:
             exc.data["path"] = f"$.paths[{i}]"
             raise
-        by_project.setdefault(project_of(key.value, cache), {})[key.value] = key
+        project = project_of(key.value, cache, is_dir=raw.endswith("/"))
+        by_project.setdefault(project, {})[key.value] = key
     return by_project
 
 
@@ -221,7 +224,9 @@ class BoardHandlers(Domain):
         project = p.project_or_path
         if project is not None and project[:1] in ("/", "~"):
             raw = project
-            project = await self.svc.resolve_paths([raw], lambda: project_of(_path_key(raw).value))
+            project = await self.svc.resolve_paths(
+                [raw], lambda: project_of(_path_key(raw).value, is_dir=raw.endswith("/"))
+            )
         elif project is not None:
             project = project_name(project)
         rows = await self.svc.store.read(

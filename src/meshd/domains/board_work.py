@@ -71,7 +71,9 @@ class BoardWorkHandlers(Domain):
                 )
         if given is None:
             raise InvalidParams("name a project or a path", {"path": "$.project_or_path"})
-        return project_of(_path_key(given).value) if _is_path(given) else project_name(given)
+        if not _is_path(given):
+            return project_name(given)
+        return project_of(_path_key(given).value, is_dir=given.endswith("/"))
 
     # --- methods --------------------------------------------------------------------
 
