@@ -102,6 +102,8 @@ class Service:
         self.mounts = process_table()
         self.reload_config = reload
         self.connections: dict[int, Conn] = {}
+        self.limits: Callable[[], tuple[int, int, int]] | None = None
+        """The server's connection limit, open-file limit and reserve (``mesh.info``)."""
         self._deliveries_due = False
         self.subscribers: dict[str, set[Conn]] = {}
         self.handlers: dict[str, Handler] = {}

@@ -29,6 +29,14 @@ from meshd.protocol.errors import MeshTimeout, MeshUnavailable
 STOP_TIMEOUT = 10.0
 
 
+def connection_limit(limits: dict[str, Any]) -> str:
+    """ "at most 20 connections (open-file limit 64, 44 kept back)"."""
+    return (
+        f"at most {limits.get('connections')} connections (open-file limit "
+        f"{limits.get('open_files')}, {limits.get('reserved_files')} kept back)"
+    )
+
+
 def render_info(info: dict[str, Any]) -> str:
     """``daemon status`` for people: what runs, where, since when, holding what."""
     counts = info.get("counts") or {}
@@ -45,6 +53,9 @@ def render_info(info: dict[str, Any]) -> str:
         f"connections {counts.get('connections', 0)}",
         f"  state     {info.get('state_dir')}",
     ]
+    limits = info.get("limits")
+    if limits:
+        lines.insert(-1, f"  limits    {connection_limit(limits)}")
     if not info.get("enabled", True):
         lines.append("  enabled   no (enabled = false in config: the mesh is switched off)")
     return "\n".join(lines)

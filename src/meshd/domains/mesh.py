@@ -65,6 +65,7 @@ class MeshHandlers(Domain):
                 signal_waits=self._signal_waits(),
             ),
             config=as_dict(st.settings),
+            limits=None if svc.limits is None else m.Limits(*svc.limits()),
         )
 
     def _signal_waits(self) -> int:

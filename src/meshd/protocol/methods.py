@@ -72,6 +72,16 @@ class Counts(Result):
     """``signal.wait`` calls parked until an emit (``waiters`` counts claim waits)."""
 
 
+class Limits(Result):
+    """What bounds this daemon's connections: the most it takes at once (the smaller
+    of ``max_connections`` and what the open-file limit leaves), that limit
+    (RLIMIT_NOFILE) and the descriptors kept back from it."""
+
+    connections: int = 0
+    open_files: int = 0
+    reserved_files: int = 0
+
+
 class InfoResult(Result):
     """What this daemon is and holds. Clients check ``protocol_version`` once per connection."""
 
@@ -87,6 +97,7 @@ class InfoResult(Result):
     enabled: bool
     counts: Counts
     config: dict[str, Any] = {}
+    limits: Limits | None = None
 
 
 class ReloadResult(Result):

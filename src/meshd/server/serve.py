@@ -116,6 +116,7 @@ class Server:
         self.connections: dict[int, Connection] = {}
         self._ids = itertools.count(1)
         self.admission = Admission(service)
+        service.limits = self.admission.limit
         self.partial = PartialBudget()
         self.turns = Turns()
         self._next_idle_check = 0.0
@@ -130,6 +131,7 @@ class Server:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Accept until cancelled or the listener is closed (:func:`accept_loop`)."""
+        self.admission.measure()
         await accept_loop(listener, self._handle, task_status=task_status)
 
     async def _handle(self, stream: ByteStream) -> None:

@@ -426,9 +426,34 @@ def check_hermes(ctx: Context) -> Check:
     return Check("hermes", status, message, fix)
 
 
+def check_connections(ctx: Context) -> Check:
+    """How many connections the daemon takes at once, and what sets it: a daemon
+    started under a low ``ulimit -n`` refuses clients long before ``max_connections``."""
+    limits = (ctx.info or {}).get("limits")
+    if not limits:
+        return Check("connections", "skip", "no daemon (or one too old to say its limits)")
+    allowed, files = int(limits["connections"]), int(limits["open_files"])
+    now = int((ctx.info or {}).get("counts", {}).get("connections", 0))
+    text = (
+        f"{now} open; the daemon takes at most {allowed} at once (open-file limit "
+        f"{files}, {limits['reserved_files']} kept back)"
+    )
+    if allowed < 256 or now >= allowed * 0.8:
+        return Check(
+            "connections",
+            "warn",
+            text,
+            "raise the open-file limit meshd starts with (ulimit -n before "
+            "`meshctl daemon start`, LimitNOFILE= in its systemd unit), then "
+            f"meshctl daemon restart --profile {ctx.profile}",
+        )
+    return Check("connections", "ok", text)
+
+
 CHECKS: list[Callable[[Context], Check]] = [
     check_daemon,
     check_version,
+    check_connections,
     check_socket,
     check_runtime,
     check_config,
