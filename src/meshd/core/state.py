@@ -136,7 +136,11 @@ class MeshState:
         text = loss_text(n)
         m = self.mailbox.notice(n.session_id, text, push=False)
         event = CLAIM_EVENTS[n.kind](
-            **fields, id=m.id, text=m.text, created_at=rfc3339(m.created_at), state=m.state
+            **fields,
+            id=m.id,
+            text=m.text,
+            created_at=rfc3339(m.created_at),
+            state=self.mailbox.items.push_state(m),
         )
         recent = self.losses.setdefault(n.session_id, deque(maxlen=RECENT_LOSSES))
         recent.append(event)  # type: ignore[arg-type]  # every kind but granted is a loss

@@ -102,7 +102,8 @@ class PreemptHandlers(Domain):
             events.append(Event(h.session_id, PreemptEvent(
                 session_id=h.session_id, preemption_id=pre.id, by=p.session_id,
                 resources=h.resources, reason=p.reason, grace_s=grace, deadline=deadline,
-                id=m.id, text=m.text, created_at=rfc3339(m.created_at), state=m.state,
+                id=m.id, text=m.text, created_at=rfc3339(m.created_at),
+                state=st.mailbox.items.push_state(m),
             )))  # fmt: skip
             audit += self.claims.audit_rows(h.session_id, h.resources, "preempt",
                                             by=p.session_id, reason=p.reason,
@@ -147,7 +148,7 @@ class PreemptHandlers(Domain):
             session_id=pre.by, preemption_id=pre.id, by=pre.by, resources=resources,
             reason=pre.reason, grace_s=pre.grace, deadline=rfc3339(pre.at + pre.grace),
             holders=sorted(still), id=m.id, text=m.text, created_at=rfc3339(m.created_at),
-            state=m.state,
+            state=st.mailbox.items.push_state(m),
         )))  # fmt: skip
         st.writes += self.claims.audit_rows(pre.by, resources, "preempt", how="grace ran out",
                                             reason=pre.reason)  # fmt: skip

@@ -38,7 +38,7 @@ from meshd.core.mail.records import (
 from meshd.protocol.contract import DAEMON_SENDER, rfc3339
 from meshd.protocol.errors import BudgetExceeded, MessageRefused, TooLarge
 from meshd.protocol.events import BroadcastEvent
-from meshd.protocol.messages import ItemKind, framing
+from meshd.protocol.messages import ItemKind, ItemState, framing
 
 if TYPE_CHECKING:
     from meshd.core.mail.mailbox import Mailbox
@@ -208,6 +208,13 @@ class ItemStore:
                 ev = replace(ev, state="delivered")  # once its frame is out (pushed())
             self.mb.events.append(Push(to, ev))
         return m
+
+    def push_state(self, m: Message) -> ItemState:
+        """The state an event that pushes ``m`` says: ``delivered`` when its addressee
+        is subscribed (what it is once the frame is out, :meth:`pushed`)."""
+        if m.state == "queued" and self.channels.subscribers.get(m.to):
+            return "delivered"
+        return m.state
 
     def pushed(self, sid: str, msg_id: int, now: float) -> bool:
         """A subscriber's connection took the whole frame of item ``msg_id``'s push:
