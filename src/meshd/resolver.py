@@ -35,6 +35,8 @@ T = TypeVar("T")
 
 RESOLVE_TIMEOUT = 5.0
 """Seconds a request may wait for its paths to resolve before it is refused."""
+PER_PATH = 0.02
+"""More seconds a batch may take for each path past its first."""
 MAX_STUCK = 8
 """Abandoned (stuck) workers allowed at once; beyond that path work is refused."""
 
@@ -66,8 +68,11 @@ class Resolver:
         self._stuck: set[threading.Thread] = set()
         self._worker: threading.Thread | None = None
 
-    async def run(self, fn: Callable[[], T], what: str = "a path") -> T:
-        """``fn()`` in the worker; UNAVAILABLE if it takes over :attr:`timeout`."""
+    async def run(self, fn: Callable[[], T], what: str = "a path", paths: int = 1) -> T:
+        """``fn()`` in the worker; UNAVAILABLE if it takes over :attr:`timeout` (and
+        :data:`PER_PATH` more for each of ``paths`` past the first: a batch of 1,000
+        deep paths is slow, not hung)."""
+        timeout = self.timeout + PER_PATH * max(paths - 1, 0)
         self._stuck = {t for t in self._stuck if t.is_alive()}
         if len(self._stuck) >= MAX_STUCK:
             raise MeshUnavailable(
@@ -77,13 +82,13 @@ class Resolver:
             )
         job = _Job(fn, asyncio.get_running_loop())
         self._submit(job)
-        with anyio.move_on_after(self.timeout):
+        with anyio.move_on_after(timeout):
             return await job.future  # type: ignore[no-any-return]
         job.future.cancel()
         self._abandon()
         raise MeshUnavailable(
-            f"resolving {what} took over {self.timeout:g} s (a hung mount?); nothing was done",
-            {"what": what, "timeout_s": self.timeout},
+            f"resolving {what} took over {timeout:g} s (a hung mount?); nothing was done",
+            {"what": what, "timeout_s": timeout},
         )
 
     def _submit(self, job: _Job) -> None:

@@ -39,6 +39,7 @@ from meshd.protocol import board as pb
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import BadKey, InvalidParams
 from meshd.service import Conn, Service
+from meshd.slices import Slices
 from meshd.store.board import changes_page
 
 HOME = os.path.expanduser("~")
@@ -164,12 +165,13 @@ class BoardHandlers(Domain):
                 elif r in st.registry.sessions:
                     st.mailbox.notice(r, n.text)
 
-    def _recipients(self, writer: str, keys: list[Key]) -> list[str]:
+    async def _recipients(self, writer: str, keys: list[Key], slices: Slices) -> list[str]:
         st = self.svc.state
         out: dict[str, None] = {}
         for c in st.claims.check(keys, writer):  # unrelated holders only
             out[c.session_id] = None
         for key in keys:
+            await slices.tick()
             for s, how, where in st.registry.present_at(key.value):
                 if how != "changed" and broad_place(where, _HOMES):
                     continue
@@ -194,8 +196,14 @@ class BoardHandlers(Domain):
         notified: dict[str, None] = {}
         held: dict[str, None] = {}
         recorded = 0
+        slices = Slices()  # 1,000 paths in as many projects: not in one turn of the loop
+        projects: list[str] = []
         for project, keys in by_project.items():
-            whom = self._recipients(p.session_id, list(keys.values()))
+            await slices.tick()
+            whom = await self._recipients(p.session_id, list(keys.values()), slices)
+            if p.session_id not in st.registry.sessions:
+                break  # it ended meanwhile: what it reported before stands, nothing after
+            projects.append(project)
             out = self.board.report(p.session_id, project, list(keys), p.summary, whom)
             st.registry.changed(p.session_id, keys)
             recorded += len(out.changes)
@@ -206,7 +214,8 @@ class BoardHandlers(Domain):
         # If this cannot be stored, nothing is acknowledged and nothing published; the
         # quiet periods it opened stay, so a later notice is only late, never doubled.
         await svc.commit()
-        projects = list(by_project)
+        if not projects:
+            st.registry.get(p.session_id)  # says why: it ended before anything was recorded
         return pb.BoardChangedResult(
             recorded=recorded, project=projects[0], notified=list(notified),
             held=[h for h in held if h not in notified], projects=projects,

@@ -60,7 +60,7 @@ class BoardWorkHandlers(Domain):
         self.svc.add(pb.BOARD_WATCH, self.watch, is_async=True)
         self.svc.add(pb.BOARD_SHOW, self.show, is_async=True)
 
-    def _project(self, given: str | None, sid: str | None = None) -> str:
+    async def _project(self, given: str | None, sid: str | None = None) -> str:
         if given is None and sid is not None:
             s = self.svc.state.registry.get(sid)
             given = s.repo or s.cwd
@@ -73,7 +73,10 @@ class BoardWorkHandlers(Domain):
             raise InvalidParams("name a project or a path", {"path": "$.project_or_path"})
         if not _is_path(given):
             return project_name(given)
-        return project_of(_path_key(given).value, is_dir=given.endswith("/"))
+        raw = given
+        return await self.svc.resolve_paths(
+            [raw], lambda: project_of(_path_key(raw).value, is_dir=raw.endswith("/"))
+        )
 
     # --- methods --------------------------------------------------------------------
 
@@ -88,7 +91,7 @@ class BoardWorkHandlers(Domain):
                 f"the post is {size} bytes; the limit is {limit} (max_body_bytes)",
                 {"path": "$.text", "limit": limit},
             )
-        project = self._project(p.project_or_path, p.session_id)
+        project = await self._project(p.project_or_path, p.session_id)
         now = self.svc.clock.now()
         st.writes.append(("board.post", Post(project, p.kind, p.session_id, p.text, now)))
         await self.svc.commit()
@@ -110,7 +113,8 @@ class BoardWorkHandlers(Domain):
         if not st.settings.enabled:
             return pb.BoardMarkResult(disabled=True)
         st.registry.get(p.session_id)
-        paths = list(dict.fromkeys(k.value for k in _keys(p.paths)))
+        keys = await self.svc.resolve_paths(p.paths, lambda: _keys(p.paths))
+        paths = list(dict.fromkeys(k.value for k in keys))
         marks = shared_of(self.svc).marks
         before = dict(marks.by_session.get(p.session_id, {}))
         if p.stop:
@@ -125,7 +129,7 @@ class BoardWorkHandlers(Domain):
         return pb.BoardMarkResult(recorded=n, paths=paths)
 
     async def show(self, p: pb.BoardShowParams, conn: Conn) -> pb.BoardShowResult:
-        project = None if p.project_or_path is None else self._project(p.project_or_path)
+        project = None if p.project_or_path is None else await self._project(p.project_or_path)
         rows = await self.svc.store.read(lambda db: self._rows(db, project, p.limit))
         out = pb.BoardShowResult(
             project=project,

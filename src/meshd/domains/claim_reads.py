@@ -17,6 +17,7 @@ from meshd.keys import Key
 from meshd.protocol import claims as pc
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import InvalidParams, MeshUnavailable
+from meshd.slices import Slices
 from meshd.store.claims import audit_page
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class ClaimReads:
         keys = await self.claims.keys_for(p.resources, p.broad)
         self.claims.expire()
         found = st.claims.check(keys, p.session_id)
-        present = self._present(keys, p.session_id)
+        present = await self._present(keys, p.session_id)
         warnings = [warning(st, c) for c in found]
         warnings += [
             f"{x.session_id} "
@@ -56,16 +57,19 @@ class ClaimReads:
             present=present, warnings=warnings, profile=st.profile,
         )  # fmt: skip
 
-    def _present(self, keys: list[Key], caller: str | None) -> list[pc.ClaimPresent]:
+    async def _present(self, keys: list[Key], caller: str | None) -> list[pc.ClaimPresent]:
         """Other live sessions whose cwd or repo contains one of the paths, or that
         recently changed one: one entry per session, a change before a place (a
         session working in the repo that also changed this very file is named for
-        the change, which is what a writer must know)."""
+        the change, which is what a writer must know). In slices: 256 deep keys are
+        a lot of work for one turn of the loop."""
         st = self.svc.state
         found: dict[str, pc.ClaimPresent] = {}
+        slices = Slices()
         for key in keys:
             if not key.is_path:
                 continue
+            await slices.tick()
             for s, why, where in st.registry.present_at(key.value):
                 had = found.get(s.session_id)
                 if had is not None and (had.why == "changed" or why != "changed"):

@@ -38,7 +38,7 @@ from meshd.domains.fleet import FleetDomain
 from meshd.keys import Key, canonical_key, from_canonical
 from meshd.protocol import claims as pc
 from meshd.protocol.claims import AuditAction, Mode
-from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable
+from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable, TooLarge
 from meshd.protocol.jsonrpc import Later
 from meshd.service import Conn, Service
 from meshd.store.claims import load_claims, load_fencing
@@ -46,6 +46,10 @@ from meshd.store.claims import load_claims, load_fencing
 if TYPE_CHECKING:
     from meshd.core.state import Event
     from meshd.fleet.claims import FleetClaims
+
+MAX_FOLDERS = 2048
+"""Folders (path components of ``file:``/``repo:`` keys, summed) one claim call may name:
+256 keys 8 deep. The table's work on the loop for a set is about one node per folder."""
 
 
 def _release_record(c: Claim, now_wall: float) -> AuditRecord:
@@ -191,10 +195,23 @@ class ClaimHandlers(Domain):
             self.svc.flush_background()
 
     async def keys_for(self, resources: list[str], broad: bool) -> list[Key]:
-        """The canonical keys; paths are resolved off the event loop (see resolver)."""
-        return await self.svc.resolve_paths(
+        """The canonical keys; paths are resolved off the event loop (see resolver).
+
+        The claim table's work for a set grows with its keys' depth (a node per folder,
+        on the loop, in one step: a set is granted whole or not at all), so a set of
+        more than :data:`MAX_FOLDERS` folders in all is refused with ``TOO_LARGE``:
+        256 keys 40 folders deep held every other client for a third of a second."""
+        keys = await self.svc.resolve_paths(
             resources, lambda: [canonical_key(r, home=HOME, broad=broad) for r in resources]
         )
+        folders = sum(k.value.count("/") for k in keys if k.is_path)
+        if folders > MAX_FOLDERS:
+            raise TooLarge(
+                f"these {len(keys)} keys name {folders:,} folders in all; one call takes "
+                f"at most {MAX_FOLDERS:,} (claim fewer or shallower paths per call)",
+                {"path": "$.resources", "limit": MAX_FOLDERS, "folders": folders},
+            )
+        return keys
 
     async def key_for(self, resource: str) -> Key:
         return (await self.keys_for([resource], True))[0]
