@@ -85,3 +85,21 @@ def test_nothing_to_say_alone_or_with_the_daemon_down(mesh: Mesh, proj: Path) ->
 
     assert advice.before_write(Ctx(mesh, "cli:me"), [str(proj / "a.py")]) == advice.NOTHING
     assert advice.before_write(Ctx(None, "cli:me"), [str(proj / "a.py")]) == advice.NOTHING
+
+
+def test_start_note_names_holders_and_who_works_there() -> None:
+    """What a session is told at its start about its folder (Hermes's first turn, Claude
+    Code's SessionStart): the claims in it with their reasons, then who works there."""
+    check = {
+        "claims": [{"session_id": "cli:a", "resource": "file:/p/x.py", "reason": "split x",
+                    "task": "refactor", "branch": "feat"}],
+        "present": [{"session_id": "tui:b", "task": "docs", "why": "cwd"}],
+    }  # fmt: skip
+    note = advice.start_note("/p", check)
+
+    assert note.splitlines()[0] == "- [Session Mesh] Claimed by other sessions of your user in /p:"
+    assert "cli:a" in note
+    assert "split x" in note
+    assert "tui:b (docs)" in note.splitlines()[-1]
+    assert advice.start_note("/p", {"claims": [], "present": []}) == ""
+    assert advice.start_note("/p", None) == ""

@@ -37,7 +37,24 @@ names documented here are stable.
 
 from __future__ import annotations
 
-from .context import Context, Refused
-from .tools import MODES, Tool, cost, run, schema, tools_for
+TYPE_CHECKING = False  # not typing's: a Claude Code hook imports .advice per event
+if TYPE_CHECKING:
+    from .context import Context, Refused
+    from .tools import MODES, Tool, cost, run, schema, tools_for
+
+#: Where each public name lives; loaded on first use, so ``import meshctl.agent.advice``
+#: (a hook's warning) loads neither the tool table nor ``typing``.
+_NAMES = {"Context": "context", "Refused": "context", "MODES": "tools", "Tool": "tools",
+          "cost": "tools", "run": "tools", "schema": "tools", "tools_for": "tools"}  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
 
 __all__ = ["MODES", "Context", "Refused", "Tool", "cost", "run", "schema", "tools_for"]

@@ -22,12 +22,14 @@ files about to be written and gets an :class:`Advice`:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
 
-from .context import Context, Refused
+TYPE_CHECKING = False  # not typing's: a Claude Code hook imports this module per event
+if TYPE_CHECKING:
+    from typing import Any, Literal
 
-Doc = Mapping[str, Any]
+    from .context import Context
+
+    Doc = Mapping[str, Any]
 
 #: The sentence every tool result carrying another session's words includes.
 FRAMING = (
@@ -90,12 +92,27 @@ def delivery(items: Iterable[Doc], notes: Iterable[str] = (), mode: str = "compa
     return "\n".join([FRAME, *lines]) if lines else ""
 
 
-@dataclass(frozen=True)
 class Advice:
-    """The pre-write check's answer: ``level`` and the text for the model."""
+    """The pre-write check's answer: ``level`` and the text for the model.
 
-    level: Literal["none", "info", "approve"]
-    text: str = ""
+    A plain class, not a dataclass: ``dataclasses`` (and the ``inspect`` and ``re`` it
+    loads) would cost a hook process more than the rest of its start-up.
+    """
+
+    __slots__ = ("level", "text")
+
+    def __init__(self, level: Literal["none", "info", "approve"], text: str = "") -> None:
+        self.level = level
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Advice) and (self.level, self.text) == (other.level, other.text)
+
+    def __hash__(self) -> int:
+        return hash((self.level, self.text))
+
+    def __repr__(self) -> str:
+        return f"Advice(level={self.level!r}, text={self.text!r})"
 
 
 NOTHING = Advice("none")
@@ -109,6 +126,8 @@ def before_write(ctx: Context, paths: Sequence[str], *, told: bool = False) -> A
     """
     if not paths:
         return NOTHING
+    from .context import Refused
+
     try:
         check = ctx.call("claim.check", {"resources": list(paths), "session_id": ctx.session_id})
     except Refused:
@@ -129,6 +148,22 @@ def advise(paths: Sequence[str], check: Any, *, told: bool = False) -> Advice:
     if present and not told:
         return Advice("info", presence_line(present))
     return NOTHING
+
+
+def start_note(cwd: str, check: Any) -> str:
+    """At a session's start (its first turn): who else claims or works in its folder,
+    from a ``claim.check`` of the folder (empty when nobody does)."""
+    if not isinstance(check, Mapping):
+        return ""
+    holders = _docs(check.get("claims"))
+    present = _docs(check.get("present"))
+    lines = []
+    if holders:
+        lines = [f"- [Session Mesh] Claimed by other sessions of your user in {cwd}:"]
+        lines += [holder_line(c) for c in holders]
+    if present:
+        lines.append(presence_line(present))
+    return "\n".join(lines)
 
 
 def presence_line(present: Sequence[Doc]) -> str:

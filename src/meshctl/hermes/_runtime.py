@@ -525,16 +525,9 @@ class Runtime:
         check = self.link.call("claim.check", {"resources": [cwd], "session_id": t.session_id})
         if not isinstance(check, dict):
             return ""
-        holders = [c for c in check.get("claims") or [] if isinstance(c, Mapping)]
-        present = [p for p in check.get("present") or [] if isinstance(p, Mapping)]
-        lines = []
-        if holders:
-            lines = [f"- [Session Mesh] Claimed by other sessions of your user in {cwd}:"]
-            lines += [advice.holder_line(c) for c in holders]
-        if present:
-            lines.append(advice.presence_line(present))
-            t.told = True
-        return "\n".join(lines)
+        if check.get("present"):
+            t.told = True  # the presence line is said once a turn
+        return advice.start_note(cwd, check)
 
     def gateway_message(self, event: Any, gateway: Any, store: Any) -> None:
         """``pre_gateway_dispatch``: remember multi-party chats (no mesh context for them).
