@@ -218,3 +218,25 @@ class TestQuiet:
         assert mine(daemon) is not None
         assert not top & {"anyio", "msgspec", "click", "platformdirs", "mcp", "pydantic", "site"}
         assert not top & {"json", "socket", "re", "enum", "typing"}
+
+    def test_a_warning_loads_the_advice_alone(
+        self, daemon: DaemonHandle, mesh_env: MeshEnv, tmp_path: Path
+    ) -> None:
+        """The warning's text comes from meshctl.agent.advice, without the tool table,
+        typing or dataclasses (together more than the rest of the hook's start-up)."""
+        started(mesh_env, tmp_path)
+        other(daemon)
+        daemon.call(
+            "claim.acquire", {"session_id": "cli:other", "resources": [str(tmp_path / "a")]}
+        )
+        write = event("PreToolUse", tmp_path, tool_name="Write", tool_input={"file_path": "a"})
+        r = subprocess.run(
+            [sys.executable, "-S", "-X", "importtime", str(HOOK)], input=json.dumps(write),
+            env=mesh_env.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        loaded = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
+
+        assert "[Session Mesh warning]" in r.stdout
+        assert "meshctl.agent.advice" in loaded
+        assert not loaded & {"meshctl.agent.tools", "meshctl.agent.context", "typing",
+                             "dataclasses", "json", "re"}  # fmt: skip

@@ -49,6 +49,8 @@ TIMEOUT = 1.0
 WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path",
                "NotebookEdit": "notebook_path"}  # fmt: skip
 READ_TOOLS = {"Read": "file_path"}
+#: The tool set the model has (``meshctl mcp``'s default): how inbox lines say to answer.
+MODE = "compact"
 #: Processes between Claude Code and a hook (it runs hooks through a shell).
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "env", "timeout"})
 #: Errors that mean the daemon does not know the session (it restarted, or it expired).
@@ -203,22 +205,19 @@ def session_start(h: Hook) -> str | None:
     if not _registered(replies[0]):
         return None
     check = _result(replies[1])
-    warnings = check.get("warnings")
-    if not warnings or not isinstance(warnings, list):
+    if not check.get("claims") and not check.get("present"):
         return None
-    from meshctl.hermes import _text as text
+    from meshctl.agent import advice
 
-    lines = [f"- [Session Mesh] Other live sessions of your user work in {h.cwd}:"]
-    lines += [f"    {w}" for w in warnings]
-    lines.append("  Check with them (mesh_sessions, mesh_ask) before changing files they work on.")
-    return "\n".join([text.FRAME, *lines])
+    note = advice.start_note(h.cwd, check)
+    return "\n".join([advice.FRAME, note]) if note else None
 
 
 def user_prompt(h: Hook) -> str | None:
-    from meshctl.hermes import _text as text
+    from meshctl.agent import advice
 
     prompt = h.event.get("prompt")
-    task = text.one_line(prompt) if isinstance(prompt, str) else ""
+    task = advice.one_line(prompt) if isinstance(prompt, str) else ""
     beat: dict[str, object] = {"session_id": h.sid, "status": "thinking"}
     if task:
         beat["task"] = task
@@ -228,7 +227,7 @@ def user_prompt(h: Hook) -> str | None:
     items = [i for i in listed if isinstance(i, dict)] if isinstance(listed, list) else []
     if not items:
         return None
-    delivered = text.delivery(items)
+    delivered = advice.delivery(items, mode=MODE)
     ids = [i["id"] for i in items if isinstance(i.get("id"), int)]
     if ids:
         h.link.batch([("message.ack", {"session_id": h.sid, "ids": ids})])
@@ -248,12 +247,12 @@ def pre_tool(h: Hook) -> str | None:
         ("claim.check", {"resources": [path], "session_id": h.sid}),
     ])  # fmt: skip
     check = _result(replies[1])
-    if not check.get("warnings"):
+    if not check.get("claims") and not check.get("elsewhere") and not check.get("present"):
         return None
     from meshctl.agent import advice
 
-    said = advice.advise([path], check)  # approval only for a claim or a change of it
-    return "\n".join([advice.FRAME, said.text]) if said.text else None
+    said = advice.advise([path], check, told=True)  # presence was said at the start
+    return "\n".join([advice.FRAME, said.text]) if said.level == "approve" else None
 
 
 def post_tool(h: Hook) -> str | None:
@@ -306,8 +305,8 @@ def main() -> int:
         return 0
     try:
         context = handler(Hook(link, event))
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0  # the daemon went away or answered oddly: the agent goes on
+    except Exception:  # the daemon went away or answered oddly: the agent goes on
+        return 0
     finally:
         link.sock.close()
     if context:
