@@ -51,6 +51,7 @@ COMMANDS: dict[str, str] = {
     "job": "meshctl.cli.jobs:job",
     "jobs": "meshctl.cli.jobs:jobs",
     "log": "meshctl.cli.claims:log_",
+    "mcp": "meshctl.cli.mcp:mcp",
     "notes": "meshctl.cli.notes:notes",
     "once": "meshctl.cli.once:once",
     "pause": "meshctl.cli.preempt:pause",
