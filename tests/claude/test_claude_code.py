@@ -17,6 +17,8 @@ from tests.conftest import DaemonHandle
 
 pytestmark = pytest.mark.slow
 
+MESH = "mcp__session-mesh__"
+
 
 def sessions(daemon: DaemonHandle, source: str | None = None) -> list[dict[str, Any]]:
     listed = daemon.call("session.list", {})["result"]["sessions"]
@@ -68,6 +70,26 @@ class TestClaudeCode:
         assert "splitting the parser" in warning
         assert "advisory" in warning
         assert "not from the user" in told[: told.index("[Session Mesh warning]")]
+
+    def test_the_models_mesh_tool_lists_another_sessions_task_as_the_same_session(
+        self, daemon: DaemonHandle, project: ClaudeProject
+    ) -> None:
+        other(daemon, task="write the release notes")
+        seen: list[list[dict[str, Any]]] = []
+        script = tools_then_done([Tool(MESH + "mesh_sessions", {})])
+
+        def watching(messages: list[dict[str, Any]]) -> Any:
+            seen.append(sessions(daemon, "claude-code"))
+            return script(messages)
+
+        with FakeAnthropic(watching) as fake:
+            project.run("who else is here?", fake)
+
+        result = fake.tool_results()[0]
+        assert '"task": "write the release notes"' in result
+        assert f'"you": "{seen[0][0]["session_id"]}"' in result  # the hooks' session, not a 2nd
+        assert all(len(s) == 1 for s in seen)
+        assert sessions(daemon, "mcp") == []
 
     def test_a_message_reaches_the_model_at_its_next_prompt(
         self, daemon: DaemonHandle, project: ClaudeProject
