@@ -7,6 +7,7 @@ which here is the shell the subshell was forked from."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -38,3 +39,30 @@ def test_a_session_registered_in_a_command_substitution_lives_with_its_shell(
     assert "granted res:subshell" in run.stdout, run.stdout
     shell_pid = int(run.stdout.rsplit("shell ", 1)[1])
     assert f'"pid": {shell_pid}' in run.stdout, run.stdout
+
+
+TWICE = r"""
+set -e
+export MESH_SESSION=$("$PY" -m meshctl.cli register --task "first")
+echo "first $MESH_SESSION"
+export MESH_SESSION=$("$PY" -m meshctl.cli register --task "second" 2>/dev/null)
+echo "second $MESH_SESSION"
+bash -c 'echo "child $("$PY" -m meshctl.cli register --task child)"'
+"$PY" -m meshctl.cli sessions active --json
+"""
+
+
+def test_register_again_in_the_same_shell_reuses_its_live_session(daemon: Daemon) -> None:
+    """The idiom run twice in one shell keeps one session (task updated), where it left
+    the first one live beside a second; a child process still gets its own."""
+    env = {**as_(daemon), "PY": sys.executable}
+    env.pop("MESH_SESSION", None)
+    run = subprocess.run(["bash", "-c", TWICE], env=env, capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    said = dict(line.split(" ", 1) for line in run.stdout.splitlines()[:3])
+    assert said["second"] == said["first"], run.stdout
+    assert said["child"] != said["first"], run.stdout
+    listed = json.loads(run.stdout.split("\n", 3)[3])
+    tasks = {s["session_id"]: s["task"] for s in listed}  # the child's ended with it
+    assert tasks == {said["first"]: "second"}

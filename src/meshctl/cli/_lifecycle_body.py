@@ -56,6 +56,11 @@ def register(
         from meshctl.cli._ids import check_live
 
         parent = check_live(state, parent)
+    if state.session and session_id is None and pid is None and liveness == "process":
+        reused = _reuse(state, task, status)
+        if reused is not None:
+            _output.emit(state.json, reused, str(reused.get("session_id", "")))
+            return
     params = register_params(
         task=task,
         source=source,
@@ -77,6 +82,31 @@ def register(
     result = state.call("session.register", params)
     disabled_note(result)
     _output.emit(state.json, result, str(result.get("session_id", "")))
+
+
+def _reuse(state: State, task: str, status: str | None) -> dict[str, Any] | None:
+    """This shell's session, when ``MESH_SESSION`` names a live one registered for the
+    very process this register is for (its caller): ``export MESH_SESSION=$(meshctl
+    register --task …)`` run again in the same shell then keeps the one session (its
+    task and status updated) instead of leaving the first to hold claims beside a
+    second. A session of another process (a script that inherited the variable and
+    registers for itself) is never reused; nor one given with --id, --pid or as a
+    heartbeat session. None: register as usual."""
+    from meshd.protocol.errors import SessionExpired, UnknownSession
+
+    sid = state.session
+    try:
+        info = state.call("session.get", {"session_id": sid})
+    except (UnknownSession, SessionExpired):
+        return None
+    if info.get("liveness") != "process" or info.get("pid") != caller_pid():
+        return None
+    params: dict[str, Any] = {"session_id": info.get("session_id"), "task": task}
+    if status is not None:
+        params["status"] = status
+    state.call("session.heartbeat", params)
+    _output.note(f"this shell's session {info.get('session_id')} is live: reused, task updated")
+    return {**info, "task": task, "reused": True}
 
 
 def register_params(
