@@ -73,6 +73,30 @@ def token(name: str) -> str:
 StateListener = Callable[[bool], None]
 
 
+class TlsOnlyClient(Client):
+    """A NATS client that never logs in over a connection that is not TLS.
+
+    nats-py upgrades to TLS only when the server's INFO says ``tls_required``, even
+    for a ``tls://`` URL: a server (or a man in the middle) that does not ask for TLS
+    would get the login -- the creds JWT, the nkey's signature -- in clear. Used
+    whenever ``[fleet]`` names a ``tls://`` URL or a ``tls_ca``: the CONNECT is
+    refused before a byte of it is written (tests/fleet/test_tls_auth.py)."""
+
+    def _connect_command(self) -> bytes:
+        if not self._server_info.get("tls_required"):
+            where = self._current_server.uri.netloc if self._current_server else "the server"
+            raise ConnectionError(
+                f"{where} does not speak TLS, and tls:// (or tls_ca) is configured: "
+                "not logging in (nothing was sent in clear)"
+            )
+        return super()._connect_command()
+
+
+def wants_tls(cfg: FleetSettings) -> bool:
+    """Whether the link must be TLS: a ``tls://`` URL or a CA to check the server with."""
+    return cfg.tls_ca is not None or any(u.startswith("tls://") for u in cfg.urls)
+
+
 class FleetLink:
     """The NATS connection of one profile's daemon, and the names of what it keeps there.
 
@@ -187,7 +211,7 @@ class FleetLink:
             opts["user_credentials"] = cfg.creds
         if cfg.nkey is not None:
             opts["nkeys_seed"] = cfg.nkey
-        if cfg.tls_ca is not None or any(u.startswith("tls://") for u in cfg.urls):
+        if wants_tls(cfg):
             opts["tls"] = ssl.create_default_context(cafile=cfg.tls_ca)
         return opts
 
@@ -222,7 +246,7 @@ class FleetLink:
         withdrawing its sessions) still go out.
         """
         while True:
-            nc = Client()
+            nc = TlsOnlyClient() if wants_tls(self.cfg) else Client()
             self.nc = nc
             try:
                 await nc.connect(**self._options())
