@@ -1,4 +1,4 @@
-"""``meshctl daemon start|stop|status|restart|reload``.
+"""``meshctl daemon start|stop|status|restart|reload|logs``.
 
 ``status`` and ``stop`` never start a daemon (SPEC §9): status exits 0 when one
 answers and 69 when none does; stop asks the running daemon its pid
@@ -321,3 +321,8 @@ def reload() -> None:
             "`meshctl daemon reload` again",
         )
     _output.emit(state.json, result, f"Config reloaded (profile {state.profile}).")
+
+
+from meshctl.cli.daemon_logs import logs  # noqa: E402  (a command of its own module)
+
+daemon.add_command(logs)
