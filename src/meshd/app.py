@@ -44,7 +44,6 @@ from meshd.domains.messages import MessageHandlers
 from meshd.domains.notes import NoteHandlers
 from meshd.domains.preempt import PreemptHandlers
 from meshd.domains.sessions import SessionHandlers
-from meshd.domains.shared import SharedWork
 from meshd.domains.signals import SignalHandlers
 from meshd.domains.watch import WatchHandlers
 from meshd.paths import PathError, ProfilePaths, ensure_socket_dir
@@ -68,8 +67,7 @@ DOMAINS: tuple[type[Domain], ...] = (
     FleetMail,  # the fleet's outbox and seen keys, before the messages and signals it routes
     MessageHandlers,
     BoardHandlers,
-    SharedWork,  # the notebook's, signals' and ledger's state, before their handlers
-    NoteHandlers,
+    NoteHandlers,  # restores shared work (notes, signals, ledger, marks) for the rest
     JobHandlers,  # after sessions: a restored run whose session is gone ends as died
     WatchHandlers,  # the mesh.watch feed (meshctl top)
     PreemptHandlers,  # after claims and the notebook: it queues and notes through them

@@ -1,4 +1,9 @@
-"""The aggregate the service drives: the registry and the claim table (mailboxes next).
+"""The aggregate the service drives: every domain's core state, in one place.
+
+The registry, the claim table, the mailbox, and the cores of shared work (notebook,
+signals, ledger, board marks, the board's changed files, jobs, preemptions): the
+domains (:mod:`meshd.domains`) act on these and keep no state of their own beyond
+the requests they hold open.
 
 Each command mutates memory at once and leaves what must be stored in
 :attr:`MeshState.writes`, what must be pushed in :attr:`MeshState.events`, and
@@ -10,7 +15,7 @@ writes before it replies, and hands the rest on: the core itself does no I/O.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -20,7 +25,15 @@ from meshd.core.clock import Clock
 from meshd.core.mail.mailbox import Mailbox
 from meshd.core.sessions.registry import EndReason, Registration, Registry, Report, Session
 from meshd.core.settings import Settings
+from meshd.core.work.board import BoardState
+from meshd.core.work.jobs import JobBook
+from meshd.core.work.ledger import Ledger
+from meshd.core.work.marks import Marks
+from meshd.core.work.notes import Notebook
+from meshd.core.work.preempt import Preemptions
+from meshd.core.work.signals import SignalBoard
 from meshd.protocol.contract import rfc3339
+from meshd.protocol.errors import MeshDisabled
 from meshd.protocol.events import CLAIM_EVENTS, ClaimEvent, ClaimLoss, EventBody, kind_of
 
 Write = tuple[Any, ...]
@@ -65,6 +78,12 @@ class Event(msgspec.Struct, gc=False):
         return kind_of(self.body)
 
 
+class _Outbox(Protocol):
+    """A core of shared work: it leaves what must be stored in ``writes``."""
+
+    writes: list[Write]
+
+
 class Drained(msgspec.Struct):
     writes: list[Write]
     events: list[Event]
@@ -93,13 +112,41 @@ class MeshState:
             fencing=Fencing(),
             rank_of=self.registry.rank,
         )
+        # shared work (SPEC §5b, §7)
+        self.notes = Notebook(self.clock)
+        self.signals = SignalBoard(self.clock)
+        self.ledger = Ledger(self.clock)
+        self.marks = Marks(self.clock)
+        self.board = BoardState(self.clock)
+        self.jobs = JobBook(self.clock)
+        self.preemptions = Preemptions(self.clock)
+        self._work: tuple[_Outbox, ...] = (
+            self.board, self.notes, self.signals, self.ledger, self.marks, self.jobs,
+        )  # fmt: skip
+
+    def check_enabled(self) -> None:
+        """Refuse with ``MESH_DISABLED`` when the mesh is switched off in config."""
+        if not self.settings.enabled:
+            raise MeshDisabled("the mesh is disabled in config (enabled = false)")
+
+    def live(self, sid: str) -> bool:
+        """Whether session ``sid`` is registered here now."""
+        return sid in self.registry.sessions
 
     def drain(self) -> Drained:
         """Take the writes, events and waiter outcomes the last commands produced.
 
         Every durable request drains once or twice, and most leave the claim table
-        and the mailbox untouched: then only the two lists change hands.
+        and the mailbox untouched: then only the lists change hands.
         """
+        d = self._drain_claims_and_mail()
+        for core in self._work:
+            if core.writes:
+                d.writes.extend(core.writes)
+                core.writes = []
+        return d
+
+    def _drain_claims_and_mail(self) -> Drained:
         writes, events = self.writes, self.events
         self.writes, self.events = [], []
         mb = self.mailbox
@@ -148,8 +195,12 @@ class MeshState:
 
     def forget(self, refused: list[Write]) -> None:
         """Writes the disk refused in a foreground commit: forget the items they
-        created (a steal that is given back must not leave its loss notice behind)."""
+        created (a steal that is given back must not leave its loss notice behind; a
+        refused pause's checkpoint note, a refused ``notes.add``)."""
         self.mailbox.forget(refused)
+        for w in refused:
+            if w[0] == "note.put":
+                self.notes.discard(w[1])
         gone = {w[1].id for w in refused if w[0] == "message.put"}
         gone.update(m.id for w in refused if w[0] == "message.put_many" for m in w[1])
         for sid, recent in self.losses.items():

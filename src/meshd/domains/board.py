@@ -30,15 +30,14 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from meshd.core.state import Event, Write
+from meshd.core.state import Event
 from meshd.core.work.board import BoardState, FileNotice
-from meshd.domain import NOTHING, Domain
-from meshd.domains.shared import shared_of
+from meshd.domain import Domain
 from meshd.keys import Key, broad_place, canonical_key
 from meshd.protocol import board as pb
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import BadKey, InvalidParams
-from meshd.service import Conn, Service
+from meshd.service import Conn
 from meshd.slices import Slices
 from meshd.store.board import changes_page
 
@@ -126,22 +125,16 @@ def _path_key(raw: str) -> Key:
 class BoardHandlers(Domain):
     name = "board"
 
-    def __init__(self, svc: Service) -> None:
-        super().__init__(svc)
-        self.board = BoardState(svc.clock)
-        self._events: list[Event] = []
+    @property
+    def board(self) -> BoardState:
+        """The board's changed files (held by :class:`~meshd.core.state.MeshState`)."""
+        return self.svc.state.board
 
     def install(self) -> None:
         self.svc.add(pb.BOARD_CHANGED, self.changed, is_async=True)
         self.svc.add(pb.BOARD_CHANGES, self.changes, is_async=True)
 
     # --- domain hooks ---------------------------------------------------------------
-
-    def drain(self) -> tuple[list[Write], list[Event]]:
-        if not self._events and not self.board.writes:
-            return NOTHING
-        events, self._events = self._events, []
-        return self.board.drain(), events
 
     def sweep(self) -> None:
         """Flush pending totals whose quiet period ended (to recipients still live)."""
@@ -161,7 +154,7 @@ class BoardHandlers(Domain):
         for n in notices:
             for r in n.recipients:
                 if st.mailbox.has_subscriber(r):
-                    self._events.append(Event(r, n.event(r, rfc3339(n.at))))
+                    st.events.append(Event(r, n.event(r, rfc3339(n.at))))
                 elif r in st.registry.sessions:
                     st.mailbox.notice(r, n.text)
 
@@ -177,7 +170,7 @@ class BoardHandlers(Domain):
                     continue
                 if s.session_id not in out and not st.claims.related(writer, s.session_id):
                     out[s.session_id] = None
-        marks = shared_of(self.svc).marks  # watches and fresh reads (board touch/watch)
+        marks = self.svc.state.marks  # watches and fresh reads (board touch/watch)
         for sid in marks.overlapping(k.value for k in keys):
             live = sid in st.registry.sessions
             if live and sid != writer and sid not in out and not st.claims.related(writer, sid):

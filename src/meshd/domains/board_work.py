@@ -7,7 +7,7 @@ board (SPEC §7). ``board.changed``/``board.changes`` are :mod:`meshd.domains.bo
 * **Posts** (progress lines, pitfalls) are stored before the reply and read back
   from SQLite for ``board.show``; pruned after ``history_days``.
 * **Marks** (``touch --read``, ``watch``) live in :mod:`meshd.core.work.marks` (held
-  by :class:`~meshd.domains.shared.SharedWork`, stored, restored); a later
+  by :class:`~meshd.core.state.MeshState`, stored, restored); a later
   ``board.changed`` of an overlapping path tells the marking session too.
 * ``board.show`` gathers the whole board: the newest posts of each kind, the
   newest changed files, the live sessions working there (cwd or repo at or
@@ -24,11 +24,10 @@ from meshd.core.work.marks import Kind
 from meshd.core.work.notes import utf8_len
 from meshd.domain import Domain
 from meshd.domains.board import _path_key, project_name, project_of
-from meshd.domains.shared import shared_of
 from meshd.keys import Key
 from meshd.protocol import board as pb
 from meshd.protocol.errors import BadKey, InvalidParams, TooLarge
-from meshd.service import Conn, Service, rfc3339
+from meshd.service import Conn, rfc3339
 from meshd.store.board import changes_page
 from meshd.store.shared import Post, posts_page
 
@@ -51,14 +50,22 @@ def _keys(paths: list[str]) -> list[Key]:
 class BoardWorkHandlers(Domain):
     name = "board.work"
 
-    def __init__(self, svc: Service) -> None:
-        super().__init__(svc)
-
     def install(self) -> None:
         self.svc.add(pb.BOARD_POST, self.post, is_async=True)
         self.svc.add(pb.BOARD_TOUCH, self.touch, is_async=True)
         self.svc.add(pb.BOARD_WATCH, self.watch, is_async=True)
         self.svc.add(pb.BOARD_SHOW, self.show, is_async=True)
+
+    def sweep(self) -> None:
+        """Marks of sessions that ended go."""
+        st = self.svc.state
+        st.marks.sweep(st.live)
+
+    def prune(self, history_days: float) -> None:
+        """Board posts older than ``history_days``."""
+        st = self.svc.state
+        cutoff = st.notes.steady.now() - history_days * 86400  # steps do not age posts
+        st.writes.append(("board.post_prune", cutoff))
 
     async def _project(self, given: str | None, sid: str | None = None) -> str:
         if given is None and sid is not None:
@@ -115,7 +122,7 @@ class BoardWorkHandlers(Domain):
         st.registry.get(p.session_id)
         keys = await self.svc.resolve_paths(p.paths, lambda: _keys(p.paths))
         paths = list(dict.fromkeys(k.value for k in keys))
-        marks = shared_of(self.svc).marks
+        marks = self.svc.state.marks
         before = dict(marks.by_session.get(p.session_id, {}))
         if p.stop:
             n = marks.untouch(p.session_id, paths, kind)
@@ -141,7 +148,7 @@ class BoardWorkHandlers(Domain):
             out.present = self._present(project)
             out.watching = [
                 pb.BoardMark(session_id=sid, path=path, kind=kind, at=rfc3339(at))
-                for sid, path, kind, at in shared_of(self.svc).marks.under(project)
+                for sid, path, kind, at in self.svc.state.marks.under(project)
                 if sid in self.svc.state.registry.sessions
             ]
         return out

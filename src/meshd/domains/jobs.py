@@ -14,9 +14,8 @@ import sqlite3
 
 import anyio
 
-from meshd.core.state import Event, Write
-from meshd.core.work.jobs import JobBook, JobEvent, JobSpec
-from meshd.domain import NOTHING, Domain
+from meshd.core.work.jobs import JobEvent, JobSpec
+from meshd.domain import Domain
 from meshd.keys import from_canonical
 from meshd.protocol import jobs as pj
 from meshd.protocol.contract import rfc3339
@@ -41,7 +40,7 @@ class JobHandlers(Domain):
 
     def __init__(self, svc: Service) -> None:
         super().__init__(svc)
-        self.book = JobBook(svc.clock)
+        self.book = svc.state.jobs
         self._ended: list[str] = []  # runs that ended since the last wake
         self.book.on_end = self._ended.append
         self._waiters: dict[str, anyio.Event] = {}
@@ -58,12 +57,6 @@ class JobHandlers(Domain):
 
     def restore(self, db: sqlite3.Connection) -> None:
         self.book.restore(load_events(db), self._live)
-
-    def drain(self) -> tuple[list[Write], list[Event]]:
-        if not self.book.writes:
-            return NOTHING
-        writes, self.book.writes = self.book.writes, []
-        return writes, []
 
     def sweep(self) -> None:
         if any(st.running is not None for st in self.book.jobs.values()):

@@ -15,11 +15,11 @@ The rules are :mod:`meshd.core.work.ledger`'s; this module makes them durable:
 
 from __future__ import annotations
 
+from meshd.core.state import MeshState
 from meshd.core.work.ledger import Entry, LedgerRefused
 from meshd.domain import Domain
-from meshd.domains.shared import SharedWork, shared_of
 from meshd.protocol import ledger as pl
-from meshd.service import Conn, Service, rfc3339
+from meshd.service import Conn, rfc3339
 
 
 def wire(e: Entry | None) -> pl.LedgerEntry | None:
@@ -35,9 +35,10 @@ def wire(e: Entry | None) -> pl.LedgerEntry | None:
 class LedgerHandlers(Domain):
     name = "ledger"
 
-    def __init__(self, svc: Service) -> None:
-        super().__init__(svc)
-        self.work = shared_of(svc)
+    def sweep(self) -> None:
+        """Keys whose runner is gone turn ``unknown``."""
+        st = self.svc.state
+        st.ledger.sweep(st.live)
 
     def install(self) -> None:
         self.svc.add(pl.ONCE_RESERVE, self.reserve, is_async=True)
@@ -45,16 +46,16 @@ class LedgerHandlers(Domain):
         self.svc.add(pl.ONCE_RESOLVE, self.settle, is_async=True)
         self.svc.add(pl.ONCE_LIST, self.list, is_async=True)
 
-    async def _commit(self, work: SharedWork, key: str, before: Entry | None) -> None:
+    async def _commit(self, work: MeshState, key: str, before: Entry | None) -> None:
         """Store (synced); on refusal put ``key`` back as it was and re-raise."""
         try:
-            await work.commit()
+            await self.svc.commit()
         except BaseException:
             work.ledger.put_back(key, before)
             raise
 
     async def reserve(self, p: pl.OnceReserveParams, conn: Conn) -> pl.OnceReserveResult:
-        work = self.work
+        work = self.svc.state
         if not self.svc.state.settings.enabled:
             return pl.OnceReserveResult(status="reserved", key=p.key, disabled=True)
         self.svc.state.registry.get(p.session_id)
@@ -64,7 +65,7 @@ class LedgerHandlers(Domain):
         return pl.OnceReserveResult(status=out.status, key=p.key, entry=wire(out.entry))
 
     async def finish(self, p: pl.OnceFinishParams, conn: Conn) -> pl.OnceFinishResult:
-        work = self.work
+        work = self.svc.state
         before = work.ledger.current(p.key, work.live)
         ok = before is not None and before.state == "running" and before.session_id == p.session_id
         after = work.ledger.finish(p.key, p.session_id, p.outcome)
@@ -73,7 +74,7 @@ class LedgerHandlers(Domain):
         return pl.OnceFinishResult(key=p.key, ok=ok, state=state, entry=wire(after))
 
     async def settle(self, p: pl.OnceResolveParams, conn: Conn) -> pl.OnceResolveResult:
-        work = self.work
+        work = self.svc.state
         before = work.ledger.entries.get(p.key)
         try:
             previous = work.ledger.resolve(p.key, p.state, p.by or p.session_id, work.live)
@@ -86,7 +87,7 @@ class LedgerHandlers(Domain):
         return pl.OnceResolveResult(key=p.key, state=p.state, previous=wire(previous))
 
     async def list(self, p: pl.OnceListParams, conn: Conn) -> pl.OnceListResult:
-        work = self.work
+        work = self.svc.state
         entries = [e for e in work.ledger.listing(work.live) if e.key.startswith(p.prefix)]
-        await work.commit()  # keys that turned unknown just now are stored before they show
+        await self.svc.commit()  # keys that turned unknown just now are stored before they show
         return pl.OnceListResult(entries=[w for e in entries if (w := wire(e)) is not None])

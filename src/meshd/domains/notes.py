@@ -7,12 +7,14 @@ only checks the author is a live session, names the reader's live registration
 
 from __future__ import annotations
 
+import sqlite3
+
 from meshd.core.work.notes import Note, Reader
 from meshd.domain import Domain
-from meshd.domains.shared import shared_of
 from meshd.protocol import notes as pn
 from meshd.protocol.contract import rfc3339
 from meshd.service import Conn, Service
+from meshd.store import shared as storage_shared
 
 
 def reader_of(svc: Service, sid: str | None) -> Reader | None:
@@ -31,28 +33,40 @@ def entry(n: Note) -> pn.NoteEntry:
 class NoteHandlers(Domain):
     name = "notes"
 
-    def __init__(self, svc: Service) -> None:
-        super().__init__(svc)
-        self.work = shared_of(svc)
-
     def install(self) -> None:
         self.svc.add(pn.NOTES_ADD, self.add, is_async=True)
         self.svc.add(pn.NOTES_LIST, self.list, is_async=True)
 
+    def restore(self, db: sqlite3.Connection) -> None:
+        """Take back shared work (start-up, before anything is served): one read of its
+        tables gives the notebook, the newest signal and the counter of every name, the
+        ledger and the board marks. A ledger entry whose runner did not come back turns
+        ``unknown`` at the first sweep, and in any case before anyone is told about it."""
+        st = self.svc.state
+        got = storage_shared.load(db)
+        st.notes.restore(got.notes)
+        st.signals.restore(got.signals, got.counters)
+        st.ledger.restore(got.ledger)
+        st.marks.restore(got.marks)
+
+    def prune(self, history_days: float) -> None:
+        """Notes older than ``history_days``."""
+        self.svc.state.notes.prune(history_days)
+
     async def add(self, p: pn.NoteAddParams, conn: Conn) -> pn.NoteAddResult:
-        work = self.work
+        work = self.svc.state
         if not self.svc.state.settings.enabled:
             return pn.NoteAddResult(disabled=True)
         s = self.svc.state.registry.get(p.session_id)
         limit = self.svc.state.settings.max_body_bytes
         note = work.notes.add(Reader(s.session_id, s.reg), p.text, private=p.private, limit=limit)
-        await work.commit()  # refused: SharedWork.forget drops the note again
+        await self.svc.commit()  # refused: MeshState.forget drops the note again
         return pn.NoteAddResult(
             id=note.id, session_id=note.author, private=note.private, at=rfc3339(note.at)
         )
 
     async def list(self, p: pn.NoteListParams, conn: Conn) -> pn.NoteListResult:
-        work = self.work
+        work = self.svc.state
         reader = reader_of(self.svc, p.session_id)
         notes = work.notes.read(reader, author=p.author, limit=p.limit)
         return pn.NoteListResult(entries=[entry(n) for n in notes])

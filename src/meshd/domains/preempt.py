@@ -26,10 +26,9 @@ from meshd.core.claims.records import RESERVED
 from meshd.core.sessions.registry import Report
 from meshd.core.state import Event, Write
 from meshd.core.work.notes import Reader
-from meshd.core.work.preempt import Preemption, Preemptions
+from meshd.core.work.preempt import Preemption
 from meshd.domain import Domain
 from meshd.domains.claims import ClaimHandlers
-from meshd.domains.shared import shared_of
 from meshd.protocol import preempt as pp
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.events import PreemptEvent, PreemptExpiredEvent
@@ -48,11 +47,8 @@ class PreemptHandlers(Domain):
 
     def __init__(self, svc: Service) -> None:
         super().__init__(svc)
-        self.pre = Preemptions(svc.clock)
         self.claims = svc.domain(ClaimHandlers)
-        self.work = shared_of(svc)
-        self.notes: dict[str, str] = {}  # paused session -> its checkpoint note
-        self.before: dict[str, str] = {}  # paused session -> its status before the pause
+        self.pre = svc.state.preemptions
 
     def install(self) -> None:
         self.svc.add(pp.PREEMPT, self.preempt, is_async=True)
@@ -121,7 +117,7 @@ class PreemptHandlers(Domain):
         """Tell each preemptor whose grace ran out who still holds (it may steal)."""
         for pre in self.pre.due():
             self._expired(pre)
-        if self.notes:  # someone is paused: its preemptors' turn may have run out
+        if self.pre.checkpoints:  # someone is paused: its preemptors' turn may have run out
             # the set is its owner's again (a queued resume is granted); the core logs
             # the lapse, whichever wake finds it first (Reservations.lapse)
             self.svc.state.claims.wake_deferred()
@@ -158,14 +154,13 @@ class PreemptHandlers(Domain):
     async def pause(self, p: pp.PauseParams, conn: Conn) -> pp.PauseResult:
         svc, st = self.svc, self.svc.state
         s = st.registry.get(p.session_id)
-        work = self.work
-        note = work.notes.add(
+        note = st.notes.add(
             Reader(s.session_id, s.reg),
             f"checkpoint: {p.note}",
             private=False,
             limit=st.settings.max_body_bytes,
         )
-        await work.commit()
+        await self.svc.commit()
         handoff = st.mailbox.write_handoff(p.session_id, p.note)
         paused = msgspec.structs.replace(s, status="paused")
 
@@ -176,8 +171,8 @@ class PreemptHandlers(Domain):
             reserved = st.claims.pause(p.session_id, first, until)
             self.claims.paused(p.session_id)  # its fleet-wide waits, as pause did its own
             if s.status != "paused":
-                self.before[p.session_id] = s.status
-            self.notes[p.session_id] = p.note
+                self.pre.before[p.session_id] = s.status
+            self.pre.checkpoints[p.session_id] = p.note
             st.registry.heartbeat(p.session_id, Report(status="paused"))
             st.writes += self.claims.audit_rows(p.session_id, reserved, "pause",
                                                 reason=p.note[:200])  # fmt: skip
@@ -196,13 +191,13 @@ class PreemptHandlers(Domain):
         st = self.svc.state
         sid = p.session_id
         s = st.registry.get(sid)
-        note = self.notes.get(sid)
+        note = self.pre.checkpoints.get(sid)
         if note is None and (h := st.mailbox.handoff_for(sid, sid)) is not None:
             note = h.summary
         held = st.claims.reservation(sid)
         if held is None:
             how: Literal["lost", "none"] = (
-                "lost" if s.status == "paused" and sid not in self.notes else "none"
+                "lost" if s.status == "paused" and sid not in self.pre.checkpoints else "none"
             )
             await self._resumed(sid)
             return pp.ResumeResult(session_id=sid, status="resumed", note=note or "",
@@ -232,7 +227,7 @@ class PreemptHandlers(Domain):
         st = self.svc.state
         s = st.registry.sessions.get(sid)
         if s is not None and s.status == "paused":
-            status = _status(self.before.get(sid, "idle"))
+            status = _status(self.pre.before.get(sid, "idle"))
             rows = self.claims.audit_rows(sid, [], "resume")
             back = msgspec.structs.replace(s, status=status)
 
@@ -245,8 +240,8 @@ class PreemptHandlers(Domain):
 
     def _forget_pause(self, sid: str) -> None:
         """``sid`` resumed: the status it had before the pause and its note go."""
-        self.before.pop(sid, None)
-        self.notes.pop(sid, None)
+        self.pre.before.pop(sid, None)
+        self.pre.checkpoints.pop(sid, None)
 
     async def _store_first(
         self, writes: list[Write], apply: Callable[[], T], undo: Callable[[], None] | None = None

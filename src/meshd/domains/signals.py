@@ -27,7 +27,6 @@ from meshd.core.work.notes import utf8_len
 from meshd.core.work.signals import Signal, matches
 from meshd.domain import Domain
 from meshd.domains.fleet_mail import FleetMail
-from meshd.domains.shared import shared_of
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol import signals as ps
 from meshd.protocol.errors import TooLarge
@@ -45,7 +44,6 @@ class SignalHandlers(Domain):
 
     def __init__(self, svc: Service) -> None:
         super().__init__(svc)
-        self.work = shared_of(svc)
         self._by_name: dict[str, set[Event]] = {}
         self.fleet = svc.domain(FleetMail)
         self._by_session: dict[str, set[Event]] = {}
@@ -53,6 +51,10 @@ class SignalHandlers(Domain):
     def install(self) -> None:
         self.svc.add(ps.SIGNAL_EMIT, self.emit, is_async=True)
         self.svc.add(ps.SIGNAL_WAIT, self.wait, is_async=True, concurrent=True)
+
+    def prune(self, history_days: float) -> None:
+        """Signals older than ``history_days`` (their counters stay)."""
+        self.svc.state.signals.prune(history_days)
 
     def sweep(self) -> None:
         """Wake the waits of sessions that ended (they answer "not received")."""
@@ -62,8 +64,8 @@ class SignalHandlers(Domain):
                 ev.set()
 
     async def emit(self, p: ps.SignalEmitParams, conn: Conn) -> ps.SignalRecord:
-        work = self.work
-        work.enabled()
+        work = self.svc.state
+        work.check_enabled()
         by = self._emitter(p.session_id)
         payload = _encode(p.payload).decode()
         limit = self.svc.state.settings.max_body_bytes
@@ -105,9 +107,9 @@ class SignalHandlers(Domain):
     async def _store(self, sig: Signal, before: tuple[Signal | None, int | None]) -> None:
         """Commit an emit, then wake its waiters; a refused commit takes it back."""
         try:
-            await self.work.commit()
+            await self.svc.commit()
         except BaseException:
-            self.work.signals.put_back(sig.name, *before)
+            self.svc.state.signals.put_back(sig.name, *before)
             raise
         for ev in self._by_name.pop(sig.name, ()):
             ev.set()
@@ -115,13 +117,13 @@ class SignalHandlers(Domain):
     async def take(self, name: str, payload: str, by: str | None) -> None:
         """A signal emitted on another host: this host's next signal of ``name``
         (committed with whatever the caller left to store, e.g. its seen key)."""
-        board = self.work.signals
+        board = self.svc.state.signals
         before = board.newest.get(name), board.counters.get(name)
         await self._store(board.emit(name, payload, by or None), before)
 
     async def wait(self, p: ps.SignalWaitParams, conn: Conn) -> ps.SignalWaitResult:
-        work = self.work
-        work.enabled()
+        work = self.svc.state
+        work.check_enabled()
         clock, st = self.svc.clock, self.svc.state
         started = clock.monotonic()
         timeout = min(p.timeout, st.settings.max_query_timeout)

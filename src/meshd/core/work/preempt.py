@@ -42,6 +42,9 @@ class Preemptions:
         self._ids = itertools.count(1)
         self._pending: dict[int, Preemption] = {}
         self._heap: list[tuple[float, int]] = []
+        #: Each paused session's checkpoint note, and its status before the pause.
+        self.checkpoints: dict[str, str] = {}
+        self.before: dict[str, str] = {}
 
     def add(
         self, by: str, holders: dict[str, tuple[str, ...]], reason: str, grace: float
