@@ -1,10 +1,8 @@
 """``meshctl send/inbox/reply/broadcast/sessions ask/handoff/sync`` (SPEC §6, §9).
 
-Each command runs as a real subprocess against the real daemon. Until the root
-group loads these commands by name, the subprocess is ``python -c BOOT``, which
-adds them with each module's ``register(cli)`` and runs the real ``cli``
-(idempotent: once they are wired, the wired ones run). Live responders are the
-library's ``on_query`` threads, or ``inbox --follow --respond`` subprocesses.
+Each command runs as a real subprocess against the real daemon: ``python -c BOOT``
+runs the real ``cli`` (the root group loads each command by name). Live responders
+are the library's ``on_query`` threads, or ``inbox --follow --respond`` subprocesses.
 """
 
 from __future__ import annotations
@@ -35,9 +33,6 @@ Daemon = Any
 BOOT = """
 import sys
 from meshctl.cli import cli
-from meshctl.cli import handoff, messages, sync
-for module in (messages, handoff, sync):
-    module.register(cli)
 sys.argv[0] = "meshctl"
 cli.main(prog_name="meshctl")
 """

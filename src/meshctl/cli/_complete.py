@@ -17,7 +17,7 @@ _TIMEOUT = 1.0
 
 def _ask(ctx: click.Context, method: str, params: dict[str, Any] | None = None) -> Any:
     from meshctl._sync import Mesh
-    from meshctl.cli._context import State
+    from meshctl.cli._state import State
 
     state = ctx.find_object(State)
     profile = state.profile if state else os.environ.get("MESH_PROFILE", "default")
@@ -46,7 +46,7 @@ def session_ids(
 
 def held_keys(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """The keys the acting session holds (``release``), then paths."""
-    from meshctl.cli._context import State
+    from meshctl.cli._state import State
 
     state = ctx.find_object(State)
     sid = (state.session if state else None) or os.environ.get("MESH_SESSION")

@@ -25,8 +25,7 @@ import click
 from click.core import ParameterSource
 
 from meshctl.cli import _output
-from meshctl.cli._fast import undecodable
-from meshctl.cli._state import State
+from meshctl.cli._state import State, undecodable
 from meshd.protocol import contract
 
 __all__ = [

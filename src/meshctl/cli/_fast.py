@@ -110,8 +110,11 @@ class _Line:
 
 def parse(argv: list[str]) -> _Line | None:
     """The command line, if the fast path takes it; None leaves it to click."""
-    if any(not arg.isascii() and undecodable(arg) for arg in argv):
-        return None  # click names the argument in its refusal
+    if not all(arg.isascii() for arg in argv):
+        from meshctl.cli._state import undecodable
+
+        if any(undecodable(arg) for arg in argv):
+            return None  # click names the argument in its refusal
     line = _Line()
     i = _options(argv, 0, line, None)
     if i is None or i >= len(argv):
@@ -206,16 +209,6 @@ def _colour(argv: list[str], i: int, given: str | None) -> int | None:
 
     _terminal.choice = given
     return i + 1
-
-
-def undecodable(text: str) -> bool:
-    """Whether ``text`` (an argument, an environment value) holds lone surrogates:
-    bytes that were not UTF-8 (the click path's check too, :mod:`meshctl.cli._context`)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _seconds(
@@ -313,6 +306,8 @@ def _register_kwargs(opts: dict[str, Any]) -> dict[str, Any] | None:
 
 def _valid(name: str, value: str) -> bool:
     """Whether click's option callback (``_context._store``) accepts the value."""
+    from meshctl.cli._state import undecodable  # loaded for the State anyway
+
     if undecodable(value):
         return False
     if name == "profile":

@@ -20,6 +20,16 @@ if TYPE_CHECKING:
     from meshctl._sync import Mesh
 
 
+def undecodable(text: str) -> bool:
+    """Whether ``text`` (an argument, an environment value) holds lone surrogates:
+    bytes that were not UTF-8 (checked by the fast path and the click path alike)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 class State:
     """What one ``meshctl`` invocation knows: the resolved root options and its client."""
 

@@ -246,9 +246,3 @@ def show(handoff_id: int) -> None:
             hint="list the handoffs with `meshctl handoff list --all`",
         ) from exc  # fmt: skip
     _output.emit(state.json, result, lambda: render_handoff(_output.clean(result), state.session))
-
-
-def register(group: click.Group) -> None:
-    """Add the ``handoff`` group to ``group``."""
-    if "handoff" not in group.commands:
-        group.add_command(handoff)

@@ -28,9 +28,6 @@ Decisions:
   sequence, so the id names one thing).
 - ``sessions ask`` exits 0 when answered (live or by status), 75 when the live
   responder did not answer in time (the status answer is still printed).
-
-Each module here has ``register(group)``, which adds its commands to a group
-(the root ``cli`` lazily loads them by name instead; see ``meshctl.cli.COMMANDS``).
 """
 
 from __future__ import annotations
@@ -519,17 +516,3 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
     human = lambda: render_broadcast(_output.clean(result))  # noqa: E731
     lost = "the collected answers were not read, and they are not kept; ask again"
     _output.hand_over(state.json, result, human, lost)
-
-
-# --- registration -----------------------------------------------------------------------
-
-
-def register(group: click.Group) -> None:
-    """Add send, inbox, reply and broadcast to ``group``, and ``ask`` to ``sessions``."""
-    for command in (send, inbox, reply, broadcast):
-        if command.name not in group.commands:
-            group.add_command(command)
-    from meshctl.cli.sessions import sessions
-
-    if "ask" not in sessions.commands:
-        sessions.add_command(ask)

@@ -120,9 +120,3 @@ def sync() -> None:
         "deferred_jobs": deferred_jobs(state),
     }
     _output.emit(state.json, doc, lambda: render_sync(_output.clean(doc)))
-
-
-def register(group: click.Group) -> None:
-    """Add ``sync`` to ``group``."""
-    if "sync" not in group.commands:
-        group.add_command(sync)
