@@ -10,19 +10,16 @@ one on another host, also lands in its inbox through the
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
+from meshd.core.mail.parts import MailboxParts
 from meshd.core.mail.records import MAX_FILES, Handoff, clip, handoff_text
 from meshd.protocol.errors import InvalidParams, TooLarge
-
-if TYPE_CHECKING:
-    from meshd.core.mail.mailbox import Mailbox
 
 
 class HandoffBook:
     """The latest handoff of each sender to each addressee, and the handoff ids."""
 
-    def __init__(self, mb: Mailbox) -> None:
+    def __init__(self, mb: MailboxParts) -> None:
         self.mb = mb
         self._handoffs: dict[str, dict[str | None, Handoff]] = {}
         self._next_handoff = 1

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from msgspec.structs import replace
 
 from meshd.core.mail.channels import Channels
+from meshd.core.mail.parts import MailboxParts
 from meshd.core.mail.records import (
     BUDGET_WINDOW,
     REPLY_WINDOW,
@@ -40,9 +41,6 @@ from meshd.protocol.errors import BudgetExceeded, MessageRefused, TooLarge
 from meshd.protocol.events import BroadcastEvent
 from meshd.protocol.messages import ItemKind, ItemState, framing
 
-if TYPE_CHECKING:
-    from meshd.core.mail.mailbox import Mailbox
-
 
 class _Sent(NamedTuple):
     """What the reply cap needs of a recent message (no text)."""
@@ -56,7 +54,7 @@ class _Sent(NamedTuple):
 class ItemStore:
     """The unread items of every session, their ids, the reply cap and the budgets."""
 
-    def __init__(self, mb: Mailbox, channels: Channels) -> None:
+    def __init__(self, mb: MailboxParts, channels: Channels) -> None:
         self.mb = mb
         self.channels = channels
         self._inbox: dict[str, dict[int, Message]] = {}

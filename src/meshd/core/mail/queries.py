@@ -12,8 +12,8 @@ puts items, checks budgets and sizes through its :class:`~meshd.core.mail.mailbo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
 
+from meshd.core.mail.parts import MailboxParts
 from meshd.core.mail.records import (
     Answer,
     Broadcast,
@@ -31,14 +31,11 @@ from meshd.protocol.errors import Cycle, NotFound, QueryRefused
 from meshd.protocol.events import QueryEvent
 from meshd.protocol.messages import MAX_ANSWER_BYTES, MAX_CHAIN_DEPTH, AnsweredBy, framing
 
-if TYPE_CHECKING:
-    from meshd.core.mail.mailbox import Mailbox
-
 
 class QueryDesk:
     """The pending queries of one mailbox: their chains, deadlines and answers."""
 
-    def __init__(self, mb: Mailbox) -> None:
+    def __init__(self, mb: MailboxParts) -> None:
         self.mb = mb
         self.queries: dict[int, Query] = {}
         self.wake: Callable[[int], None] = lambda query_id: None
