@@ -63,3 +63,23 @@ def test_install_writes_the_script(meshctl: Meshctl, short_tmp: Path, mesh_env: 
     done = subprocess.run(["bash", "-n", str(path)], check=False)
     assert done.returncode == 0
     assert os.access(path, os.R_OK)
+
+
+def test_paths_for_run_res_and_the_board(mesh_env: Any) -> None:
+    """`run --res <TAB>` and `board changed|touch|watch <TAB>` complete paths (the shell's
+    file completion), as `claim` and `check` do; they completed nothing."""
+
+    def kinds(line: str) -> list[str]:
+        words = line.split(" ")
+        done = subprocess.run(
+            [sys.executable, "-m", "meshctl.cli"],
+            env={**mesh_env.env, "_MESHCTL_COMPLETE": "bash_complete", "COMP_WORDS": line,
+                 "COMP_CWORD": str(len(words) - 1)},
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        return [row.split(",", 1)[0] for row in done.stdout.splitlines()]
+
+    assert kinds("meshctl claim sr") == ["file"]
+    for line in ("meshctl run --res sr", "meshctl board changed sr", "meshctl board touch sr",
+                 "meshctl board watch sr", "meshctl board files sr"):  # fmt: skip
+        assert kinds(line) == ["file"], line

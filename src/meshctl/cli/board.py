@@ -29,7 +29,7 @@ from typing import Any
 import click
 
 from meshctl.cli import _claims_body, _output, _time
-from meshctl.cli._context import Group, common_options, get_state
+from meshctl.cli._context import Group, common_options, complete_paths, get_state
 
 #: Old names that still work, hidden from the help: ``changes`` differed from
 #: ``changed`` by one letter (issue 15.6).
@@ -97,7 +97,7 @@ def board() -> None:
 
 @board.command()
 @common_options
-@click.argument("paths", metavar="PATH…", nargs=-1, required=True)
+@click.argument("paths", metavar="PATH…", nargs=-1, required=True, shell_complete=complete_paths)
 @click.option("--summary", metavar="T", default="", help="What the change was (≤ 200 chars).")
 def changed(paths: tuple[str, ...], summary: str) -> None:
     """Report files you changed; other live sessions that claim or work on them are told.
@@ -122,7 +122,7 @@ def changed(paths: tuple[str, ...], summary: str) -> None:
 
 @board.command("files")
 @common_options
-@click.argument("path", metavar="[PATH]", required=False)
+@click.argument("path", metavar="[PATH]", required=False, shell_complete=complete_paths)
 @click.option("--all", "every", is_flag=True, help="Every project's changed files.")
 @_time.since_option("changes")
 @click.option(
@@ -247,7 +247,7 @@ def post(kind: str, text: tuple[str, ...], project: str | None) -> None:
 
 @board.command()
 @common_options
-@click.argument("paths", metavar="PATH…", nargs=-1, required=True)
+@click.argument("paths", metavar="PATH…", nargs=-1, required=True, shell_complete=complete_paths)
 @click.option("--read", is_flag=True, help="You read PATH… (required: what touch records).")
 def touch(paths: tuple[str, ...], read: bool) -> None:
     """Record that you read PATH…: a later change to them is told to you (for 12 h).
@@ -265,7 +265,7 @@ def touch(paths: tuple[str, ...], read: bool) -> None:
 
 @board.command()
 @common_options
-@click.argument("paths", metavar="PATH…", nargs=-1, required=True)
+@click.argument("paths", metavar="PATH…", nargs=-1, required=True, shell_complete=complete_paths)
 @click.option("--stop", is_flag=True, help="Stop watching PATH….")
 def watch(paths: tuple[str, ...], stop: bool) -> None:
     """Watch PATH… (folders cover what is under them): changes are told to you.

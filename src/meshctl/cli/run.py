@@ -44,7 +44,7 @@ import click
 
 from meshctl import _claims
 from meshctl.cli import _output
-from meshctl.cli._context import common_options, get_state
+from meshctl.cli._context import common_options, complete_paths, get_state
 from meshctl.cli._own import Leaving, own_params
 from meshctl.cli._params import Seconds
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
@@ -105,7 +105,13 @@ class RunCommand(click.Command):
 )
 @common_options
 @click.option(
-    "--res", "resources", multiple=True, required=True, metavar="RES…", help="What to hold."
+    "--res",
+    "resources",
+    multiple=True,
+    required=True,
+    metavar="RES…",
+    help="What to hold.",
+    shell_complete=complete_paths,
 )
 @click.option("--task", metavar="T", help="The session's task (default: COMMAND).")
 @click.option(
