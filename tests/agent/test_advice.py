@@ -41,7 +41,7 @@ def test_mere_presence_is_one_informational_line_per_turn(mesh: Mesh, proj: Path
 
     assert first.level == "info"
     assert "\n" not in first.text
-    assert "cli:b (writing the docs)" in first.text
+    assert "cli:b (writing the docs, branch main)" in first.text
     assert "approval" not in first.text
     assert later == advice.NOTHING
 

@@ -70,7 +70,7 @@ def test_a_day_in_a_shared_project(daemon: DaemonHandle, hermes: Hermes) -> None
     assert out["tokens"] <= 600, out["tokens"]
     said = [out["first"][0]["context"] if out["first"] else "", *map(str, out["results"])]
     text = "\n".join(said)
-    assert text.count("cli:docs (writing the docs)") == 1, said
+    assert text.count("cli:docs (writing the docs, branch main)") == 1, said
     assert "get their approval" not in text
     assert "warning" not in text
     assert out["results"][1:] == [[], []], "nothing more this turn"

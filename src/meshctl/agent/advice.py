@@ -167,7 +167,7 @@ def start_note(cwd: str, check: Any) -> str:
 
 
 def presence_line(present: Sequence[Doc]) -> str:
-    """One short line: who else works here (no action asked)."""
+    """One short line: who else works here, on what and which branch (no action asked)."""
     names = [f"{p.get('session_id')}{_task(p)}" for p in present[:INFO_NAMES]]
     more = len(present) - len(names)
     tail = f" and {more} more" if more > 0 else ""
@@ -188,7 +188,9 @@ def _touches(p: Doc, written: set[str]) -> bool:
 
 def _task(p: Doc) -> str:
     task = one_line(str(p.get("task") or ""), 80)
-    return f" ({task})" if task else ""
+    what = [task] if task else []
+    what += [f"branch {p['branch']}"] if p.get("branch") else []
+    return f" ({', '.join(what)})" if what else ""
 
 
 def _hhmm(since: Any) -> str:
