@@ -60,6 +60,8 @@ for tool in tmux:tmux systemd-analyze:systemd ip:iproute2; do
             || echo "== could not install ${tool#*:}: the tests that need ${tool%%:*} are skipped"
     fi
 done
+echo "== unasync (the blocking session layer is generated from the async one)"
+.venv/bin/python scripts/unasync.py --check
 echo "== ruff"
 .venv/bin/ruff check src tests bench
 .venv/bin/ruff format --check src tests bench

@@ -92,8 +92,8 @@ def test_client_loads_only_the_contract() -> None:
     """import meshctl and every blocking client module: no daemon module but the contract."""
     loaded = loaded_after(
         "import meshctl; meshctl.Mesh; meshctl.Session; meshctl.MeshError\n"
-        "import meshctl._sync, meshctl._conn, meshctl._messaging, meshctl._claims, "
-        "meshctl._blocking, meshctl._sync_session, meshctl._sync_claim, meshctl._responder, "
+        "import meshctl._sync, meshctl._conn, meshctl._core.messaging, meshctl._claims, "
+        "meshctl._blocking, meshctl._sync.session, meshctl._sync.session, meshctl._sync.responder, "
         "meshctl._paths, meshctl._spawn, meshctl._events"
     )
 

@@ -24,12 +24,13 @@ TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up
 if TYPE_CHECKING:
     from typing import Any
 
-    from meshctl._async import AsyncMesh, AsyncSession
-    from meshctl._async_listen import AsyncResponder, SessionEvents
-    from meshctl._async_session import AsyncClaim
-    from meshctl._async_shared import AsyncNotebook, AsyncOnce, AsyncSignal
-    from meshctl._events import PreemptEvent
-    from meshctl._messaging import (
+    from meshctl._async.client import AsyncMesh
+    from meshctl._async.events import AsyncSessionEvents
+    from meshctl._async.preempt import AsyncPreemptWatcher
+    from meshctl._async.responder import AsyncResponder
+    from meshctl._async.session import AsyncClaim, AsyncSession
+    from meshctl._async.shared import AsyncNotebook, AsyncOnce, AsyncSignal
+    from meshctl._core.messaging import (
         Answer,
         Broadcast,
         Handoff,
@@ -38,12 +39,14 @@ if TYPE_CHECKING:
         RequestedHandoff,
         Sent,
     )
-    from meshctl._preempt import PreemptWatcher
-    from meshctl._responder import Responder
-    from meshctl._shared import Note, Notebook, Once, Signal, SignalRecord
-    from meshctl._sync import Mesh
-    from meshctl._sync_claim import Claim
-    from meshctl._sync_session import Session
+    from meshctl._core.shared import Note, SignalRecord
+    from meshctl._events import PreemptEvent
+    from meshctl._sync.client import Mesh
+    from meshctl._sync.events import SessionEvents
+    from meshctl._sync.preempt import PreemptWatcher
+    from meshctl._sync.responder import Responder
+    from meshctl._sync.session import Claim, Session
+    from meshctl._sync.shared import Notebook, Once, Signal
     from meshd.protocol.errors import (
         BadKey,
         BudgetExceeded,
@@ -79,8 +82,10 @@ __all__ = [
     "AsyncMesh",
     "AsyncNotebook",
     "AsyncOnce",
+    "AsyncPreemptWatcher",
     "AsyncResponder",
     "AsyncSession",
+    "AsyncSessionEvents",
     "AsyncSignal",
     "BadKey",
     "Broadcast",
@@ -132,21 +137,24 @@ __all__ = [
 #: ``meshctl`` (the CLI's entry point lives under this package) starts without the
 #: client library, and ``import meshctl`` stays cheap for the library's users too.
 _WHERE: dict[str, str] = {
-    **dict.fromkeys(("AsyncMesh", "AsyncSession"), "meshctl._async"),
-    **dict.fromkeys(("AsyncResponder", "SessionEvents"), "meshctl._async_listen"),
-    "AsyncClaim": "meshctl._async_session",
-    **dict.fromkeys(("AsyncNotebook", "AsyncOnce", "AsyncSignal"), "meshctl._async_shared"),
-    "PreemptEvent": "meshctl._events",
+    "AsyncMesh": "meshctl._async.client",
+    "AsyncSessionEvents": "meshctl._async.events",
+    "AsyncPreemptWatcher": "meshctl._async.preempt",
+    "AsyncResponder": "meshctl._async.responder",
+    **dict.fromkeys(("AsyncClaim", "AsyncSession"), "meshctl._async.session"),
+    **dict.fromkeys(("AsyncNotebook", "AsyncOnce", "AsyncSignal"), "meshctl._async.shared"),
     **dict.fromkeys(
         ("Answer", "Broadcast", "Handoff", "Item", "Query", "RequestedHandoff", "Sent"),
-        "meshctl._messaging",
+        "meshctl._core.messaging",
     ),
-    "PreemptWatcher": "meshctl._preempt",
-    "Responder": "meshctl._responder",
-    **dict.fromkeys(("Note", "Notebook", "Once", "Signal", "SignalRecord"), "meshctl._shared"),
-    "Mesh": "meshctl._sync",
-    "Claim": "meshctl._sync_claim",
-    "Session": "meshctl._sync_session",
+    **dict.fromkeys(("Note", "SignalRecord"), "meshctl._core.shared"),
+    "PreemptEvent": "meshctl._events",
+    "Mesh": "meshctl._sync.client",
+    "SessionEvents": "meshctl._sync.events",
+    "PreemptWatcher": "meshctl._sync.preempt",
+    "Responder": "meshctl._sync.responder",
+    **dict.fromkeys(("Claim", "Session"), "meshctl._sync.session"),
+    **dict.fromkeys(("Notebook", "Once", "Signal"), "meshctl._sync.shared"),
 }
 
 

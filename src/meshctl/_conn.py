@@ -6,7 +6,7 @@ splits the incoming byte stream into lines, and sorts what arrives into replies
 (matched by ``id``) and ``event`` notifications (method ``event``, no ``id``), turning
 an ``error`` object into the exception class for its ``data.code``.
 
-The session rules (what to register, what was lost) live in :mod:`meshctl._session`.
+The session rules (what to register, what was lost) live in :mod:`meshctl._core.session`.
 
 Standard library only (the blocking client imports it): msgspec, when present, only
 decodes long replies, and only in a process that has read enough of them to make its

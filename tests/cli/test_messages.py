@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from meshctl import Mesh, _session
-from meshctl._messaging import Query
-from meshctl._sync_session import Session
+from meshctl import Mesh
+from meshctl._core import session as _session
+from meshctl._core.messaging import Query
+from meshctl._sync.session import Session
 from meshctl.cli import _time
 from meshctl.cli.handoff import expand_variadic
 from meshctl.cli.messages import render_answer, render_event, render_item

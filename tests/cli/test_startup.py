@@ -9,7 +9,7 @@ The hot commands (``check``, ``claim``, ``release``, ``heartbeat``, ``sessions
 active``, ``register``, ``end``) take the click-free fast path
 (:mod:`meshctl.cli._fast`): they load neither click (``import click`` alone costs
 about 1.7x that script), ``typing``, ``threading`` or ``contextlib``, nor the client
-library's sessions and messaging (``meshctl._sync_session``):
+library's sessions and messaging (``meshctl._sync.session``):
 :data:`HOT_NEVER`. Every command also stays off the modules below, each of which
 costs milliseconds and is needed only off the common path:
 
@@ -47,8 +47,8 @@ HOT_NEVER = (
     "click",
     "typing",  # about 9 ms of CPU here, half of S: modules on the path guard their imports
     "contextlib",
-    "meshctl._sync_session",
-    "meshctl._messaging",
+    "meshctl._sync.session",
+    "meshctl._core.messaging",
     "meshctl.cli._root",
     "meshctl.cli.claims",
     "meshctl.cli.sessions",
@@ -183,7 +183,7 @@ class TestImportOnly:
 
         assert _top(names, LAZY + HEAVY) == []
         assert ("click" in names) is code.startswith("from")
-        assert "meshctl._sync_session" not in names
+        assert "meshctl._sync.session" not in names
 
     def test_client_import_is_lean(self) -> None:
         """``import meshctl`` loads nothing; its ``Mesh`` loads none of LAZY or HEAVY."""

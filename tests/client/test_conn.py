@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from meshctl import _conn, _session
+from meshctl import _conn
+from meshctl._core import session as _session
 from meshd.protocol import framing
 from meshd.protocol.errors import (
     FrameTooLarge,

@@ -20,7 +20,7 @@ import pytest
 from tests.support import wait_for
 
 from meshctl import AsyncMesh, Mesh, _events
-from meshctl._async_listen import SessionEvents
+from meshctl._async.events import AsyncSessionEvents as SessionEvents
 from meshctl._blocking import Connection
 from meshd.protocol import events as pe
 
@@ -219,3 +219,19 @@ def test_watch_feed_decodes(daemon: Any) -> None:
     assert event is not None
     assert check(event) == "mesh.changed"
     assert "session" in event["what"]
+
+
+def test_blocking_session_events_yields_pushed_events(daemon: Any) -> None:
+    """``Session.events()``, the blocking twin of ``AsyncSession.events()`` (one source
+    for both sessions; the blocking Session had none), yields the session's pushed
+    events from a connection of its own, and closes it on leaving the block."""
+    with Mesh() as mesh, mesh.session(task="a") as a, mesh.session(task="b") as b:
+        with a.events() as events:
+            events._subscribe()  # subscribed before the send, so the message is pushed
+            sent = b.send(a.session_id, "hello")
+            event = next(iter(events))
+        closed = events._conn is None
+
+    assert sent is not None
+    assert (event["kind"], event["text"], event["id"]) == ("message", "hello", sent.id)
+    assert closed

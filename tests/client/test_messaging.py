@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from tests.support import wait_for
 
-from meshctl import Mesh, SessionExpired, UnknownSession, _session
-from meshctl._messaging import Item, Query, clip_answer
-from meshctl._sync_session import Session
+from meshctl import Mesh, SessionExpired, UnknownSession
+from meshctl._core import session as _session
+from meshctl._core.messaging import Item, Query, clip_answer
+from meshctl._sync.session import Session
 from meshd.protocol.contract import label
 
 Daemon = Any
@@ -326,7 +327,7 @@ class TestImport:
     def test_stdlib_only_and_light(self) -> None:
         """The mixin and the messaging CLI load no heavy or start-up-costly module."""
         code = (
-            "import sys, meshctl._messaging, meshctl.cli.messages, meshctl.cli.handoff, "
+            "import sys, meshctl._core.messaging, meshctl.cli.messages, meshctl.cli.handoff, "
             "meshctl.cli.sync\n"
             "bad = ('anyio', 'msgspec', 'platformdirs', 'dataclasses', 'logging', 'subprocess')\n"
             "print(sorted(m for m in bad if m in sys.modules))"

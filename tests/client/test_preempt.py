@@ -110,3 +110,43 @@ async def test_async_resume_waits_for_the_reply_as_long_as_the_daemon_may_wait(
     assert cap == 300
     assert resumed is not None
     assert timeouts == [305.0]
+
+
+async def test_async_on_preempt_hears_the_preemptor(daemon: Any) -> None:
+    """``AsyncSession.on_preempt`` (the same surface as the blocking one, now that both
+    come from one source) calls a coroutine callback with the preempt event; pause then
+    releases into the reserved set. AsyncSession had no on_preempt before."""
+    import anyio
+
+    from meshctl import AsyncMesh
+
+    heard: list[_events.PreemptEvent] = []
+    got = anyio.Event()
+
+    async def on_preempt(event: _events.PreemptEvent) -> None:
+        heard.append(event)
+        got.set()
+
+    async with AsyncMesh() as mesh, mesh.session(task="train") as low, mesh.session() as boss:
+        await mesh.call(
+            "session.prioritize", {"session_id": boss.session_id, "rank": 4, "by": "ana"}
+        )
+        watcher = await low.on_preempt(on_preempt)
+        held = await low.claim("res:gpu")
+        await mesh.call(
+            "claim.preempt",
+            {"session_id": boss.session_id, "resources": ["res:gpu"], "reason": "release"},
+        )
+        with anyio.fail_after(10):
+            await got.wait()
+        paused = await low.pause("epoch 4 saved")
+        assert watcher is not None
+        await watcher.stop()
+
+    assert held.granted
+    assert (heard[0].by, heard[0].reason, heard[0].resources) == (
+        boss.session_id, "release", ("res:gpu",),
+    )  # fmt: skip
+    assert watcher.seen == 1
+    assert paused is not None
+    assert paused["reserved"] == ["res:gpu"]

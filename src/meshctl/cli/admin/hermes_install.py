@@ -39,7 +39,7 @@ RECORD = "meshd-install.json"
 _ROOTS = ("meshctl._sync", "meshctl.cli._git")
 #: Modules that may travel with the plugin (each is also checked to import only the
 #: standard library and other modules of the closure).
-_VENDORABLE = re.compile(r"meshctl\._\w+|meshctl\.cli\._git|meshd\.protocol\.\w+")
+_VENDORABLE = re.compile(r"meshctl\._\w+(?:\.\w+)?|meshctl\.cli\._git|meshd\.protocol\.\w+")
 #: Third-party modules the client imports only when present, falling back to the
 #: standard library when not (``meshctl._conn``'s compiled decoder for long replies):
 #: the vendored client runs without them in Hermes's environment.
@@ -156,10 +156,28 @@ def _module_file(name: str) -> Path:
 
 
 def _vendored_name(module: str) -> str:
-    """``meshctl._sync`` -> ``_sync``; ``meshd.protocol.errors`` -> ``_proto_errors``."""
+    """``meshctl._sync`` -> ``_sync``; ``meshctl._core.session`` -> ``_core_session``;
+    ``meshd.protocol.errors`` -> ``_proto_errors``: the vendored client is one flat folder."""
     if module.startswith("meshd.protocol."):
         return "_proto_" + module.rsplit(".", 1)[1]
-    return module.rsplit(".", 1)[1]
+    parts = module.split(".")[1:]
+    if parts[0] == "cli":
+        return parts[-1]
+    return parts[0] + "".join("_" + p.lstrip("_") for p in parts[1:])
+
+
+def _package(module: str) -> bool:
+    """Whether ``module`` (one of ours) is a package (``meshctl._sync``, ``meshctl._core``)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.submodule_search_locations is not None
+
+
+def _submodule(package: str, name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(f"{package}.{name}") is not None
 
 
 def _imports(path: Path) -> list[str]:
@@ -171,6 +189,9 @@ def _imports(path: Path) -> list[str]:
             mod = node.module
             if mod in ("meshctl", "meshd.protocol"):
                 found += [f"{mod}.{a.name}" for a in node.names]
+            elif mod.startswith("meshctl.") and _package(mod):
+                found.append(mod)
+                found += [f"{mod}.{a.name}" for a in node.names if _submodule(mod, a.name)]
             else:
                 found.append(mod)
         elif isinstance(node, ast.Import):
@@ -212,9 +233,29 @@ def _from_protocol(m: re.Match[str]) -> str:
     return f"{m.group(1)}from . import {', '.join(parts)}"
 
 
+def _from_package(m: re.Match[str]) -> str:
+    """``from meshctl._core import session as _session`` -> ``from . import _core_session
+    as _session``; a package's own names (``from meshctl._sync import Mesh``) stay."""
+    package, names = m.group(2), m.group(3)
+    if not _package(package):
+        return f"{m.group(1)}from .{_vendored_name(package)} import {names}"
+    parts = []
+    for n in (n.strip().split(" as ") for n in names.split(",") if n.strip()):
+        name, alias = n[0].strip(), n[-1].strip()
+        if not _submodule(package, name):
+            return f"{m.group(1)}from .{_vendored_name(package)} import {names}"
+        parts.append(f"{_vendored_name(f'{package}.{name}')} as {alias}")
+    return f"{m.group(1)}from . import {', '.join(parts)}"
+
+
+def _from_module(m: re.Match[str]) -> str:
+    return f"{m.group(1)}from .{_vendored_name(m.group(2))} import "
+
+
 _REWRITES = (
     (re.compile(r"^(\s*)from meshctl import ", re.M), r"\1from . import "),
-    (re.compile(r"^(\s*)from meshctl\.(?:cli\.)?(_\w+) import ", re.M), r"\1from .\2 import "),
+    (re.compile(r"^(\s*)from (meshctl\._\w+) import ([\w ,]+)$", re.M), _from_package),
+    (re.compile(r"^(\s*)from (meshctl\.(?:cli\.)?_\w+(?:\.\w+)?) import ", re.M), _from_module),
     (re.compile(r"^(\s*)from meshd\.protocol\.(\w+) import ", re.M), r"\1from ._proto_\2 import "),
 )
 

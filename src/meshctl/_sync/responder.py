@@ -4,8 +4,8 @@ A thread with a :class:`~meshctl._blocking.Connection` of its own calls
 ``query.respond``, runs the handler for every query event and answers with
 ``query.answer``. It stops when the session is no longer active, or on
 :meth:`Responder.stop`; after a daemon restart it connects and opts in again. What
-a query is and what answers it is :mod:`meshctl._messaging`'s (the async driver's
-responder reads it the same way).
+a query is and what answers it is :mod:`meshctl._core.messaging`'s (the async driver's
+responder, :mod:`meshctl._async.responder`, reads it the same way).
 
 Standard library only.
 """
@@ -19,15 +19,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from meshctl import _log as log
 from meshctl._blocking import Connection
-from meshctl._messaging import Query, answer_params, query_of
+from meshctl._core.messaging import Query, answer_params, query_of
 from meshd.protocol.errors import MeshError, NotFound
 
 if TYPE_CHECKING:
-    from meshctl._sync import Mesh
+    from meshctl._sync.client import Mesh
 
 _POLL = 0.25  # how often an idle responder looks whether its session is still active
 _BACKOFF_FIRST = 0.5
 _BACKOFF_MAX = 10.0
+
+#: What ``on_query`` takes: the answer, or None/"" to leave it to the status responder.
+QueryHandler = Callable[[Query], str | None]
+#: What ``on_query(on_event=...)`` takes: every other event of the session.
+EventHandler = Callable[[dict[str, Any]], Any]
 
 
 class _Host(Protocol):
@@ -51,8 +56,8 @@ class Responder:
     def __init__(
         self,
         session: _Host,
-        handler: Callable[[Query], str | None],
-        on_event: Callable[[dict[str, Any]], None] | None,
+        handler: QueryHandler,
+        on_event: EventHandler | None,
     ) -> None:
         self.session = session
         self.handler = handler

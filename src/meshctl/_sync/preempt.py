@@ -19,7 +19,7 @@ from meshctl._blocking import Connection
 from meshd.protocol.errors import MeshError
 
 if TYPE_CHECKING:
-    from meshctl._sync_session import Session
+    from meshctl._sync.session import Session
 
 _POLL = 0.5
 

@@ -7,7 +7,7 @@ even the one that ends the wait. No thread of our own reads: the waiting callers
 turns (see :mod:`meshctl._blocking`). The first exchange on every new connection is
 ``mesh.info``, whose ``protocol_version`` must have our major version (SPEC §3); its
 pid and start time tell one daemon run from the next. The session (``Mesh.session``)
-is :class:`meshctl._sync_session.Session`.
+is :class:`meshctl._sync.session.Session`.
 
 Resource handling: the socket opens lazily on the first call and is replaced when
 the daemon closed it (a daemon restart shows up as EPIPE on the next send, which is
@@ -29,8 +29,9 @@ import _thread
 import os
 import time
 
-from meshctl import _conn, _paths, _session
+from meshctl import _conn, _paths
 from meshctl._blocking import FORKS, Connection, Stale
+from meshctl._core import session as _session
 from meshd.protocol import contract
 from meshd.protocol.errors import FrameTooLarge, MeshError, MeshTimeout, MeshUnavailable
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any
 
-    from meshctl._sync_session import Session
+    from meshctl._sync.session import Session
 
 _BIG_SEND = 64 << 10
 
@@ -161,12 +162,22 @@ class Mesh:
         """
         if source is not None:
             fields["source"] = source
-        from meshctl._sync_session import Session  # sessions load only when used
+        from meshctl._sync.session import Session  # sessions load only when used
 
         core = _session.SessionCore(
             task=task, session_id=session_id, liveness=liveness, bind=bind, fields=fields
         )
         return Session(self, core, on_lost=on_lost, heartbeat_interval=heartbeat_interval)
+
+    def _pushed_loss(self, token: int | None, keys: list[str]) -> bool:
+        """Whether a claim-loss event for ``token`` naming any of ``keys`` is among the
+        events this Mesh's connection kept aside (when something subscribed it)."""
+        from meshctl import _events
+
+        return any(
+            e.token == token and set(e.resources) & set(keys)
+            for e in _events.claim_losses(list(self._events))
+        )
 
     def close(self) -> None:
         """Close the connection; the Mesh cannot be used again. Calls still waiting on

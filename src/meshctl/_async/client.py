@@ -16,9 +16,9 @@ no reply comes in time, the class for the daemon's ``data.code`` otherwise. With
 says so once through the ``meshctl`` logger, and reconnects with backoff (0.5 s
 doubling to 30 s) on later calls -- the blocking ``Mesh``'s rule.
 
-The session (``AsyncMesh.session``) is :class:`meshctl._async_session.AsyncSession`;
+The session (``AsyncMesh.session``) is :class:`meshctl._async.session.AsyncSession`;
 connections of their own for events and a live responder are in
-:mod:`meshctl._async_listen`.
+:mod:`meshctl._async.connection`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from meshctl import _conn, _paths, _session
-from meshctl._async_listen import BROKEN, open_stream
-from meshctl._async_session import AsyncSession
+from meshctl import _conn, _paths
+from meshctl._async.connection import BROKEN, open_stream
+from meshctl._async.session import AsyncSession
+from meshctl._core import session as _session
 from meshd.protocol import contract
 from meshd.protocol.errors import (
     FrameTooLarge,
@@ -48,8 +49,6 @@ from meshd.protocol.errors import (
     MeshUnavailable,
     StorageUnavailable,
 )
-
-__all__ = ["AsyncMesh", "AsyncSession"]
 
 log = logging.getLogger("meshctl")
 
@@ -262,6 +261,11 @@ class AsyncMesh:
             task=task, session_id=session_id, liveness=liveness, bind=bind, fields=fields
         )
         return AsyncSession(self, core, on_lost=on_lost, heartbeat_interval=heartbeat_interval)
+
+    def _pushed_loss(self, token: int | None, keys: list[str]) -> bool:
+        """Whether a pushed event told of losing ``keys`` under ``token``: events here go
+        to :meth:`events`' reader, not kept aside (heartbeats report losses)."""
+        return False
 
     async def events(self) -> AsyncIterator[Any]:
         """Events pushed to this connection (after a subscription made with :meth:`call`)."""

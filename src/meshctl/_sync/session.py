@@ -1,52 +1,56 @@
-"""``Session``: a registered session of the blocking client (SPEC §10).
+# Generated from src/meshctl/_async/session.py by scripts/unasync.py: edit that file and
+# run scripts/unasync.py (scripts/test.sh fails while this one is stale).
+"""``Session`` and ``Claim``: a registered session and what one claim got (SPEC §5, §10).
 
-Registers on entry, heartbeats from a daemon thread on a connection of its own, ends
-on exit; claims, messages, queries, broadcasts, handoffs and shared work on the
-calling thread through its :class:`~meshctl.Mesh`. The session rules are the
-I/O-free core's (:mod:`meshctl._session`: registration, re-registration after a
-restart, claim bookkeeping, loss reporting; :mod:`meshctl._messaging`: what each
-call sends and returns), which :class:`meshctl.AsyncSession` drives as well.
+This file is the one source of the session layer: ``scripts/unasync.py`` writes the
+blocking ``Session`` and ``Claim`` (:mod:`meshctl._sync.session`) from it, ``async``
+and ``await`` taken out and each ``Async`` name and ``_async`` module given its
+blocking twin. Write it so that both read right: what differs between an event loop
+and threads (locks, the heartbeat runner, shielding) is each side's ``_backend``
+module, and the rules --
+registration, re-registration after an expiry or a restart, claim bookkeeping, loss
+reporting, the no-op when disabled or unreachable with ``fail_open`` -- are the
+I/O-free core's (:mod:`meshctl._core.session`, :mod:`meshctl._core.messaging`).
 
-Standard library only.
+A session registers on entry, heartbeats in the background (a task with anyio; a
+daemon thread with a connection of its own in the blocking client), and ends on exit.
+What it never hides: when the daemon expired or forgot the session, or restarted
+without it, the session registers again under the same id and appends a sentence
+to :attr:`Session.lost` (and calls ``on_lost`` with it, and logs one warning).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from meshctl import _claims, _events, _session
+from meshctl import _claims
 from meshctl import _log as log
-from meshctl import _messaging as _m
-from meshctl._messaging import Answer, Broadcast, Handoff, Item, Query, RequestedHandoff, Sent
-from meshctl._preempt import PreemptWatcher
-from meshctl._responder import Responder
-from meshctl._shared import Notebook, Once, Signal
-from meshctl._sync_claim import Claim
-from meshctl._sync_heartbeat import Heartbeats
-from meshd.protocol.errors import MeshError, SessionExpired, UnknownSession
+from meshctl._core import messaging as _m
+from meshctl._core import session as _session
+from meshctl._core.messaging import Answer, Broadcast, Handoff, Item, RequestedHandoff, Sent
+from meshctl._core.session import BACKOFF_FIRST, next_beat
+from meshctl._sync import _backend
+from meshctl._sync.events import SessionEvents
+from meshctl._sync.preempt import PreemptWatcher
+from meshctl._sync.responder import EventHandler, QueryHandler, Responder
+from meshctl._sync.shared import Notebook, Once, Signal
+from meshd.protocol.errors import MeshError, MeshUnavailable, SessionExpired, UnknownSession
 
 if TYPE_CHECKING:
-    from meshctl._sync import Mesh
+    from meshctl._events import PreemptEvent
+    from meshctl._sync.client import Mesh
 
 T = TypeVar("T")
 
 
 class Session:
-    """A registered session: heartbeats from a daemon thread, ends on exit.
-
-    What it never hides: when the daemon expired or forgot the session, or restarted
-    without it, the session registers again under the same id and appends a sentence
-    to :attr:`lost` (and calls ``on_lost`` with it, and logs one warning).
+    """A registered session: heartbeats in the background, ends when its block ends.
 
     It degrades to a no-op, and says so once, when the mesh is disabled in config
     (``disabled`` is True) or unreachable with ``fail_open`` (it keeps trying to
     register in the background): calls then return None or an empty value.
-
-    The rules are the I/O-free core's (:class:`meshctl._session.SessionCore`,
-    :mod:`meshctl._messaging`); this class sends and reads on the calling thread.
     """
 
     def __init__(
@@ -61,8 +65,8 @@ class Session:
         self._core = core
         self._on_lost = on_lost
         self._interval_override = heartbeat_interval
-        self._state = threading.RLock()
-        self._beats = Heartbeats(self)
+        self._state, self._reregistering = _backend.session_locks()
+        self._beats = _backend.Heartbeats(self)
         self._registered = False
         self._ended = False
 
@@ -91,11 +95,25 @@ class Session:
         """Seconds between background heartbeats."""
         return self._core.interval
 
+    @property
+    def registration(self) -> int:
+        """How many times this session registered (a call that saw it expire passes the
+        number it started under to :meth:`_recover`)."""
+        return self._core.generation
+
+    @property
+    def beats(self) -> int:
+        """Heartbeats the background runner got answered (tests wait on it)."""
+        return self._beats.count
+
+    def wait_beats(self, count: int, timeout: float) -> bool:
+        """Until :attr:`beats` reaches ``count``; False on timeout (for tests, tools)."""
+        return self._beats.wait(count, timeout)
+
     # --- lifecycle ---------------------------------------------------------------
 
     def __enter__(self) -> Session:
-        self.start()
-        return self
+        return self.start()
 
     def __exit__(
         self,
@@ -103,21 +121,22 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            self.end(reason="ended" if exc_type is None else f"error: {exc_type.__name__}")
-        except MeshError as failure:
-            # Leaving the block must not fail on the mesh (unreachable, hung, refusing):
-            # the daemon expires the session once its heartbeats stop (or its process ends).
-            log.warning("Session Mesh: could not end session %s: %s", self.session_id, failure)
+        with _backend.shielded():
+            try:
+                self.end(reason="ended" if exc_type is None else f"error: {exc_type.__name__}")
+            except MeshError as failure:
+                # Leaving the block must not fail on the mesh (unreachable, hung, refusing):
+                # the daemon expires the session once its heartbeats stop.
+                log.warning("Session Mesh: could not end session %s: %s", self.session_id, failure)
 
     def start(self) -> Session:
-        """Register and start heartbeating (done by ``with``)."""
+        """Register and start heartbeating (done on entering the block)."""
         with self._state:
             if self._beats.started:
                 return self
             self._register()
             if not self._core.disabled:
-                self._beats.start()
+                self._beats.start(self._run)
         return self
 
     def heartbeat(self, status: str | None = None, task: str | None = None, **fields: Any) -> Any:
@@ -127,11 +146,11 @@ class Session:
             self._core.remember(fields)
             if not self.active:
                 return None
-            params = self._core.heartbeat_params(fields)
+            generation = self._core.generation
             try:
-                result = self.mesh.call("session.heartbeat", params)
+                result = self.mesh.call("session.heartbeat", self._core.heartbeat_params(fields))
             except (SessionExpired, UnknownSession) as exc:
-                self._reregister(exc)
+                self._recover(exc, generation)
                 result = self.mesh.call("session.heartbeat", self._core.heartbeat_params(fields))
             if result is not None:
                 self._heard(result)
@@ -159,13 +178,18 @@ class Session:
         self._core.held.clear()
         return result
 
+    def events(self) -> SessionEvents:
+        """This session's pushed events (messages, claim notices, preemptions …), on a
+        connection of their own (``events.subscribe``): iterate, then close."""
+        return SessionEvents(self.mesh, str(self.session_id))
+
     # --- preemption (SPEC §5b) ----------------------------------------------------
 
-    def on_preempt(self, callback: Callable[[_events.PreemptEvent], Any]) -> PreemptWatcher | None:
+    def on_preempt(self, callback: Callable[[PreemptEvent], Any]) -> PreemptWatcher | None:
         """Call ``callback(event)`` when a higher-ranked session asks this one to
         checkpoint and pause (``event.by``, ``event.reason``, ``event.grace_s``,
-        ``event.resources``), on a thread of its own; answer with :meth:`pause` at a
-        safe point. Returns the watcher (``stop()``), or None when not active."""
+        ``event.resources``), on a connection of its own; answer with :meth:`pause` at
+        a safe point. Returns the watcher (``stop()``), or None when not active."""
         if not self.active:
             log.warning("Session Mesh: session %s is not active; on_preempt does nothing",
                         self.session_id)  # fmt: skip
@@ -207,12 +231,13 @@ class Session:
     ) -> Claim:
         """Claim ``resources`` as one set (all or nothing); use the handle as a context manager.
 
-        ``with s.claim("file:/x", wait=10) as c: if c.granted: …`` -- leaving the block
-        releases what this call acquired, never a claim the session ``already_held``.
-        Relative paths are resolved against the working folder (the daemon refuses them).
-        ``wait`` > 0 queues (FIFO) until the whole set is granted or the wait runs out.
-        When the session is a no-op (mesh disabled, or unreachable with ``fail_open``),
-        the handle is granted and :attr:`Claim.guarded` is False.
+        ``with s.claim("file:/x", wait=10) as c: if c.granted: …`` --
+        leaving the block releases what this call acquired, never a claim the session
+        ``already_held``. Relative paths are resolved against the working folder (the
+        daemon refuses them). ``wait`` > 0 queues (FIFO) until the whole set is
+        granted or the wait runs out. When the session is a no-op (mesh disabled, or
+        unreachable with ``fail_open``), the handle is granted and
+        :attr:`Claim.guarded` is False.
         """
         if not resources:
             raise ValueError("claim() needs at least one resource")
@@ -220,30 +245,28 @@ class Session:
         with self._state:
             if not self.active:
                 return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
-            generation = self.registration
+            generation = self._core.generation
         params = _claims.acquire_params(
-            str(self.session_id),
-            keys,
-            shared=shared,
-            reason=reason,
-            ttl=ttl,
-            wait=wait,
+            str(self.session_id), keys, shared=shared, reason=reason, ttl=ttl, wait=wait,
             broad=broad,
-        )
+        )  # fmt: skip
         timeout = _claims.wait_timeout(wait, self.mesh.timeout)
         # Not under the session's lock: a claim may queue for minutes, and meanwhile the
-        # heartbeat thread and the session's other calls must go on (as in _mcall).
+        # heartbeats and the session's other calls must go on (as in _mcall).
         try:
             result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
         except (SessionExpired, UnknownSession) as exc:
-            with self._state:
-                self._recover(exc, generation)
+            self._recover(exc, generation)
             params["session_id"] = self.session_id
             result = self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
         if result is None:  # failing open
-            return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
+            return self._unguarded(keys)
         with self._state:
             return Claim(self, result, keys, guarded=not result.get("disabled", False))
+
+    def _unguarded(self, keys: list[str]) -> Claim:
+        """The handle of a claim made while the session is a no-op: granted, guarding nothing."""
+        return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
 
     def check(self, *resources: str) -> dict[str, Any]:
         """``claim.check``: other sessions' overlapping claims (``conflicts``), and live
@@ -274,10 +297,10 @@ class Session:
             self._core.released(released)
         return released
 
-    # --- messages, queries, broadcasts, handoffs (SPEC §6; the calls of _messaging) ------
+    # --- messages, queries, broadcasts, handoffs (SPEC §6; the calls of _core.messaging) --
 
     def send(self, to: str | None, text: str, reply_to: int | None = None) -> Sent | None:
-        """Send ``text`` to session ``to`` (durable): :func:`meshctl._messaging.send`."""
+        """Send ``text`` to session ``to`` (durable): :func:`meshctl._core.messaging.send`."""
         return self._do(_m.send(to, text, reply_to))
 
     def inbox(self, all: bool = False, peek: bool = True) -> list[Item]:
@@ -293,7 +316,7 @@ class Session:
         return self._do(_m.message_states(ids))
 
     def ask(self, to: str, question: str, timeout: float = 10) -> Answer | None:
-        """Ask ``to`` a bounded question: :func:`meshctl._messaging.ask`."""
+        """Ask ``to`` a bounded question: :func:`meshctl._core.messaging.ask`."""
         return self._do(_m.ask(to, question, timeout))
 
     def answer(self, query_id: int, text: str) -> dict[str, Any] | None:
@@ -303,7 +326,7 @@ class Session:
     def broadcast(
         self, text: str, collect: bool = False, timeout: float = 10, path: str | None = None
     ) -> Broadcast | None:
-        """Send ``text`` to every other live session: :func:`meshctl._messaging.broadcast`."""
+        """Send ``text`` to every other live session: :func:`meshctl._core.messaging.broadcast`."""
         return self._do(_m.broadcast(text, collect, timeout, path))
 
     def handoff(
@@ -325,23 +348,20 @@ class Session:
         """Ask ``to`` for a handoff (an ask); it is stored addressed to this session."""
         return self._do(_m.request_handoff(to, timeout))
 
-    def on_query(
-        self,
-        handler: Callable[[Query], str | None],
-        *,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> Responder:
+    def on_query(self, handler: QueryHandler, *, on_event: EventHandler | None = None) -> Responder:
         """Become this session's live responder: ``handler(query)`` answers each query.
 
-        The handler runs on a thread of its own, one query at a time; its string is
-        the answer (clipped to 2 KiB), ``None`` or ``""`` leaves the query to the
-        status responder once the asker's timeout runs out, and an exception is
-        logged and treated the same. ``on_event`` also subscribes that connection to
-        the session's other events (messages, claim notices) -- they then count as
-        delivered, so pass it only when it shows them to someone.
+        The handler runs apart from the caller (a task of the Mesh, where it may
+        be a coroutine function; a thread of its own in the blocking client), one
+        query at a time; its string is the answer (clipped to 2 KiB), ``None`` or
+        ``""`` leaves the query to the status responder once the asker's timeout runs
+        out, and an exception is logged and treated the same. ``on_event`` also
+        subscribes that connection to the session's other events (messages, claim
+        notices) -- they then count as delivered, so pass it only when it shows them
+        to someone.
 
         Returns once the daemon counts the responder. It stops when the session
-        ends (or on :meth:`Responder.stop`).
+        ends (or on ``stop()``).
         """
         responder = Responder(self, handler, on_event)
         if self.active:
@@ -366,11 +386,11 @@ class Session:
         return Signal(self, name)
 
     def once(self, key: str, ttl: float | None = None, note: str = "") -> Once:
-        """At most once: ``with s.once(KEY) as first: if first: …`` (see :class:`Once`)."""
+        """At most once: ``with s.once(KEY) as first: if first: …`` (see Once)."""
         return Once(self, key, ttl, note)
 
     def _do(self, call: _m.Call[T]) -> T:
-        """Make one of :mod:`meshctl._messaging`'s calls for this session."""
+        """Make one of :mod:`meshctl._core.messaging`'s calls for this session."""
         if not call.needed:
             return call.idle
         return call.result(self._mcall(call.method, call.params, call.wait))
@@ -384,7 +404,7 @@ class Session:
         if not self.active:
             return None
         timeout = self.mesh.timeout + wait if wait else None
-        generation = self.registration
+        generation = self._core.generation
         try:
             return self.mesh.call(
                 method, {**params, "session_id": self.session_id}, timeout=timeout
@@ -392,10 +412,7 @@ class Session:
         except (SessionExpired, UnknownSession) as exc:
             if exc.data.get("session_id") != self.session_id:
                 raise
-            # Under the session's lock, as its heartbeat thread does; if that thread
-            # registered the session again meanwhile, this only retries.
-            with self._state:
-                self._recover(exc, generation)
+            self._recover(exc, generation)
         return self.mesh.call(method, {**params, "session_id": self.session_id}, timeout=timeout)
 
     # --- registration and loss ---------------------------------------------------
@@ -416,23 +433,16 @@ class Session:
             )
         return True
 
-    @property
-    def registration(self) -> int:
-        """How many times this session registered (a call that saw it expire passes the
-        number it started under to :meth:`_recover`)."""
-        return self._core.generation
-
     def _recover(self, exc: MeshError, generation: int) -> None:
         """A call made under registration ``generation`` found the session expired or
-        unknown: register again -- unless another thread already did since, so one
-        expiry is recorded once. Call with ``_state`` held."""
-        if self._core.generation == generation:
-            self._reregister(exc)
-
-    def _reregister(self, exc: MeshError) -> None:
-        old = self._core.daemon
-        self._register()
-        self._record(self._core.after_expiry(exc, old, self._validate_held()))
+        unknown: register again -- unless another caller already did since, so one
+        expiry is recorded once."""
+        with self._reregistering:
+            if self._core.generation != generation:
+                return
+            old = self._core.daemon
+            self._register()
+            self._record(self._core.after_expiry(exc, old, self._validate_held()))
 
     def _daemon_changed(self) -> None:
         """The daemon restarted but still answered for us: register again to find out,
@@ -477,14 +487,98 @@ class Session:
             except Exception:
                 log.exception("on_lost callback failed")
 
-    @property
-    def beats(self) -> int:
-        """Heartbeats the background thread got answered (tests wait on it)."""
-        return self._beats.count
+    # --- the heartbeats ------------------------------------------------------------
 
-    def wait_beats(self, count: int, timeout: float) -> bool:
-        """Block until :attr:`beats` reaches ``count``; False on timeout (for tests, tools)."""
-        return self._beats.wait(count, timeout)
+    def _run(self, mesh: Mesh) -> None:
+        """Heartbeat every interval on ``mesh`` (register first while failing open); back
+        off while the daemon cannot be reached (:func:`meshctl._core.session.next_beat`)."""
+        # Not registered yet (failing open): poll often; the Mesh's own backoff decides
+        # when a connection is really attempted, so polling costs nothing meanwhile.
+        wait = self._core.interval if self._registered else BACKOFF_FIRST
+        while self._beats.sleep(wait):
+            ok = self._beat(mesh)
+            wait = next_beat(wait, ok, self._registered, self._core.interval)
+
+    def _beat(self, mesh: Mesh) -> bool:
+        """One background heartbeat; False when the daemon could not be reached."""
+        with self._state:
+            if self._ended:
+                return True
+            generation = self._core.generation
+            try:
+                if not self._registered:
+                    return self._register()
+                params = self._core.heartbeat_params({})
+                result = mesh.call("session.heartbeat", params)
+                if result is not None:
+                    self._heard(result)
+                if mesh.daemon != self._core.daemon:
+                    self._daemon_changed()
+            except (SessionExpired, UnknownSession) as exc:
+                try:
+                    self._recover(exc, generation)
+                except MeshError as again:
+                    log.warning("Session Mesh: could not register again: %s", again)
+                    return False
+            except MeshUnavailable as exc:
+                log.debug("heartbeat: %s", exc)
+                return False
+            except MeshError as exc:
+                log.warning("Session Mesh heartbeat failed: %s", exc)
+                return False
+        self._beats.beat()
+        return True
 
     def __repr__(self) -> str:
-        return f"<Session {self.session_id!r} active={self.active}>"
+        return f"<{type(self).__name__} {self.session_id!r} active={self.active}>"
+
+
+class Claim(_session.ClaimRecord):
+    """What one :meth:`Session.claim` call got; releases what it acquired when its
+    block ends. The fields are :class:`meshctl._core.session.ClaimRecord`'s; call
+    :meth:`validate` to ask the daemon now whether the token still holds."""
+
+    def __init__(
+        self, session: Session, result: dict[str, Any], requested: list[str], *, guarded: bool
+    ) -> None:
+        self.session = session
+        super().__init__(session._core, result, requested, guarded=guarded)
+
+    def _noticed(self, keys: list[str]) -> bool:
+        """A claim-loss event for our token among the events the session's connection
+        kept aside; heartbeats report losses either way."""
+        return self.session.mesh._pushed_loss(self.token, keys)
+
+    def validate(self) -> bool:
+        """Ask the daemon whether our token still holds every key of the set (fencing)."""
+        if not self.granted or not self.guarded:
+            return self.granted
+        call = self.session.mesh.call
+        return self._validated(
+            [call(_claims.VALIDATE, {"resource": k, "token": self.token}) for k in self.keys]
+        )
+
+    def release(self) -> list[str]:
+        """Release what this call acquired (never an ``already_held`` claim); once."""
+        if self._released or not self.acquired:
+            self._released = True
+            return []
+        self._released = True
+        return self.session.release(*self.acquired)
+
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with _backend.shielded():
+            try:
+                self.release()
+            except MeshError as failure:
+                # Never raise on the way out; say so, and keep it on the handle. The claim
+                # goes when the session ends or expires (or its ttl runs out).
+                log.warning("Session Mesh: %s", self._release_failed(failure))

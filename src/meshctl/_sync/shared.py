@@ -1,125 +1,44 @@
-"""Shared work for the blocking ``Session`` (SPEC §7, §10): notes, signals, the ledger.
+# Generated from src/meshctl/_async/shared.py by scripts/unasync.py: edit that file and
+# run scripts/unasync.py (scripts/test.sh fails while this one is stale).
+"""Shared work of a session (SPEC §7, §10): ``s.notes``, ``s.signal(NAME)``, ``s.once(KEY)``.
 
 ::
 
     with mesh.session(task="…") as s:
-        s.notes.add("API base is /v2")                 # shared; private=True: only s reads it
-        s.notes.list()                                  # every note s may read
+        s.notes.add("API base is /v2")           # shared; private=True: only s reads it
+        s.notes.list()                            # every note s may read
         s.signal("data-ready").emit({"rows": 10})
-        got = s.signal("data-ready").wait(timeout=30)   # a SignalRecord, or None on timeout
+        got = s.signal("data-ready").wait(timeout=30)  # a SignalRecord, or None
         with s.once("finance-daily:2026-11-29") as first:
             if first:
                 send_report()
 
-Like the rest of ``Session``, notes and signals are no-ops while the session is
-not active (the mesh disabled, or unreachable with ``fail_open``). The ledger is
-the exception: ``Session.once`` **never fails open** -- an unreachable
-daemon raises :class:`MeshUnavailable` and the block must not run the side
-effect. Only a mesh switched off in config (``enabled = false``) lets it run
-unguarded, as ``meshctl once`` does, and says so.
-
-Standard library only (the blocking client's rule).
+One source for both drivers: ``scripts/unasync.py`` writes the blocking
+:mod:`meshctl._sync.shared` from this file. Like the rest of the session, notes
+and signals are no-ops while the session is not active (the mesh disabled, or
+unreachable with ``fail_open``). The ledger is the exception: ``once`` **never
+fails open** -- an unreachable daemon raises :class:`MeshUnavailable` and the
+block must not run the side effect. Only a mesh switched off in config
+(``enabled = false``) lets it run unguarded, as ``meshctl once`` does, and says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any
 
 from meshctl import _log as log
+from meshctl._core.shared import Note, SignalRecord, notes_of, once_params, received, wait_params
 from meshd.protocol.errors import MeshUnavailable
 
 if TYPE_CHECKING:
-    from meshctl._sync import Mesh
-
-
-class Note(NamedTuple):
-    """One notebook entry; ``session_id`` is its author."""
-
-    id: int
-    session_id: str
-    text: str
-    private: bool
-    at: str
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> Note:
-        return cls(
-            int(raw["id"]), str(raw["session_id"]), str(raw["text"]),
-            bool(raw.get("private")), str(raw.get("at", "")),
-        )  # fmt: skip
-
-
-class SignalRecord(NamedTuple):
-    """One emitted signal."""
-
-    name: str
-    seq: int
-    payload: Any
-    emitted_by: str | None
-    emitted_at: str
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> SignalRecord:
-        return cls(
-            str(raw["name"]), int(raw["seq"]), raw.get("payload"),
-            raw.get("emitted_by"), str(raw.get("emitted_at") or ""),
-        )  # fmt: skip
-
-
-def notes_of(raw: Any) -> list[Note]:
-    return [] if raw is None else [Note.from_wire(e) for e in raw.get("entries") or []]
-
-
-def wait_params(
-    name: str, after: int | None, since: float | None, timeout: float
-) -> dict[str, Any]:
-    params: dict[str, Any] = {"name": name, "timeout": timeout}
-    if after is not None:
-        params["after"] = after
-    if since is not None:
-        params["since"] = since
-    return params
-
-
-def received(raw: Any) -> SignalRecord | None:
-    """The signal a wait got, or None when it ran out (or the session is a no-op)."""
-    if raw is None or not raw.get("received"):
-        return None
-    return SignalRecord.from_wire(raw)
-
-
-def once_params(key: str, ttl: float | None, note: str) -> dict[str, Any]:
-    params: dict[str, Any] = {"key": key}
-    if ttl is not None:
-        params["ttl"] = ttl
-    if note:
-        params["note"] = note[:200]
-    return params
-
-
-class _Host(Protocol):
-    """What the handles need from their session (``Session`` has it all)."""
-
-    mesh: Mesh
-
-    @property
-    def session_id(self) -> str | None: ...
-
-    @property
-    def active(self) -> bool: ...
-
-    @property
-    def disabled(self) -> bool: ...
-
-    def _mcall(self, method: str, params: dict[str, Any], wait: float = 0.0) -> Any: ...
+    from meshctl._sync.session import Session
 
 
 class Notebook:
     """``s.notes``: the session's notebook, and the notes of others it may read."""
 
-    def __init__(self, session: _Host) -> None:
+    def __init__(self, session: Session) -> None:
         self._s = session
 
     def add(self, text: str, private: bool = False) -> Note | None:
@@ -141,7 +60,7 @@ class Notebook:
 class Signal:
     """``s.signal(NAME)``: emit it, or wait for it (pushed by the daemon, never polled)."""
 
-    def __init__(self, session: _Host, name: str) -> None:
+    def __init__(self, session: Session, name: str) -> None:
         self._s = session
         self.name = name
 
@@ -169,7 +88,7 @@ class Once:
     ``unknown``) and ``entry`` who holds it and since when.
     """
 
-    def __init__(self, session: _Host, key: str, ttl: float | None, note: str) -> None:
+    def __init__(self, session: Session, key: str, ttl: float | None, note: str) -> None:
         self._s = session
         self.key = key
         self._params = once_params(key, ttl, note)
@@ -222,4 +141,4 @@ class Once:
         return self.first
 
     def __repr__(self) -> str:
-        return f"<Once {self.key!r} {self.status or 'not entered'}>"
+        return f"<{type(self).__name__} {self.key!r} {self.status or 'not entered'}>"

@@ -5,7 +5,7 @@ and what it reports: which claims it holds under which token, which it lost (a
 claim notice a heartbeat reported, a token that no longer validates after the
 session had to register again), and the sentence for each loss. ``Session``
 (blocking) and ``AsyncSession`` (anyio) only do the I/O around it, so both say
-the same thing in the same words (issue 11 item 5: httpx's ``BaseClient`` shape).
+the same thing in the same words (httpx's ``BaseClient`` shape).
 
 Standard library only (the blocking client imports it).
 """
@@ -29,6 +29,17 @@ if TYPE_CHECKING:
 #: Retrying an unreachable daemon (fail_open; heartbeats): the first wait, doubling to the cap.
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
+
+
+def next_beat(wait: float, ok: bool, registered: bool, interval: float) -> float:
+    """Seconds until the next background heartbeat, after one that was answered
+    (``ok``) or not: the session's interval while answered; the first backoff while
+    not yet registered (failing open); doubling to the cap while the daemon is gone."""
+    if ok:
+        return interval if registered else BACKOFF_FIRST
+    if not registered:
+        return BACKOFF_FIRST
+    return min(max(wait * 2, BACKOFF_FIRST), BACKOFF_MAX)
 
 
 class FailOpen:

@@ -12,7 +12,7 @@ timeout the reply may take, how to read the result, and what the session method
 returns when it is a no-op (mesh disabled, or unreachable with ``fail_open``). The
 functions below build one per session method (:func:`send`, :func:`ask` …);
 ``Session`` (blocking) and ``AsyncSession`` (anyio) only send it and read the reply,
-so both drivers say and return the same thing (issue 11 item 5).
+so both drivers say and return the same thing.
 
 Reading is not acknowledging: ``inbox`` hands items over as ``delivered`` and leaves
 them unread; ``ack`` them once the text has reached the model or the person

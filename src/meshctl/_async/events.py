@@ -1,0 +1,77 @@
+"""``session.events()`` for the anyio client: a subscribed connection of its own.
+
+::
+
+    async with s.events() as events:
+        async for event in events:
+            ...
+
+The blocking twin is :mod:`meshctl._sync.events` (the same surface, a plain iterator).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from meshctl._async.connection import AsyncConnection
+from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
+
+if TYPE_CHECKING:
+    from meshctl._async.client import AsyncMesh
+
+
+class AsyncSessionEvents:
+    """``async for event in session.events()``: a subscribed connection of its own.
+
+    Close it with ``aclose()`` or use it as ``async with session.events() as events``.
+    """
+
+    def __init__(self, mesh: AsyncMesh, session_id: str) -> None:
+        self._mesh = mesh
+        self._session_id = session_id
+        self._conn: AsyncConnection | None = None
+
+    def __aiter__(self) -> AsyncSessionEvents:
+        return self
+
+    async def __anext__(self) -> Any:
+        conn = self._conn or await self._subscribe()
+        try:
+            event = await conn.next_event(None)
+        except MeshUnavailable as exc:
+            await self.aclose()
+            raise MeshUnavailable(
+                "the event connection to meshd closed (the daemon may have restarted); "
+                "iterate session.events() again to resubscribe"
+            ) from exc
+        assert event is not None  # no timeout: it waits for one
+        return event
+
+    async def __aenter__(self) -> AsyncSessionEvents:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the subscription's connection."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.aclose()
+
+    async def _subscribe(self) -> AsyncConnection:
+        conn = await AsyncConnection(self._mesh).open()
+        try:
+            await conn.call("events.subscribe", {"session_id": self._session_id})
+        except MethodNotFound as exc:
+            await conn.aclose()
+            raise MeshError(
+                "this meshd does not push events yet (events.subscribe is unknown to it): "
+                "upgrade and restart the daemon, or poll the inbox instead",
+                {"code": "EVENTS_UNSUPPORTED"},
+            ) from exc
+        except BaseException:
+            await conn.aclose()
+            raise
+        self._conn = conn
+        return conn

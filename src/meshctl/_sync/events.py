@@ -1,0 +1,89 @@
+"""``session.events()`` for the blocking client: a subscribed connection of its own.
+
+::
+
+    with s.events() as events:
+        for event in events:
+            ...
+
+The twin of :mod:`meshctl._async.events`: iterating waits for the next pushed event
+(messages, claim notices, preemptions …) on a :class:`~meshctl._blocking.Connection`
+of its own, so the session's plain calls never read them. Standard library only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from meshctl._blocking import Connection
+from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from meshctl._sync.client import Mesh
+
+#: How long one wait for an event lasts before it waits again (an iteration has no end).
+_WAIT = 3600.0
+
+
+class SessionEvents:
+    """``for event in session.events()``: a subscribed connection of its own.
+
+    Close it with ``close()`` or use it as ``with session.events() as events``.
+    """
+
+    def __init__(self, mesh: Mesh, session_id: str) -> None:
+        self._mesh = mesh
+        self._session_id = session_id
+        self._conn: Connection | None = None
+
+    def __iter__(self) -> SessionEvents:
+        return self
+
+    def __next__(self) -> Any:
+        conn = self._conn or self._subscribe()
+        try:
+            while (event := conn.next_event(_WAIT)) is None:
+                pass
+        except MeshUnavailable as exc:
+            self.close()
+            raise MeshUnavailable(
+                "the event connection to meshd closed (the daemon may have restarted); "
+                "iterate session.events() again to resubscribe"
+            ) from exc
+        return event
+
+    def __enter__(self) -> SessionEvents:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the subscription's connection."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _subscribe(self) -> Connection:
+        conn = Connection.like(self._mesh)
+        try:
+            conn.call("events.subscribe", {"session_id": self._session_id})
+        except MethodNotFound as exc:
+            conn.close()
+            raise MeshError(
+                "this meshd does not push events yet (events.subscribe is unknown to it): "
+                "upgrade and restart the daemon, or poll the inbox instead",
+                {"code": "EVENTS_UNSUPPORTED"},
+            ) from exc
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
