@@ -29,6 +29,7 @@ import os
 import stat
 import sys
 
+from meshctl._core import env as _env
 from meshd.protocol.trust import check_absolute, env_path_problem
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
@@ -97,7 +98,7 @@ def _fallback_runtime_base() -> str:
 
 def runtime_dir_str() -> str:
     """:func:`runtime_dir` as a string."""
-    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    xdg = _env.get("XDG_RUNTIME_DIR")
     if os.path.isabs(xdg) and _xdg_runtime_ok(xdg):
         return os.path.join(xdg, APP)
     if sys.platform == "darwin":
@@ -114,16 +115,17 @@ def runtime_dir() -> Path:
 
 def socket_path_str(profile: str) -> str:
     """:func:`socket_path` as a string (a relative ``MESH_SOCKET`` raises ValueError)."""
-    if env := os.environ.get("MESH_SOCKET"):
+    if env := _env.get("MESH_SOCKET"):
         return check_absolute(env)
     return os.path.join(runtime_dir_str(), f"{profile}.sock")
 
 
-def socket_arg(explicit: str | os.PathLike[str] | None) -> str | None:
-    """The socket a client was given (argument, else ``MESH_SOCKET``), checked absolute."""
+def socket_arg(explicit: str | os.PathLike[str] | None, env: str | None = None) -> str | None:
+    """The socket a client was given (argument, else ``env``: the ``MESH_SOCKET`` it read
+    when it was made, else now), checked absolute."""
     if explicit:
         return check_absolute(os.fspath(explicit), "socket")
-    if env := os.environ.get("MESH_SOCKET"):
+    if env := _env.get("MESH_SOCKET") if env is None else env:
         return check_absolute(env)
     return None
 
@@ -147,9 +149,9 @@ def socket_path(profile: str) -> Path:
 
 def state_dir_str() -> str:
     """:func:`state_dir` as a string."""
-    if env := os.environ.get("MESH_STATE_DIR"):
+    if env := _env.get("MESH_STATE_DIR"):
         return env  # a relative one: refused by check_overrides where it matters
-    xdg = os.environ.get("XDG_STATE_HOME", "")
+    xdg = _env.get("XDG_STATE_HOME")
     if os.path.isabs(xdg):
         return os.path.join(xdg, APP)
     if sys.platform == "darwin":

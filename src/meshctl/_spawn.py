@@ -31,6 +31,7 @@ import sys
 import time
 
 from meshctl import _conn, _log, _paths
+from meshctl._core import env as _env
 from meshd.protocol import trust
 from meshd.protocol.errors import MeshUnavailable, UntrustedSocket
 
@@ -45,7 +46,6 @@ START_TIMEOUT = 10.0
 #: Daemons this process started directly; kept so they can be reaped, never collected
 #: while running (a dropped Popen warns and leaves a zombie).
 _SPAWNED: list[subprocess.Popen[bytes]] = []
-_PASSED_ENV = ("MESH_SOCKET", "MESH_STATE_DIR", "MESH_CONFIG")
 _NO_DAEMON = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK)
 #: sun_path's size, NUL included (meshd.paths.SUN_PATH_MAX; that module loads pathlib).
 SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
@@ -63,7 +63,7 @@ def find_socket_str(profile: str, explicit: str | os.PathLike[str] | None) -> st
     if explicit:
         return trust.check_absolute(os.fspath(explicit), "socket")
     own = _paths.socket_path_str(profile)
-    if "MESH_SOCKET" in os.environ or os.path.exists(own):
+    if _env.isset("MESH_SOCKET") or os.path.exists(own):
         return own
     recorded = _paths.recorded_socket_str(profile)
     if recorded is not None and os.path.exists(recorded):
@@ -185,7 +185,7 @@ def connect_or_start(
         if sock is not None:
             return sock
         since = _log_size(profile)
-        proc, how = _start(profile)
+        proc, how = _start(profile, None if socket_path is None else os.fspath(socket_path))
         sock = _wait_ready(profile, socket_path, proc, timeout, how, since=since)
         # Said only now: a daemon that exits at once (a config it refuses) gets the
         # failure and its log instead (MeshUnavailable from _wait_ready).
@@ -285,32 +285,35 @@ def _started(message: str) -> None:
         tell(message)
 
 
-def _start(profile: str) -> tuple[subprocess.Popen[bytes] | None, str]:
-    """Start the daemon: the Popen when we started it directly (None via systemd), and
-    how it was started, for the sentences about it."""
-    via_systemd = os.environ.get("MESH_SPAWN", "auto") != "direct"
+def _start(profile: str, socket_path: str | None) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """Start the daemon serving ``socket_path`` (the client's, from its argument or
+    ``MESH_SOCKET``; None: the standard one): the Popen when we started it directly
+    (None via systemd), and how it was started, for the sentences about it."""
+    environment = _env.Environment.read()
+    passed = environment.passed(socket_path)
+    via_systemd = not environment.spawn_direct
     unit = f"meshd@{profile}.service"
-    if via_systemd and _start_unit(profile, unit):
+    if via_systemd and _start_unit(profile, unit, passed):
         return None, unit
     if via_systemd and _which("systemd-run") and _systemd_user():
-        setenv = [f"--setenv={k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
+        setenv = [f"--setenv={k}={v}" for k, v in passed.items()]
         argv = ["systemd-run", "--user", "--collect", "--quiet", "--unit", f"meshd-{profile}"]
         if _quiet([*argv, *setenv, *_meshd_argv(profile)]) is not None:
             return None, "systemd-run --user"
-    proc = _start_detached(profile)
+    proc = _start_detached(profile, environment.for_daemon(socket_path))
     return proc, f"pid {proc.pid}, log {_paths.log_file(profile)}"
 
 
-def _start_unit(profile: str, unit: str) -> bool:
+def _start_unit(profile: str, unit: str, passed: dict[str, str]) -> bool:
     """Start the installed ``meshd@P.service``, unless the caller overrides the paths."""
-    if any(name in os.environ for name in ("MESH_SOCKET", "MESH_STATE_DIR")):
+    if "MESH_SOCKET" in passed or "MESH_STATE_DIR" in passed:
         return False
     if not _which("systemctl") or _quiet(["systemctl", "--user", "cat", unit]) is None:
         return False
     return _quiet(["systemctl", "--user", "start", unit]) is not None
 
 
-def _start_detached(profile: str) -> subprocess.Popen[bytes]:
+def _start_detached(profile: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     import subprocess
 
     _reap()
@@ -324,7 +327,7 @@ def _start_detached(profile: str) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             close_fds=True,
             cwd="/",
-            env=dict(os.environ),
+            env=env,
         )
     _SPAWNED.append(proc)
     return proc

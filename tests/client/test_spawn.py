@@ -32,6 +32,25 @@ class TestAutostart:
         assert (mesh_env.state_dir / "test.log").exists()
         assert _spawn.daemon_running("test")
 
+    def test_an_explicit_socket_is_the_one_a_started_daemon_serves(
+        self, mesh_env: Any, reap: list[int], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """``Mesh(socket=S)`` with no ``MESH_SOCKET`` starts a daemon serving S: the socket
+        goes into that daemon's environment (the daemon served the standard socket and
+        the client waited for S in vain, so the CLI put ``--socket`` into its own
+        ``os.environ`` to pass it down; fails before). This process's environment is
+        left as it was."""
+        monkeypatch.delenv("MESH_SOCKET")
+        explicit = mesh_env.socket.parent / "given.sock"
+
+        with Mesh("test", socket=explicit, autostart=True) as mesh:
+            info = mesh.info()
+        reap.append(info["pid"])
+
+        assert info["socket"] == str(explicit)
+        assert explicit.is_socket()
+        assert "MESH_SOCKET" not in os.environ
+
     def test_daemon_running_starts_nothing(self, mesh_env: Any) -> None:
         """daemon_running only looks: with no daemon it says False and leaves no trace."""
         assert _spawn.daemon_running("test") is False

@@ -40,6 +40,7 @@ from meshctl import _conn, _paths
 from meshctl._async.connection import BROKEN, open_stream
 from meshctl._async.session import AsyncSession
 from meshctl._core import session as _session
+from meshctl._core.env import Environment
 from meshd.protocol import contract
 from meshd.protocol.errors import (
     FrameTooLarge,
@@ -100,10 +101,9 @@ class AsyncMesh:
         timeout: float = 5.0,
         max_events: int = 256,
     ) -> None:
-        self.profile = contract.check_profile(
-            profile or os.environ.get("MESH_PROFILE") or "default"
-        )
-        self.socket_path = _paths.socket_arg(socket)
+        env = Environment.read()  # the environment, read once for this client
+        self.profile = contract.check_profile(profile or env.profile or "default")
+        self.socket_path = _paths.socket_arg(socket, env.socket)
         if autostart:
             _paths.check_overrides()
         self.autostart = autostart

@@ -32,6 +32,7 @@ import time
 from meshctl import _conn, _paths
 from meshctl._blocking import FORKS, Connection, Stale
 from meshctl._core import session as _session
+from meshctl._core.env import Environment
 from meshd.protocol import contract
 from meshd.protocol.errors import FrameTooLarge, MeshError, MeshTimeout, MeshUnavailable
 
@@ -70,10 +71,9 @@ class Mesh:
         fail_open: bool = False,
         timeout: float = 5.0,
     ) -> None:
-        self.profile = contract.check_profile(
-            profile or os.environ.get("MESH_PROFILE") or "default"
-        )
-        self.socket_path = _paths.socket_arg(socket)
+        env = Environment.read()  # the environment, read once for this client
+        self.profile = contract.check_profile(profile or env.profile or "default")
+        self.socket_path = _paths.socket_arg(socket, env.socket)
         if autostart:
             _paths.check_overrides()
         self.autostart = autostart

@@ -7,8 +7,6 @@ group (:func:`meshctl.cli._context.get_state`); both run the same command bodies
 
 from __future__ import annotations
 
-import os
-
 from meshctl.cli import _output
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
@@ -60,9 +58,8 @@ class State:
             if _output.note not in _spawn.ANNOUNCE:
                 _spawn.ANNOUNCE.append(_output.note)  # "started meshd for profile …" on stderr
 
-            if self.socket:
-                # --socket means what MESH_SOCKET means, also to a daemon we start.
-                os.environ["MESH_SOCKET"] = self.socket
+            # --socket means what MESH_SOCKET means, also to a daemon this starts: the
+            # Mesh passes it into that daemon's environment (never into ours).
 
             self._mesh = Mesh(self.profile, self.socket, autostart=autostart)
         return self._mesh

@@ -155,7 +155,7 @@ def job_run(name: str, held_exit: int, command: tuple[str, ...]) -> int:
     reg = mesh.call("session.register", params)
     if reg.get("disabled"):
         _output.note("the mesh is disabled (enabled = false in config): running COMMAND unguarded")
-        return _run._run_unguarded(argv)
+        return _run._run_unguarded(argv, state.socket)
     guard = _run._Guard(mesh, params, reg)
     try:
         slot_key = _reserve_slot(state, mesh, guard.sid, name=name, decl=decl, argv=argv)

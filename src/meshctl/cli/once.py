@@ -149,7 +149,7 @@ def _run(key: str, ttl: float | None, held_exit: int, argv: list[str]) -> int:
             _output.note(
                 "the mesh is disabled (enabled = false in config): running COMMAND unguarded"
             )
-            return _run_unguarded(argv)
+            return _run_unguarded(argv, state.socket)
         params: dict[str, Any] = {"session_id": own.sid, "key": key, "note": " ".join(argv)[:200]}
         if ttl is not None:
             params["ttl"] = ttl

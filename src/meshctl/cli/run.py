@@ -160,10 +160,10 @@ def run(
         if not fail_open:
             raise
         _output.note(f"{exc.message}\nmeshctl: --fail-open: running COMMAND UNGUARDED (no claims)")
-        return _run_unguarded(argv)
+        return _run_unguarded(argv, state.socket)
     if reg.get("disabled"):
         _output.note("the mesh is disabled (enabled = false in config): running COMMAND unguarded")
-        return _run_unguarded(argv)
+        return _run_unguarded(argv, state.socket)
     guard = _Guard(mesh, params, reg)
     try:
         try:
@@ -175,7 +175,7 @@ def run(
             if not fail_open:
                 raise
             _output.note(f"{exc.message}\nmeshctl: --fail-open: running COMMAND UNGUARDED")
-            return _run_unguarded(argv)
+            return _run_unguarded(argv, state.socket)
         except _output.Failure as failure:
             # The daemon went away during the wait (exit 1, never failed open: the claim
             # waited on may still be held once it is back). Ending the session would
@@ -237,7 +237,7 @@ class _Guard:
                 self._quiet = True
 
     def run(self, argv: list[str]) -> int:
-        child = _Child(argv, session=self.sid)
+        child = _Child(argv, session=self.sid, socket=self.mesh.socket_path)
         self.anchor(child.pid)
         return child.start_and_wait(self.beat, self.interval)
 
@@ -256,14 +256,18 @@ class _Guard:
         self.leaving.report()
 
 
-def _run_unguarded(argv: list[str]) -> int:
-    return _Child(argv).start_and_wait(None, 3600.0)
+def _run_unguarded(argv: list[str], socket: str | None) -> int:
+    """COMMAND without a session (failing open, or the mesh disabled); ``socket``: the
+    one the command line gave, for COMMAND's own meshctl calls."""
+    return _Child(argv, socket=socket).start_and_wait(None, 3600.0)
 
 
 class _Child:
     """COMMAND, forked and held at a gate until :meth:`start_and_wait` opens it."""
 
-    def __init__(self, argv: list[str], session: str | None = None) -> None:
+    def __init__(
+        self, argv: list[str], session: str | None = None, socket: str | None = None
+    ) -> None:
         self.argv = argv
         self.session = session
         gate_r, self._gate_w = os.pipe()
@@ -277,7 +281,9 @@ class _Child:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, self._blocked)
             raise
         if self.pid == 0:  # pragma: no cover - the child never returns
-            _child_main(argv, gate_r, self._gate_w, self._err_r, err_w, session=session)
+            _child_main(
+                argv, gate_r, self._gate_w, self._err_r, err_w, session=session, socket=socket
+            )
         os.close(gate_r)
         os.close(err_w)
 
@@ -336,13 +342,21 @@ class _Child:
 
 
 def _child_main(
-    argv: list[str], gate_r: int, gate_w: int, err_r: int, err_w: int, *, session: str | None
+    argv: list[str],
+    gate_r: int,
+    gate_w: int,
+    err_r: int,
+    err_w: int,
+    *,
+    session: str | None,
+    socket: str | None = None,
 ) -> None:
     """In the forked child: wait at the gate, then exec COMMAND (never returns).
 
     COMMAND gets run's own session in ``MESH_SESSION`` (SPEC §9), so it can
-    heartbeat, send and claim as itself. Unguarded (no session of its own) the
-    environment is passed on as it is.
+    heartbeat, send and claim as itself, and the socket run was given (``--socket``)
+    in ``MESH_SOCKET``, so it reaches the same daemon. Otherwise the environment is
+    passed on as it is.
     """
     code = _EXEC_FAILED
     try:
@@ -356,6 +370,8 @@ def _child_main(
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         if session:
             os.environ["MESH_SESSION"] = session
+        if socket:
+            os.environ["MESH_SOCKET"] = socket
         try:
             os.execvp(argv[0], argv)
         except OSError as exc:

@@ -1,0 +1,90 @@
+"""The environment variables the client library reads, in one place.
+
+================== ==============================================================
+``MESH_PROFILE``   the profile a client uses when none is given (else ``default``)
+``MESH_SOCKET``    the socket to use (absolute), instead of the standard location
+``MESH_STATE_DIR`` the state folder (absolute): logs, the recorded socket, locks
+``MESH_CONFIG``    the config file a daemon the client starts loads (absolute)
+``MESH_SPAWN``     ``direct``: start a daemon as a child process, never via systemd
+``XDG_RUNTIME_DIR`` where sockets live, ``XDG_STATE_HOME`` where state lives
+                   (platformdirs' rules, mirrored by :mod:`meshctl._paths`)
+================== ==============================================================
+
+A client reads them once, when it is made (:meth:`Environment.read`), and passes
+what it needs down. What a daemon the client starts must know -- the socket the
+client was given, by argument or ``MESH_SOCKET``, and the state and config
+overrides -- goes into that daemon's own environment (:meth:`Environment.for_daemon`),
+never into this process's ``os.environ``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Every variable the library reads.
+NAMES = (
+    "MESH_PROFILE",
+    "MESH_SOCKET",
+    "MESH_STATE_DIR",
+    "MESH_CONFIG",
+    "MESH_SPAWN",
+    "XDG_RUNTIME_DIR",
+    "XDG_STATE_HOME",
+)
+#: The ones a daemon the client starts is given (its environment, or systemd-run's).
+PASSED = ("MESH_SOCKET", "MESH_STATE_DIR", "MESH_CONFIG")
+
+
+def get(name: str) -> str:
+    """One variable of :data:`NAMES` now ("" when unset): with :func:`isset`, the
+    library's only read of ``os.environ`` (the path rules, which :mod:`meshd.paths`
+    shares, ask per call)."""
+    return os.environ.get(name, "")
+
+
+def isset(name: str) -> bool:
+    """Whether the variable is set at all (an empty one counts: it overrides too)."""
+    return name in os.environ
+
+
+class Environment:
+    """The library's variables as they were when a client was made."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    @classmethod
+    def read(cls) -> Environment:
+        """The variables now (an empty one kept: set, it still overrides)."""
+        return cls({name: get(name) for name in NAMES if isset(name)})
+
+    @property
+    def profile(self) -> str:
+        """``MESH_PROFILE``, or ""."""
+        return self.values.get("MESH_PROFILE", "")
+
+    @property
+    def socket(self) -> str:
+        """``MESH_SOCKET``, or "" (checked absolute where it is used)."""
+        return self.values.get("MESH_SOCKET", "")
+
+    @property
+    def spawn_direct(self) -> bool:
+        """``MESH_SPAWN=direct``: never start the daemon through systemd."""
+        return self.values.get("MESH_SPAWN", "auto") == "direct"
+
+    def passed(self, socket: str | None) -> dict[str, str]:
+        """What a daemon started for this client must be told: the overrides of
+        :data:`PASSED`, with ``socket`` (the client's own, from its argument) as
+        ``MESH_SOCKET``."""
+        out = {name: self.values[name] for name in PASSED if name in self.values}
+        if socket:
+            out["MESH_SOCKET"] = socket
+        return out
+
+    def for_daemon(self, socket: str | None) -> dict[str, str]:
+        """The whole environment of a daemon started directly: this process's, with
+        :meth:`passed` over it."""
+        return {**os.environ, **self.passed(socket)}

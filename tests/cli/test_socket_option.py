@@ -1,0 +1,60 @@
+"""``--socket`` reaches what the command starts, without the CLI writing its own environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+from tests.conftest import rpc
+from tests.support import wait_for
+
+from meshctl.cli._state import State
+
+
+def test_the_state_s_client_leaves_the_environment_alone(
+    mesh_env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client for ``--socket S`` gets S as its argument; ``os.environ`` is not
+    written to pass it down (it was: ``MESH_SOCKET`` set in the CLI's own process;
+    fails before)."""
+    monkeypatch.delenv("MESH_SOCKET")
+    state = State()
+    state.profile, state.socket = "test", str(mesh_env.socket.parent / "given.sock")
+
+    mesh = state.mesh(autostart=False)
+
+    assert mesh.socket_path == state.socket
+    assert "MESH_SOCKET" not in os.environ
+
+
+def test_socket_option_reaches_the_started_daemon_and_run_s_command(
+    mesh_env: Any, meshctl: Any
+) -> None:
+    """``meshctl --socket S run --res res:x -- sh -c 'printf %s "$MESH_SOCKET"'`` with no
+    ``MESH_SOCKET`` set: the daemon it starts serves S, and COMMAND is told S (as
+    before, now passed explicitly to each)."""
+    given = mesh_env.socket.parent / "given.sock"
+    env = {k: v for k, v in mesh_env.env.items() if k != "MESH_SOCKET"}
+    env["MESH_SPAWN"] = "direct"
+
+    done = meshctl(
+        "--socket",
+        str(given),
+        "run",
+        "--res",
+        "res:x",
+        "--",
+        "sh",
+        "-c",
+        'printf %s "$MESH_SOCKET"',
+        env=env,
+    )
+    assert done.code == 0, done
+    pid = rpc(given, "mesh.info")["result"]["pid"]
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10)
+
+    assert done.code == 0, done
+    assert done.out == str(given)
