@@ -594,7 +594,11 @@ class TestSaysWhatItDoes:
 
     @pytest.mark.parametrize(
         ("args", "suggestion"),
-        [(["sesions"], "'sessions'"), (["sessions", "activ"], "'active'"), (["clam"], "'claim'")],
+        [
+            (["sesions"], "'sessions'"),
+            (["sessions", "activ"], "'active'"),
+            (["clam"], "'claim' or 'claude'"),
+        ],
     )
     def test_did_you_mean(
         self, args: list[str], suggestion: str, meshctl: Meshctl, offline_env: OfflineEnv
