@@ -38,6 +38,48 @@ class TestNotes:
         assert [e["text"] for e in as_b] == ["API base is /v2"]
         assert [e["text"] for e in as_a] == ["API base is /v2", "my hunch"]
 
+    def test_rm_removes_the_authors_note_for_good(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        """notes rm NOTE_ID (SPEC §9): the author removes its note; it stays gone
+        after a kill -9 and a restart (the removal was committed before the reply)."""
+        a = register(meshctl, daemon.env)
+        kept = ok(meshctl("notes", "add", "keep", "--json", env=a)).json()["id"]
+        gone = ok(meshctl("notes", "add", "drop", "--json", env=a)).json()["id"]
+
+        said = ok(meshctl("notes", "rm", f"#{gone}", env=a))
+        daemon.kill()
+        daemon.start()
+        left = ok(meshctl("notes", "list", "--json", env=a)).json()
+
+        assert said.out.strip() == f"Removed note #{gone}."
+        assert [e["id"] for e in left] == [kept]
+
+    def test_rm_of_another_sessions_note_is_refused_and_keeps_it(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        a = register(meshctl, daemon.env)
+        b = register(meshctl, daemon.env)
+        note = ok(meshctl("notes", "add", "mine", "--json", env=a)).json()["id"]
+        secret = ok(meshctl("notes", "add", "--private", "hush", "--json", env=a)).json()["id"]
+
+        other = meshctl("notes", "rm", str(note), "--json", env=b)
+        unseen = meshctl("notes", "rm", str(secret), "--json", env=b)
+        left = ok(meshctl("notes", "list", "--json", env=a)).json()
+
+        assert other.code == 1
+        assert other.json()["error"]["data"]["code"] == "FORBIDDEN"
+        assert a["MESH_SESSION"] in other.err
+        assert unseen.code == 1
+        assert unseen.json()["error"]["data"]["code"] == "NOT_FOUND"  # a private note is not told
+        assert [e["id"] for e in left] == [note, secret]
+
+    def test_rm_takes_a_number(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        a = register(meshctl, daemon.env)
+
+        run = meshctl("notes", "rm", "three", env=a)
+
+        assert run.code == 2
+        assert "not a note id" in run.err
+
     def test_add_needs_a_session(self, meshctl: Meshctl, daemon: Daemon) -> None:
         run = meshctl("notes", "add", "x", "--json", env=daemon.env)
 

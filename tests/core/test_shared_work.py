@@ -11,7 +11,7 @@ from meshd.core.work.ledger import Ledger, LedgerRefused
 from meshd.core.work.marks import READ_FRESH, Marks
 from meshd.core.work.notes import Notebook, Reader, visible
 from meshd.core.work.signals import SignalBoard
-from meshd.protocol.errors import TooLarge
+from meshd.protocol.errors import Forbidden, NotFound, TooLarge
 
 
 @pytest.fixture
@@ -90,18 +90,43 @@ class TestNotebook:
         assert nb.notes == {}
         assert nb.drain() == []
 
-    def test_notes_older_than_history_days_are_pruned(self, clock: ManualClock) -> None:
+    def test_notes_are_never_pruned_by_age(self, clock: ManualClock) -> None:
+        """SPEC §2: notes are kept until deleted; history_days does not touch them."""
         nb = Notebook(clock)
         nb.add(Reader("A", "r1"), "old", private=False, limit=100)
-        clock.advance(2 * 86400)
-        nb.add(Reader("A", "r1"), "new", private=False, limit=100)
+        clock.advance(400 * 86400)
+
+        assert not hasattr(nb, "prune")
+        assert [n.text for n in nb.read(who("A"))] == ["old"]
+
+    def test_the_author_removes_a_note_and_the_removal_is_a_write(self, clock: ManualClock) -> None:
+        nb = Notebook(clock)
+        note = nb.add(Reader("A", "r1"), "x", private=False, limit=100)
         nb.drain()
 
-        gone = nb.prune(history_days=1)
+        gone = nb.remove(Reader("A", "r1"), note.id)
 
-        assert gone == 1
-        assert [n.text for n in nb.read(who("A"))] == ["new"]
-        assert nb.drain() == [("note.prune", clock.now() - 86400)]
+        assert gone == note
+        assert nb.read(who("A")) == []
+        assert nb.drain() == [("note.rm", note)]
+
+    def test_only_the_author_removes_and_a_private_note_stays_unseen(
+        self, clock: ManualClock
+    ) -> None:
+        nb = Notebook(clock)
+        shared = nb.add(Reader("A", "r1"), "x", private=False, limit=100)
+        private = nb.add(Reader("A", "r1"), "y", private=True, limit=100)
+        nb.drain()
+
+        with pytest.raises(Forbidden):
+            nb.remove(Reader("B", "r2"), shared.id)
+        with pytest.raises(NotFound):
+            nb.remove(Reader("B", "r2"), private.id)
+        with pytest.raises(NotFound):
+            nb.remove(Reader("A", "r3"), private.id)  # a later registration under A's id
+
+        assert len(nb.notes) == 2
+        assert nb.drain() == []
 
     def test_ids_go_on_above_restored_ones(self, clock: ManualClock) -> None:
         first = Notebook(clock)

@@ -236,24 +236,30 @@ def test_private_notes_reach_no_other_session_by_any_method(
     assert not [s for s in secret if s in seen]
 
 
-def test_notes_older_than_history_days_are_pruned(daemon: DaemonHandle) -> None:
-    """A note written 31 days ago (aged in the database while the daemon is down) is
-    gone after the next start's first prune; a fresh one stays."""
+def test_notes_outlive_history_days(daemon: DaemonHandle) -> None:
+    """SPEC §2: notes are kept until deleted. A note written 31 days ago (aged in the
+    database while the daemon is down) is still there after the next start's first
+    prune, which does take an audit row as old."""
     c = Client(daemon)
     register(c, "A")
     c.call("notes.add", session_id="A", text="old")
-    c.call("notes.add", session_id="A", text="new")
+    c.call("claim.acquire", session_id="A", resources=["res:old"])
     c.close()
     daemon.stop()
     with sqlite3.connect(daemon.state_dir / "test.sqlite3") as db:
         db.execute("UPDATE notes SET at = at - 31 * 86400 WHERE text = 'old'")
+        db.execute("UPDATE audit SET at = at - 31 * 86400 WHERE resource = 'res:old'")
     daemon.start()
     c = Client(daemon)
 
-    left = wait_for(lambda: (t := texts(c)) == ["new"] and t)
+    def audited() -> set[str]:
+        return {e["resource"] for e in c.call("audit.log")["entries"]}
+
+    wait_for(lambda: "res:old" not in audited())  # the prune ran
+    left = texts(c)
     c.close()
 
-    assert left == ["new"]
+    assert left == ["old"]
 
 
 def test_a_private_note_from_before_registrations_were_kept(daemon: DaemonHandle) -> None:

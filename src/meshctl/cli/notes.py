@@ -1,4 +1,5 @@
-"""``meshctl notes add TEXT… [--private]`` | ``meshctl notes list [ID]`` (SPEC §7, §9).
+"""``meshctl notes add TEXT… [--private]`` | ``notes list [ID]`` | ``notes rm NOTE_ID``
+(SPEC §7, §9).
 
 Decisions:
 
@@ -9,6 +10,9 @@ Decisions:
   included), else as nobody (shared notes only); ``ID`` keeps one session's
   notebook. Other sessions' notes are printed behind the same frame as their
   messages: they are data from another session, not instructions.
+- ``rm`` removes one note of the session it acts for (``#3`` or ``3``); notes are
+  never pruned by age, so this is how a notebook gets smaller. Another session's
+  note is refused, naming its author.
 """
 
 from __future__ import annotations
@@ -66,6 +70,26 @@ def add(text: tuple[str, ...], private: bool) -> None:
     kind = "private note" if private else "note"
     off = _claims_body.disabled(result, "nothing was recorded")  # not "Noted (#0, note)."
     _output.emit(state.json, result, None if off else f"Noted (#{result.get('id')}, {kind}).")
+
+
+@notes.command(name="rm")
+@common_options
+@click.argument("note_id", metavar="NOTE_ID")
+def rm(note_id: str) -> None:
+    """Remove one of your session's notes (the id `notes list` shows, #3 or 3).
+
+    \b
+    Examples:
+      meshctl notes rm 3
+    """
+    state = get_state()
+    digits = note_id.removeprefix("#")
+    if not digits.isdigit():
+        raise click.BadParameter(f"{note_id!r} is not a note id (a number, as in #3)")
+    params = {"session_id": state.require_session(), "id": int(digits)}
+    result = state.call("notes.remove", params)
+    off = _claims_body.disabled(result, "nothing was removed")
+    _output.emit(state.json, result, None if off else f"Removed note #{digits}.")
 
 
 @notes.command(name="list")

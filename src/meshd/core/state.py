@@ -196,11 +196,13 @@ class MeshState:
     def forget(self, refused: list[Write]) -> None:
         """Writes the disk refused in a foreground commit: forget the items they
         created (a steal that is given back must not leave its loss notice behind; a
-        refused pause's checkpoint note, a refused ``notes.add``)."""
+        refused pause's checkpoint note, a refused ``notes.add`` or ``notes.remove``)."""
         self.mailbox.forget(refused)
         for w in refused:
             if w[0] == "note.put":
                 self.notes.discard(w[1])
+            elif w[0] == "note.rm":
+                self.notes.put_back(w[1])
         gone = {w[1].id for w in refused if w[0] == "message.put"}
         gone.update(m.id for w in refused if w[0] == "message.put_many" for m in w[1])
         for sid, recent in self.losses.items():

@@ -1,4 +1,4 @@
-"""``notes.add`` and ``notes.list``: the notebook (SPEC §7).
+"""``notes.add``, ``notes.list`` and ``notes.remove``: the notebook (SPEC §7).
 
 Who may read what is decided by :mod:`meshd.core.work.notes` alone; this module
 only checks the author is a live session, names the reader's live registration
@@ -36,6 +36,7 @@ class NoteHandlers(Domain):
     def install(self) -> None:
         self.svc.add(pn.NOTES_ADD, self.add, is_async=True)
         self.svc.add(pn.NOTES_LIST, self.list, is_async=True)
+        self.svc.add(pn.NOTES_REMOVE, self.remove, is_async=True)
 
     def restore(self, db: sqlite3.Connection) -> None:
         """Take back shared work (start-up, before anything is served): one read of its
@@ -48,10 +49,6 @@ class NoteHandlers(Domain):
         st.signals.restore(got.signals, got.counters)
         st.ledger.restore(got.ledger)
         st.marks.restore(got.marks)
-
-    def prune(self, history_days: float) -> None:
-        """Notes older than ``history_days``."""
-        self.svc.state.notes.prune(history_days)
 
     async def add(self, p: pn.NoteAddParams, conn: Conn) -> pn.NoteAddResult:
         work = self.svc.state
@@ -70,3 +67,11 @@ class NoteHandlers(Domain):
         reader = reader_of(self.svc, p.session_id)
         notes = work.notes.read(reader, author=p.author, limit=p.limit)
         return pn.NoteListResult(entries=[entry(n) for n in notes])
+
+    async def remove(self, p: pn.NoteRemoveParams, conn: Conn) -> pn.NoteRemoveResult:
+        if not self.svc.state.settings.enabled:
+            return pn.NoteRemoveResult(id=p.id, disabled=True)
+        s = self.svc.state.registry.get(p.session_id)
+        self.svc.state.notes.remove(Reader(s.session_id, s.reg), p.id)
+        await self.svc.commit()  # refused: MeshState.forget puts the note back
+        return pn.NoteRemoveResult(id=p.id, removed=True)

@@ -225,7 +225,8 @@ class MeshDisabled(MeshError):
 
 
 class Forbidden(MeshError):
-    """The connecting process runs under another uid."""
+    """The connecting process runs under another uid, or a session asked for what only
+    another may do (remove another session's note)."""
 
     code = -32012
     data_code = "FORBIDDEN"

@@ -1,4 +1,4 @@
-"""Params and results of ``notes.add`` and ``notes.list`` (SPEC §7, §9, §10).
+"""Params and results of ``notes.add``, ``notes.list`` and ``notes.remove`` (SPEC §7, §9, §10).
 
 A note's author is the session that wrote it (``session_id``), set by the
 daemon from the params, never from the text. ``notes.list`` reads for
@@ -54,5 +54,21 @@ class NoteListResult(Result):
     entries: list[NoteEntry] = []
 
 
+class NoteRemoveParams(Params):
+    """Remove note ``id`` from ``session_id``'s own notebook (its author only)."""
+
+    session_id: SessionId
+    id: int
+
+
+class NoteRemoveResult(Result):
+    id: int = 0
+    removed: bool = False
+    disabled: bool = False
+
+
 NOTES_ADD = MethodSpec("notes.add", NoteAddParams, NoteAddResult, "Write a note.")
 NOTES_LIST = MethodSpec("notes.list", NoteListParams, NoteListResult, "Read notebooks.")
+NOTES_REMOVE = MethodSpec(
+    "notes.remove", NoteRemoveParams, NoteRemoveResult, "Remove a note (its author only)."
+)

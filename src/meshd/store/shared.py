@@ -101,8 +101,8 @@ def _note_put(db: sqlite3.Connection, n: Note) -> None:
     )
 
 
-def _note_prune(db: sqlite3.Connection, cutoff: float) -> None:
-    db.execute("DELETE FROM notes WHERE at < ?", (cutoff,))
+def _note_rm(db: sqlite3.Connection, n: Note) -> None:
+    db.execute("DELETE FROM notes WHERE id = ?", (n.id,))
 
 
 def _signal_put(db: sqlite3.Connection, s: Signal) -> None:
@@ -168,7 +168,7 @@ def _unmark_path(db: sqlite3.Connection, sid: str, path: str, kind: str) -> None
 
 WRITERS: dict[str, Callable[..., None]] = {
     "note.put": _note_put,
-    "note.prune": _note_prune,
+    "note.rm": _note_rm,
     "signal.put": _signal_put,
     "signal.prune": _signal_prune,
     "ledger.put": _ledger_put,

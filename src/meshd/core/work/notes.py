@@ -1,12 +1,13 @@
 """The notebook (SPEC §7): every session's notes, shared or private. Pure.
 
 A note belongs to the session that wrote it (its *author*) and outlives it:
-notebooks stay after their sessions end and across restarts, until
-``history_days`` prunes them. A ``shared`` note may be read by every session of
-the profile; a ``private`` one by its author alone, and only while that same
-registration lives (SPEC §4): the note keeps the registration (``reg``) it was
-written under, so neither naming the id after the session ended nor a new
-session registered under the same id reads it.
+notebooks stay after their sessions end and across restarts, until the author
+removes a note (``notes rm``): ``history_days`` never prunes them (SPEC §2). A
+``shared`` note may be read by every session of the profile; a ``private`` one
+by its author alone, and only while that same registration lives (SPEC §4): the
+note keeps the registration (``reg``) it was written under, so neither naming
+the id after the session ended nor a new session registered under the same id
+reads it.
 
 Privacy is decided here, in one function (:func:`visible`), and every answer
 that carries notes goes through :meth:`Notebook.read`: a reader that is not the
@@ -15,7 +16,7 @@ reader of ``None`` (a caller that acts for no live session) is a stranger to
 every notebook.
 
 What must be stored is left in :attr:`Notebook.writes` as ``("note.put", note)``
-and ``("note.prune", cutoff)``; the clock is injected.
+and ``("note.rm", note)``; the clock is injected.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import msgspec
 
 from meshd.core.clock import Clock, SteadyWall
-from meshd.protocol.errors import TooLarge
+from meshd.protocol.errors import Forbidden, NotFound, TooLarge
 
 Write = tuple[Any, ...]
 
@@ -95,6 +96,25 @@ class Notebook:
         """Forget a note the disk refused to store (never acknowledged, so never there)."""
         self.notes.pop(note.id, None)
 
+    def remove(self, reader: Reader | None, note_id: int) -> Note:
+        """Remove note ``note_id``: its author's session only (a private note, the
+        registration that wrote it only). A note ``reader`` may not see is not found."""
+        note = self.notes.get(note_id)
+        if note is None or not visible(note, reader):
+            raise NotFound(f"no note #{note_id}", {"id": note_id})
+        if reader is None or note.author != reader.session_id:
+            raise Forbidden(
+                f"note #{note_id} was written by {note.author}: only its author removes it",
+                {"id": note_id, "author": note.author},
+            )
+        del self.notes[note_id]
+        self.writes.append(("note.rm", note))
+        return note
+
+    def put_back(self, note: Note) -> None:
+        """Take back a removal the disk refused to store (never acknowledged)."""
+        self.notes[note.id] = note
+
     def read(
         self,
         reader: Reader | None,
@@ -110,15 +130,6 @@ class Notebook:
             if (author is None or n.author == author) and visible(n, reader)
         ]
         return out[-limit:] if limit is not None else out
-
-    def prune(self, history_days: float) -> int:
-        """Forget notes older than ``history_days``; how many went."""
-        cutoff = self.steady.now() - history_days * 86400
-        old = [i for i, n in self.notes.items() if n.at < cutoff]
-        for i in old:
-            del self.notes[i]
-        self.writes.append(("note.prune", cutoff))
-        return len(old)
 
     def drain(self) -> list[Write]:
         writes, self.writes = self.writes, []
