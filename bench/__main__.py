@@ -114,6 +114,8 @@ def _pass(args: argparse.Namespace, report: Report, names: list[str], how: str) 
             print(f"[{name}]{' unpinned' if how == 'unpinned' else ''}", flush=True)
             t = time.monotonic()
             try:
+                if name != "latency":
+                    targets.keep_alive(ctx)
                 SECTIONS[name](ctx)
             except Exception:
                 traceback.print_exc()

@@ -179,6 +179,8 @@ def _claims(ctx: Ctx, pipeline: Any, register_many: Any) -> None:
     for k in range(hist):
         res = [f"file:/bench/hist/f{k}"]
         frames += [acquire(ctx.me, res), release(ctx.me, res)]
+        if k % 1000 == 999:  # the build can outlast the session's 10 minutes under load
+            frames.append(rpc("session.heartbeat", {"session_id": ctx.me}))
     _ok(pipeline(c, frames, group=200))
     with pinned(LAT_CPUS, ctx.meshd.pid):
         pair = []

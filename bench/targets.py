@@ -815,6 +815,20 @@ SECTIONS: dict[str, Callable[[Ctx], None]] = {
 }
 
 
+def keep_alive(ctx: Ctx) -> None:
+    """Heartbeat the bench's own session (registering it again if it expired): a long
+    section on a loaded machine can outlast its 10 minutes without one. (Not before
+    ``latency``, which takes the session over with the library: a fresh heartbeat makes
+    it live, and a live session is not taken over.)"""
+    c = LineClient(ctx.sock)
+    try:
+        reply = json.loads(c.roundtrip(rpc("session.heartbeat", {"session_id": ctx.me})))
+    finally:
+        c.close()
+    if "error" in reply:
+        register_many(ctx.sock, [ctx.me])
+
+
 def setup(ctx_place: Place, report: Report, quick: bool) -> Ctx:
     """Start the echo floor and the daemon under test; register the 10 live sessions."""
     echo, echo_path = start_echo(ctx_place)
