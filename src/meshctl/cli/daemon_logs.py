@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import click
 
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
 
+TYPE_CHECKING = False  # --help loads this module: shutil, subprocess, pathlib when run
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 def _active_unit(profile: str) -> str | None:
     """The systemd user unit running this profile's daemon now, if any. Never with
     ``MESH_SOCKET``/``MESH_STATE_DIR`` overrides: those daemons are never systemd's."""
+    import shutil
+    import subprocess
+
     if (
         shutil.which("systemctl") is None
         or os.environ.get("MESH_SOCKET")
@@ -78,6 +82,9 @@ def logs(follow: bool, lines: int) -> None:
       meshctl daemon logs
       meshctl daemon logs -f
     """
+    import shutil
+    from pathlib import Path
+
     from meshctl import _paths
 
     state = get_state()
