@@ -1,6 +1,6 @@
 """The durable write path with a real store: what a request hands the writer, and when.
 
-A real :class:`~meshd.service.Service` (every domain of ``app.DOMAINS``) over a real
+A real :class:`~meshd.service.Service` (every domain of ``app.wire``) over a real
 SQLite file and its writer thread; handlers are called directly, without a socket.
 """
 
@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from tests.support import profile_paths
 
-from meshd.app import DOMAINS
+from meshd.app import wire
 from meshd.core.clock import ManualClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState
@@ -30,7 +30,7 @@ async def svc(short_tmp: Path) -> AsyncIterator[Service]:
     paths = profile_paths(root)
     store = Store(paths.database)
     await anyio.to_thread.run_sync(store.open)
-    service = Service(MeshState(ManualClock(), Settings(), "test"), store, paths, domains=DOMAINS)
+    service = Service(MeshState(ManualClock(), Settings(), "test"), store, paths, domains=wire)
     store.start()
     try:
         yield service

@@ -244,8 +244,9 @@ def holder_line(
 
 
 def holder_tail(holder: Mapping[str, Any], now: float | None = None) -> str:
-    """What follows the key in :func:`holder_line`: `` (branch b) since 14:02 — why``."""
-    tail = ""
+    """What follows the key in :func:`holder_line`: `` on h1 (branch b) since 14:02 — why``
+    (the host when the claim is held on another host of the fleet)."""
+    tail = f" on {host}" if (host := holder.get("host")) else ""
     if branch := holder.get("branch"):
         tail += f" (branch {branch})"
     if holder.get("since"):

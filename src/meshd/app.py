@@ -60,23 +60,41 @@ SHUTDOWN_DEADLINE = 5.0
 RELOAD_TIMEOUT = 10.0
 """Seconds a reload waits for the config file to be read before keeping the old one."""
 
-DOMAINS: tuple[type[Domain], ...] = (
-    MeshHandlers,
-    SessionHandlers,
-    ClaimHandlers,  # after sessions: restores only the claims of restored sessions
-    FleetMail,  # the fleet's outbox and seen keys, before the messages and signals it routes
-    MessageHandlers,
-    BoardHandlers,
-    NoteHandlers,  # restores shared work (notes, signals, ledger, marks) for the rest
-    JobHandlers,  # after sessions: a restored run whose session is gone ends as died
-    WatchHandlers,  # the mesh.watch feed (meshctl top)
-    PreemptHandlers,  # after claims and the notebook: it queues and notes through them
-    SignalHandlers,
-    LedgerHandlers,
-    BoardWorkHandlers,
-    FleetDomain,  # the [fleet] link (SPEC §12); others find it with svc.domain(FleetDomain)
-)
-"""Every domain the daemon serves, in schema and restore order (one line to add one)."""
+
+def wire(svc: Service) -> list[Domain]:
+    """Every domain the daemon serves, made and wired here -- the one place that does --
+    and listed in schema and restore order (one line to add one).
+
+    Each domain is handed the collaborators it uses (no domain looks another up); the
+    fleet (SPEC §12) is a backend beneath claims, sessions and mail, reached through
+    the ports of :mod:`meshd.ports`: :class:`FleetDomain` is the ``FleetAccess`` the
+    claims, sessions and fleet mail domains are given, and it is given this host's
+    lock table, live sessions and mail desk in turn.
+    """
+    fleet = FleetDomain(svc)  # the [fleet] link; its fleet is None while this host is alone
+    sessions = SessionHandlers(svc, fleet=fleet)
+    claims = ClaimHandlers(svc, fleet=fleet)
+    mail = FleetMail(svc, fleet=fleet)
+    messages = MessageHandlers(svc, fleet=mail)
+    signals = SignalHandlers(svc, fleet=mail)
+    mail.connect(messages=messages, signals=signals)
+    fleet.connect(table=claims, sessions=sessions, desk=mail)
+    return [
+        MeshHandlers(svc, parked=signals.parked),
+        sessions,
+        claims,  # after sessions: restores only the claims of restored sessions
+        mail,  # the fleet's outbox and seen keys, before the messages and signals it routes
+        messages,
+        BoardHandlers(svc),
+        NoteHandlers(svc),  # restores shared work (notes, signals, ledger, marks) for the rest
+        JobHandlers(svc),  # after sessions: a restored run whose session is gone ends as died
+        WatchHandlers(svc),  # the mesh.watch feed (meshctl top)
+        PreemptHandlers(svc, claims=claims),  # after claims and the notebook
+        signals,
+        LedgerHandlers(svc),
+        BoardWorkHandlers(svc),
+        fleet,
+    ]
 
 
 def setup_logging(level: str) -> None:
@@ -128,7 +146,7 @@ class Daemon:
         :meth:`run` binds it)."""
         self.store = Store(paths.database)
         self.state = MeshState(SystemClock(), settings, paths.profile)
-        self.service = Service(self.state, self.store, paths, domains=DOMAINS, reload=self.reload)
+        self.service = Service(self.state, self.store, paths, domains=wire, reload=self.reload)
         self.server = Server(self.service)
         self._listener_ino: int | None = None
         self._listener: SocketListener | None = None
@@ -410,4 +428,4 @@ def run(begun: Begun | str) -> int:
     return 0
 
 
-__all__ = ["Daemon", "StartupError", "prepare", "run", "setup_logging"]
+__all__ = ["Daemon", "StartupError", "prepare", "run", "setup_logging", "wire"]

@@ -1,8 +1,8 @@
 """The one shape every domain of the daemon has (sessions, claims, messages, board …).
 
 A domain is a class in ``meshd/domains/<name>.py`` deriving from :class:`Domain`.
-``app.DOMAINS`` lists the classes, in the order their methods appear in the
-schema; :class:`~meshd.service.Service` makes one of each and drives them all
+``app.wire`` makes one of each, with the collaborators it uses, in the order their
+methods appear in the schema; :class:`~meshd.service.Service` drives them all
 through these hooks, so adding a domain adds files and one line in ``app.py``,
 never a callback on the service. Every hook but :meth:`Domain.install` is
 optional (the defaults do nothing):

@@ -3,7 +3,8 @@
 Each domain (:class:`meshd.domain.Domain`, one module in :mod:`meshd.domains`)
 adds its methods with :meth:`Service.add`: plain functions of (params,
 connection). The service drives every domain through the same hooks (restore,
-drain, sweep, prune, connection closed); ``app.DOMAINS`` says which exist. Handlers that change
+drain, sweep, prune, connection closed); ``app.wire`` makes them, each with the
+collaborators it uses. Handlers that change
 durable state finish with ``await svc.commit()``, which stores what the core
 produced before the reply goes out, so nothing is acknowledged before it is on
 disk (SPEC §8). Handlers that may wait (queued claims, asks) are marked
@@ -39,7 +40,6 @@ from meshd.protocol.jsonrpc import Handler, encoder, notification
 from meshd.resolver import Resolver
 from meshd.store import Store
 
-D = TypeVar("D", bound=Domain)
 T = TypeVar("T")
 HOME = os.path.expanduser("~")
 PRUNE_EVERY = 3600.0
@@ -88,7 +88,7 @@ class Service:
         store: Store,
         paths: ProfilePaths,
         *,
-        domains: Iterable[type[Domain]] = (),
+        domains: Callable[[Service], Iterable[Domain]] = lambda svc: (),
         reload: Callable[[], Awaitable[tuple[bool, str | None]]] | None = None,
     ) -> None:
         self.state = state
@@ -111,9 +111,8 @@ class Service:
         self._next_prune = 0.0
         self._last_sweep = self.clock.monotonic()
         self.specs: list[m.MethodSpec] = []
-        self.domains: list[Domain] = []
-        for cls in domains:  # one at a time: a domain may look up those before it
-            self.domains.append(cls(self))
+        self.domains: list[Domain] = list(domains(self))
+        """Every domain, made and wired by ``domains`` (``app.wire``), in schema order."""
         for d in self.domains:
             d.install()
         self._outboxes = [d for d in self.domains if overrides(d, "drain")]
@@ -175,13 +174,6 @@ class Service:
         if h is None:
             raise MethodNotFound(f"unknown method {method!r}", {"method": method})
         return h
-
-    def domain(self, cls: type[D]) -> D:
-        """The instance of domain ``cls`` (a domain that uses another's state)."""
-        for d in self.domains:
-            if isinstance(d, cls):
-                return d
-        raise LookupError(f"{cls.__name__} is not in app.DOMAINS (or comes after its user)")
 
     def restore(self, db: sqlite3.Connection) -> None:
         """Every domain takes back its durable state, in order (blocking, at start-up)."""

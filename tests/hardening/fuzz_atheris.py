@@ -27,7 +27,7 @@ import atheris  # type: ignore[import-untyped]
 with atheris.instrument_imports(include=["meshd"]):
     import msgspec
 
-    from meshd.app import DOMAINS
+    from meshd.app import wire
     from meshd.core.clock import ManualClock
     from meshd.core.settings import Settings
     from meshd.core.state import MeshState
@@ -53,7 +53,7 @@ def real_handlers() -> list[tuple[str, Handler, Any]]:
         log=root / "log",
     )  # fmt: skip
     state = MeshState(ManualClock(), Settings(), "fuzz")
-    svc = Service(state, Store(paths.database), paths, domains=DOMAINS)
+    svc = Service(state, Store(paths.database), paths, domains=wire)
     types = {spec.name: spec.params for spec in svc.specs}
     return [(name, h, types[name]) for name, h in sorted(svc.handlers.items())]
 

@@ -1,7 +1,7 @@
 """JSON-RPC dispatch (SPEC §3) without a socket: frames in, reply frames out.
 
 :class:`meshd.protocol.jsonrpc.Dispatcher` is driven with the method table of a
-real :class:`~meshd.service.Service` (every domain of ``app.DOMAINS``, a manual
+real :class:`~meshd.service.Service` (every domain of ``app.wire``, a manual
 clock, a store that is never opened: none of these requests reaches it). The
 few rules that need a socket (frame size, the connection staying open) are in
 ``test_wire.py``, against a real daemon.
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from tests.support import profile_paths
 
-from meshd.app import DOMAINS
+from meshd.app import wire
 from meshd.core.clock import ManualClock
 from meshd.core.settings import Settings
 from meshd.core.state import MeshState
@@ -49,7 +49,7 @@ def rpc(tmp_path: Path) -> Rpc:
     root = tmp_path
     paths = profile_paths(root)
     state = MeshState(ManualClock(), Settings(), "test")
-    return Rpc(Service(state, Store(paths.database), paths, domains=DOMAINS))
+    return Rpc(Service(state, Store(paths.database), paths, domains=wire))
 
 
 def req(method: str, rid: Any = 1, **params: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 from tests.support import profile_paths
 
-from meshd.app import DOMAINS
+from meshd.app import wire
 from meshd.core.clock import ManualClock
 from meshd.core.sessions.registry import Registration, Report
 from meshd.core.settings import Settings
@@ -42,7 +42,7 @@ class Mesh:
         paths = profile_paths(root)
         self.clock = ManualClock()
         self.state = MeshState(self.clock, Settings(), "test")
-        self.svc = Service(self.state, Store(paths.database), paths, domains=DOMAINS)
+        self.svc = Service(self.state, Store(paths.database), paths, domains=wire)
         self.rpc = Dispatcher(self.svc.lookup)
 
     def register(self, sid: str, **kw: Any) -> None:
@@ -69,7 +69,7 @@ class Mesh:
 
     def expected(self, fresh: bool = False) -> bytes:
         """The reply as it was built before the cache: a SessionInfo per session, encoded."""
-        handlers = self.svc.domain(SessionHandlers)
+        handlers = next(d for d in self.svc.domains if isinstance(d, SessionHandlers))
         now_m, now_w = self.clock.monotonic(), self.clock.now()
         reg = self.state.registry
         infos = [

@@ -1,5 +1,5 @@
 """The domains: one module per domain (its methods), each a :class:`meshd.domain.Domain`.
 
-The service never imports this package; ``meshd.app.DOMAINS`` lists the domain
-classes and the service makes one of each (see CONTRIBUTING.md).
+The service never imports this package; ``meshd.app.wire`` makes one of each,
+handing each the collaborators it uses (see CONTRIBUTING.md).
 """

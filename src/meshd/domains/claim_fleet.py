@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING
 from meshd.core.claims.records import Claim, Granted, Held, Queued
 from meshd.domains.claim_replies import granted, held
 from meshd.keys import Key
+from meshd.ports import FleetAccess, FleetClaimsPort, FleetDown
 from meshd.protocol import claims as pc
 from meshd.protocol.claims import Mode
 from meshd.protocol.errors import BadKey, MeshUnavailable
 
 if TYPE_CHECKING:
-    from meshd.domains.fleet import FleetDomain
     from meshd.fleet.claim_grants import FleetGrant, FleetHeld
-    from meshd.fleet.claims import FleetClaims
     from meshd.service import Conn, Service
 
 CommitGrant = Callable[[Granted, tuple[Claim, ...]], Awaitable[None]]
@@ -43,10 +42,10 @@ class _Asking:
 
 
 class FleetAcquire:
-    """The fleet-wide request path of the claims handler: ``fleet`` is the daemon's
-    :class:`FleetDomain` (who this host is), ``commit_grant`` the handler's."""
+    """The fleet-wide request path of the claims handler: ``fleet`` is the fleet's
+    port (who this host is), ``commit_grant`` the handler's."""
 
-    def __init__(self, svc: Service, fleet: FleetDomain, commit_grant: CommitGrant) -> None:
+    def __init__(self, svc: Service, fleet: FleetAccess, commit_grant: CommitGrant) -> None:
         self.svc = svc
         self._fleet = fleet
         self._commit_grant = commit_grant
@@ -62,7 +61,7 @@ class FleetAcquire:
                 a.paused = True
 
     @staticmethod
-    def is_fleet_set(fc: FleetClaims, keys: list[Key]) -> bool:
+    def is_fleet_set(fc: FleetClaimsPort, keys: list[Key]) -> bool:
         """Whether the set is fleet-wide; a set mixing fleet-wide and local keys is
         refused: it would have two tokens from two counters (docs/FLEET.md)."""
         fleet, local = fc.split(keys)
@@ -76,7 +75,7 @@ class FleetAcquire:
         return bool(fleet)
 
     async def acquire(
-        self, fc: FleetClaims, sid: str, keys: list[Key], *, mode: Mode, reason: str,
+        self, fc: FleetClaimsPort, sid: str, keys: list[Key], *, mode: Mode, reason: str,
         ttl: float | None, wait: float, conn: Conn, steal: bool = False,
     ) -> pc.ClaimAcquireResult:  # fmt: skip
         """A fleet-wide set: decided in the fleet first (docs/FLEET.md), then recorded
@@ -109,7 +108,7 @@ class FleetAcquire:
                 await fc.release(sid, [(k.text, token) for k in new if token is not None])
                 return held(st, outcome) if isinstance(outcome, Held) else held(st, Held(()))
             if token is None and new:
-                fc.local_only.update((sid, k.text) for k in new)
+                fc.granted_alone(sid, new)
             await self._commit_grant(outcome, outcome.stolen)
         except BaseException:
             if token is not None:
@@ -118,7 +117,7 @@ class FleetAcquire:
         return granted(st, outcome)
 
     async def _decide(
-        self, fc: FleetClaims, sid: str, new: list[Key], mode: Mode, *, wait: float,
+        self, fc: FleetClaimsPort, sid: str, new: list[Key], mode: Mode, *, wait: float,
         conn: Conn, steal: bool,
     ) -> FleetGrant | pc.ClaimAcquireResult | None:  # fmt: skip
         """The fleet's answer for the keys ``new`` to the session: a FleetGrant, None
@@ -126,7 +125,6 @@ class FleetAcquire:
         the ``held`` reply. A session that paused meanwhile keeps nothing (CONFORMANCE
         §5b): a grant its try brought back is given back in the fleet."""
         from meshd.fleet.claim_grants import FleetGrant
-        from meshd.fleet.link import FleetDown
 
         t0 = time.monotonic()
         asking = _Asking(sid)
@@ -134,7 +132,7 @@ class FleetAcquire:
         try:
             got = await self._wait(fc, new, mode, asking, wait=wait, conn=conn, steal=steal)
         except FleetDown as exc:
-            if fc.cfg.on_partition != "local":
+            if fc.on_partition != "local":
                 raise MeshUnavailable(
                     f"{new[0].text} is fleet-wide and the fleet cannot be reached "
                     f"({exc}); on_partition = \"fail\"",
@@ -152,7 +150,7 @@ class FleetAcquire:
         return got
 
     async def _wait(
-        self, fc: FleetClaims, keys: list[Key], mode: Mode, asking: _Asking, *, wait: float,
+        self, fc: FleetClaimsPort, keys: list[Key], mode: Mode, asking: _Asking, *, wait: float,
         conn: Conn, steal: bool,
     ) -> FleetGrant | FleetHeld:  # fmt: skip
         """Ask the fleet until granted or ``wait`` runs out (in line by ticket, woken by
@@ -163,7 +161,6 @@ class FleetAcquire:
         back; :class:`FleetDown` (UNAVAILABLE) only when the wait runs out first.
         Under ``"local"`` it is raised at once: the caller grants local-only."""
         from meshd.fleet.claim_grants import FleetHeld
-        from meshd.fleet.link import FleetDown
 
         sid = asking.session_id
         deadline = time.monotonic() + wait
@@ -179,7 +176,7 @@ class FleetAcquire:
                     got = await fc.acquire(sid, keys, mode, waiter=waiter, steal=steal)
                 except FleetDown:
                     left = deadline - time.monotonic()
-                    if left <= 0 or fc.cfg.on_partition == "local":
+                    if left <= 0 or fc.on_partition == "local":
                         raise
                     conn.detach()
                     await fc.back(left)
@@ -194,7 +191,7 @@ class FleetAcquire:
                     waiter = await fc.enqueue(sid, keys, mode)
                     continue  # try again at once, now with a place in line
                 # a lease that runs out changes no record: look again now and then
-                await fc.changed(events, min(left, fc.upkeep.renew_every))
+                await fc.changed(events, min(left, fc.renew_every))
                 self.svc.state.registry.get(sid)  # ended while waiting: stop
         finally:
             if waiter is not None and not got_it:

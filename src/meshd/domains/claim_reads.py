@@ -1,7 +1,8 @@
 """``claim.check``, ``claim.list``, ``claim.validate`` and ``audit.log``: the claims
-read side (SPEC §5). Nothing here changes a claim or writes; each answers from the
-table in memory (after a ttl sweep), the fleet for fleet-wide keys, or, for the
-audit log, the store's read connection.
+read side (SPEC §5). Nothing here changes a claim or writes; who holds a key is
+:class:`~meshd.domains.claim_view.ClaimView`'s answer (the table in memory after a
+ttl sweep, the fleet for a fleet-wide key: SPEC §12, one view); the audit log is
+read from the store's read connection.
 
 The methods are registered by :class:`~meshd.domains.claims.ClaimHandlers`, which
 owns the key resolution and the fleet hooks these read through.
@@ -12,17 +13,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from meshd.domains.claim_replies import holder, warning
 from meshd.keys import Key
 from meshd.protocol import claims as pc
 from meshd.protocol.contract import rfc3339
-from meshd.protocol.errors import InvalidParams, MeshUnavailable
+from meshd.protocol.errors import InvalidParams
 from meshd.slices import Slices
 from meshd.store.claims import audit_page
 
 if TYPE_CHECKING:
     from meshd.domains.claims import ClaimHandlers
-    from meshd.fleet.claims import FleetClaims
     from meshd.service import Conn
 
 
@@ -41,9 +40,8 @@ class ClaimReads:
             return pc.ClaimCheckResult(status="free", disabled=True, profile=st.profile)
         keys = await self.claims.keys_for(p.resources, p.broad)
         self.claims.expire()
-        found = st.claims.check(keys, p.session_id)
+        found, warnings = await self.claims.view.holders(keys, p.session_id)
         present = await self._present(keys, p.session_id)
-        warnings = [warning(st, c) for c in found]
         warnings += [
             f"{x.session_id} "
             + ("recently changed " if x.why == "changed" else "is working in ")
@@ -53,7 +51,7 @@ class ClaimReads:
             for x in present
         ]
         return pc.ClaimCheckResult(
-            status="held" if found else "free", claims=[holder(st, c) for c in found],
+            status="held" if found else "free", claims=found,
             present=present, warnings=warnings, profile=st.profile,
         )  # fmt: skip
 
@@ -86,7 +84,7 @@ class ClaimReads:
         st = self.svc.state
         now = self.svc.clock.monotonic()
         fc = self.claims.fleet()
-        local_only = fc.local_only if fc is not None else set()
+        local_only = self.claims.view.local_only()
         claims = [
             pc.ClaimRecord(
                 session_id=c.session_id, resource=c.resource, mode=c.mode, token=c.token,
@@ -115,34 +113,7 @@ class ClaimReads:
         return pc.ClaimListResult(claims=claims, waiting=waiting)
 
     async def validate(self, p: pc.ClaimValidateParams, conn: Conn) -> pc.ClaimValidateResult:
-        st = self.svc.state
-        key = await self.claims.key_for(p.resource)
-        fc = self.claims.fleet()
-        if fc is not None and fc.is_fleet(key) and not self._local_only(fc, key, p.token):
-            from meshd.fleet.link import FleetDown
-
-            try:
-                valid, sid, host = await fc.validate(key, p.token)
-            except FleetDown as exc:
-                raise MeshUnavailable(
-                    f"{key.text} is fleet-wide and the fleet cannot be reached ({exc})",
-                    {"resource": key.text, "reason": "fleet"},
-                ) from exc
-            return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=sid, host=host)
-        valid = st.claims.validate(key, p.token)
-        holder_id = None
-        if valid:
-            holder_id = next(
-                (c.session_id for c in st.claims.check([key]) if c.token == p.token), None
-            )
-        return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=holder_id)
-
-    def _local_only(self, fc: FleetClaims, key: Key, token: int) -> bool:
-        """Whether ``token`` is a local-only claim's on ``key`` (validated here alone)."""
-        return any(
-            c.token == token and (c.session_id, c.resource) in fc.local_only
-            for c in self.svc.state.claims.check([key])
-        )
+        return await self.claims.view.validate(await self.claims.key_for(p.resource), p.token)
 
     async def audit(self, p: pc.AuditLogParams, conn: Conn) -> pc.AuditLogResult:
         since = None

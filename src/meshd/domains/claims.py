@@ -9,6 +9,8 @@ takes it back when the disk refuses it. Its parts, one object each:
 * :mod:`meshd.domains.claim_waits` -- queued requests (``wait``), answered by a
   record when their grant is committed or their deadline passes (one timer);
 * :mod:`meshd.domains.claim_fleet` -- the request path of a fleet-wide set;
+* :mod:`meshd.domains.claim_view` -- who holds these keys: the one answer every
+  read gives, from this host's table or, for a fleet-wide key, the fleet;
 * :mod:`meshd.domains.claim_reads` -- ``claim.check``/``list``/``validate`` and
   ``audit.log``;
 * :mod:`meshd.domains.claim_replies` -- the replies all of them shape.
@@ -33,9 +35,10 @@ from meshd.domain import Domain
 from meshd.domains.claim_fleet import FleetAcquire
 from meshd.domains.claim_reads import ClaimReads
 from meshd.domains.claim_replies import HOME, granted, held
+from meshd.domains.claim_view import ClaimView
 from meshd.domains.claim_waits import ClaimWaits
-from meshd.domains.fleet import FleetDomain
 from meshd.keys import Key, canonical_key, from_canonical
+from meshd.ports import FleetAccess, FleetClaimsPort
 from meshd.protocol import claims as pc
 from meshd.protocol.claims import AuditAction, Mode
 from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable, TooLarge
@@ -45,7 +48,6 @@ from meshd.store.claims import load_claims, load_fencing
 
 if TYPE_CHECKING:
     from meshd.core.state import Event
-    from meshd.fleet.claims import FleetClaims
 
 MAX_FOLDERS = 2048
 """Folders (path components of ``file:``/``repo:`` keys, summed) one claim call may name:
@@ -61,12 +63,17 @@ def _release_record(c: Claim, now_wall: float) -> AuditRecord:
 
 
 class ClaimHandlers(Domain):
+    """The claims domain; to the fleet, this host's lock table (:class:`ClaimTable`)."""
+
     name = "claims"
 
-    def __init__(self, svc: Service) -> None:
+    def __init__(self, svc: Service, *, fleet: FleetAccess) -> None:
         super().__init__(svc)
+        self.view = ClaimView(svc.state, fleet)
+        """Who holds these keys: the table, or the fleet for a fleet-wide key."""
         self.waits = ClaimWaits(svc, self._take_back)
         self.reads = ClaimReads(self)
+        self.fleet_path = FleetAcquire(svc, fleet, self._commit_grant)
 
     def install(self) -> None:
         svc = self.svc
@@ -78,15 +85,12 @@ class ClaimHandlers(Domain):
         svc.add(spec["claim.validate"], self.reads.validate, is_async=True)
         svc.add(spec["claim.steal"], self.steal, is_async=True)
         svc.add(spec["audit.log"], self.reads.audit, is_async=True)
-        self._fleet = svc.domain(FleetDomain)
-        self.fleet_path = FleetAcquire(svc, self._fleet, self._commit_grant)
 
-    # --- the fleet (SPEC §12): what FleetClaims asks of this host's table -------------
+    # --- the fleet (SPEC §12): what the fleet's claims ask of this host's table -------
 
-    def fleet(self) -> FleetClaims | None:
+    def fleet(self) -> FleetClaimsPort | None:
         """This host's fleet claims, or None when it is alone (no ``[fleet]``)."""
-        fleet = self._fleet.fleet
-        return None if fleet is None else fleet.claims
+        return self.view.fleet_claims()
 
     def _no_fleet_yet(self, keys: Sequence[Key]) -> None:
         """``[fleet]`` is configured but its link is not running -- the sweep tick after
@@ -237,6 +241,7 @@ class ClaimHandlers(Domain):
         result = await self._acquire(p, conn)
         if isinstance(result, pc.ClaimAcquireResult) and not result.disabled:
             result.lost = self.svc.state.unread_losses(p.session_id)
+            self.view.mark_local_only(p.session_id, result)
         return result
 
     async def _acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult | Later:
@@ -346,10 +351,12 @@ class ClaimHandlers(Domain):
         if not p.reason.strip():
             raise InvalidParams("a steal needs a reason", {"path": "$.reason"})
         if (fc := self.fleet()) is not None and self.fleet_path.is_fleet_set(fc, keys):
-            return await self.fleet_path.acquire(
+            taken = await self.fleet_path.acquire(
                 fc, p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl, wait=0.0,
                 conn=conn, steal=True,
             )  # fmt: skip
+            self.view.mark_local_only(p.session_id, taken)
+            return taken
         if fc is None:
             self._no_fleet_yet(keys)
         got = st.claims.steal(p.session_id, keys, reason=p.reason, mode=p.mode, ttl=p.ttl)

@@ -6,8 +6,8 @@ single-host code path changes. With it, :meth:`FleetDomain.run` makes the
 :class:`~meshd.fleet.hub.Fleet` and runs it; a reload that changes the table (``meshctl
 fleet join``/``leave``) stops it and makes a new one.
 
-Other domains reach the fleet through ``self.svc.domain(FleetDomain).fleet`` (look the
-domain up once, in ``install``): ``None`` means "this host is alone".
+It is the :class:`~meshd.ports.FleetAccess` the other domains are given by ``app.wire``:
+its ``fleet`` (a :class:`~meshd.ports.FleetPort`) is ``None`` while this host is alone.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import msgspec
 
 from meshd.core.settings import FleetSettings
 from meshd.domain import Domain
+from meshd.ports import ClaimTable, MailDesk, SessionSource
 from meshd.protocol import fleet as f
 from meshd.protocol.methods import Empty
 from meshd.service import Conn, Service
@@ -39,10 +40,16 @@ class FleetDomain(Domain):
         super().__init__(svc)
         self.fleet: Fleet | None = None
         """The fleet while ``[fleet]`` is configured; None: this host is alone."""
+        self._ports: tuple[ClaimTable, SessionSource, MailDesk] | None = None
         self._cfg: FleetSettings | None = None
         self._changed: anyio.Event | None = None
         self.failure: str | None = None
         """Why the fleet stopped (a bug in it), until it runs again."""
+
+    def connect(self, *, table: ClaimTable, sessions: SessionSource, desk: MailDesk) -> None:
+        """What the fleet gets of this host (``app.wire``): the lock table, the live
+        sessions, the mail desk -- through the ports, never the domains themselves."""
+        self._ports = (table, sessions, desk)
 
     def install(self) -> None:
         self.svc.add(f.FLEET_STATUS, self.status, is_async=True)
@@ -72,7 +79,14 @@ class FleetDomain(Domain):
         from meshd.fleet.hub import Fleet
 
         assert self._changed is not None
-        fleet = Fleet(self.svc, cfg)
+        assert self._ports is not None, "app.wire connects the fleet domain"
+        table, sessions, desk = self._ports
+        settings = self.svc.state
+        fleet = Fleet(
+            cfg, self.svc.paths.profile, self.svc.clock,
+            interval=lambda: settings.settings.heartbeat_interval,
+            table=table, sessions=sessions, desk=desk,
+        )  # fmt: skip
         self.fleet = fleet
         self.failure = None
         log.info("joining the fleet at %s as host %s", ", ".join(cfg.urls), cfg.name)

@@ -4,7 +4,9 @@ A domain with no methods of its own. It keeps the fleet's post office
 (:class:`~meshd.core.mail.fleet_post.FleetPost`: the outbox and the seen keys) in memory and
 in SQLite on every daemon, fleet or not -- without ``[fleet]`` nothing is ever posted
 and the only cost is restoring two empty tables. While this host is in a fleet
-(``FleetDomain.fleet`` is not None; its ``mail`` part is :class:`meshd.fleet.mail.MailLink`):
+(its :class:`~meshd.ports.FleetAccess` has a fleet; the fleet's ``mail`` is the
+:class:`~meshd.ports.MailTransport`, and this domain the fleet's
+:class:`~meshd.ports.MailDesk`):
 
 * items the mailbox makes for sessions on other hosts (its ``outbound``), broadcasts
   and signals become outbox rows **in the same commit** as the call that made them
@@ -20,7 +22,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -29,6 +31,7 @@ from meshd.core.mail.records import Answer, Message, Request, clip
 from meshd.core.sessions.records import Session
 from meshd.core.state import Event, Write
 from meshd.domain import NOTHING, Domain
+from meshd.ports import FleetAccess, MailTransport
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol.errors import (
     MeshError,
@@ -40,7 +43,6 @@ from meshd.service import Service
 from meshd.store import fleet_post as storage
 
 if TYPE_CHECKING:
-    from meshd.domains.fleet import FleetDomain
     from meshd.domains.messages import MessageHandlers
     from meshd.domains.signals import SignalHandlers
 
@@ -48,40 +50,31 @@ if TYPE_CHECKING:
 log = logging.getLogger("meshd.fleet.mail")
 
 
-class Transport(Protocol):
-    """What :class:`FleetMail` needs of the link (``meshd.fleet.mail.MailLink``)."""
-
-    host: str
-
-    def host_of(self, sid: str) -> str | None: ...
-
-    def mail_subject(self, host: str | None) -> str: ...
-
-    def kick(self) -> None: ...
-
-    async def request(self, host: str, payload: bytes, timeout: float) -> bytes: ...
-
-    async def gather(self, payload: bytes, timeout: float) -> list[bytes]: ...
-
-
 class FleetMail(Domain):
     """The outbox, the seen keys, and the routing of mail to and from other hosts."""
 
     name = "fleet_mail"
 
-    def __init__(self, svc: Service) -> None:
+    def __init__(self, svc: Service, *, fleet: FleetAccess) -> None:
         super().__init__(svc)
         self.post = FleetPost(svc.clock, self._new_key)
-        self._fleet: FleetDomain | None = None
+        self._fleet = fleet
+        self._messages: MessageHandlers | None = None
+        self._signals: SignalHandlers | None = None
+
+    def connect(self, *, messages: MessageHandlers, signals: SignalHandlers) -> None:
+        """The domains what arrives is handed to (``app.wire``: they are made after
+        this one, and send through it)."""
+        self._messages, self._signals = messages, signals
 
     def _new_key(self) -> str:
         # secrets.token_hex(16), without importing secrets (hmac, hashlib, random) at start-up
         return f"{self.host}:{os.urandom(16).hex()}"
 
     @property
-    def transport(self) -> Transport | None:
+    def transport(self) -> MailTransport | None:
         """This host's mail link while it is in a fleet; None when it is alone."""
-        fleet = self._fleet.fleet if self._fleet is not None else None
+        fleet = self._fleet.fleet
         return None if fleet is None else fleet.mail
 
     def remote_host(self, sid: str) -> str | None:
@@ -98,9 +91,6 @@ class FleetMail(Domain):
 
     def install(self) -> None:
         """No methods: messages, asks, broadcasts and signals route through here."""
-        from meshd.domains.fleet import FleetDomain
-
-        self._fleet = self.svc.domain(FleetDomain)
         self.svc.state.mailbox.host_of = self.remote_host
 
     def restore(self, db: sqlite3.Connection) -> None:
@@ -121,6 +111,10 @@ class FleetMail(Domain):
     def forget(self, refused: list[Write]) -> None:
         self.post.forget(refused)
 
+    def sent(self) -> None:
+        """The link published outbox rows: their removal is stored (``fleet.sent``)."""
+        self.svc.flush_background()
+
     def committed(self, writes: list[Write], events: list[Event]) -> None:
         t = self.transport
         if t is not None and any(w[0] == "fleet.out" for w in writes):
@@ -138,10 +132,17 @@ class FleetMail(Domain):
                 m.sender, m.to, m.kind, m.text, depth=m.depth, here=True
             )
             return
+        h = self.svc.state.mailbox.handoffs_out.pop(m.id, None)
+        body = None
+        if h is not None and m.kind == "handoff":
+            body = wire.HandoffBody(
+                summary=h.summary, files=list(h.files), branch=h.branch,
+                next_steps=list(h.next_steps),
+            )  # fmt: skip
         item = wire.MailItem(
             kind=m.kind if m.kind in ("message", "handoff", "answer", "notice") else "message",
             sender=m.sender, from_host=t.host, created_at=m.created_at,
-            to=m.to, text=m.text, depth=m.depth,
+            to=m.to, text=m.text, depth=m.depth, handoff=body,
         )  # fmt: skip
         self.post.post(t.mail_subject(host), item.encoded)
 
@@ -236,7 +237,7 @@ class FleetMail(Domain):
             return None
         if req.from_host == self.host:
             return None
-        msgs = self._messages()
+        msgs = self._msgs()
         mb = self.svc.state.mailbox
         try:
             select = await msgs.overlapping(req.path) if req.path else None
@@ -268,7 +269,7 @@ class FleetMail(Domain):
             return wire.encode(wire.AskReply(error=wire.WireError(-32602, f"bad fleet ask: {exc}")))
 
     async def _serve(self, req: wire.AskRequest) -> wire.AskReply:
-        msgs = self._messages()
+        msgs = self._msgs()
         mb = self.svc.state.mailbox
         claims = msgs.claims_of(req.to) if req.to in self.svc.state.registry.sessions else []
         r = mb.desk.ask_in(
@@ -298,7 +299,7 @@ class FleetMail(Domain):
         if item.kind == "signal":
             await self._take_signal(key, item)
             return True
-        msgs = self._messages()
+        msgs = self._msgs()
         mb = self.svc.state.mailbox
         if item.to is None:
             mb.desk.broadcast_in(item.sender, item.text, select=await self._select(item.path))
@@ -308,11 +309,27 @@ class FleetMail(Domain):
                 f"{item.to} does not accept messages: your message was not delivered "
                 f"({clip(item.text, 200)})",
             )
+        elif item.kind == "handoff" and item.handoff is not None:
+            self._take_handoff(item, item.handoff)
         else:
             mb.put_item(item.sender, item.to, item.kind, item.text, depth=item.depth, here=True)
         self.post.take(key)
         await msgs.commit()
         return True
+
+    def _take_handoff(self, item: wire.MailItem, h: wire.HandoffBody) -> None:
+        """A handoff for a session here: recorded here too (its ``handoff list`` shows
+        it), and in its inbox as before. One this host's limits refuse (a smaller
+        ``max_body_bytes``) is kept as the item's text alone, never lost."""
+        mb = self.svc.state.mailbox
+        try:
+            mb.write_handoff(
+                item.sender, h.summary, to=item.to, files=h.files, branch=h.branch,
+                next_steps=h.next_steps, require_live=False, here=True,
+            )  # fmt: skip
+        except MeshError as exc:
+            log.info("fleet: a handoff from %s is kept as its text: %s", item.sender, exc)
+            mb.put_item(item.sender, item.to or "", "handoff", item.text, here=True)
 
     async def _select(self, path: str | None) -> Callable[[Session], bool] | None:
         """The sessions here a broadcast's ``--path`` reaches; a path this host cannot
@@ -320,7 +337,7 @@ class FleetMail(Domain):
         if path is None:
             return None
         try:
-            return await self._messages().overlapping(path)
+            return await self._msgs().overlapping(path)
         except MeshError as exc:
             if isinstance(exc, StorageUnavailable):
                 raise
@@ -334,16 +351,13 @@ class FleetMail(Domain):
         return item.kind == "message" and s is not None and not s.accept_messages
 
     async def _take_signal(self, key: str, item: wire.MailItem) -> None:
-        from meshd.domains.signals import SignalHandlers
-
-        sig: SignalHandlers = self.svc.domain(SignalHandlers)
+        assert self._signals is not None, "app.wire connects the fleet mail"
         self.post.take(key)
-        await sig.take(item.name or "", item.payload or "null", item.sender)
+        await self._signals.take(item.name or "", item.payload or "null", item.sender)
 
-    def _messages(self) -> MessageHandlers:
-        from meshd.domains.messages import MessageHandlers
-
-        return self.svc.domain(MessageHandlers)
+    def _msgs(self) -> MessageHandlers:
+        assert self._messages is not None, "app.wire connects the fleet mail"
+        return self._messages
 
 
 def _reply(a: Answer) -> wire.AskReply:

@@ -69,12 +69,16 @@ def ms(x: float) -> float:
     return (f + 1 if d > 0.5 else f) / 1000.0
 
 
-def claim_infos(held: tuple[Claim, ...] | list[Claim]) -> list[m.ClaimInfo]:
-    """Claims as listings show them."""
+def claim_infos(
+    held: tuple[Claim, ...] | list[Claim], local_only: set[tuple[str, str]] | None = None
+) -> list[m.ClaimInfo]:
+    """Claims as listings show them; ``local_only``: the (session, resource) pairs
+    granted while the fleet was out of reach (SPEC §12)."""
     return [
         m.ClaimInfo(
             resource=c.resource, mode=c.mode, token=c.token, since=rfc3339(c.since),
             reason=c.reason,
+            local_only=local_only is not None and (c.session_id, c.resource) in local_only,
         )
         for c in held
     ]  # fmt: skip

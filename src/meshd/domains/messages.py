@@ -39,12 +39,13 @@ from meshd.core.mail.records import (
 from meshd.core.sessions.registry import Session
 from meshd.domain import Domain
 from meshd.domains.fleet_mail import FleetMail, answer_of
-from meshd.keys import canonical_key, path_key
+from meshd.keys import Key, canonical_key, from_canonical, path_key
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol import messages as mm
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import MeshDisabled, MeshError, NotFound, StorageUnavailable
 from meshd.protocol.jsonrpc import Later
+from meshd.protocol.methods import SessionInfo
 from meshd.service import Conn, Service
 from meshd.store import messages as sm
 
@@ -105,7 +106,7 @@ class _Ask(Later):
 class MessageHandlers(Domain):
     name = "messages"
 
-    def __init__(self, svc: Service) -> None:
+    def __init__(self, svc: Service, *, fleet: FleetMail) -> None:
         super().__init__(svc)
         self.mb = svc.state.mailbox
         self.mb.wake = self._wake
@@ -115,7 +116,8 @@ class MessageHandlers(Domain):
         """The local ``query.ask`` records waiting, by query id."""
         self._answered: list[_Ask] | None = None
         """While :meth:`answer` runs: the asks its answer woke, answered right after."""
-        self.fleet = svc.domain(FleetMail)
+        self.fleet = fleet
+        """Mail to and from other hosts (the fleet's outbox; routes nothing while alone)."""
 
     def install(self) -> None:
         svc = self.svc
@@ -355,19 +357,22 @@ class MessageHandlers(Domain):
 
     async def broadcast(self, p: mm.BroadcastParams, conn: Conn) -> mm.BroadcastResult:
         self._enabled()
-        select = await self.overlapping(p.path) if p.path is not None else None
+        at = await self.path_key(p.path) if p.path is not None else None
+        select = self._at(at) if at is not None else None
         out = self.mb.broadcast(
             p.session_id, p.text, select=select, collect=p.collect, timeout=p.timeout,
             claims_of=self.claims_of,
         )  # fmt: skip
-        fleet = self.fleet.transport is not None
-        if fleet and not p.collect:  # every other host's sessions, through the stream
+        transport = self.fleet.transport
+        fleet = transport is not None
+        if transport is not None and not p.collect:  # every other host's, through the stream
             self.fleet.to_all(
                 wire.MailItem(
                     kind="broadcast", sender=p.session_id, from_host=self.fleet.host,
                     created_at=self.svc.clock.now(), text=p.text, path=p.path,
                 )
             )  # fmt: skip
+            out.recipients += _reached(transport.other_sessions(), at)
         await self.commit()
         conn.detach()
         result = mm.BroadcastResult(
@@ -403,10 +408,17 @@ class MessageHandlers(Domain):
     async def overlapping(self, path: str) -> Callable[[Session], bool]:
         """Sessions whose claims, cwd or repo overlap ``path`` (canonicalised as a claim,
         off the event loop)."""
+        return self._at(await self.path_key(path))
+
+    async def path_key(self, path: str) -> Key:
+        """``path`` canonicalised as a claim is, off the event loop."""
         home = os.path.expanduser("~")
-        key = await self.svc.resolve_paths(
+        return await self.svc.resolve_paths(
             [path], lambda: canonical_key(path, home=home, broad=True)
         )
+
+    def _at(self, key: Key) -> Callable[[Session], bool]:
+        """Sessions here whose claims, cwd or repo overlap ``key``."""
         table = self.svc.state.claims
 
         def select(s: Session) -> bool:
@@ -468,6 +480,33 @@ class MessageHandlers(Domain):
         if h is None:
             raise NotFound(f"no handoff {p.id}", {"id": p.id})
         return handoff_info(h)
+
+
+def _reached(others: list[SessionInfo], at: Key | None) -> list[str]:
+    """The other hosts' live sessions a broadcast sent through the stream reaches, as
+    the registry lists them (SPEC §12: ``recipients`` counts every host's): those that
+    accept messages and, with ``--path`` (``at``), whose cwd, repo or listed claims
+    overlap it -- the rule each host applies when the item arrives."""
+    return [
+        i.session_id
+        for i in others
+        if not i.stale and i.accept_messages and (at is None or _remote_overlaps(i, at))
+    ]
+
+
+def _remote_overlaps(i: SessionInfo, key: Key) -> bool:
+    """Whether another host's session (as its host listed it) is at ``key``: its cwd,
+    its repo or one of its listed claims overlaps it."""
+    for where in (i.cwd, i.repo):
+        if where and path_key("file", where).overlaps(key):
+            return True
+    for c in i.claims:
+        try:
+            if from_canonical(c.resource).overlaps(key):
+                return True
+        except MeshError:
+            continue
+    return False
 
 
 def ask_result(a: Answer) -> mm.AskResult:

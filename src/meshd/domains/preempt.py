@@ -45,9 +45,9 @@ T = TypeVar("T")
 class PreemptHandlers(Domain):
     name = "preempt"
 
-    def __init__(self, svc: Service) -> None:
+    def __init__(self, svc: Service, *, claims: ClaimHandlers) -> None:
         super().__init__(svc)
-        self.claims = svc.domain(ClaimHandlers)
+        self.claims = claims
         self.pre = svc.state.preemptions
 
     def install(self) -> None:

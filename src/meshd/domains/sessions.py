@@ -10,9 +10,9 @@ from meshd.core.claims.records import AuditRecord
 from meshd.core.sessions.registry import Registration, Report, Session
 from meshd.core.state import Write
 from meshd.domain import Domain
-from meshd.domains.fleet import FleetDomain
 from meshd.domains.listing import Listing, claim_infos, ms, session_info
 from meshd.pidwatch import alive, start_time
+from meshd.ports import FleetAccess
 from meshd.protocol import methods as m
 from meshd.protocol.contract import REPORTED, rfc3339
 from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
@@ -26,17 +26,14 @@ _HB_DISABLED = m.HeartbeatResult(disabled=True)
 class SessionHandlers(Domain):
     name = "sessions"
 
-    def __init__(self, svc: Service) -> None:
+    def __init__(self, svc: Service, *, fleet: FleetAccess | None = None) -> None:
         super().__init__(svc)
-        self._fleet: FleetDomain | None = None
+        self._fleet = fleet
+        """The fleet (its registry lists the other hosts' sessions); None: never in one."""
         self._listing = Listing()
 
     def install(self) -> None:
         svc = self.svc
-        try:
-            self._fleet = svc.domain(FleetDomain)
-        except LookupError:  # a service built without the fleet domain (tests)
-            self._fleet = None
         svc.add(m.REGISTER, self.register, is_async=True)
         svc.add(m.HEARTBEAT, self.heartbeat)
         svc.add(m.END, self.end, is_async=True)
@@ -187,15 +184,27 @@ class SessionHandlers(Domain):
         """``s`` as listings show it, with at most ``claims`` of its claims (all: None)."""
         reg = self.svc.state.registry
         held = self.svc.state.claims.list_claims(s.session_id)
+        fleet = None if self._fleet is None else self._fleet.fleet
+        alone = fleet.claims.local_only if fleet is not None else None
         return session_info(
             s,
             s.host,
             age_s=ms(now_wall - s.last_heartbeat),
             stale=reg.is_stale(s, now_mono),
-            claims=claim_infos(held[:claims]),
+            claims=claim_infos(held[:claims], alone),
             claims_total=len(held),
             idle_s=ms(now_wall - s.last_activity),
         )
+
+    def listed(self) -> list[m.SessionInfo]:
+        """Every live session of this host as listings show them (what the fleet's
+        registry mirrors: :class:`~meshd.ports.SessionSource`)."""
+        clock = self.svc.clock
+        now_m, now_w = clock.monotonic(), clock.now()
+        return [
+            self.info(s, now_m, now_w, m.LISTED_CLAIMS)
+            for s in self.svc.state.registry.sessions.values()
+        ]
 
     def list(self, p: m.ListParams, conn: Conn) -> m.ListResult | msgspec.Raw:
         """Encoded by :class:`Listing`, which keeps each session's unchanged fields
@@ -215,14 +224,14 @@ class SessionHandlers(Domain):
         if fleet is None:
             return self._listing.encode(st.profile, listed, now_w)
         # SPEC §12: every host's sessions, each with its host
-        more = [] if p.local else fleet.registry.remote_sessions(fresh=p.fresh)
+        more = [] if p.local else fleet.remote_sessions(fresh=p.fresh)
         return self._listing.encode(st.profile, listed, now_w, fleet.host, more)
 
     def get(self, p: m.GetParams, conn: Conn) -> m.SessionInfo:
         clock = self.svc.clock
         fleet = None if self._fleet is None else self._fleet.fleet
         if fleet is not None and p.session_id not in self.svc.state.registry.sessions:
-            for info in fleet.registry.remote_sessions():
+            for info in fleet.remote_sessions():
                 if info.session_id == p.session_id:
                     return info  # another host's (its claims as that host listed them)
         s = self.svc.state.registry.get(p.session_id)

@@ -42,10 +42,10 @@ def _payload(sig: Signal) -> msgspec.Raw:
 class SignalHandlers(Domain):
     name = "signals"
 
-    def __init__(self, svc: Service) -> None:
+    def __init__(self, svc: Service, *, fleet: FleetMail) -> None:
         super().__init__(svc)
         self._by_name: dict[str, set[Event]] = {}
-        self.fleet = svc.domain(FleetMail)
+        self.fleet = fleet
         self._by_session: dict[str, set[Event]] = {}
 
     def install(self) -> None:

@@ -3,15 +3,13 @@
 The bucket says who holds what for every host (:mod:`meshd.fleet.claim_records`);
 these records are this host's side of it, kept in memory by
 :class:`meshd.fleet.claims.FleetClaims` and rebuilt from the lock table and the
-bucket at each link-up (:mod:`meshd.fleet.claim_upkeep`). :class:`Local` is the
-narrow view of the lock table (the claims handler) the fleet needs, so neither
-side imports the other's internals.
+bucket at each link-up (:mod:`meshd.fleet.claim_upkeep`). What the fleet needs of
+this host's lock table is the :class:`~meshd.ports.ClaimTable` port.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from meshd.fleet.claim_records import Entry, Step
 from meshd.keys import Key
@@ -21,26 +19,6 @@ WAIT_RECORD = Step("w.", "", "hold")
 """In the release backlog: delete the request's wait record (``w.<gid>``)."""
 COMMIT_RECORD = Step("g.", "", "hold")
 """In the release backlog: delete the set's commit record (``g.<gid>``): its token dies."""
-
-
-class Local(Protocol):
-    """What the fleet needs from this host's lock table (the claims handler)."""
-
-    def fleet_claims(self) -> list[tuple[str, Key, Mode, int]]:
-        """This host's live claims on fleet-wide keys: (session, key, mode, token)."""
-        ...
-
-    def fleet_lost(self, session_id: str, resources: list[str], token: int, how: str) -> None:
-        """The fleet took these claims from ``session_id`` (stolen, lease lost, conflict)."""
-        ...
-
-    def related(self, a: str, b: str) -> bool:
-        """Same session, or one descends from the other (this host's sessions)."""
-        ...
-
-    def fleet_healed(self, session_id: str, keys: list[Key], old: int, new: int) -> None:
-        """A local-only set is fleet-wide now, under the fleet's token ``new``."""
-        ...
 
 
 @dataclass(slots=True)

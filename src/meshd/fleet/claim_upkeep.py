@@ -50,13 +50,15 @@ class ClaimUpkeep:
         """Without a renewal for this long, this host gives its fleet claims up: before
         the server lets the lease go, whatever the delays (docs/FLEET.md)."""
         self.ready = False
-        """True once this host reconciled with the bucket since the link came up."""
+        """True once this host reconciled with the bucket since the link came up, and
+        healed every local-only grant (none is left beside a fleet grant meanwhile)."""
         self.lease_sent: float | None = None
         self.problem: str | None = None
         """Why fleet-wide claims are refused while the link is up (for ``fleet status``)."""
         self._lease_rev = 0
         self._ready = anyio.Event()
         self._sweep_needed = False
+        self._heal_wanted = anyio.Event()
 
     async def until_ready(self) -> None:
         """Return once fleet claims can be decided; :class:`FleetDown` if not soon."""
@@ -90,6 +92,7 @@ class ClaimUpkeep:
                     self.ready = True
                     self._ready.set()
                     tg.start_soon(self._watch)
+                    tg.start_soon(self._healer)
             except FLEET_ERRORS as exc:
                 log.warning("fleet claims: %s", describe(exc))
             finally:
@@ -150,11 +153,10 @@ class ClaimUpkeep:
         kv = await bucket.open_bucket(self.link)
         claims = self.claims
         held: dict[tuple[str, str], tuple[Key, Mode, int]] = {}
-        alone: dict[tuple[str, int, Mode], list[Key]] = {}
         for sid, k, mode, token in claims.local.fleet_claims():
             if (sid, k.text) in claims.local_only:
-                alone.setdefault((sid, token, mode), []).append(k)
-            elif (sid, k.text) not in claims.by_claim:
+                continue  # healed below, with any granted meanwhile
+            if (sid, k.text) not in claims.by_claim:
                 held[(sid, k.text)] = (k, mode, token)
                 claims.high = max(claims.high, token)
         await self._adopt(kv, held)
@@ -166,9 +168,43 @@ class ClaimUpkeep:
         for (sid, token), resources in lost.items():
             claims.local.fleet_lost(sid, resources, token, "fleet")
         await self._check_not_reset(kv)
-        self.ready = True  # the heal below acquires like any request
-        for (sid, token, mode), keys in alone.items():
-            await self._heal(sid, token, mode, keys)
+        await self._heal_all()
+
+    def _alone(self) -> dict[tuple[str, int, Mode], list[Key]]:
+        """The sets of this host's table granted local-only, by (session, token, mode)."""
+        claims = self.claims
+        alone: dict[tuple[str, int, Mode], list[Key]] = {}
+        for sid, k, mode, token in claims.local.fleet_claims():
+            if (sid, k.text) in claims.local_only:
+                alone.setdefault((sid, token, mode), []).append(k)
+        return alone
+
+    async def _heal_all(self) -> None:
+        """Ask the fleet for every local-only set, those granted while this runs too
+        (a request that met the link reconnecting), until none is left: no fleet-wide
+        grant is made on this host before (:attr:`ready` is false meanwhile)."""
+        while alone := self._alone():
+            for (sid, token, mode), keys in alone.items():
+                await self._heal(sid, token, mode, keys)
+
+    def heal_soon(self) -> None:
+        """A set was granted local-only: heal it as soon as the fleet can decide."""
+        self._heal_wanted.set()
+
+    async def _healer(self) -> None:
+        """While the link lives: a set granted local-only meanwhile (a request the
+        fleet failed under a link that stayed up) is healed at once, and fleet-wide
+        requests wait for it (SPEC §12), instead of waiting for the next link-up."""
+        while True:
+            await self._heal_wanted.wait()
+            self._heal_wanted = anyio.Event()
+            if not self._alone():
+                continue
+            self.ready = False
+            self._ready = anyio.Event()
+            await self._heal_all()
+            self.ready = True
+            self._ready.set()
 
     async def _check_not_reset(self, kv: KeyValue) -> None:
         """Refuse fleet-wide claims while the bucket's last revision is below a token
@@ -217,7 +253,7 @@ class ClaimUpkeep:
         """A set granted local-only: the fleet grants it now (it becomes fleet-wide,
         with the fleet's token), or another host holds it and it is lost here."""
         claims = self.claims
-        got = await claims.acquire(sid, keys, mode)
+        got = await claims.decide(sid, keys, mode)
         for k in keys:
             claims.local_only.discard((sid, k.text))
         if isinstance(got, FleetGrant):

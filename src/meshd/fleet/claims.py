@@ -40,7 +40,6 @@ from meshd.fleet.claim_grants import (
     FleetGrant,
     FleetHeld,
     FleetWaiter,
-    Local,
 )
 from meshd.fleet.claim_records import (
     Entry,
@@ -56,14 +55,20 @@ from meshd.fleet.claim_records import (
 )
 from meshd.fleet.claim_upkeep import ClaimUpkeep
 from meshd.fleet.link import FleetDown, FleetLink, describe
-from meshd.keys import Key
+from meshd.keys import Key, from_canonical
+from meshd.ports import ClaimTable, Holding
 from meshd.protocol.claims import Mode
+from meshd.protocol.errors import BadKey
 
 log = logging.getLogger("meshd.fleet.claims")
 
 RELEASES_AT_ONCE = 16
 """Writes of a release (or of the backlog) sent at once: a session that ends with many
 fleet claims does not flood the server."""
+
+READ_TIMEOUT = 5.0
+"""Seconds a read of the fleet's holders (``claim.check``) may take before it says
+the fleet cannot be reached: a check answers from this host's table then."""
 
 BACK_POLL = 0.1
 """Seconds between two looks at the link by a request waiting for the fleet to be back."""
@@ -72,7 +77,7 @@ BACK_POLL = 0.1
 class FleetClaims:
     """This host's side of the fleet's claims (one per profile's daemon)."""
 
-    def __init__(self, link: FleetLink, local: Local, *, heartbeat: float) -> None:
+    def __init__(self, link: FleetLink, local: ClaimTable, *, heartbeat: float) -> None:
         self.link = link
         self.local = local
         self.host = link.host
@@ -102,6 +107,22 @@ class FleetClaims:
     @property
     def cfg(self) -> FleetSettings:
         return self.link.cfg
+
+    @property
+    def on_partition(self) -> str:
+        """``fail`` or ``local``: what a fleet-wide request does when the fleet is out of reach."""
+        return self.cfg.on_partition
+
+    @property
+    def renew_every(self) -> float:
+        """Seconds between lease renewals: a waiter looks again at least this often."""
+        return self.upkeep.renew_every
+
+    @property
+    def ready(self) -> bool:
+        """Whether the fleet decides claims now: the link up, this host reconciled, and
+        every local-only grant reconciled (:class:`ClaimUpkeep`)."""
+        return self.link.connected and self.upkeep.ready
 
     def status(self) -> dict[str, Any]:
         """For ``fleet status``: fleet-wide claims held here, and the local-only ones."""
@@ -177,8 +198,24 @@ class FleetClaims:
 
         Raises :class:`FleetDown` when the fleet cannot be reached (what it wrote is
         rolled back as far as it can be; the rest is dropped at the next reconcile).
+        Waits for the reconcile at a link-up, local-only grants healed included.
         """
         await self.upkeep.until_ready()
+        return await self.decide(session_id, keys, mode, waiter=waiter, steal=steal)
+
+    async def decide(
+        self,
+        session_id: str,
+        keys: Sequence[Key],
+        mode: Mode,
+        *,
+        waiter: FleetWaiter | None = None,
+        steal: bool = False,
+    ) -> FleetGrant | FleetHeld:
+        """:meth:`acquire` without waiting for the reconcile: the reconcile's own heal
+        of local-only sets."""
+        if not self.link.connected:
+            raise FleetDown(self.link.last_error or "the fleet link is down")
         kv = await bucket.open_bucket(self.link)
         gid = waiter.gid if waiter is not None else self._gid()
         me = Entry(gid, session_id, self.host, mode, waiter.ticket if waiter else 0)
@@ -217,6 +254,12 @@ class FleetClaims:
             self._backlog.append((gid, WAIT_RECORD))
             self._backlog_ready.set()
         return grant
+
+    def granted_alone(self, session_id: str, keys: Sequence[Key]) -> None:
+        """These keys were granted here alone (``on_partition = "local"``), marked
+        local-only until the fleet decides them: at once if the link is up."""
+        self.local_only.update((session_id, k.text) for k in keys)
+        self.upkeep.heal_soon()
 
     def hold(self, grant: FleetGrant) -> None:
         """Know ``grant`` as this host's."""
@@ -461,6 +504,52 @@ class FleetClaims:
             if self._backlog:
                 await anyio.sleep(self.upkeep.renew_every / 4)  # failed: not in a tight loop
 
+    # --- reads ----------------------------------------------------------------------
+
+    async def holders(self, keys: Sequence[Key]) -> list[Holding]:
+        """Other hosts' claims overlapping the fleet-wide ``keys``, as the bucket says
+        now (SPEC §12, one view): the holders of each key's record and of the paths
+        below it, and the holders of the shared folders above it. A set whose commit
+        record is not there yet (in flight, or rolled back) holds nothing; a host whose
+        lease ran out holds nothing. :class:`FleetDown` when the fleet cannot say."""
+        fleet = [k for k in keys if self.is_fleet(k)]
+        if not fleet:
+            return []
+        if not (self.link.connected and self.upkeep.ready):
+            raise FleetDown(self.link.last_error or "the fleet link is down")
+        try:
+            with anyio.fail_after(READ_TIMEOUT):
+                kv = await bucket.open_bucket(self.link)
+                return await self._holders(kv, fleet)
+        except NATS_ERRORS as exc:
+            raise FleetDown(describe(exc)) from exc
+
+    async def _holders(self, kv: KeyValue, keys: list[Key]) -> list[Holding]:
+        out: list[Holding] = []
+        seen: set[tuple[str, str]] = set()
+        hosts: dict[str, bool] = {}
+        for step in plan(keys, self.roots):
+            record, _ = await bucket.read(kv, step.name, self.seen)
+            entries = record.h if step.role == "intent" else (*record.h, *record.d)
+            for e in entries:
+                if e.host == self.host:
+                    continue  # this host's own are in its table
+                if e.host not in hosts:
+                    hosts[e.host] = await bucket.alive(kv, e.host)
+                if not hosts[e.host]:
+                    continue
+                try:
+                    commit = await kv.get("g." + e.gid)
+                except nats.js.errors.KeyNotFoundError:
+                    continue
+                doc = json.loads(commit.value or b"{}")
+                for res in doc.get("k", ()):
+                    if (e.gid, res) in seen or not _overlaps(res, keys):
+                        continue
+                    seen.add((e.gid, res))
+                    out.append(Holding(e.session, res, e.mode, e.host, commit.revision or 0))
+        return out
+
     # --- validate -------------------------------------------------------------------
 
     async def validate(self, key: Key, token: int) -> tuple[bool, str | None, str | None]:
@@ -504,3 +593,13 @@ class FleetClaims:
             tg.start_soon(self.upkeep.watchdog)
             tg.start_soon(self._drain_backlog)
             await self.upkeep.serve()
+
+
+def _overlaps(resource: str, keys: list[Key]) -> bool:
+    """Whether ``resource`` (a key a set in the fleet holds) overlaps one of ``keys``:
+    the key itself, a path below it, or a shared folder above it."""
+    try:
+        held = from_canonical(resource)
+    except BadKey:
+        return False
+    return any(held.overlaps(k) for k in keys)

@@ -2,24 +2,28 @@
 
 Made by :class:`meshd.domains.fleet.FleetDomain` when ``[fleet]`` is configured (and
 again after a reload that changes the table); without ``[fleet]`` it does not exist
-and nothing here is imported. It owns the :class:`~meshd.fleet.link.FleetLink` and
-the fleet *parts* (the registry mirror, claims, messages), and runs them all in one
-task group that lives as long as the link.
+and nothing here is imported. It is the :class:`~meshd.ports.FleetPort` the domains
+see, and it sees this host only through the ports it was given. It owns the
+:class:`~meshd.fleet.link.FleetLink` and the fleet *parts* (the registry mirror,
+claims, messages), and runs them all in one task group that lives as long as the link.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
 
 import anyio
 
+from meshd.core.clock import Clock
 from meshd.core.settings import FleetSettings
 from meshd.fleet.link import FleetLink, describe
 from meshd.fleet.mail import MailLink
-
-if TYPE_CHECKING:
-    from meshd.service import Service
+from meshd.keys import Key
+from meshd.ports import ClaimTable, Holding, MailDesk, SessionSource
+from meshd.protocol import methods as m
 
 log = logging.getLogger("meshd.fleet")
 
@@ -41,38 +45,55 @@ class FleetPart(Protocol):
 
 
 class Fleet:
-    """This host's membership of the fleet: the link and the parts that use it."""
+    """This host's membership of the fleet: the link and the parts that use it.
 
-    def __init__(self, svc: Service, cfg: FleetSettings) -> None:
+    Built by :class:`meshd.domains.fleet.FleetDomain` with what it needs of this host,
+    through the ports (:mod:`meshd.ports`): the lock table, the live sessions, the
+    mail desk. It knows no domain."""
+
+    def __init__(
+        self, cfg: FleetSettings, profile: str, clock: Clock, *, interval: Callable[[], float],
+        table: ClaimTable, sessions: SessionSource, desk: MailDesk,
+    ) -> None:  # fmt: skip
+        from meshd.fleet.claims import FleetClaims
         from meshd.fleet.registry import FleetRegistry
 
-        self.svc = svc
         self.cfg = cfg
-        self.link = FleetLink(
-            cfg, svc.paths.profile, ping_interval=svc.state.settings.heartbeat_interval
-        )
-        self.changed_mono = svc.clock.monotonic()
+        self.clock = clock
+        self.link = FleetLink(cfg, profile, ping_interval=interval())
+        self.changed_mono = clock.monotonic()
         self.link.on_change(self._changed)
-        self.registry = FleetRegistry(self)
-        self.parts: list[FleetPart] = [self.registry]
-        """Parts run by :meth:`run`; items 3 and 4 append theirs here (one line each)."""
-        self.mail = MailLink(self)  # messages, asks, broadcasts, signals (docs/FLEET.md)
-        self.parts.append(self.mail)
-        from meshd.domains.claims import ClaimHandlers
-        from meshd.fleet.claims import FleetClaims
-
-        self.claims = FleetClaims(
-            self.link, svc.domain(ClaimHandlers), heartbeat=svc.state.settings.heartbeat_interval
-        )
-        self.parts.append(self.claims)
+        self.registry = FleetRegistry(self.link, clock, sessions, interval=interval)
+        self.mail = MailLink(self.link, self.registry, desk)
+        """Messages, asks, broadcasts, signals (docs/FLEET.md)."""
+        self.claims = FleetClaims(self.link, table, heartbeat=interval())
+        self.parts: list[FleetPart] = [self.registry, self.mail, self.claims]
+        """Parts run by :meth:`run`, each beside the link (one line to add one)."""
 
     @property
     def host(self) -> str:
         """This host's name in the fleet."""
         return self.cfg.name
 
+    def remote_sessions(self, *, fresh: bool = False) -> list[m.SessionInfo]:
+        """The other hosts' live sessions, as the registry read them last."""
+        return self.registry.remote_sessions(fresh=fresh)
+
+    async def holders(self, keys: Sequence[Key]) -> list[Holding]:
+        """Other hosts' claims on these fleet-wide keys, each with its holder's task
+        and branch as the registry lists them (SPEC §12, one view)."""
+        found = await self.claims.holders(keys)
+        if not found:
+            return found
+        infos = {i.session_id: i for i in self.registry.remote_sessions()}
+        out = []
+        for h in found:
+            i = infos.get(h.session_id)
+            out.append(h if i is None else replace(h, task=i.task, branch=i.branch))
+        return out
+
     def _changed(self, up: bool) -> None:
-        self.changed_mono = self.svc.clock.monotonic()
+        self.changed_mono = self.clock.monotonic()
 
     async def run(self) -> None:
         """The link and every part, until cancelled (a reload, a leave, shutdown); the
@@ -117,7 +138,7 @@ class Fleet:
             "server_version": link.server_version,
             "rtt_ms": rtt,
             "last_error": link.last_error,
-            "since_s": round(self.svc.clock.monotonic() - self.changed_mono, 3),
+            "since_s": round(self.clock.monotonic() - self.changed_mono, 3),
             "connects": link.connects,
             "hosts": reg.pop("hosts"),
             "published_s": reg.pop("published_s"),

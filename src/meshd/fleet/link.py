@@ -30,6 +30,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from meshd.core.settings import FleetSettings
+from meshd.ports import FleetDown
 
 log = logging.getLogger("meshd.fleet")
 
@@ -305,10 +306,6 @@ class FleetLink:
             kv = await js.create_key_value(cfg)
         self._kv[what] = kv
         return kv
-
-
-class FleetDown(Exception):
-    """The fleet cannot be reached now (the link is down or a request timed out)."""
 
 
 def describe(exc: BaseException) -> str:

@@ -1,5 +1,6 @@
 """Mail across hosts over NATS (docs/FLEET.md): the stream, the forwarder, the consumer
-and the ask responder of one daemon. The rules are :mod:`meshd.domains.fleet_mail`'s.
+and the ask responder of one daemon. The rules are the mail desk's
+(:class:`~meshd.ports.MailDesk`, :mod:`meshd.domains.fleet_mail`), reached through the port.
 
 * **Stream** ``MESH_<profile>_MAIL`` on ``mesh.<profile>.mail.>`` (file storage, 7
   days, 2 min duplicate window), and this host's **durable pull consumer**
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import nats.errors
@@ -26,13 +27,12 @@ from anyio.abc import TaskGroup
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from meshd.domains.fleet_mail import FleetMail
-from meshd.fleet.link import describe
+from meshd.fleet.link import FleetLink, describe
+from meshd.fleet.registry import FleetRegistry
+from meshd.ports import MailDesk
 from meshd.protocol import fleet_mail as wire
+from meshd.protocol import methods as m
 from meshd.protocol.errors import StorageUnavailable
-
-if TYPE_CHECKING:
-    from meshd.fleet.hub import Fleet
 
 log = logging.getLogger("meshd.fleet.mail")
 
@@ -55,11 +55,11 @@ class MailLink:
 
     name = "mail"
 
-    def __init__(self, fleet: Fleet) -> None:
-        self.owner = fleet
-        self.link = fleet.link
-        self.host = fleet.host
-        self.fleet = fleet.svc.domain(FleetMail)
+    def __init__(self, link: FleetLink, registry: FleetRegistry, desk: MailDesk) -> None:
+        self.link = link
+        self.registry = registry
+        self.host = link.cfg.name
+        self.desk = desk
         self._kick = anyio.Event()
         self._tg: TaskGroup | None = None
         self._subs: list[Any] = []  # the nats subscriptions serving asks and collects
@@ -68,7 +68,7 @@ class MailLink:
 
     def status(self) -> dict[str, Any]:
         """For ``fleet status``: the outbox waiting, items published, taken, dropped."""
-        waiting = len(self.fleet.post.pending)
+        waiting = len(self.desk.post.pending)
         return {
             "outbox": waiting, "published": self.published, "taken": self.taken,
             "duplicates_dropped": self.dropped,
@@ -82,7 +82,7 @@ class MailLink:
         While the link is down the registry forgets the other hosts after a few
         heartbeats; a send to a session that was on another host when the link went
         still goes to that host's outbox then (the last picture, :meth:`_remember`)."""
-        host = self.owner.registry.host_of(sid)
+        host = self.registry.host_of(sid)
         if host is None and not self.link.connected:
             return self._known.get(sid)
         return host
@@ -90,7 +90,7 @@ class MailLink:
     def _remember(self) -> None:
         """Where every remote session lives, as the registry says now (link up only)."""
         if self.link.connected:
-            self._known = {i.session_id: i.host for i in self.owner.registry.remote_sessions()}
+            self._known = {i.session_id: i.host for i in self.registry.remote_sessions()}
 
     # --- Transport --------------------------------------------------------------------
 
@@ -150,9 +150,13 @@ class MailLink:
             await _quietly(sub.unsubscribe)
         return got
 
+    def other_sessions(self) -> list[m.SessionInfo]:
+        """The live sessions of every other host, as the registry knows them now."""
+        return self.registry.remote_sessions()
+
     def other_hosts(self) -> set[str]:
         """The other hosts with live sessions, as the registry knows them now."""
-        return {i.host for i in self.owner.registry.remote_sessions() if i.host}
+        return {i.host for i in self.registry.remote_sessions() if i.host}
 
     # --- running ------------------------------------------------------------------------
 
@@ -192,15 +196,15 @@ class MailLink:
                 self._subs = []
 
     async def _on_ask(self, msg: Msg) -> None:
-        if self.fleet.answers_at_once(msg.data):  # the status responder: no waiting
-            await self._respond(msg, self.fleet.serve_ask)
+        if self.desk.answers_at_once(msg.data):  # the status responder: no waiting
+            await self._respond(msg, self.desk.serve_ask)
             return
         assert self._tg is not None
-        self._tg.start_soon(self._respond, msg, self.fleet.serve_ask)
+        self._tg.start_soon(self._respond, msg, self.desk.serve_ask)
 
     async def _on_collect(self, msg: Msg) -> None:
         assert self._tg is not None
-        self._tg.start_soon(self._respond, msg, self.fleet.serve_collect)
+        self._tg.start_soon(self._respond, msg, self.desk.serve_collect)
 
     async def _respond(self, msg: Msg, serve: Callable[[bytes], Awaitable[bytes | None]]) -> None:
         """Serve one request in a task of its own (a live responder may take its whole
@@ -214,7 +218,7 @@ class MailLink:
             log.info("fleet: a reply could not be sent back: %s", describe(exc))
 
     async def _forward(self) -> None:
-        post = self.fleet.post
+        post = self.desk.post
         while True:
             with anyio.move_on_after(RETRY):
                 await self._kick.wait()
@@ -223,14 +227,14 @@ class MailLink:
                 continue
             sent = await self._publish_pending()
             if sent:
-                self.fleet.svc.flush_background()  # the rows go ("fleet.sent")
+                self.desk.sent()  # the rows go ("fleet.sent")
 
     async def _publish_pending(self) -> int:
         """Publish the outbox in order; stop at the first row JetStream did not take."""
         js = self.link.js
         if js is None:
             return 0
-        post, sent = self.fleet.post, 0
+        post, sent = self.desk.post, 0
         await self._ensure_stream(js)
         for out in list(post.pending.values()):
             try:
@@ -312,7 +316,7 @@ class MailLink:
             await msg.ack()  # our own broadcast or signal
             return
         try:
-            new = await self.fleet.take(key, item)
+            new = await self.desk.take(key, item)
         except StorageUnavailable as exc:
             log.warning("fleet: could not store mail item %s (%s); it comes again", key, exc)
             await msg.nak(delay=RETRY)

@@ -20,19 +20,19 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import msgspec
 import nats.js.errors
 
 from meshd import __version__
+from meshd.core.clock import Clock
 from meshd.fleet.hosts import TTL_INTERVALS, FleetHosts, HostEntry
-from meshd.fleet.link import REQUEST_TIMEOUT, FleetDown, describe
+from meshd.fleet.link import REQUEST_TIMEOUT, FleetDown, FleetLink, describe
+from meshd.ports import SessionSource
 from meshd.protocol import methods as m
-
-if TYPE_CHECKING:
-    from meshd.fleet.hub import Fleet
 
 log = logging.getLogger("meshd.fleet")
 
@@ -48,14 +48,16 @@ class FleetRegistry:
 
     name = "registry"
 
-    def __init__(self, fleet: Fleet) -> None:
-        from meshd.domains.sessions import SessionHandlers
-
-        self.fleet = fleet
-        self.link = fleet.link
-        self.svc = fleet.svc
-        self._sessions = self.svc.domain(SessionHandlers)
-        self.hosts = FleetHosts(self.svc.clock, fleet.host)
+    def __init__(
+        self, link: FleetLink, clock: Clock, sessions: SessionSource, *,
+        interval: Callable[[], float],
+    ) -> None:  # fmt: skip
+        self.link = link
+        self.clock = clock
+        self.host = link.cfg.name
+        self._sessions = sessions
+        self._interval = interval
+        self.hosts = FleetHosts(clock, self.host)
         self.instance = secrets.token_hex(8)
         self.published_mono: float | None = None
         self.read_mono: float | None = None
@@ -67,7 +69,8 @@ class FleetRegistry:
 
     @property
     def interval(self) -> float:
-        return self.svc.state.settings.heartbeat_interval
+        """The heartbeat interval now (a reload may change it)."""
+        return self._interval()
 
     @property
     def ttl(self) -> int:
@@ -76,14 +79,8 @@ class FleetRegistry:
 
     def local(self) -> list[m.SessionInfo]:
         """This host's live sessions as listings show them, named by the fleet name."""
-        clock = self.svc.clock
-        now_m, now_w = clock.monotonic(), clock.now()
-        info = self._sessions.info
-        host = self.fleet.host
-        return [
-            msgspec.structs.replace(info(s, now_m, now_w, m.LISTED_CLAIMS), host=host)
-            for s in self.svc.state.registry.sessions.values()
-        ]
+        host = self.host
+        return [msgspec.structs.replace(i, host=host) for i in self._sessions.listed()]
 
     def entry(self) -> tuple[bytes, bytes]:
         """This host's entry, and what of it counts as a change (not ages nor heartbeats)."""
@@ -92,7 +89,7 @@ class FleetRegistry:
             msgspec.structs.replace(i, age_s=0.0, idle_s=0.0, last_heartbeat="") for i in sessions
         ]
         e = HostEntry(
-            host=self.fleet.host, instance=self.instance, version=__version__,
+            host=self.host, instance=self.instance, version=__version__,
             interval=self.interval, sessions=sessions,
         )  # fmt: skip
         return _encode(e), _encode(steady)
@@ -100,7 +97,7 @@ class FleetRegistry:
     async def publish(self, *, force: bool = False) -> bool:
         """Write this host's entry if it changed or is due; whether it wrote."""
         data, steady = self.entry()
-        now = self.svc.clock.monotonic()
+        now = self.clock.monotonic()
         due = self.published_mono is None or now - self.published_mono >= self.interval
         if not (force or due or steady != self._sent):
             return False
@@ -148,7 +145,7 @@ class FleetRegistry:
                 with anyio.CancelScope(shield=True):
                     await watcher.stop()  # type: ignore[no-untyped-call]
         self.hosts.present(names)
-        self.read_mono = self.svc.clock.monotonic()
+        self.read_mono = self.clock.monotonic()
 
     def remote_sessions(self, *, fresh: bool = False) -> list[m.SessionInfo]:
         """The other hosts' sessions, for ``session.list``."""
@@ -204,7 +201,7 @@ class FleetRegistry:
         self.last_error = text
 
     def status(self) -> dict[str, Any]:
-        now = self.svc.clock.monotonic()
+        now = self.clock.monotonic()
         h = self.hosts
         return {
             "hosts": [

@@ -67,6 +67,9 @@ class ClaimGrant(Result):
     token: int
     already_held: bool = False
     previous: ClaimPrevious | None = None
+    local_only: bool = False
+    """A fleet-wide key granted here alone while the fleet was out of reach
+    (``on_partition = "local"``): reconciled when the link returns (SPEC §12)."""
 
 
 class ClaimHolder(Result):
@@ -110,6 +113,9 @@ class ClaimAcquireResult(Result):
     withdrawn: str = ""
     """``held`` before its wait ran out: the wait was withdrawn, ``paused`` (its session
     paused, SPEC §5b) or how its session ended (``ended``, ``expired``, ``died``)."""
+    local_only: bool = False
+    """Granted here alone while the fleet was out of reach (its fleet-wide keys are
+    marked ``local_only`` in ``claims`` too; SPEC §12)."""
     lost: list[ClaimLoss] = []
     """The session's claims lost meanwhile (ttl, steal, expiry) whose inbox notice is
     still unread, oldest first: a holder that was not listening learns of them at its

@@ -21,6 +21,17 @@ DUPLICATE_WINDOW = 120.0
 """JetStream drops a second publish with the same Nats-Msg-Id within this many seconds."""
 
 
+class HandoffBody(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A handoff's fields, carried by its item to the addressee's host, which records
+    it too (its ``handoff list`` shows it; SPEC §12). A host that does not know this
+    field ignores it and keeps the item's text, as before."""
+
+    summary: str
+    files: list[str] = []
+    branch: str | None = None
+    next_steps: list[str] = []
+
+
 class MailItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One item on the mail stream. ``to`` None: for every host (broadcast, signal).
 
@@ -38,6 +49,7 @@ class MailItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     path: str | None = None  # a broadcast's --path, canonical
     name: str | None = None  # a signal's name
     payload: str | None = None  # a signal's payload, JSON text
+    handoff: HandoffBody | None = None  # a handoff item's record
 
     def encoded(self, key: str) -> bytes:
         """This item under ``key``, as it goes on the stream."""

@@ -226,6 +226,7 @@ class ClaimInfo(Result):
     token: int
     since: str
     reason: str = ""
+    local_only: bool = False  # fleet-wide key granted while the fleet was out of reach
 
 
 LISTED_CLAIMS = 100

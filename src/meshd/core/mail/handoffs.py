@@ -43,12 +43,16 @@ class HandoffBook:
         next_steps: Sequence[str] = (),
         require_live: bool = True,
         deliver: bool = True,
+        here: bool = False,
     ) -> Handoff:
         """A durable handoff; one addressed to a live session also lands in its inbox.
 
         ``require_live=False`` stores one for a sender that may just have ended (a
         requested handoff, answered by the status responder); ``deliver=False``
-        skips the inbox item (the requester gets the handoff in its reply).
+        skips the inbox item (the requester gets the handoff in its reply). One
+        addressed to a session on another host goes there with its item, to be
+        recorded there too; ``here``: one that came from another host that way (its
+        item is kept here, whoever it names).
         """
         mb = self.mb
         if require_live:
@@ -68,9 +72,11 @@ class HandoffBook:
         self._next_handoff += 1
         self._keep_handoff(h)
         mb.writes.append(("handoff.put", h))
-        if deliver and to is not None and (to in mb.registry.sessions or mb.host_of(to)):
+        if deliver and to is not None and (here or to in mb.registry.sessions or mb.host_of(to)):
             text = clip(handoff_text(h), mb.settings.max_body_bytes)
-            mb.put_item(sender, to, "handoff", text)
+            item = mb.put_item(sender, to, "handoff", text, here=here)
+            if mb.outbound and mb.outbound[-1][1] is item:  # for another host
+                mb.handoffs_out[item.id] = h
         return h
 
     def _keep_handoff(self, h: Handoff) -> None:

@@ -63,6 +63,9 @@ class Mailbox:
         self.outbound: list[tuple[str, Message]] = []
         """Items for sessions on other hosts, (host, item): taken by the fleet's outbox
         in the same commit as the rest."""
+        self.handoffs_out: dict[int, Handoff] = {}
+        """The handoff an item of :attr:`outbound` carries, by item id: recorded on the
+        addressee's host too, so its ``handoff list`` shows it (SPEC §12)."""
         self.channels = Channels()
         self.items = ItemStore(self, self.channels)
         self.handoffs = HandoffBook(self)

@@ -27,6 +27,7 @@ class MailboxParts(Protocol):
     writes: list[Write]
     events: list[Push]
     outbound: list[tuple[str, Message]]
+    handoffs_out: dict[int, Handoff]
     host_of: Callable[[str], str | None]
 
     def new_id(self) -> int: ...

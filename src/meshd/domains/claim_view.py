@@ -1,0 +1,123 @@
+"""Who holds these keys: the one answer every claims read gives (SPEC §12, one view).
+
+A local key is answered from this host's table. A fleet-wide key (a shared kind,
+or a path under ``shared_paths``) is answered from the table for this host's own
+claims and from the fleet -- through :class:`~meshd.ports.FleetPort` -- for every
+other host's. ``claim.check`` (and so ``meshctl check``, the Hermes warnings and
+``present``'s neighbour, the claims in the way), ``claim.validate``, ``claim.list``
+and the session listings ask :class:`ClaimView`, so a read added later is
+fleet-aware by asking it, not by remembering the fleet itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from meshd.domains.claim_replies import holder, warning
+from meshd.keys import Key
+from meshd.ports import FleetAccess, FleetClaimsPort, FleetDown, Holding
+from meshd.protocol import claims as pc
+from meshd.protocol.errors import MeshUnavailable
+
+if TYPE_CHECKING:
+    from meshd.core.state import MeshState
+
+
+class ClaimView:
+    """The claims of this host's table and, for fleet-wide keys, of the fleet."""
+
+    def __init__(self, state: MeshState, fleet: FleetAccess) -> None:
+        self.state = state
+        self._fleet = fleet
+
+    def fleet_claims(self) -> FleetClaimsPort | None:
+        """The fleet's claims while this host is in a fleet (None: alone)."""
+        fleet = self._fleet.fleet
+        return None if fleet is None else fleet.claims
+
+    def local_only(self) -> set[tuple[str, str]]:
+        """(session, resource) of the fleet-wide claims granted here alone."""
+        fc = self.fleet_claims()
+        return set() if fc is None else fc.local_only
+
+    async def holders(
+        self, keys: Sequence[Key], caller: str | None
+    ) -> tuple[list[pc.ClaimHolder], list[str]]:
+        """The claims in the way of ``keys`` (those of ``caller``'s family left out),
+        and the human sentence for each: this host's, then the other hosts'. A fleet
+        that cannot be reached leaves a warning saying so, not a false "free"."""
+        st = self.state
+        found = st.claims.check(keys, caller)
+        holders = [holder(st, c) for c in found]
+        warnings = [warning(st, c) for c in found]
+        fleet = self._fleet.fleet
+        if fleet is None or not any(fleet.claims.is_fleet(k) for k in keys):
+            return holders, warnings
+        try:
+            remote = await fleet.holders(keys)
+        except FleetDown as exc:
+            warnings.append(
+                "the other hosts' claims on fleet-wide keys could not be read: the fleet "
+                f"cannot be reached now ({exc})"
+            )
+            return holders, warnings
+        for h in remote:
+            holders.append(
+                pc.ClaimHolder(
+                    session_id=h.session_id, resource=h.resource, task=h.task, since="",
+                    reason="", mode=h.mode, profile=st.profile, branch=h.branch, host=h.host,
+                )
+            )  # fmt: skip
+            warnings.append(_remote_warning(h))
+        return holders, warnings
+
+    async def validate(self, key: Key, token: int) -> pc.ClaimValidateResult:
+        """Whether ``token`` holds ``key`` now: in the fleet for a fleet-wide key (on
+        any host), in this host's table for a local key or a local-only claim."""
+        st = self.state
+        fc = self.fleet_claims()
+        if fc is not None and fc.is_fleet(key) and not self._local_only(fc, key, token):
+            try:
+                valid, sid, host = await fc.validate(key, token)
+            except FleetDown as exc:
+                raise MeshUnavailable(
+                    f"{key.text} is fleet-wide and the fleet cannot be reached ({exc})",
+                    {"resource": key.text, "reason": "fleet"},
+                ) from exc
+            return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=sid, host=host)
+        valid = st.claims.validate(key, token)
+        holder_id = None
+        if valid:
+            holder_id = next(
+                (c.session_id for c in st.claims.check([key]) if c.token == token), None
+            )
+        return pc.ClaimValidateResult(valid=valid, resource=key.text, session_id=holder_id)
+
+    def _local_only(self, fc: FleetClaimsPort, key: Key, token: int) -> bool:
+        """Whether ``token`` is a local-only claim's on ``key`` (validated here alone)."""
+        return any(
+            c.token == token and (c.session_id, c.resource) in fc.local_only
+            for c in self.state.claims.check([key])
+        )
+
+    def mark_local_only(self, session_id: str, result: pc.ClaimAcquireResult) -> None:
+        """Say in a grant's own answer which of its keys are local-only (SPEC §12)."""
+        alone = self.local_only()
+        if not alone or result.status != "granted":
+            return
+        for c in result.claims:
+            c.local_only = (session_id, c.resource) in alone
+        result.local_only = any(c.local_only for c in result.claims)
+
+
+def _remote_warning(h: Holding) -> str:
+    """``cli:… holds res:gpu on h1 (branch b) — task``: another host's claim."""
+    verb = "is sharing" if h.mode == "shared" else "is editing" if _is_path(h) else "holds"
+    branch = f" (branch {h.branch})" if h.branch else ""
+    tail = f" — {h.task}" if h.task else ""
+    return f"{h.session_id} {verb} {h.resource} on {h.host}{branch}{tail}"
+
+
+def _is_path(h: Holding) -> bool:
+    return h.resource.startswith(("file:", "repo:"))

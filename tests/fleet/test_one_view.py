@@ -1,0 +1,188 @@
+"""One view of a fleet-wide key everywhere (SPEC §12): the reads answer from the fleet.
+
+A claim one host holds on a fleet-wide key is what every host's ``check`` reports;
+a broadcast counts the sessions it reached on every host; a handoff addressed to a
+session on another host is listed there; a local-only grant says so in its own answer
+and is reconciled at once when the link returns. Real nats-server, one meshd per host.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tests.cli.conftest import run_meshctl
+from tests.fleet.conftest import FleetHost, HostFactory
+from tests.support import wait_for
+
+FAST = "[defaults]\nheartbeat_interval = 1\n"
+
+
+def register(h: FleetHost, sid: str, **kw: Any) -> str:
+    params = {"session_id": sid, "pid": os.getpid(), "task": f"task of {sid}", **kw}
+    return str(h.call("session.register", params)["session_id"])
+
+
+def acquire(h: FleetHost, sid: str, *resources: str, **kw: Any) -> dict[str, Any]:
+    return dict(h.call("claim.acquire", {"session_id": sid, "resources": list(resources), **kw}))
+
+
+def everywhere(hosts: list[FleetHost], *sids: str) -> None:
+    """Wait until every host's registry lists ``sids``."""
+    for h in hosts:
+
+        def listed(h: FleetHost = h) -> bool:
+            return set(sids) <= {s["session_id"] for s in h.call("session.list")["sessions"]}
+
+        wait_for(listed, 15, what=f"{h.name} to list {sids}")
+
+
+def test_check_on_another_host_names_the_fleet_holder_and_its_host(
+    fleet_hosts: HostFactory,
+) -> None:
+    """``check res:gpu`` on h2 while h1 holds it: held (exit 75), the holder and h1
+    named; before, h2 read only its own table and said "free"."""
+    h1, h2 = fleet_hosts(2)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    everywhere([h2], "h1:a")
+    assert acquire(h1, "h1:a", "res:gpu", reason="training")["status"] == "granted"
+
+    got = h2.call("claim.check", {"resources": ["res:gpu"], "session_id": "h2:b"})
+    assert got["status"] == "held"
+    assert [(c["session_id"], c["resource"], c["host"]) for c in got["claims"]] == [
+        ("h1:a", "res:gpu", "h1")
+    ]
+    assert got["claims"][0]["task"] == "task of h1:a"
+    assert any("h1:a" in w and "h1" in w for w in got["warnings"]), got["warnings"]
+    r = run_meshctl("check", "res:gpu", env=h2.env)
+    assert r.code == 75, r
+    assert "h1:a" in r.out + r.err, r
+    assert "on h1" in r.out + r.err, r
+    # a local key of the same name on h2 is h2's own business
+    assert h2.call("claim.check", {"resources": ["port:80"]})["status"] == "free"
+
+    h1.call("claim.release", {"session_id": "h1:a"})
+    wait_for(
+        lambda: h2.call("claim.check", {"resources": ["res:gpu"]})["status"] == "free",
+        15,
+        what="h2 to see the release",
+    )
+
+
+def test_a_broadcast_counts_the_sessions_of_every_host(fleet_hosts: HostFactory) -> None:
+    """The broadcast reaches h2:b, and its answer says so (before: recipients [])."""
+    h1, h2 = fleet_hosts(2)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    everywhere([h1], "h2:b")
+
+    got = h1.call("broadcast.send", {"session_id": "h1:a", "text": "deploying"})
+
+    assert got["recipients"] == ["h2:b"]
+    items = wait_for(
+        lambda: h2.call("message.inbox", {"session_id": "h2:b", "peek": True})["items"],
+        15,
+        what="the broadcast on h2",
+    )
+    assert [i["text"] for i in items] == ["deploying"]
+
+
+def test_a_handoff_to_another_host_is_listed_on_the_addressees_host(
+    fleet_hosts: HostFactory,
+) -> None:
+    """h2:b's ``handoff list`` (and ``--all``) on h2 shows the handoff h1:a wrote to
+    it, with its files and steps; before, only its inbox had the text."""
+    h1, h2 = fleet_hosts(2)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    everywhere([h1], "h2:b")
+    h1.call(
+        "handoff.write",
+        {"session_id": "h1:a", "summary": "auth done", "to": "h2:b", "files": ["/tmp/a.py"],
+         "next_steps": ["review"]},
+    )  # fmt: skip
+
+    def listed() -> list[dict[str, Any]]:
+        return list(h2.call("handoff.list", {"session_id": "h2:b"})["handoffs"])
+
+    [h] = wait_for(listed, 15, what="the handoff in h2's list")
+    assert (h["from"], h["to"], h["summary"]) == ("h1:a", "h2:b", "auth done")
+    assert (h["files"], h["next_steps"]) == (["/tmp/a.py"], ["review"])
+    every = h2.call("handoff.list", {"session_id": "h2:b", "all": True})["handoffs"]
+    assert [x["summary"] for x in every] == ["auth done"]
+    [item] = h2.call("message.inbox", {"session_id": "h2:b", "peek": True})["items"]
+    assert item["kind"] == "handoff"  # delivered once, as before
+
+
+def test_a_local_only_grant_says_so_in_its_own_answer(fleet_hosts: HostFactory) -> None:
+    (h1,) = fleet_hosts(1, extra=FAST, fleet_extra='on_partition = "local"')
+    register(h1, "h1:a")
+    h1.cut()
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
+
+    got = acquire(h1, "h1:a", "res:alone")
+    fleet_wide = acquire(h1, "h1:a", "port:1")  # a local key is never local-only
+
+    assert (got["status"], got["local_only"]) == ("granted", True)
+    assert [c["local_only"] for c in got["claims"]] == [True]
+    assert fleet_wide["local_only"] is False
+    shown = h1.call("session.get", {"session_id": "h1:a"})
+    assert {c["resource"]: c["local_only"] for c in shown["claims"]} == {
+        "res:alone": True,
+        "port:1": False,
+    }
+    assert any("res:alone" in x for x in h1.status()["local_only"])
+
+
+HOLD_RECONCILE = """
+import os, anyio
+from meshd.fleet.claim_upkeep import ClaimUpkeep
+HOLD, HELD = {hold!r}, {held!r}
+adopt = ClaimUpkeep._adopt
+async def _adopt(self, *args, **kw):
+    if os.path.exists(HOLD):
+        open(HELD, "w").close()
+        while os.path.exists(HOLD):
+            await anyio.sleep(0.02)
+    return await adopt(self, *args, **kw)
+ClaimUpkeep._adopt = _adopt
+"""
+
+
+def test_a_local_only_grant_made_while_the_link_reconnects_is_reconciled_at_once(
+    fleet_hosts: HostFactory, tmp_path: Path
+) -> None:
+    """h1 is back on the link but still reconciling (held here) when it grants res:x
+    local-only; h2 holds res:x in the fleet. Once the reconcile is let go, h1 gives
+    its grant up at once (``fleet-conflict``); before, it stayed beside h2's until
+    the next drop (~38 s in the field)."""
+    hold, held = tmp_path / "hold", tmp_path / "held"
+    fault = HOLD_RECONCILE.format(hold=str(hold), held=str(held))
+    h1, h2 = fleet_hosts(
+        2, extra=FAST, fleet_extra='on_partition = "local"', hold=fault
+    )  # fmt: skip
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    h1.cut()
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
+    assert acquire(h2, "h2:b", "res:x")["status"] == "granted"
+    hold.touch()
+    h1.heal()
+    wait_for(held.exists, 30, what="h1 back on the link, reconciling")
+
+    got = acquire(h1, "h1:a", "res:x")  # the link is up, the reconcile is not done
+    assert (got["status"], got["local_only"]) == ("granted", True)
+    hold.unlink()
+
+    def gone() -> bool:
+        return not h1.call("claim.list", {"session_id": "h1:a"})["claims"]
+
+    wait_for(gone, 10, what=lambda: f"h1 to give res:x up: {h1.call('claim.list')}")
+    lost = [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"]
+    assert [(e["resource"], e["how"]) for e in lost] == [("res:x", "fleet-conflict")]
+    assert not h1.status()["local_only"]
+    again = acquire(h1, "h1:a", "res:x")
+    assert again["status"] == "held"
+    assert [x["host"] for x in again["holders"]] == ["h2"]
