@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 CONTRACT = ("meshd", "meshd.protocol")
@@ -149,11 +147,6 @@ def test_the_library_and_the_commands_import_only_the_contract() -> None:
     assert [b for b in bad if not within(b.split(": ")[1], "meshd.paths", "meshd.config")] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fleet still reaches the claims, sessions and fleet-mail domains; it moves "
-    "beneath them behind meshd.ports",
-)
 def test_the_fleet_imports_no_domain() -> None:
     """``meshd.fleet`` sits beneath the domains: it never imports ``meshd.domains``."""
     bad = offenders("meshd/fleet", allowed=(), watched=("meshd.domains",))

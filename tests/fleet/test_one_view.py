@@ -180,8 +180,9 @@ def test_a_local_only_grant_made_while_the_link_reconnects_is_reconciled_at_once
         return not h1.call("claim.list", {"session_id": "h1:a"})["claims"]
 
     wait_for(gone, 10, what=lambda: f"h1 to give res:x up: {h1.call('claim.list')}")
-    lost = [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"]
-    assert [(e["resource"], e["how"]) for e in lost] == [("res:x", "fleet-conflict")]
+    log = h1.call("audit.log")["entries"]
+    lost = [(e["resource"], e["how"]) for e in log if e["action"] == "lose"]
+    assert lost == [("res:x", "fleet-conflict")], log
     assert not h1.status()["local_only"]
     again = acquire(h1, "h1:a", "res:x")
     assert again["status"] == "held"
