@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write the blocking client's session layer from the async one (httpcore's unasync).
 
-``src/meshctl/_async/session.py`` and ``shared.py`` are the one source;
-``src/meshctl/_sync/session.py`` and ``shared.py`` are generated from them by the
+``src/meshctl/_async/`` ``session.py``, ``shared.py``, ``responder.py``, ``preempt.py``
+and ``events.py`` are the one source; their ``src/meshctl/_sync/`` namesakes are
+generated from them by the
 substitutions below, then put in the house's import order and format (ruff, from the
 same environment). Usage::
 
@@ -28,6 +29,9 @@ PACKAGE = ROOT / "src" / "meshctl"
 FILES = {
     "_async/session.py": "_sync/session.py",
     "_async/shared.py": "_sync/shared.py",
+    "_async/responder.py": "_sync/responder.py",
+    "_async/preempt.py": "_sync/preempt.py",
+    "_async/events.py": "_sync/events.py",
 }
 #: (pattern, replacement), applied in order to every line.
 SUBS = [

@@ -1,10 +1,10 @@
 """The anyio client: ``AsyncMesh`` and its session layer.
 
-Hand-written: :mod:`~meshctl._async.client` (the connection and its reader task) and
-the connections of their own (:mod:`~meshctl._async.connection`, ``events``,
-``responder``, ``preempt``). :mod:`~meshctl._async.session` and
-:mod:`~meshctl._async.shared` are the one source of the session layer:
-``scripts/unasync.py`` generates the blocking :mod:`meshctl._sync` twins from them.
+Hand-written I/O: :mod:`~meshctl._async.client` (the connection and its reader task),
+:mod:`~meshctl._async.connection` (connections of their own), ``_backend`` (tasks,
+locks). The one source of the session layer -- ``session``, ``shared``,
+``responder``, ``preempt``, ``events`` -- from which ``scripts/unasync.py``
+generates the blocking :mod:`meshctl._sync` twins.
 """
 
 from meshctl._async.client import AsyncMesh

@@ -1,4 +1,4 @@
-"""``session.events()`` for the anyio client: a subscribed connection of its own.
+"""``session.events()``: the session's pushed events, on a subscribed connection of its own.
 
 ::
 
@@ -6,18 +6,23 @@
         async for event in events:
             ...
 
-The blocking twin is :mod:`meshctl._sync.events` (the same surface, a plain iterator).
+One source for both drivers: ``scripts/unasync.py`` writes the blocking
+:mod:`meshctl._sync.events` (a plain iterator) from this file. Iterating waits for
+the next pushed event (messages, claim notices, preemptions …), so the session's
+plain calls never read them.
 """
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from meshctl._async.connection import AsyncConnection
+from meshctl._async import _backend
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
 if TYPE_CHECKING:
     from meshctl._async.client import AsyncMesh
+    from meshctl._async.connection import AsyncConnection
 
 
 class AsyncSessionEvents:
@@ -37,20 +42,23 @@ class AsyncSessionEvents:
     async def __anext__(self) -> Any:
         conn = self._conn or await self._subscribe()
         try:
-            event = await conn.next_event(None)
+            return await _backend.next_event(conn)
         except MeshUnavailable as exc:
             await self.aclose()
             raise MeshUnavailable(
                 "the event connection to meshd closed (the daemon may have restarted); "
                 "iterate session.events() again to resubscribe"
             ) from exc
-        assert event is not None  # no timeout: it waits for one
-        return event
 
     async def __aenter__(self) -> AsyncSessionEvents:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -60,7 +68,7 @@ class AsyncSessionEvents:
             await conn.aclose()
 
     async def _subscribe(self) -> AsyncConnection:
-        conn = await AsyncConnection(self._mesh).open()
+        conn = await _backend.connect(self._mesh)
         try:
             await conn.call("events.subscribe", {"session_id": self._session_id})
         except MethodNotFound as exc:

@@ -1,27 +1,26 @@
-"""``AsyncSession.on_preempt`` (SPEC §5b): preempt events to a callback, for the anyio client.
+"""``on_preempt`` (SPEC §5b): each ``preempt`` event of a session handed to a callback.
 
-:class:`AsyncPreemptWatcher` holds an :class:`AsyncConnection` of its own, subscribed to
-the session's events, and calls the callback (a coroutine function or a plain one)
-with each ``preempt`` event (decoded by :mod:`meshctl._events`) from a task of the
-``AsyncMesh``'s task group -- the blocking :mod:`meshctl._sync.preempt`'s rules. The
+One source for both drivers: ``scripts/unasync.py`` writes the blocking
+:mod:`meshctl._sync.preempt` from this file. The watcher holds a connection of its
+own, subscribed to the session's events, and calls the callback (with anyio it may
+be a coroutine function) with each ``preempt`` event, decoded by
+:mod:`meshctl._events`, from a loop apart from the caller (``_backend.Worker``). The
 subscription makes pushed messages count as ``delivered`` (never ``read``): they stay
 in the inbox. A preemption that arrives while nobody watches waits there as a notice.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from meshctl import _events
 from meshctl import _log as log
-from meshctl._async.connection import AsyncConnection
+from meshctl._async import _backend
 from meshd.protocol.errors import MeshError
 
 if TYPE_CHECKING:
+    from meshctl._async.connection import AsyncConnection
     from meshctl._async.session import AsyncSession
 
 _POLL = 0.5
@@ -36,59 +35,59 @@ class AsyncPreemptWatcher:
         self.session = session
         self.callback = callback
         self.seen = 0  # preempt events handed to the callback
-        self._scope = anyio.CancelScope()
+        self._worker = _backend.Worker(session.mesh, "mesh-preempt")
         self._conn: AsyncConnection | None = None
 
     async def start(self) -> AsyncPreemptWatcher:
-        """Subscribe, then watch from a task; a subscription that fails is logged (the
-        session goes on without it), as the blocking watcher does."""
-        tg = self.session.mesh._tg
-        if tg is None:
-            raise MeshError("use the AsyncMesh inside `async with`")
-        conn = AsyncConnection(self.session.mesh)
+        """Subscribe, then watch apart from the caller; a subscription that fails is
+        logged (the session goes on without it)."""
         try:
-            await conn.open()
+            conn = await _backend.connect(self.session.mesh)
+        except MeshError as exc:
+            log.warning("Session Mesh: on_preempt could not subscribe: %s", exc)
+            return self
+        try:
             await conn.call("events.subscribe", {"session_id": self.session.session_id})
         except MeshError as exc:
-            with anyio.CancelScope(shield=True):
+            with _backend.shielded():
                 await conn.aclose()
             log.warning("Session Mesh: on_preempt could not subscribe: %s", exc)
             return self
         self._conn = conn
-        tg.start_soon(self._run, conn)
+        self._worker.start(self._run)
         return self
 
     async def stop(self) -> None:
         """Stop watching and close the connection."""
-        self._scope.cancel()
+        await self._worker.stop(_POLL * 4)
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.aclose()
 
-    async def _run(self, conn: AsyncConnection) -> None:
+    async def _run(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
         try:
-            with self._scope:
-                while self.session.active:
+            while not self._worker.stopping and self.session.active:
+                try:
+                    raw = await conn.next_event(_POLL)
+                except MeshError as exc:
+                    log.warning("Session Mesh: on_preempt lost its connection: %s", exc)
+                    return
+                if raw is None or raw.get("kind") != "preempt":
+                    continue
+                try:
+                    event = _events.decode(raw)
+                except MeshError:
+                    continue
+                if isinstance(event, _events.PreemptEvent):
+                    self.seen += 1
                     try:
-                        raw = await conn.next_event(_POLL)
-                    except MeshError as exc:
-                        log.warning("Session Mesh: on_preempt lost its connection: %s", exc)
-                        return
-                    if raw is None or raw.get("kind") != "preempt":
-                        continue
-                    try:
-                        event = _events.decode(raw)
-                    except MeshError:
-                        continue
-                    if isinstance(event, _events.PreemptEvent):
-                        self.seen += 1
-                        try:
-                            handled = self.callback(event)
-                            if inspect.isawaitable(handled):
-                                await handled
-                        except Exception:
-                            log.exception("on_preempt callback failed")
+                        await _backend.settle(self.callback(event))
+                    except Exception:
+                        log.exception("on_preempt callback failed")
         finally:
             self._conn = None
-            with anyio.CancelScope(shield=True):
+            with _backend.shielded():
                 await conn.aclose()

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from meshctl import _claims
 from meshctl import _log as log
 from meshctl._async import _backend
+from meshctl._async._backend import EventHandler, QueryHandler
 from meshctl._async.events import AsyncSessionEvents
 from meshctl._async.preempt import AsyncPreemptWatcher
-from meshctl._async.responder import AsyncResponder, EventHandler, QueryHandler
+from meshctl._async.responder import AsyncResponder
 from meshctl._async.shared import AsyncNotebook, AsyncOnce, AsyncSignal
 from meshctl._core import messaging as _m
 from meshctl._core import session as _session

@@ -9,13 +9,17 @@ imports that one.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from meshctl._core.messaging import Query
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
+    from meshctl._blocking import Connection
     from meshctl._sync.client import Mesh
     from meshctl._sync.session import Session
+
+T = TypeVar("T")
 
 
 def session_locks() -> tuple[threading.RLock, threading.RLock]:
@@ -94,3 +98,67 @@ class Heartbeats:
         """Block until :attr:`count` reaches ``count``; False on timeout."""
         with self._cond:
             return self._cond.wait_for(lambda: self.count >= count, timeout)
+
+
+#: What ``on_query`` takes: the answer, or None/"" to leave it to the status responder.
+QueryHandler = Callable[[Query], str | None]
+#: What ``on_query(on_event=...)`` takes: every other event of the session.
+EventHandler = Callable[[dict[str, Any]], Any]
+
+#: How long one wait for an event lasts before it waits again (an iteration has no end).
+_EVENT_WAIT = 3600.0
+
+
+def connect(mesh: Mesh) -> Connection:
+    """A connection of its own to ``mesh``'s daemon (events, a responder, preemption)."""
+    from meshctl._blocking import Connection
+
+    return Connection.like(mesh)
+
+
+def settle(value: T) -> T:
+    """What a callback returned (the async twin awaits an awaitable one)."""
+    return value
+
+
+def next_event(conn: Connection) -> dict[str, Any]:
+    """The next event pushed to ``conn``, however long it takes."""
+    while (event := conn.next_event(_EVENT_WAIT)) is None:
+        pass
+    return event
+
+
+class Worker:
+    """A loop apart from the caller: a daemon thread, until :meth:`stop`."""
+
+    def __init__(self, mesh: Mesh, name: str) -> None:
+        self.name = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop.is_set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, run: Callable[[], Any]) -> None:
+        self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``; True unless stopped meanwhile."""
+        return not self._stop.wait(seconds)
+
+    def busy(self) -> _Unshielded:
+        """A section :meth:`stop` lets finish: the whole loop is, as stop joins the thread."""
+        return _Unshielded()
+
+    def stop(self, timeout: float) -> None:
+        """Stop the loop and wait up to ``timeout`` for the thread (not from itself)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)

@@ -1,4 +1,6 @@
-"""``session.events()`` for the blocking client: a subscribed connection of its own.
+# Generated from src/meshctl/_async/events.py by scripts/unasync.py: edit that file and
+# run scripts/unasync.py (scripts/test.sh fails while this one is stale).
+"""``session.events()``: the session's pushed events, on a subscribed connection of its own.
 
 ::
 
@@ -6,25 +8,23 @@
         for event in events:
             ...
 
-The twin of :mod:`meshctl._async.events`: iterating waits for the next pushed event
-(messages, claim notices, preemptions …) on a :class:`~meshctl._blocking.Connection`
-of its own, so the session's plain calls never read them. Standard library only.
+One source for both drivers: ``scripts/unasync.py`` writes the blocking
+:mod:`meshctl._sync.events` (a plain iterator) from this file. Iterating waits for
+the next pushed event (messages, claim notices, preemptions …), so the session's
+plain calls never read them.
 """
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from meshctl._blocking import Connection
+from meshctl._sync import _backend
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from meshctl._sync.client import Mesh
-
-#: How long one wait for an event lasts before it waits again (an iteration has no end).
-_WAIT = 3600.0
+    from meshctl._sync.connection import Connection
 
 
 class SessionEvents:
@@ -44,15 +44,13 @@ class SessionEvents:
     def __next__(self) -> Any:
         conn = self._conn or self._subscribe()
         try:
-            while (event := conn.next_event(_WAIT)) is None:
-                pass
+            return _backend.next_event(conn)
         except MeshUnavailable as exc:
             self.close()
             raise MeshUnavailable(
                 "the event connection to meshd closed (the daemon may have restarted); "
                 "iterate session.events() again to resubscribe"
             ) from exc
-        return event
 
     def __enter__(self) -> SessionEvents:
         return self
@@ -72,7 +70,7 @@ class SessionEvents:
             conn.close()
 
     def _subscribe(self) -> Connection:
-        conn = Connection.like(self._mesh)
+        conn = _backend.connect(self._mesh)
         try:
             conn.call("events.subscribe", {"session_id": self._session_id})
         except MethodNotFound as exc:

@@ -1,24 +1,28 @@
-"""The library's side of preemption (SPEC §5b): ``on_preempt``, ``pause``, ``resume``.
+# Generated from src/meshctl/_async/preempt.py by scripts/unasync.py: edit that file and
+# run scripts/unasync.py (scripts/test.sh fails while this one is stale).
+"""``on_preempt`` (SPEC §5b): each ``preempt`` event of a session handed to a callback.
 
-Standard library only. :class:`PreemptWatcher` holds a connection of its own,
-subscribed to the session's events, and calls the callback with each ``preempt``
-event (decoded by :mod:`meshctl._events`) on its own thread. The subscription
-makes pushed messages count as ``delivered`` (never ``read``): they stay in the
-inbox. A preemption that arrives while nobody watches waits there as a notice.
+One source for both drivers: ``scripts/unasync.py`` writes the blocking
+:mod:`meshctl._sync.preempt` from this file. The watcher holds a connection of its
+own, subscribed to the session's events, and calls the callback (with anyio it may
+be a coroutine function) with each ``preempt`` event, decoded by
+:mod:`meshctl._events`, from a loop apart from the caller (``_backend.Worker``). The
+subscription makes pushed messages count as ``delivered`` (never ``read``): they stay
+in the inbox. A preemption that arrives while nobody watches waits there as a notice.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from meshctl import _events
 from meshctl import _log as log
-from meshctl._blocking import Connection
+from meshctl._sync import _backend
 from meshd.protocol.errors import MeshError
 
 if TYPE_CHECKING:
+    from meshctl._sync.connection import Connection
     from meshctl._sync.session import Session
 
 _POLL = 0.5
@@ -31,33 +35,41 @@ class PreemptWatcher:
         self.session = session
         self.callback = callback
         self.seen = 0  # preempt events handed to the callback
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mesh-preempt", daemon=True)
+        self._worker = _backend.Worker(session.mesh, "mesh-preempt")
+        self._conn: Connection | None = None
 
-    def start(self, timeout: float = 5.0) -> PreemptWatcher:
-        """Start, and return once the subscription is in place (or failed)."""
-        self._thread.start()
-        self._ready.wait(timeout)
+    def start(self) -> PreemptWatcher:
+        """Subscribe, then watch apart from the caller; a subscription that fails is
+        logged (the session goes on without it)."""
+        try:
+            conn = _backend.connect(self.session.mesh)
+        except MeshError as exc:
+            log.warning("Session Mesh: on_preempt could not subscribe: %s", exc)
+            return self
+        try:
+            conn.call("events.subscribe", {"session_id": self.session.session_id})
+        except MeshError as exc:
+            with _backend.shielded():
+                conn.close()
+            log.warning("Session Mesh: on_preempt could not subscribe: %s", exc)
+            return self
+        self._conn = conn
+        self._worker.start(self._run)
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(_POLL * 4)
+        """Stop watching and close the connection."""
+        self._worker.stop(_POLL * 4)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
     def _run(self) -> None:
-        mesh = self.session.mesh
-        try:
-            conn = Connection.like(mesh)
-            conn.call("events.subscribe", {"session_id": self.session.session_id})
-        except MeshError as exc:
-            log.warning("Session Mesh: on_preempt could not subscribe: %s", exc)
-            self._ready.set()
+        conn = self._conn
+        if conn is None:
             return
-        self._ready.set()
         try:
-            while not self._stop.is_set() and self.session.active:
+            while not self._worker.stopping and self.session.active:
                 try:
                     raw = conn.next_event(_POLL)
                 except MeshError as exc:
@@ -72,8 +84,10 @@ class PreemptWatcher:
                 if isinstance(event, _events.PreemptEvent):
                     self.seen += 1
                     try:
-                        self.callback(event)
+                        _backend.settle(self.callback(event))
                     except Exception:
                         log.exception("on_preempt callback failed")
         finally:
-            conn.close()
+            self._conn = None
+            with _backend.shielded():
+                conn.close()

@@ -1,42 +1,41 @@
-"""A session's live responder for the blocking client (``Session.on_query``, SPEC §6).
+# Generated from src/meshctl/_async/responder.py by scripts/unasync.py: edit that file and
+# run scripts/unasync.py (scripts/test.sh fails while this one is stale).
+"""A session's live responder (``on_query``, SPEC §6).
 
-A thread with a :class:`~meshctl._blocking.Connection` of its own calls
-``query.respond``, runs the handler for every query event and answers with
-``query.answer``. It stops when the session is no longer active, or on
-:meth:`Responder.stop`; after a daemon restart it connects and opts in again. What
-a query is and what answers it is :mod:`meshctl._core.messaging`'s (the async driver's
-responder, :mod:`meshctl._async.responder`, reads it the same way).
-
-Standard library only.
+One source for both drivers: ``scripts/unasync.py`` writes the blocking
+:mod:`meshctl._sync.responder` from this file. The responder has a connection of its
+own (``_backend.connect``), calls ``query.respond``, runs the handler for every query
+event (with anyio it may be a coroutine function) and answers with ``query.answer``,
+from a loop apart from the caller (``_backend.Worker``: a task with anyio, a daemon
+thread in the blocking client). It stops when the session is
+no longer active, or on :meth:`Responder.stop`; after a daemon restart it
+connects and opts in again. What a query is and what answers it is
+:mod:`meshctl._core.messaging`'s.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from meshctl import _log as log
-from meshctl._blocking import Connection
 from meshctl._core.messaging import Query, answer_params, query_of
+from meshctl._sync import _backend
+from meshctl._sync._backend import EventHandler, QueryHandler
 from meshd.protocol.errors import MeshError, NotFound
 
 if TYPE_CHECKING:
     from meshctl._sync.client import Mesh
+    from meshctl._sync.connection import Connection
 
 _POLL = 0.25  # how often an idle responder looks whether its session is still active
 _BACKOFF_FIRST = 0.5
 _BACKOFF_MAX = 10.0
 
-#: What ``on_query`` takes: the answer, or None/"" to leave it to the status responder.
-QueryHandler = Callable[[Query], str | None]
-#: What ``on_query(on_event=...)`` takes: every other event of the session.
-EventHandler = Callable[[dict[str, Any]], Any]
-
 
 class _Host(Protocol):
-    mesh: Mesh
+    @property
+    def mesh(self) -> Mesh: ...
 
     @property
     def session_id(self) -> str | None: ...
@@ -46,7 +45,7 @@ class _Host(Protocol):
 
 
 class Responder:
-    """A session's live responder thread (see ``Session.on_query``).
+    """A session's live responder (see ``on_query``).
 
     ``answered``: queries answered so far; ``failures``: one sentence per handler
     failure or lost connection, newest last (bounded); ``opted_in``: how many times
@@ -54,10 +53,7 @@ class Responder:
     """
 
     def __init__(
-        self,
-        session: _Host,
-        handler: QueryHandler,
-        on_event: EventHandler | None,
+        self, session: _Host, handler: QueryHandler, on_event: EventHandler | None
     ) -> None:
         self.session = session
         self.handler = handler
@@ -65,47 +61,46 @@ class Responder:
         self.answered = 0
         self.opted_in = 0
         self.failures: deque[str] = deque(maxlen=50)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = _backend.Worker(session.mesh, f"meshctl-responder-{session.session_id}")
         self._conn: Connection | None = None
 
     @property
     def running(self) -> bool:
-        """Whether the thread still serves queries."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether it still serves queries."""
+        return self._worker.running
 
     def start(self) -> None:
-        """Connect and opt in now (errors raised here), then serve on a thread."""
+        """Connect and opt in now (errors raised here), then serve apart from the caller."""
         self._conn = self._connect()
-        self._thread = threading.Thread(
-            target=self._run, name=f"meshctl-responder-{self.session.session_id}", daemon=True
-        )
-        self._thread.start()
+        self._worker.start(self._run)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop serving (the daemon then answers from status again) and wait for the thread."""
-        self._stop.set()
-        conn = self._conn
-        if conn is not None and self._thread is None:
+        """Stop serving (the daemon then answers from status again).
+
+        An answer already on its way is let finish (up to ``timeout`` seconds): the
+        asker may already hold it, and cutting it short would leave ``answered``
+        short of it."""
+        self._worker.stop(timeout)
+        conn, self._conn = self._conn, None
+        if conn is not None:
             conn.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
 
     def _connect(self) -> Connection:
         sid = self.session.session_id
-        conn = Connection.like(self.session.mesh)
+        conn = _backend.connect(self.session.mesh)
         try:
             conn.call("query.respond", {"session_id": sid})
             if self.on_event is not None:
                 conn.call("events.subscribe", {"session_id": sid})
         except BaseException:
-            conn.close()
+            with _backend.shielded():
+                conn.close()
             raise
         self.opted_in += 1
         return conn
 
     def _serving(self) -> bool:
-        return not self._stop.is_set() and self.session.active
+        return not self._worker.stopping and self.session.active
 
     def _run(self) -> None:
         backoff = _BACKOFF_FIRST
@@ -123,12 +118,13 @@ class Responder:
                     if not self._serving():
                         break
                     self._fail(f"responder connection: {exc}; retrying in {backoff:g} s")
-                    self._stop.wait(backoff)
+                    self._worker.sleep(backoff)
                     backoff = min(backoff * 2, _BACKOFF_MAX)
         finally:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                with _backend.shielded():
+                    conn.close()
 
     def _serve(self, conn: Connection) -> None:
         while self._serving():
@@ -142,25 +138,26 @@ class Responder:
                 self._fail(query)
             elif self.on_event is not None:
                 try:
-                    self.on_event(event)
+                    _backend.settle(self.on_event(event))
                 except Exception as exc:
                     self._fail(f"on_event failed: {exc!r}", traceback=True)
 
     def _answer(self, conn: Connection, query: Query) -> None:
         try:
-            text = self.handler(query)
+            text = _backend.settle(self.handler(query))
         except Exception as exc:
             self._fail(f"on_query handler failed on query {query.id}: {exc!r}", traceback=True)
             return
         params = answer_params(self.session.session_id, query, text)
         if params is None:
             return
-        try:
-            conn.call("query.answer", params)
-        except NotFound as exc:  # answered elsewhere, or the asker is gone
-            log.debug("query %s: %s", query.id, exc.message)
-            return
-        self.answered += 1
+        with self._worker.busy():  # stop() lets it finish
+            try:
+                conn.call("query.answer", params)
+            except NotFound as exc:  # answered elsewhere, or the asker is gone
+                log.debug("query %s: %s", query.id, exc.message)
+                return
+            self.answered += 1
 
     def _fail(self, sentence: str, *, traceback: bool = False) -> None:
         self.failures.append(sentence)
@@ -170,4 +167,4 @@ class Responder:
             log.warning("Session Mesh: %s", sentence)
 
     def __repr__(self) -> str:
-        return f"<Responder {self.session.session_id!r} running={self.running}>"
+        return f"<{type(self).__name__} {self.session.session_id!r} running={self.running}>"

@@ -32,9 +32,10 @@ from meshctl._core import session as _session
 from meshctl._core.messaging import Answer, Broadcast, Handoff, Item, RequestedHandoff, Sent
 from meshctl._core.session import BACKOFF_FIRST, next_beat
 from meshctl._sync import _backend
+from meshctl._sync._backend import EventHandler, QueryHandler
 from meshctl._sync.events import SessionEvents
 from meshctl._sync.preempt import PreemptWatcher
-from meshctl._sync.responder import EventHandler, QueryHandler, Responder
+from meshctl._sync.responder import Responder
 from meshctl._sync.shared import Notebook, Once, Signal
 from meshd.protocol.errors import MeshError, MeshUnavailable, SessionExpired, UnknownSession
 
