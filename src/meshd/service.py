@@ -8,8 +8,9 @@ collaborators it uses. Handlers that change
 durable state finish with ``await svc.commit()``, which stores what the core
 produced before the reply goes out, so nothing is acknowledged before it is on
 disk (SPEC §8). Handlers that may wait (queued claims, asks) are marked
-``concurrent`` and call ``conn.detach()`` before they block, so the connection keeps
-serving.
+``concurrent`` and return a :class:`~meshd.protocol.jsonrpc.Later` for what waits (a
+record settled by a callback, or ``Later.running`` for work that waits in a task), so
+the connection keeps serving.
 """
 
 from __future__ import annotations
@@ -63,12 +64,6 @@ class Conn:
     id: int
     peer_pid: int | None = None
     subscriptions: set[str] = field(default_factory=set)
-    detach: Callable[[], None] = field(default=lambda: None, repr=False)
-    """Called by a ``concurrent`` handler just before it blocks (a queued claim, an
-    ask waiting for its responder): the handler goes on in the task that ran it and
-    only then does the connection read its next request, in a new task. Until that
-    point requests are handled in the order they came, so a pipelined ``acquire``
-    then ``release`` does what it says; a request that never blocks costs no task."""
     push: Callable[[bytes, Callable[[], None] | None], None] = field(
         default=lambda frame, on_sent=None: None, repr=False
     )

@@ -73,7 +73,7 @@ class ClaimHandlers(Domain):
         """Who holds these keys: the table, or the fleet for a fleet-wide key."""
         self.waits = ClaimWaits(svc, self._take_back)
         self.reads = ClaimReads(self)
-        self.fleet_path = FleetAcquire(svc, fleet, self._commit_grant)
+        self.fleet_path = FleetAcquire(svc, fleet, self._commit_grant, self.answered)
 
     def install(self) -> None:
         svc = self.svc
@@ -235,16 +235,20 @@ class ClaimHandlers(Domain):
         self.expire()
         return keys
 
-    async def acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult | Later:
-        """``claim.acquire``; an answer given now also carries the session's unread
-        claim losses (``lost``: SPEC §5, the holder learns them at its next claim)."""
-        result = await self._acquire(p, conn)
-        if isinstance(result, pc.ClaimAcquireResult) and not result.disabled:
-            result.lost = self.svc.state.unread_losses(p.session_id)
-            self.view.mark_local_only(p.session_id, result)
+    def answered(
+        self, sid: str, result: pc.ClaimAcquireResult, *, steal: bool = False
+    ) -> pc.ClaimAcquireResult:
+        """An acquire's answer with the session's unread claim losses (``lost``: SPEC
+        §5, the holder learns them at its next claim; not a steal's) and its local-only
+        keys marked (SPEC §12)."""
+        if not steal:
+            result.lost = self.svc.state.unread_losses(sid)
+        self.view.mark_local_only(sid, result)
         return result
 
-    async def _acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult | Later:
+    async def acquire(self, p: pc.ClaimAcquireParams, conn: Conn) -> pc.ClaimAcquireResult | Later:
+        """``claim.acquire``: the answer now (with :meth:`answered`'s additions), or the
+        :class:`Later` a queued request is answered by."""
         st = self.svc.state
         keys = await self._prepare(p.session_id, p.resources, p.broad)
         if keys is None:
@@ -252,9 +256,8 @@ class ClaimHandlers(Domain):
         wait = min(p.wait, st.settings.max_query_timeout)
         if (fc := self.fleet()) is not None and self.fleet_path.is_fleet_set(fc, keys):
             return await self.fleet_path.acquire(
-                fc, p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl, wait=wait,
-                conn=conn,
-            )  # fmt: skip
+                fc, p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl, wait=wait
+            )  # answered (FleetAcquire calls answered() at the end)
         if fc is None:
             self._no_fleet_yet(keys)
         waiter_id = self.waits.waiter_id(conn, wait)
@@ -264,9 +267,9 @@ class ClaimHandlers(Domain):
         )  # fmt: skip
         if isinstance(outcome, Granted):
             await self._commit_grant(outcome)
-            return granted(self.svc.state, outcome)
+            return self.answered(p.session_id, granted(self.svc.state, outcome))
         if isinstance(outcome, Held):
-            return held(self.svc.state, outcome)
+            return self.answered(p.session_id, held(self.svc.state, outcome))
         return self.waits.queue(outcome, wait, conn)  # answered later; the connection reads on
 
     async def keys_of(self, resources: list[str], broad: bool) -> list[Key]:
@@ -277,8 +280,9 @@ class ClaimHandlers(Domain):
 
     async def acquire_keys(
         self, sid: str, keys: Sequence[Key], *, mode: Mode, reason: str, wait: float, conn: Conn
-    ) -> pc.ClaimAcquireResult:
-        """``claim.acquire`` for canonical keys (``session.resume`` queues with it)."""
+    ) -> pc.ClaimAcquireResult | Later:
+        """``claim.acquire`` for canonical keys (``session.resume`` queues with it): the
+        answer now, or the :class:`Later` a queued request is answered by."""
         st = self.svc.state
         waiter_id = self.waits.waiter_id(conn, wait)
         outcome = st.claims.acquire(
@@ -289,9 +293,7 @@ class ClaimHandlers(Domain):
             return granted(self.svc.state, outcome)
         if isinstance(outcome, Held):
             return held(self.svc.state, outcome)
-        conn.detach()  # the caller goes on in this task once this is answered
-        result: pc.ClaimAcquireResult = await self.waits.queue(outcome, wait, conn).outcome()
-        return result
+        return self.waits.queue(outcome, wait, conn)
 
     def audit_rows(
         self, sid: str, resources: Iterable[str], action: AuditAction, *,
@@ -353,9 +355,9 @@ class ClaimHandlers(Domain):
         if (fc := self.fleet()) is not None and self.fleet_path.is_fleet_set(fc, keys):
             taken = await self.fleet_path.acquire(
                 fc, p.session_id, keys, mode=p.mode, reason=p.reason, ttl=p.ttl, wait=0.0,
-                conn=conn, steal=True,
+                steal=True,
             )  # fmt: skip
-            self.view.mark_local_only(p.session_id, taken)
+            assert not isinstance(taken, Later), "a steal never waits (wait=0)"
             return taken
         if fc is None:
             self._no_fleet_yet(keys)

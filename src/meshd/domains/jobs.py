@@ -20,6 +20,7 @@ from meshd.keys import from_canonical
 from meshd.protocol import jobs as pj
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.errors import NotFound
+from meshd.protocol.jsonrpc import Later
 from meshd.service import Conn, Service
 from meshd.store.jobs import load_events
 
@@ -166,7 +167,7 @@ class JobHandlers(Domain):
             })  # fmt: skip
         return out
 
-    async def wait(self, p: pj.JobWaitParams, conn: Conn) -> pj.JobWaitResult:
+    async def wait(self, p: pj.JobWaitParams, conn: Conn) -> pj.JobWaitResult | Later:
         if p.name not in self.book.jobs:
             self._spec(p.name)
         st = self.book.state(p.name)
@@ -176,13 +177,16 @@ class JobHandlers(Domain):
                 last_end=_maybe(st.last_end),
             )  # fmt: skip
         event = self._waiters.setdefault(p.name, anyio.Event())
-        conn.detach()
         limit = min(p.timeout, self.svc.state.settings.max_query_timeout)
+        return Later.running(self._until_ended(p.name, event, limit))
+
+    async def _until_ended(self, name: str, event: anyio.Event, limit: float) -> pj.JobWaitResult:
+        """The rest of ``job.wait``: until the run ends or ``limit`` seconds pass."""
         with anyio.move_on_after(limit):
             await event.wait()
-        st = self.book.state(p.name)
+        st = self.book.state(name)
         ended = st.running is None
         return pj.JobWaitResult(
-            name=p.name, was_running=True, ended=ended, timed_out=not ended,
+            name=name, was_running=True, ended=ended, timed_out=not ended,
             last_end=_maybe(st.last_end),
         )  # fmt: skip

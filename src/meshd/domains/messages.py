@@ -307,9 +307,7 @@ class MessageHandlers(Domain):
         self._enabled()
         host = self.fleet.remote_host(p.to)
         if host is not None:  # a session of another host: request/reply (docs/FLEET.md)
-            conn.detach()
-            ans = await self.fleet.ask(p.session_id, p.to, host, p.question, timeout=p.timeout)
-            return ask_result(ans)
+            return Later.running(self._ask_host(p, host))
         r = self.mb.ask(
             p.session_id, p.to, p.question, timeout=p.timeout, claims=self.claims_of(p.to)
         )
@@ -317,6 +315,11 @@ class MessageHandlers(Domain):
         if isinstance(r, Answer):
             return ask_result(r)
         return self._wait_ask(r)  # answered later; the connection reads on meanwhile
+
+    async def _ask_host(self, p: mm.AskParams, host: str) -> mm.AskResult:
+        """An ask to a session on ``host``, answered by that host (or UNAVAILABLE)."""
+        ans = await self.fleet.ask(p.session_id, p.to, host, p.question, timeout=p.timeout)
+        return ask_result(ans)
 
     def _wait_ask(self, q: Query) -> _Ask:
         """The record that answers the ask of pending query ``q`` (see :meth:`_wake`)."""
@@ -355,7 +358,7 @@ class MessageHandlers(Domain):
 
     # --- broadcasts ---------------------------------------------------------------------
 
-    async def broadcast(self, p: mm.BroadcastParams, conn: Conn) -> mm.BroadcastResult:
+    async def broadcast(self, p: mm.BroadcastParams, conn: Conn) -> mm.BroadcastResult | Later:
         self._enabled()
         at = await self.path_key(p.path) if p.path is not None else None
         select = self._at(at) if at is not None else None
@@ -374,17 +377,25 @@ class MessageHandlers(Domain):
             )  # fmt: skip
             out.recipients += _reached(transport.other_sessions(), at)
         await self.commit()
-        conn.detach()
         result = mm.BroadcastResult(
             recipients=out.recipients, message_ids=[m.id for m in out.messages],
-            skipped=out.skipped,
+            skipped=out.skipped, answers=[ask_result(a) for a in out.answers],
         )  # fmt: skip
-        answers: list[Answer] = list(out.answers)
-        async with anyio.create_task_group() as tg:  # this host's and the others' at once
+        if not out.pending and not (fleet and p.collect):
+            return result  # nothing to wait for
+        return Later.running(self._gather(p, out.chain, out.pending, result, fleet))
+
+    async def _gather(
+        self, p: mm.BroadcastParams, chain: tuple[str, ...], pending: list[Query],
+        result: mm.BroadcastResult, fleet: bool,
+    ) -> mm.BroadcastResult:  # fmt: skip
+        """A collected broadcast's answers: this host's and the other hosts' at once."""
+        answers: list[Answer] = []
+        async with anyio.create_task_group() as tg:
             if fleet and p.collect:
-                tg.start_soon(self._collect_remote, p, out.chain, result, answers)
-            answers += await self.wait_answers(out.pending)
-        result.answers = [ask_result(a) for a in answers]
+                tg.start_soon(self._collect_remote, p, chain, result, answers)
+            answers += await self.wait_answers(pending)
+        result.answers += [ask_result(a) for a in answers]
         return result
 
     async def _collect_remote(
@@ -442,22 +453,37 @@ class MessageHandlers(Domain):
 
     async def handoff_request(
         self, p: mm.HandoffRequestParams, conn: Conn
-    ) -> mm.HandoffRequestResult:
+    ) -> mm.HandoffRequestResult | Later:
         self._enabled()
         host = self.fleet.remote_host(p.to)
         if host is not None:
-            conn.detach()
-            ans = await self.fleet.ask(
-                p.session_id, p.to, host, HANDOFF_QUESTION, timeout=p.timeout, request="handoff"
-            )
-        else:
-            r = self.mb.ask(
-                p.session_id, p.to, HANDOFF_QUESTION, timeout=p.timeout,
-                claims=self.claims_of(p.to), request="handoff",
-            )  # fmt: skip
-            await self.commit()
-            conn.detach()  # the connection goes on serving while this waits
-            ans = r if isinstance(r, Answer) else (await self.wait_answers([r]))[0]
+            return Later.running(self._handoff_from_host(p, host))
+        r = self.mb.ask(
+            p.session_id, p.to, HANDOFF_QUESTION, timeout=p.timeout,
+            claims=self.claims_of(p.to), request="handoff",
+        )  # fmt: skip
+        await self.commit()
+        if isinstance(r, Answer):
+            return await self._handoff_stored(p, r)
+        return Later.running(self._handoff_answered(p, r))
+
+    async def _handoff_from_host(
+        self, p: mm.HandoffRequestParams, host: str
+    ) -> mm.HandoffRequestResult:
+        ans = await self.fleet.ask(
+            p.session_id, p.to, host, HANDOFF_QUESTION, timeout=p.timeout, request="handoff"
+        )
+        return await self._handoff_stored(p, ans)
+
+    async def _handoff_answered(
+        self, p: mm.HandoffRequestParams, q: Query
+    ) -> mm.HandoffRequestResult:
+        return await self._handoff_stored(p, (await self.wait_answers([q]))[0])
+
+    async def _handoff_stored(
+        self, p: mm.HandoffRequestParams, ans: Answer
+    ) -> mm.HandoffRequestResult:
+        """The answer stored as a handoff addressed to the requester (SPEC §6)."""
         h = self.mb.write_handoff(
             ans.sender, ans.answer, to=p.session_id, require_live=False, deliver=False
         )

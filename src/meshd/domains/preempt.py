@@ -29,9 +29,11 @@ from meshd.core.work.notes import Reader
 from meshd.core.work.preempt import Preemption
 from meshd.domain import Domain
 from meshd.domains.claims import ClaimHandlers
+from meshd.protocol import claims as pc
 from meshd.protocol import preempt as pp
 from meshd.protocol.contract import rfc3339
 from meshd.protocol.events import PreemptEvent, PreemptExpiredEvent
+from meshd.protocol.jsonrpc import Later
 from meshd.protocol.methods import Status
 from meshd.service import Conn, Service
 
@@ -187,7 +189,7 @@ class PreemptHandlers(Domain):
             note_id=note.id,
         )  # fmt: skip
 
-    async def resume(self, p: pp.ResumeParams, conn: Conn) -> pp.ResumeResult:
+    async def resume(self, p: pp.ResumeParams, conn: Conn) -> pp.ResumeResult | Later:
         st = self.svc.state
         sid = p.session_id
         s = st.registry.get(sid)
@@ -206,9 +208,24 @@ class PreemptHandlers(Domain):
         wait = min(p.wait if p.wait is not None else st.settings.max_query_timeout,
                    st.settings.max_query_timeout)  # fmt: skip
         t0 = time.monotonic()
-        reply = await self.claims.acquire_keys(
+        got = await self.claims.acquire_keys(
             sid, keys, mode=mode, reason=reason, wait=wait, conn=conn
         )
+        if isinstance(got, Later):  # queued: the reservation's turn comes later
+            return Later.running(self._resume_when(sid, note, t0, got))
+        return await self._resumed_with(sid, note, t0, got)
+
+    async def _resume_when(
+        self, sid: str, note: str | None, t0: float, queued: Later
+    ) -> pp.ResumeResult:
+        reply: pc.ClaimAcquireResult = await queued.outcome()
+        return await self._resumed_with(sid, note, t0, reply)
+
+    async def _resumed_with(
+        self, sid: str, note: str | None, t0: float, reply: pc.ClaimAcquireResult
+    ) -> pp.ResumeResult:
+        """The resume's answer once its set is granted or held."""
+        st = self.svc.state
         if reply.status != "granted":
             return pp.ResumeResult(
                 session_id=sid, status="held", note=note or "", reservation="kept",

@@ -30,6 +30,7 @@ from meshd.domains.fleet_mail import FleetMail
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol import signals as ps
 from meshd.protocol.errors import TooLarge
+from meshd.protocol.jsonrpc import Later
 from meshd.service import Conn, Service, rfc3339
 
 _encode = msgspec.json.Encoder().encode
@@ -121,7 +122,7 @@ class SignalHandlers(Domain):
         before = board.newest.get(name), board.counters.get(name)
         await self._store(board.emit(name, payload, by or None), before)
 
-    async def wait(self, p: ps.SignalWaitParams, conn: Conn) -> ps.SignalWaitResult:
+    async def wait(self, p: ps.SignalWaitParams, conn: Conn) -> ps.SignalWaitResult | Later:
         work = self.svc.state
         work.check_enabled()
         clock, st = self.svc.clock, self.svc.state
@@ -133,11 +134,25 @@ class SignalHandlers(Domain):
         since_at = work.signals.since_at(p.since)
         sig = work.signals.newest.get(p.name)
         if not matches(sig, p.after, since_at) and timeout > 0:
-            conn.detach()
-            with move_on_after(timeout):
-                while not matches(sig, p.after, since_at) and self._session_lives(p.session_id):
-                    await self._park(p.name, p.session_id)
-                    sig = work.signals.newest.get(p.name)
+            return Later.running(self._until(p, since_at, started, timeout))
+        return self._result(p, sig, since_at, started)
+
+    async def _until(
+        self, p: ps.SignalWaitParams, since_at: float | None, started: float, timeout: float
+    ) -> ps.SignalWaitResult:
+        """The rest of ``signal.wait``: parked until a signal matches, the timeout, or
+        the waiting session's end."""
+        sig = self.svc.state.signals.newest.get(p.name)
+        with move_on_after(timeout):
+            while not matches(sig, p.after, since_at) and self._session_lives(p.session_id):
+                await self._park(p.name, p.session_id)
+                sig = self.svc.state.signals.newest.get(p.name)
+        return self._result(p, sig, since_at, started)
+
+    def _result(
+        self, p: ps.SignalWaitParams, sig: Signal | None, since_at: float | None, started: float
+    ) -> ps.SignalWaitResult:
+        work, clock = self.svc.state, self.svc.clock
         got = sig if matches(sig, p.after, since_at) else None
         result = ps.SignalWaitResult(
             name=p.name, received=got is not None, last_seq=work.signals.last_seq(p.name),

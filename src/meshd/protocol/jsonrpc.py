@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -155,8 +155,8 @@ class Handler(NamedTuple):
     fn: Callable[[Any, Any], Any]
     is_async: bool
     concurrent: bool
-    """May block (waits, asks): the handler calls ``conn.detach()`` before it does, and
-    the connection goes on serving while it waits."""
+    """May wait (waits, asks): the handler returns a :class:`Later` for what waits, and
+    the connection goes on serving meanwhile."""
 
 
 def decode_params(h: Handler, raw: bytes | Raw | None) -> Any:
@@ -340,6 +340,41 @@ class Later:
         if self.error is not None:
             raise self.error
         return self.result
+
+    @staticmethod
+    def running(work: Coroutine[Any, Any, Any]) -> Later:
+        """A reply that comes when ``work`` is done: the one way a handler waits.
+
+        A ``concurrent`` handler does in order what must come before the next request
+        (the first try, a commit), then returns this for the part that waits (an ask
+        to another host, a fleet-wide claim in line, a signal): ``work`` runs in a task
+        of its own, its return value (or the error it raises) is the reply, and the
+        connection reads on at once. Withdrawn (its caller hung up), the task is
+        cancelled. What waits for a callback instead needs no task: a plain
+        :class:`Later` settled by it (a queued claim, a local ask)."""
+        return _Running(work)
+
+
+class _Running(Later):
+    """:meth:`Later.running`: settled by a task running ``work``; cancelled by
+    :meth:`withdraw`."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, work: Coroutine[Any, Any, Any]) -> None:
+        super().__init__()
+        self._task = asyncio.get_running_loop().create_task(self._run(work))
+
+    async def _run(self, work: Coroutine[Any, Any, Any]) -> None:
+        try:
+            result = await work
+        except Exception as exc:  # the reply says it (failure(): INTERNAL for a bug)
+            self.settle(error=exc)
+        else:
+            self.settle(result)
+
+    def withdraw(self) -> None:
+        self._task.cancel()
 
 
 async def start(call: Call, conn: Any) -> bytes | Later | None:

@@ -13,17 +13,19 @@ Connection protocol (SPEC §3):
   be framed.
 * Requests on one connection are answered in order, except methods marked
   ``concurrent`` (waits, asks), which answer when they are done; clients match
-  replies by id. Every request runs in the connection's reading task; one that
-  has to wait detaches (``conn.detach()``) and keeps that task, while a new one
-  reads on, so a request that never waits costs no task. A request that waits for
-  a callback (a queued ``claim.acquire``) costs none either: its handler returns a
-  record (:class:`~meshd.protocol.jsonrpc.Later`) that is answered when settled and
-  withdrawn if the connection closes first (:class:`~meshd.server.replies.Answer`). At most
+  replies by id. Every request runs in the connection's reading task, in the order
+  it came, up to the point where it has to wait; there its handler returns a record
+  (:class:`~meshd.protocol.jsonrpc.Later`, the one way to wait) and the reading goes
+  on at once. The record is answered when settled and withdrawn if the connection
+  closes first (:class:`~meshd.server.replies.Answer`): settled by a callback (a queued
+  ``claim.acquire``: no task at all), or by the task ``Later.running`` started for
+  work that waits (an ask to another host, a signal wait), which the withdrawal
+  cancels. A request that never waits costs no task. At most
   :data:`~meshd.server.connection.MAX_INFLIGHT` concurrent requests run at once per
   connection; past that the connection is not read until one finishes. A batch is
   answered as one array once its last element is done (:class:`~meshd.server.replies.Batch`);
-  an element that waits detaches the same way, so it holds up neither the elements
-  after it nor the connection's next frames. Pipelined frames (a burst: the next
+  an element that waits returns its record the same way, so it holds up neither the
+  elements after it nor the connection's next frames. Pipelined frames (a burst: the next
   frame already read) and a batch's elements take turns over all connections,
   :data:`~meshd.server.turns.BURST_FRAMES_PER_TURN` per pass of the event loop
   (:mod:`meshd.server.turns`): one client's 10,000 queued acquires, or 100 clients'
@@ -43,7 +45,6 @@ that connection only.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import time
@@ -205,24 +206,17 @@ class Server:
                 log.debug("connection %d idle; closed", c.conn.id)
                 c.close()
 
-    async def _reader(
-        self, c: Connection, batch: Batch | None = None, *, resumed: bool = False
-    ) -> None:
+    async def _reader(self, c: Connection) -> None:
         """Read and serve the connection's frames until it ends, then close it.
 
         Every request runs right here, in turn, ``concurrent`` ones too: most of them
         (a granted claim, an ask answered at once) never wait, and cost no task. One
-        that has to wait calls ``conn.detach()`` first, and this task stays with it:
-        the reading goes on in a new task (``batch``: the rest of the batch it came
-        in first), and this one ends once it has written that request's reply.
+        that has to wait returns a :class:`Later` for the part that waits, answered
+        when settled, and the reading goes on at once.
         """
         reader = c.reader
         assert reader is not None
-        if batch is not None and await self._batch(c, batch):
-            return
-        waited = resumed and reader.buffered()
-        if waited:
-            await self.turns.wait()  # the rest of a burst: it takes turns (below)
+        waited = False
         while not c.closed:
             try:
                 line = await reader.frame()
@@ -245,8 +239,7 @@ class Server:
                 # pass, ahead of everyone's single request. A frame that came alone
                 # (nothing read behind it) never waits.
                 await self.turns.wait()
-            if await self._frame(c, line):
-                return  # it waited: the new reader serves the connection from here
+            await self._frame(c, line)
             waited = reader.buffered()
             if waited:
                 # A burst of frames from one client: it takes turns with the other
@@ -279,46 +272,43 @@ class Server:
             if later:
                 await self.turns.wait()
 
-    async def _frame(self, c: Connection, line: bytes) -> bool:
-        """Serve one frame; True when a request of it detached (see :meth:`_reader`)."""
+    async def _frame(self, c: Connection, line: bytes) -> None:
+        """Serve one frame (see :meth:`_reader`)."""
         body = line.strip()
         if not body:
-            return False
+            return
         if body[0] == 0x5B:  # "[": a batch
             items = self.rpc.batch(body)
             if isinstance(items, bytes):
                 c.write(items + DELIMITER, 0)
-                return False
-            return await self._batch(c, Batch(items))
+                return
+            await self._batch(c, Batch(items))
+            return
         call = self.rpc.prepare(body)
         if not isinstance(call, Call):
             if call is not None:
                 c.write(call + DELIMITER, 0)
-            return False
+            return
         if not call.handler.concurrent:
             reply = await run(call, c.conn)
             if reply is not None:
                 c.write(reply + DELIMITER, 0)
-            return False
-        detach = _Detach(self, c, None)
-        out = await self._run(c, call, detach)
+            return
+        out = await self._run(c, call)
         if isinstance(out, Later):
             self._later(c, call, out, None, 0)
         elif out is not None:
             c.write(out + DELIMITER, 0)
-        return detach.fired
 
-    async def _run(self, c: Connection, call: Call, detach: _Detach) -> bytes | Later | None:
+    async def _run(self, c: Connection, call: Call) -> bytes | Later | None:
         """Run a ``concurrent`` call here, holding one of the connection's slots (a
         :class:`Later` it returns keeps the slot until it is answered: :meth:`_later`)."""
         if not await c.slot():
             c.close()  # the client hung up while we were not reading it
             return None
-        conn = c.conn
-        conn.detach = detach
         out: bytes | Later | None = None
         try:
-            out = await start(call, conn)
+            out = await start(call, c.conn)
             return out
         except asyncio.CancelledError:
             if not c.closed:
@@ -332,8 +322,6 @@ class Server:
         finally:
             if not isinstance(out, Later):
                 c.inflight.release()
-            if conn.detach is detach:
-                conn.detach = _stay
 
     def _later(self, c: Connection, call: Call, later: Later, b: Batch | None, i: int) -> None:
         """Answer ``later`` once settled (``b``: as element ``i`` of that batch), like a
@@ -343,13 +331,13 @@ class Server:
         later.method, later.rid, later.notify = call.method, call.rid, call.notify
         later.bind(c.answer if b is None else Answer(c, b, i))
 
-    async def _batch(self, c: Connection, b: Batch) -> bool:
-        """Start a batch's elements in order, from ``b.next``; True when one detached.
+    async def _batch(self, c: Connection, b: Batch) -> None:
+        """Start a batch's elements in order, from ``b.next``.
 
         A batch is answered as one array, once its last element is done (SPEC §3:
         batches are not atomic). An element that waits does not hold up the ones
         after it, nor the connection's next frames: like a request of its own, it
-        detaches, and a new reader starts the rest. The elements take turns with
+        returns a :class:`Later`, answered into its place when settled. The elements take turns with
         other bursts (:class:`Turns`) like pipelined frames.
         """
         items = b.items
@@ -364,46 +352,12 @@ class Server:
                 continue
             b.open += 1
             if call.handler.concurrent:
-                detach = _Detach(self, c, b)
-                out = await self._run(c, call, detach)
+                out = await self._run(c, call)
                 if isinstance(out, Later):
                     self._later(c, call, out, b, i)  # b.open stays counted until answered
                     continue
                 b.replies[i] = out
             else:
-                detach = None
                 b.replies[i] = await run(call, c.conn)
             b.open -= 1
-            if detach is not None and detach.fired:
-                b.done(c)
-                return True
         b.done(c)
-        return False
-
-
-def _stay() -> None:
-    """``conn.detach`` outside a ``concurrent`` call: nothing to detach."""
-
-
-class _Detach:
-    """``conn.detach`` for one ``concurrent`` call run by a reader: the first call
-    starts a new reader (:meth:`Server._reader`), so the connection goes on serving
-    while this call waits in the task that ran it. A call from any other task (an
-    earlier request that detached already and calls it again) does nothing: two
-    readers must never read one connection."""
-
-    __slots__ = ("batch", "c", "fired", "server", "task")
-
-    def __init__(self, server: Server, c: Connection, batch: Batch | None) -> None:
-        self.server = server
-        self.c = c
-        self.batch = batch
-        self.fired = False
-        self.task = asyncio.current_task()
-
-    def __call__(self) -> None:
-        if not self.fired and asyncio.current_task() is self.task:
-            self.fired = True
-            self.c.tg.start_soon(
-                functools.partial(self.server._reader, resumed=True), self.c, self.batch
-            )
