@@ -319,7 +319,13 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
         ("session.register", {"session_id": "new", "cwd": BIG}),
         (
             "session.register",
-            {"session_id": "c", "task": "refreshed", "liveness": "process", "pid": os.getpid()},
+            {
+                "session_id": "c",
+                "task": "refreshed",
+                "liveness": "process",
+                "pid": os.getpid(),
+                "replace": True,  # c beats with no process: a process takes it only so
+            },
         ),
         ("session.end", {"session_id": "b"}),
         ("session.attach", {"session_id": "c", "pid": os.getpid()}),
@@ -339,6 +345,7 @@ def refused_calls(state: Path, answer_query: int) -> list[tuple[str, dict[str, A
         ("session.pause", {"session_id": "a", "note": "checkpoint"}),
         ("session.resume", {"session_id": "b"}),
         ("notes.add", {"session_id": "a", "text": "refused", "private": True}),
+        ("notes.remove", {"session_id": "a", "id": 1}),  # "kept", the first note
         ("signal.emit", {"session_id": "a", "name": "s", "payload": "refused"}),
         ("once.reserve", {"session_id": "c", "key": "new"}),
         ("once.finish", {"session_id": "a", "key": "running", "outcome": "done"}),

@@ -69,7 +69,7 @@ class SessionHandlers(Domain):
             if old.pid is None:  # a live heartbeat session with no process
                 if not p.replace:
                     raise
-                svc.end_session(old.session_id, "replaced")
+                await self._replace(old)
             elif alive(old.pid, old.pid_start):
                 raise
             else:
@@ -96,6 +96,16 @@ class SessionHandlers(Domain):
             expire_after=s.expire_after or st.expire_after,
             liveness=s.liveness,
         )
+
+    async def _replace(self, old: Session) -> None:
+        """End ``old`` for a ``replace`` registration. Stored before it is applied, as
+        ``session.end`` is: a disk that refuses the end leaves it exactly as it was."""
+        svc = self.svc
+        svc.state.writes.append(("session.end", old.session_id, svc.clock.now(), "replaced"))
+        await svc.commit()
+        now = svc.state.registry.sessions.get(old.session_id)
+        if now is not None and now.started_at == old.started_at:
+            svc.end_session(old.session_id, "replaced", stored=True)
 
     def heartbeat(self, p: m.HeartbeatParams, conn: Conn) -> m.HeartbeatResult:
         svc = self.svc

@@ -112,8 +112,10 @@ class Notebook:
         return note
 
     def put_back(self, note: Note) -> None:
-        """Take back a removal the disk refused to store (never acknowledged)."""
+        """Take back a removal the disk refused to store (never acknowledged), in its
+        place: notebooks read oldest first."""
         self.notes[note.id] = note
+        self.notes = dict(sorted(self.notes.items()))
 
     def read(
         self,
