@@ -348,12 +348,19 @@ def _notice(feed: Feed) -> str:
     return ""
 
 
+#: Seconds between two reads of the view when nothing changed (stale marks, idle times).
+REFRESH_S = 2.0
+
+
 class _Screen:
-    """The full-screen loop: redraw on a change or every second; keys act at once."""
+    """The full-screen loop: redraw on a change or every second; keys act at once.
+    The view is also read again every :data:`REFRESH_S` without a change: a session
+    turns stale, and idle times grow, with nothing pushed."""
 
     def __init__(self, scr: Any, state: State, feed: Feed) -> None:
         self.scr, self.state, self.feed = scr, state, feed
         self.view = fetch(state)
+        self.fetched = time.monotonic()
         self.needle = ""
         self.selected = 0
         self.opened: str | None = None
@@ -371,10 +378,12 @@ class _Screen:
         }
 
     def step(self) -> bool:
-        if self.feed.changed.is_set():
+        due = time.monotonic() - self.fetched >= REFRESH_S
+        if self.feed.changed.is_set() or due:
             self.feed.changed.clear()
             if self.feed.lost is None:
                 self.view = _fetch_or_none(self.state) or self.view
+                self.fetched = time.monotonic()
         self._draw()
         key = self.scr.getch()
         if key == -1:
