@@ -129,13 +129,17 @@ class TestDescriptorExhaustion:
         d.start()
         try:
             socks = open_many(d.socket, 100)
+            ran_out = ("accept failed", "the most the open-file limit")
             try:
-                wait_for(lambda: "accept failed" in d.logs(), timeout=10)
+                wait_for(lambda: any(m in d.logs() for m in ran_out), timeout=10)
             finally:
                 for s in socks:
                     s.close()
 
-            assert "Too many open files" in d.logs()
+            # Either the daemon refused at its own limit (derived from RLIMIT_NOFILE, so
+            # it rarely reaches EMFILE now) or accept() failed and was logged and retried.
+            logs = d.logs()
+            assert "open-file limit (64)" in logs or "Too many open files" in logs
             assert wait_for(lambda: _ping_or_false(d.socket), timeout=10)
         finally:
             d.stop()
