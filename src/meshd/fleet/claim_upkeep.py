@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import anyio
 import nats.errors
@@ -24,25 +25,37 @@ from nats.js.kv import KeyValue
 
 from meshd.fleet import claim_bucket as bucket
 from meshd.fleet.claim_bucket import BUCKET, FLEET_ERRORS, gid_in
-from meshd.fleet.claim_grants import FleetGrant
+from meshd.fleet.claim_grants import FleetGrant, FleetHeld, GrantBook
 from meshd.fleet.claim_records import Record, record_resource, resource_of
-from meshd.fleet.link import FleetDown, describe
+from meshd.fleet.claim_release import FleetReleases
+from meshd.fleet.link import FleetDown, FleetLink, describe
 from meshd.keys import Key
+from meshd.ports import ClaimTable
 from meshd.protocol.claims import Mode
-
-if TYPE_CHECKING:
-    from meshd.fleet.claims import FleetClaims
 
 log = logging.getLogger("meshd.fleet.claims")
 
+Decide = Callable[[str, Sequence[Key], Mode], Awaitable[FleetGrant | FleetHeld]]
+"""Take a set in the fleet now, without waiting for the reconcile
+(:meth:`meshd.fleet.claims.FleetClaims.decide`): how a local-only set is healed."""
+
 
 class ClaimUpkeep:
-    """The lease, the reconcile and the watch of one host's :class:`FleetClaims`."""
+    """The lease, the reconcile and the watch of one host's fleet claims."""
 
-    def __init__(self, claims: FleetClaims, *, heartbeat: float) -> None:
-        self.claims = claims
-        self.link = claims.link
-        self.host = claims.host
+    def __init__(
+        self, link: FleetLink, book: GrantBook, local: ClaimTable, releases: FleetReleases, *,
+        decide: Decide, wake: Callable[[str], None], heartbeat: float,
+    ) -> None:  # fmt: skip
+        self.link = link
+        self.host = link.host
+        self.book = book
+        """This host's fleet claims (shared with the requests that take them)."""
+        self.local = local
+        """This host's lock table."""
+        self.releases = releases
+        self._decide = decide
+        self._wake = wake
         self.lease_ttl = max(3, round(3 * heartbeat))
         """Seconds the server keeps this host's lease after its last renewal."""
         self.renew_every = self.lease_ttl / 3
@@ -84,7 +97,7 @@ class ClaimUpkeep:
         """At each link-up: keep the lease, reconcile, then watch; until cancelled."""
         while True:
             await self.link.wait_connected()
-            self.claims.seen.forget()  # the bucket may have been replaced meanwhile
+            self.book.seen.forget()  # the bucket may have been replaced meanwhile
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._keep_lease, tg.cancel_scope)
@@ -138,8 +151,8 @@ class ClaimUpkeep:
     def lose_all(self, how: str) -> None:
         """Every fleet claim of this host is lost (local-only ones are kept); their
         entries are swept once the lease is back (:meth:`_keep_lease`)."""
-        for grant in list(self.claims.grants.values()):
-            self.claims.lose(grant, list(grant.keys), how)
+        for grant in list(self.book.grants.values()):
+            self.releases.lose(grant, list(grant.keys), how)
         self._sweep_needed = True
 
     async def _reconcile(self) -> None:
@@ -151,31 +164,30 @@ class ClaimUpkeep:
         while self.lease_sent is None:
             await anyio.sleep(0.01)
         kv = await bucket.open_bucket(self.link)
-        claims = self.claims
+        book = self.book
         held: dict[tuple[str, str], tuple[Key, Mode, int]] = {}
-        for sid, k, mode, token in claims.local.fleet_claims():
-            if (sid, k.text) in claims.local_only:
+        for sid, k, mode, token in self.local.fleet_claims():
+            if (sid, k.text) in book.local_only:
                 continue  # healed below, with any granted meanwhile
-            if (sid, k.text) not in claims.by_claim:
+            if (sid, k.text) not in book.by_claim:
                 held[(sid, k.text)] = (k, mode, token)
-                claims.high = max(claims.high, token)
+                book.high = max(book.high, token)
         await self._adopt(kv, held)
         await self._sweep_own(kv)
         lost: dict[tuple[str, int], list[str]] = {}
         for (sid, res), (_k, _m, token) in held.items():
-            if (sid, res) not in claims.by_claim:
+            if (sid, res) not in book.by_claim:
                 lost.setdefault((sid, token), []).append(res)
         for (sid, token), resources in lost.items():
-            claims.local.fleet_lost(sid, resources, token, "fleet")
+            self.local.fleet_lost(sid, resources, token, "fleet")
         await self._check_not_reset(kv)
         await self._heal_all()
 
     def _alone(self) -> dict[tuple[str, int, Mode], list[Key]]:
         """The sets of this host's table granted local-only, by (session, token, mode)."""
-        claims = self.claims
         alone: dict[tuple[str, int, Mode], list[Key]] = {}
-        for sid, k, mode, token in claims.local.fleet_claims():
-            if (sid, k.text) in claims.local_only:
+        for sid, k, mode, token in self.local.fleet_claims():
+            if (sid, k.text) in self.book.local_only:
                 alone.setdefault((sid, token, mode), []).append(k)
         return alone
 
@@ -213,10 +225,10 @@ class ClaimUpkeep:
         refuses such lower tokens anyway (so this is about liveness, not safety); the
         remedy is the operator's (docs/FLEET.md)."""
         last = (await kv.status()).stream_info.state.last_seq or 0
-        if last < self.claims.high:
+        if last < self.book.high:
             self.problem = (
                 f"the claims bucket {self.link.bucket(BUCKET)} is at revision {last}, below "
-                f"token {self.claims.high} already granted: it was deleted or replaced"
+                f"token {self.book.high} already granted: it was deleted or replaced"
             )
             raise FleetDown(self.problem)
         self.problem = None
@@ -229,12 +241,12 @@ class ClaimUpkeep:
         for name, (value, rev) in (await bucket.scan(kv, "g.>")).items():
             gid = name[2:]
             doc: dict[str, Any] = json.loads(value or b"{}")
-            if doc.get("o") != self.host or gid in self.claims.grants:
+            if doc.get("o") != self.host or gid in self.book.grants:
                 continue
             sid = str(doc.get("s"))
             mine = {r: held[(sid, r)] for r in doc.get("k", ()) if (sid, r) in held}
             if mine and all(t == rev for _, _, t in mine.values()):
-                self.claims.hold(FleetGrant(gid, sid, mine[next(iter(mine))][1], rev,
+                self.book.hold(FleetGrant(gid, sid, mine[next(iter(mine))][1], rev,
                                             {r: k for r, (k, _, _) in mine.items()}))  # fmt: skip
             else:
                 await kv.delete(name)
@@ -244,22 +256,21 @@ class ClaimUpkeep:
         for name, (value, _) in (await bucket.scan(kv, "k.>")).items():
             stale = {
                 e.gid for e in Record.decode(value).entries()
-                if e.host == self.host and not self.claims.known(e.gid)
+                if e.host == self.host and not self.book.known(e.gid)
             }  # fmt: skip
             if stale:
-                await bucket.drop(kv, name, gid_in(stale), seen=self.claims.seen)
+                await bucket.drop(kv, name, gid_in(stale), seen=self.book.seen)
 
     async def _heal(self, sid: str, token: int, mode: Mode, keys: list[Key]) -> None:
         """A set granted local-only: the fleet grants it now (it becomes fleet-wide,
         with the fleet's token), or another host holds it and it is lost here."""
-        claims = self.claims
-        got = await claims.decide(sid, keys, mode)
+        got = await self._decide(sid, keys, mode)
         for k in keys:
-            claims.local_only.discard((sid, k.text))
+            self.book.local_only.discard((sid, k.text))
         if isinstance(got, FleetGrant):
-            claims.local.fleet_healed(sid, keys, token, got.token)
+            self.local.fleet_healed(sid, keys, token, got.token)
         else:
-            claims.local.fleet_lost(sid, [k.text for k in keys], token, "fleet-conflict")
+            self.local.fleet_lost(sid, [k.text for k in keys], token, "fleet-conflict")
 
     async def _watch(self) -> None:
         """Wake waiters on a record's change; notice claims taken from this host."""
@@ -274,13 +285,13 @@ class ClaimUpkeep:
                 if entry is None:
                     continue
                 record, revision = Record.decode(entry.value), entry.revision or 0
-                self.claims.seen.saw(entry.key, record, revision)  # first: who wakes uses it
-                self.claims.wake(entry.key)
+                self.book.seen.saw(entry.key, record, revision)  # first: who wakes uses it
+                self._wake(entry.key)
                 self._check_losses(entry.key, record, revision)
         finally:
             # Nothing watched from here on: the hints would go stale unseen (a bucket
             # replaced meanwhile among them). The next link-up forgets them too.
-            self.claims.seen.forget()
+            self.book.seen.forget()
             with anyio.CancelScope(shield=True):
                 await watcher.stop()  # type: ignore[no-untyped-call]
 
@@ -291,9 +302,9 @@ class ClaimUpkeep:
         if resource is None:
             return
         holders = {e.gid for e in record.h}
-        for grant in list(self.claims.grants.values()):
+        for grant in list(self.book.grants.values()):
             if grant.gid in holders or revision <= grant.revs.get(name, 0):
                 continue
             gone = [r for r, k in grant.keys.items() if record_resource(k) == resource]
             if gone:
-                self.claims.lose(grant, gone, "fleet-stolen")
+                self.releases.lose(grant, gone, "fleet-stolen")

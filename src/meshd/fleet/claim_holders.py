@@ -1,0 +1,123 @@
+"""Who holds a fleet-wide key now, as the bucket says: the reads of the fleet's claims.
+
+``claim.check`` on one host must name a claim another host holds (SPEC §12, one
+view): :meth:`FleetHolders.holders` reads the records of the keys asked about. And
+``claim.validate`` asks whether a token holds a key in the fleet now:
+:meth:`FleetHolders.validate`. Neither writes. A set holds something only once its
+commit record is there, and only while its host's lease is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import anyio
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from meshd.fleet import claim_bucket as bucket
+from meshd.fleet.claim_bucket import NATS_ERRORS
+from meshd.fleet.claim_grants import GrantBook
+from meshd.fleet.claim_records import plan, record_name, record_resource
+from meshd.fleet.link import FleetDown, FleetLink, describe
+from meshd.keys import Key, from_canonical
+from meshd.ports import Holding
+from meshd.protocol.errors import BadKey
+
+READ_TIMEOUT = 5.0
+"""Seconds a read of the fleet's holders (``claim.check``) may take before it says
+the fleet cannot be reached: a check answers from this host's table then."""
+
+
+class FleetHolders:
+    """The fleet's answer to "who holds these keys", and to "is this token valid"."""
+
+    def __init__(
+        self, link: FleetLink, book: GrantBook, roots: Sequence[str], *,
+        is_fleet: Callable[[Key], bool], ready: Callable[[], bool],
+    ) -> None:  # fmt: skip
+        self.link = link
+        self.book = book
+        self.roots = roots
+        self.is_fleet = is_fleet
+        self._ready = ready
+        """Whether the fleet decides claims now (the link up, this host reconciled)."""
+
+    async def holders(self, keys: Sequence[Key]) -> list[Holding]:
+        """Other hosts' claims overlapping the fleet-wide ``keys``, as the bucket says
+        now (SPEC §12, one view): the holders of each key's record and of the paths
+        below it, and the holders of the shared folders above it. A set whose commit
+        record is not there yet (in flight, or rolled back) holds nothing; a host whose
+        lease ran out holds nothing. :class:`FleetDown` when the fleet cannot say."""
+        fleet = [k for k in keys if self.is_fleet(k)]
+        if not fleet:
+            return []
+        if not self._ready():
+            raise FleetDown(self.link.last_error or "the fleet link is down")
+        try:
+            with anyio.fail_after(READ_TIMEOUT):
+                kv = await bucket.open_bucket(self.link)
+                return await self._holders(kv, fleet)
+        except NATS_ERRORS as exc:
+            raise FleetDown(describe(exc)) from exc
+
+    async def _holders(self, kv: KeyValue, keys: list[Key]) -> list[Holding]:
+        out: list[Holding] = []
+        seen: set[tuple[str, str]] = set()
+        hosts: dict[str, bool] = {}
+        for step in plan(keys, self.roots):
+            record, _ = await bucket.read(kv, step.name, self.book.seen)
+            entries = record.h if step.role == "intent" else (*record.h, *record.d)
+            for e in entries:
+                if e.host == self.link.host:
+                    continue  # this host's own are in its table
+                if e.host not in hosts:
+                    hosts[e.host] = await bucket.alive(kv, e.host)
+                if not hosts[e.host]:
+                    continue
+                try:
+                    commit = await kv.get("g." + e.gid)
+                except nats.js.errors.KeyNotFoundError:
+                    continue
+                doc = json.loads(commit.value or b"{}")
+                for res in doc.get("k", ()):
+                    if (e.gid, res) in seen or not _overlaps(res, keys):
+                        continue
+                    seen.add((e.gid, res))
+                    out.append(Holding(e.session, res, e.mode, e.host, commit.revision or 0))
+        return out
+
+    async def validate(self, key: Key, token: int) -> tuple[bool, str | None, str | None]:
+        """Whether ``token`` holds ``key`` in the fleet now: (valid, session, host)."""
+        kv = await bucket.open_bucket(self.link)
+        try:
+            record, _ = await bucket.read(kv, record_name(record_resource(key)))
+            for e in record.h:
+                try:
+                    commit = await kv.get("g." + e.gid)
+                except nats.js.errors.KeyNotFoundError:
+                    continue
+                if commit.revision != token:
+                    continue
+                doc = json.loads(commit.value or b"{}")
+                if key.text not in doc.get("k", ()):
+                    continue
+                if e.host == self.link.host:
+                    alive = self.book.mine(e.gid)
+                else:
+                    alive = await bucket.alive(kv, e.host)
+                return alive, e.session, e.host
+        except NATS_ERRORS as exc:
+            raise FleetDown(describe(exc)) from exc
+        return False, None, None
+
+
+def _overlaps(resource: str, keys: list[Key]) -> bool:
+    """Whether ``resource`` (a key a set in the fleet holds) overlaps one of ``keys``:
+    the key itself, a path below it, or a shared folder above it."""
+    try:
+        held = from_canonical(resource)
+    except BadKey:
+        return False
+    return any(held.overlaps(k) for k in keys)
