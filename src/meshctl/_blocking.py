@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, NoReturn
 
-    from meshctl._sync import Mesh
+    from meshctl._core.abc import Target
 
 
 #: How many times this process is a forked child of the one that imported us: a
@@ -154,7 +154,7 @@ class Connection:
         self.daemon = _conn.daemon_key(info)
 
     @classmethod
-    def like(cls, mesh: Mesh) -> Connection:
+    def like(cls, mesh: Target) -> Connection:
         """A connection of its own to the same daemon as ``mesh``."""
         return cls(mesh.profile, mesh.socket_path, autostart=mesh.autostart, timeout=mesh.timeout)
 
