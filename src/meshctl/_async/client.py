@@ -23,6 +23,7 @@ connections of their own for events and a live responder are in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -295,7 +296,9 @@ class AsyncMesh:
             slot.stream = stream
             self._pending[rid] = slot
             try:
-                await self._send_on(stream, frame)
+                # Refused or closed at once: the reader fails the slot saying why.
+                with contextlib.suppress(*BROKEN):
+                    await self._send_on(stream, frame)
                 with anyio.fail_after(self.timeout):
                     await slot.done.wait()
                 assert slot.reply is not None
@@ -347,7 +350,7 @@ class AsyncMesh:
                 if line.strip():
                     msg = _conn.parse_line(line)
                     if isinstance(msg, _conn.Reply) and msg.id is None and msg.error:
-                        lost = _conn.unreadable(msg.error)  # whose it is cannot be told
+                        lost = _conn.lost_to(msg.error)  # a refusal, or whose it is unknown
                         break
                     self._route(msg)
         except (*BROKEN, anyio.DelimiterNotFound, MeshProtocolError) as exc:
