@@ -23,9 +23,11 @@ if TYPE_CHECKING:
     from meshctl.cli._state import State
 
 #: ``claim --ttl`` and ``--wait``: the ranges of their ``Seconds`` (the fast path checks
-#: the same ones before it takes a command line; anything else goes to click).
+#: the same ones before it takes a command line; anything else goes to click). A wait
+#: longer than the daemon's ``max_query_timeout`` is capped by the daemon, never refused
+#: (SPEC §2), so ``--wait`` has no maximum of its own beyond ``Seconds``'.
 TTL_RANGE: dict[str, Any] = {"open_min": True}
-WAIT_RANGE: dict[str, Any] = {"maximum": 3600}
+WAIT_RANGE: dict[str, Any] = {}
 
 
 def disabled(result: Any, done: str = "nothing was claimed") -> bool:
@@ -37,7 +39,10 @@ def disabled(result: Any, done: str = "nothing was claimed") -> bool:
 
 
 def _timeout(state: State, wait: float) -> float:
-    return _claims.wait_timeout(wait, state.mesh().timeout)
+    """How long the reply of a wait of ``wait`` s may take: the daemon waits at most its
+    ``max_query_timeout``."""
+    mesh = state.mesh()
+    return _claims.wait_timeout(min(wait, mesh.query_cap()) if wait > 0 else 0.0, mesh.timeout)
 
 
 # --- claim ----------------------------------------------------------------------------
@@ -89,12 +94,14 @@ def told_lost(result: dict[str, Any]) -> None:
 
 
 def acquire(
-    state: State, params: dict[str, Any], wait: float, *, say: bool = True
+    state: State, params: dict[str, Any], wait: float, *, say: bool = True, asks_again: bool = False
 ) -> dict[str, Any]:
     """``claim.acquire`` for ``claim``, ``run`` and ``job run``: while a wait runs, a
-    terminal shows who holds what, the queue and the time left; a wait that ran out
-    is said on stderr (unless ``say`` is false: the caller says it). A daemon that goes
-    away during the wait is said as such (:func:`meshctl.cli._output.went_away`)."""
+    terminal shows who holds what, the queue and the time left (up to the daemon's cap
+    on one wait, unless ``asks_again``: the caller asks again until ``wait`` is over); a
+    wait that ran out is said on stderr (unless ``say`` is false: the caller says it). A
+    daemon that goes away during the wait is said as such
+    (:func:`meshctl.cli._output.went_away`)."""
     try:
         if wait <= 0 or not sys.stderr.isatty():
             result: dict[str, Any] = state.call(
@@ -105,7 +112,8 @@ def acquire(
 
             what = "waiting for " + ", ".join(_claims.show_resource(r) for r in params["resources"])
             detail = claim_detail(state.mesh(), params["session_id"], params["resources"])
-            with waiting(what, wait, detail):
+            shown = wait if asks_again else min(wait, state.mesh().query_cap())
+            with waiting(what, shown, detail):
                 result = state.call(_claims.ACQUIRE, params, timeout=_timeout(state, wait))
     except E.MeshUnavailable as exc:
         if wait <= 0 or isinstance(exc, E.StorageUnavailable) or not state.reached():
@@ -125,8 +133,8 @@ def acquire_for(state: State, params: dict[str, Any], wait: float) -> dict[str, 
 
     start = time.monotonic()
     while True:
-        left = min(max(wait - (time.monotonic() - start), 0.0), WAIT_RANGE["maximum"])
-        result = acquire(state, {**params, "wait": left}, left, say=False)
+        left = max(wait - (time.monotonic() - start), 0.0)
+        result = acquire(state, {**params, "wait": left}, left, say=False, asks_again=True)
         if (
             result.get("status") != "held"
             or result.get("deadlock")

@@ -114,13 +114,17 @@ def ran_out(seconds: float, what: str, took: Any = None) -> None:
     """Say plainly, on stderr, that a wait of ``seconds`` ended without ``what``.
 
     ``took``: how long the daemon says it waited. The daemon caps every wait at
-    ``max_query_timeout`` (SPEC §2), so a wait asked for longer ran out sooner, and
-    the note says the time it ran, not the time asked for.
+    ``max_query_timeout`` (SPEC §2), so a wait asked for longer ran out sooner: the
+    note says the time it ran, and the cap that ended it.
     """
     from meshctl.cli._output import note
 
     if isinstance(took, int | float) and took < seconds - 0.5:
-        seconds = round(took, 1)
+        note(
+            f"the wait ran out after {round(took, 1):g} s, the longest one wait runs here "
+            f"(max_query_timeout; {seconds:g} s were asked); {what}"
+        )
+        return
     note(f"the wait ran out after {seconds:g} s; {what}")
 
 

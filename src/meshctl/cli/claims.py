@@ -64,7 +64,8 @@ RES_HELP = (
     type=Seconds(**_claims_body.WAIT_RANGE),
     default=0.0,
     metavar="S",
-    help="Queue up to S seconds for the whole set (FIFO).",
+    help="Queue up to S seconds for the whole set (FIFO; the daemon caps one wait at "
+    "its max_query_timeout, 60 s by default).",
 )
 @click.option("--broad", is_flag=True, help="Allow file:/ or the home folder itself.")
 def claim(

@@ -96,7 +96,7 @@ def pause(note: str, words: tuple[str, ...]) -> None:
 @common_options
 @click.option(
     "--wait",
-    type=Seconds(maximum=3600),
+    type=Seconds(),
     default=None,
     metavar="S",
     help="Wait up to S seconds for the reserved set (default: the daemon's max_query_timeout).",
@@ -126,7 +126,7 @@ def resume(wait: float | None) -> int:
     from meshctl.cli._waiting import claim_detail, ran_out, waiting
 
     detail = claim_detail(mesh, sid, None)
-    with waiting("waiting for the reserved set", wait, detail):
+    with waiting("waiting for the reserved set", cap if wait is None else min(wait, cap), detail):
         result = state.call("session.resume", params, timeout=timeout)
     was_paused = before.get("status") == "paused" or result.get("reservation") != "none"
     result = {**result, "was_paused": was_paused}

@@ -116,10 +116,10 @@ class RunCommand(click.Command):
 @click.option("--task", metavar="T", help="The session's task (default: COMMAND).")
 @click.option(
     "--wait",
-    type=Seconds(maximum=3600),
+    type=Seconds(),
     default=0.0,
     metavar="S",
-    help="Queue up to S seconds for RES (FIFO).",
+    help="Queue up to S seconds for RES (FIFO; capped at the daemon's max_query_timeout).",
 )
 @click.option(
     "--held-exit",
