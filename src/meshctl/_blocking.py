@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, NoReturn
 
-    from meshctl._core.abc import Target
+    from meshctl._sync import Mesh
 
 
 #: How many times this process is a forked child of the one that imported us: a
@@ -59,6 +59,11 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+_REFUSALS = frozenset({"UNAVAILABLE", "FORBIDDEN"})
+"""``data.code`` of the one line a daemon writes to a connection it will not take
+(too many connections, another uid, no room for partial frames) before closing it."""
 
 
 class Stale(Exception):
@@ -149,7 +154,7 @@ class Connection:
         self.daemon = _conn.daemon_key(info)
 
     @classmethod
-    def like(cls, mesh: Target) -> Connection:
+    def like(cls, mesh: Mesh) -> Connection:
         """A connection of its own to the same daemon as ``mesh``."""
         return cls(mesh.profile, mesh.socket_path, autostart=mesh.autostart, timeout=mesh.timeout)
 
@@ -349,7 +354,8 @@ class Connection:
         if rid is None and msg.error is not None:
             # A connection the daemon would not take (too many, another uid) is told
             # so in one line before it is closed: that error is the answer to show.
-            self.close(lost=_conn.lost_to(msg.error))
+            refused = msg.error.data.get("code") in _REFUSALS
+            self.close(lost=msg.error if refused else _conn.unreadable(msg.error))
             return
         target = pending.pop(rid, None) if isinstance(rid, int) else None
         if target is None:
@@ -376,7 +382,7 @@ class Connection:
         if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
             refusal = self._refusal()
             self.close(_conn.closed_before_reply(0))
-            if refusal is not None and _conn.refused(refusal):
+            if refusal is not None and refusal.data.get("code") in _REFUSALS:
                 raise refusal from None  # not taken at all: "too many connections …"
             if refusal is not None:
                 raise FrameTooLarge(
@@ -418,7 +424,7 @@ class Connection:
         if isinstance(msg, _conn.Reply) and msg.error is not None and msg.error.code == -32600:
             return msg.error
         if isinstance(msg, _conn.Reply) and msg.error is not None and msg.id is None:
-            return msg.error if _conn.refused(msg.error) else None
+            return msg.error if msg.error.data.get("code") in _REFUSALS else None
         return None
 
     def _receive(self, deadline: float) -> _conn.Reply | _conn.Event | None:

@@ -34,6 +34,7 @@ from meshd.core.state import MeshState, Write
 from meshd.domain import Domain
 from meshd.domains.board import BoardHandlers
 from meshd.domains.board_work import BoardWorkHandlers
+from meshd.domains.claim_view import ClaimView
 from meshd.domains.claims import ClaimHandlers
 from meshd.domains.fleet import FleetDomain
 from meshd.domains.fleet_mail import FleetMail
@@ -72,8 +73,9 @@ def wire(svc: Service) -> list[Domain]:
     lock table, live sessions and mail desk in turn.
     """
     fleet = FleetDomain(svc)  # the [fleet] link; its fleet is None while this host is alone
-    sessions = SessionHandlers(svc, fleet=fleet)
-    claims = ClaimHandlers(svc, fleet=fleet)
+    view = ClaimView(svc.state, fleet)  # who holds a key: every read that reports claims
+    sessions = SessionHandlers(svc, fleet=fleet, view=view)
+    claims = ClaimHandlers(svc, fleet=fleet, view=view)
     mail = FleetMail(svc, fleet=fleet)
     messages = MessageHandlers(svc, fleet=mail)
     signals = SignalHandlers(svc, fleet=mail)

@@ -57,6 +57,8 @@ class Holding:
     token: int = 0
     task: str = ""
     branch: str | None = None
+    since: float = 0.0
+    """Wall time the fleet granted it (0: not known)."""
 
 
 # --- what the fleet asks of this host -------------------------------------------------
@@ -194,6 +196,11 @@ class FleetClaimsPort(Protocol):
         raises FleetDown when the fleet cannot say."""
         ...
 
+    async def held(self, session_id: str | None = None) -> list[Holding]:
+        """Every claim other hosts hold in the fleet now (of ``session_id`` only, if
+        given), read now; raises FleetDown when the fleet cannot say."""
+        ...
+
 
 class FleetPort(Protocol):
     """This host's membership of the fleet, as the domains see it (``meshd.fleet.hub``)."""
@@ -211,6 +218,10 @@ class FleetPort(Protocol):
 
     async def holders(self, keys: Sequence[Key]) -> list[Holding]:
         """:meth:`FleetClaimsPort.holders`, with each holder's task from the registry."""
+        ...
+
+    async def held(self, session_id: str | None = None) -> list[Holding]:
+        """:meth:`FleetClaimsPort.held`, with each holder's task from the registry."""
         ...
 
     async def status(self) -> dict[str, Any]: ...

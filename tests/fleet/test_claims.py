@@ -415,7 +415,7 @@ def test_partition_local_grants_local_only_and_heals(fleet_hosts: HostFactory) -
     h1.wait_connected()
 
     def settled() -> dict[str, Any] | None:
-        claims = h1.call("claim.list")["claims"]
+        claims = [c for c in h1.call("claim.list")["claims"] if c["host"] is None]  # h1's own
         return None if any(c["local_only"] for c in claims) else {c["resource"]: c for c in claims}
 
     after = wait_for(settled, 15, what="h1 to reconcile")
@@ -426,6 +426,8 @@ def test_partition_local_grants_local_only_and_heals(fleet_hosts: HostFactory) -
     lost = [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"]
     assert [(e["resource"], e["how"]) for e in lost] == [("res:taken", "fleet-conflict")]
     assert not h1.status()["local_only"]
+    elsewhere = [(c["resource"], c["host"]) for c in h1.call("claim.list")["claims"]]
+    assert ("res:taken", "h2") in elsewhere  # h2's, as the fleet holds it (SPEC §12)
 
 
 def test_a_restarted_meshd_keeps_its_fleet_claims(fleet_hosts: HostFactory) -> None:

@@ -8,6 +8,7 @@ and is reconciled at once when the link returns. Real nats-server, one meshd per
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,68 @@ def test_check_on_another_host_names_the_fleet_holder_and_its_host(
         15,
         what="h2 to see the release",
     )
+
+
+def _held_by(claims: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(c["resource"], c.get("host") or "") for c in claims]
+
+
+def test_every_read_on_another_host_shows_the_fleet_holder_at_once(
+    fleet_hosts: HostFactory,
+) -> None:
+    """h1:a holds res:gpu (fleet-wide) and port:80 (h1's own); on h2, ``claim.list``
+    (``top``, the Hermes tools), ``sessions show h1:a``, the listing ``sync`` reads and
+    ``meshctl sync`` show res:gpu held by h1:a on h1 as soon as it is granted, and
+    free as soon as it is released. Before, ``claim.list`` read h2's table only, and
+    the rest showed h1's last registry entry (seconds behind the fleet)."""
+    h1, h2 = fleet_hosts(2)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    everywhere([h2], "h1:a")
+    assert acquire(h1, "h1:a", "port:80")["status"] == "granted"
+    everywhere([h2], "h1:a")  # h1's entry with port:80 (a local key: as h1 lists it)
+    wait_for(
+        lambda: any(s["claims"] for s in h2.call("session.list")["sessions"]),
+        15,
+        what="h2 to list port:80",
+    )
+    got = acquire(h1, "h1:a", "res:gpu", reason="training")
+    assert got["status"] == "granted"
+
+    listed = h2.call("claim.list")["claims"]
+    assert [(c["session_id"], c["resource"], c["host"]) for c in listed] == [
+        ("h1:a", "res:gpu", "h1")
+    ]
+    assert listed[0]["token"] == got["claims"][0]["token"]
+    mine = h2.call("claim.list", {"session_id": "h1:a"})["claims"]
+    assert _held_by(mine) == [("res:gpu", "h1")]
+    assert h2.call("claim.list", {"session_id": "h2:b"})["claims"] == []
+
+    shown = h2.call("session.get", {"session_id": "h1:a"})
+    assert shown["host"] == "h1"
+    assert sorted(c["resource"] for c in shown["claims"]) == ["port:80", "res:gpu"]
+    assert shown["claims_total"] == 2
+
+    [a] = [s for s in h2.call("session.list")["sessions"] if s["session_id"] == "h1:a"]
+    assert (a["host"], sorted(c["resource"] for c in a["claims"])) == (
+        "h1",
+        ["port:80", "res:gpu"],
+    )
+    env = {**h2.env, "MESH_SESSION": "h2:b"}
+    r = run_meshctl("sync", env=env)
+    assert r.code == 0, r
+    block = r.out.split("h1:a", 1)[1].split("h2:b", 1)[0]
+    assert "holds res:gpu" in block, r.out
+    doc = json.loads(run_meshctl("--json", "sync", env=env).out)
+    [a] = [s for s in doc["sessions"] if s["session_id"] == "h1:a"]
+    assert "res:gpu" in {c["resource"] for c in a["claims"]}
+
+    h1.call("claim.release", {"session_id": "h1:a", "resources": ["res:gpu"]})
+    assert h2.call("claim.list")["claims"] == []
+    shown = h2.call("session.get", {"session_id": "h1:a"})
+    assert [c["resource"] for c in shown["claims"]] == ["port:80"]
+    [a] = [s for s in h2.call("session.list")["sessions"] if s["session_id"] == "h1:a"]
+    assert [c["resource"] for c in a["claims"]] == ["port:80"]
 
 
 def test_a_broadcast_counts_the_sessions_of_every_host(fleet_hosts: HostFactory) -> None:

@@ -80,7 +80,7 @@ class ClaimReads:
                 )  # fmt: skip
         return list(found.values())
 
-    def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
+    async def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
         st = self.svc.state
         now = self.svc.clock.monotonic()
         fc = self.claims.fleet()
@@ -94,6 +94,7 @@ class ClaimReads:
             )
             for c in st.claims.list_claims(p.session_id)
         ]  # fmt: skip
+        claims += await self.claims.view.records(p.session_id)  # other hosts' (SPEC §12)
         waiting = [
             pc.ClaimWaiting(
                 session_id=w.session_id, resources=list(w.resources), mode=w.mode,

@@ -3,25 +3,38 @@
 A local key is answered from this host's table. A fleet-wide key (a shared kind,
 or a path under ``shared_paths``) is answered from the table for this host's own
 claims and from the fleet -- through :class:`~meshd.ports.FleetPort` -- for every
-other host's. ``claim.check`` (and so ``meshctl check``, the Hermes warnings and
-``present``'s neighbour, the claims in the way), ``claim.validate``, ``claim.list``
-and the session listings ask :class:`ClaimView`, so a read added later is
-fleet-aware by asking it, not by remembering the fleet itself.
+other host's. Every read that reports claims asks :class:`ClaimView`:
+``claim.check`` (and so ``meshctl check``, the Hermes warnings and the claims in the
+way of a ``present`` path) through :meth:`ClaimView.holders`, ``claim.validate``
+through :meth:`ClaimView.validate`, ``claim.list`` through :meth:`ClaimView.elsewhere`,
+``sessions show`` and the listings ``sync`` reads through :meth:`ClaimView.sessions`.
+``app.wire`` makes one and hands the same object to the claims and sessions domains,
+so a read added later is fleet-aware by asking it, not by remembering the fleet.
+
+This host's table is read in memory (no disk); the fleet is read when asked, and only
+while this host is in a fleet and a fleet-wide key is concerned.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from meshd.domains.claim_replies import holder, warning
-from meshd.keys import Key
+from meshd.keys import Key, from_canonical
 from meshd.ports import FleetAccess, FleetClaimsPort, FleetDown, Holding
 from meshd.protocol import claims as pc
-from meshd.protocol.errors import MeshUnavailable
+from meshd.protocol import methods as m
+from meshd.protocol.contract import rfc3339
+from meshd.protocol.errors import BadKey, MeshUnavailable
 
 if TYPE_CHECKING:
     from meshd.core.state import MeshState
+
+log = logging.getLogger("meshd.claims")
 
 
 class ClaimView:
@@ -101,6 +114,63 @@ class ClaimView:
             for c in self.state.claims.check([key])
         )
 
+    async def elsewhere(self, session_id: str | None = None) -> list[Holding] | None:
+        """Every claim other hosts hold in the fleet now (of ``session_id`` only, if
+        given): [] when this host is alone, None when the fleet cannot say."""
+        fleet = self._fleet.fleet
+        if fleet is None:
+            return []
+        try:
+            return await fleet.held(session_id)
+        except FleetDown as exc:
+            log.debug("claims: the other hosts' fleet claims cannot be read: %s", exc)
+            return None
+
+    async def records(self, session_id: str | None) -> list[pc.ClaimRecord]:
+        """``claim.list``'s claims of other hosts (none for a session of this host)."""
+        if session_id is not None and session_id in self.state.registry.sessions:
+            return []
+        return [
+            pc.ClaimRecord(
+                session_id=h.session_id, resource=h.resource, mode=h.mode, token=h.token,
+                since=rfc3339(h.since) if h.since else "", host=h.host,
+            )
+            for h in await self.elsewhere(session_id) or ()
+        ]  # fmt: skip
+
+    async def sessions(self, infos: list[m.SessionInfo]) -> list[m.SessionInfo]:
+        """Other hosts' sessions (as the registry listed them) with their claims on
+        fleet-wide keys as the fleet holds them now; their local keys as listed. When
+        the fleet cannot say, as listed."""
+        fc = self.fleet_claims()
+        if fc is None or not infos:
+            return infos
+        one = infos[0].session_id if len(infos) == 1 else None
+        found = await self.elsewhere(one)
+        if found is None:
+            return infos
+        by_session: dict[str, list[m.ClaimInfo]] = {}
+        for h in found:
+            by_session.setdefault(h.session_id, []).append(
+                m.ClaimInfo(
+                    resource=h.resource, mode=h.mode, token=h.token,
+                    since=rfc3339(h.since) if h.since else "",
+                )
+            )  # fmt: skip
+        out = []
+        for info in infos:
+            kept = [c for c in info.claims if not _fleet_wide(fc, c.resource)]
+            fleet = by_session.get(info.session_id, [])
+            total = info.claims_total - (len(info.claims) - len(kept)) + len(fleet)
+            claims = [*kept, *fleet]
+            out.append(
+                msgspec.structs.replace(
+                    info, claims=claims[: m.LISTED_CLAIMS] if one is None else claims,
+                    claims_total=max(total, len(claims)),
+                )
+            )  # fmt: skip
+        return out
+
     def mark_local_only(self, session_id: str, result: pc.ClaimAcquireResult) -> None:
         """Say in a grant's own answer which of its keys are local-only (SPEC §12)."""
         alone = self.local_only()
@@ -117,6 +187,14 @@ def _remote_warning(h: Holding) -> str:
     branch = f" (branch {h.branch})" if h.branch else ""
     tail = f" — {h.task}" if h.task else ""
     return f"{h.session_id} {verb} {h.resource} on {h.host}{branch}{tail}"
+
+
+def _fleet_wide(fc: FleetClaimsPort, resource: str) -> bool:
+    """Whether a listed claim's ``resource`` (canonical) is decided by the fleet."""
+    try:
+        return fc.is_fleet(from_canonical(resource))
+    except BadKey:
+        return False
 
 
 def _is_path(h: Holding) -> bool:

@@ -67,10 +67,11 @@ class ClaimHandlers(Domain):
 
     name = "claims"
 
-    def __init__(self, svc: Service, *, fleet: FleetAccess) -> None:
+    def __init__(self, svc: Service, *, fleet: FleetAccess, view: ClaimView) -> None:
         super().__init__(svc)
-        self.view = ClaimView(svc.state, fleet)
-        """Who holds these keys: the table, or the fleet for a fleet-wide key."""
+        self.view = view
+        """Who holds these keys: the table, or the fleet for a fleet-wide key (the
+        sessions domain asks the same object)."""
         self.waits = ClaimWaits(svc, self._take_back)
         self.reads = ClaimReads(self)
         self.fleet_path = FleetAcquire(svc, fleet, self._commit_grant, self.answered)
@@ -81,7 +82,7 @@ class ClaimHandlers(Domain):
         svc.add(spec["claim.acquire"], self.acquire, is_async=True, concurrent=True)
         svc.add(spec["claim.release"], self.release, is_async=True)
         svc.add(spec["claim.check"], self.reads.check, is_async=True)
-        svc.add(spec["claim.list"], self.reads.list)
+        svc.add(spec["claim.list"], self.reads.list, is_async=True)
         svc.add(spec["claim.validate"], self.reads.validate, is_async=True)
         svc.add(spec["claim.steal"], self.steal, is_async=True)
         svc.add(spec["audit.log"], self.reads.audit, is_async=True)

@@ -1,4 +1,9 @@
-"""``session.*``: register, heartbeat, end, list, get."""
+"""``session.*``: register, heartbeat, end, list, get.
+
+The claims a listing or ``session.get`` shows are :class:`ClaimView`'s answer (SPEC
+§12, one view): this host's table for its own sessions, and for another host's
+session its claims on fleet-wide keys as the fleet holds them now.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from meshd.core.claims.records import AuditRecord
 from meshd.core.sessions.registry import Registration, Report, Session
 from meshd.core.state import Write
 from meshd.domain import Domain
+from meshd.domains.claim_view import ClaimView
 from meshd.domains.listing import Listing, claim_infos, ms, session_info
 from meshd.pidwatch import alive, start_time
 from meshd.ports import FleetAccess
@@ -26,10 +32,12 @@ _HB_DISABLED = m.HeartbeatResult(disabled=True)
 class SessionHandlers(Domain):
     name = "sessions"
 
-    def __init__(self, svc: Service, *, fleet: FleetAccess | None = None) -> None:
+    def __init__(self, svc: Service, *, fleet: FleetAccess, view: ClaimView) -> None:
         super().__init__(svc)
         self._fleet = fleet
-        """The fleet (its registry lists the other hosts' sessions); None: never in one."""
+        """The fleet (its registry lists the other hosts' sessions)."""
+        self.view = view
+        """Who holds what (the claims domain's own): the table, the fleet for fleet-wide keys."""
         self._listing = Listing()
 
     def install(self) -> None:
@@ -37,8 +45,8 @@ class SessionHandlers(Domain):
         svc.add(m.REGISTER, self.register, is_async=True)
         svc.add(m.HEARTBEAT, self.heartbeat)
         svc.add(m.END, self.end, is_async=True)
-        svc.add(m.LIST, self.list)
-        svc.add(m.GET, self.get)
+        svc.add(m.LIST, self.list, is_async=True)
+        svc.add(m.GET, self.get, is_async=True)
         svc.add(m.ATTACH, self.attach, is_async=True)
         svc.add(m.PRIORITIZE, self.prioritize, is_async=True)
 
@@ -194,8 +202,7 @@ class SessionHandlers(Domain):
         """``s`` as listings show it, with at most ``claims`` of its claims (all: None)."""
         reg = self.svc.state.registry
         held = self.svc.state.claims.list_claims(s.session_id)
-        fleet = None if self._fleet is None else self._fleet.fleet
-        alone = fleet.claims.local_only if fleet is not None else None
+        alone = self.view.local_only() or None
         return session_info(
             s,
             s.host,
@@ -216,9 +223,11 @@ class SessionHandlers(Domain):
             for s in self.svc.state.registry.sessions.values()
         ]
 
-    def list(self, p: m.ListParams, conn: Conn) -> m.ListResult | msgspec.Raw:
+    async def list(self, p: m.ListParams, conn: Conn) -> m.ListResult | msgspec.Raw:
         """Encoded by :class:`Listing`, which keeps each session's unchanged fields
-        encoded (listings are read far more often than sessions change)."""
+        encoded (listings are read far more often than sessions change). In a fleet,
+        every host's sessions, another host's with its fleet-wide claims as the fleet
+        holds them now (:meth:`ClaimView.sessions`)."""
         st = self.svc.state
         if st.hidden_from(p.for_profile):
             return m.ListResult(profile=st.profile, visible=False)
@@ -230,19 +239,19 @@ class SessionHandlers(Domain):
             stale = reg.is_stale(s, now_m)
             if not (p.fresh and stale):
                 listed.append((s, stale, held(s.session_id)))
-        fleet = None if self._fleet is None else self._fleet.fleet
+        fleet = self._fleet.fleet
         if fleet is None:
             return self._listing.encode(st.profile, listed, now_w)
         # SPEC §12: every host's sessions, each with its host
-        more = [] if p.local else fleet.remote_sessions(fresh=p.fresh)
+        more = [] if p.local else await self.view.sessions(fleet.remote_sessions(fresh=p.fresh))
         return self._listing.encode(st.profile, listed, now_w, fleet.host, more)
 
-    def get(self, p: m.GetParams, conn: Conn) -> m.SessionInfo:
+    async def get(self, p: m.GetParams, conn: Conn) -> m.SessionInfo:
         clock = self.svc.clock
-        fleet = None if self._fleet is None else self._fleet.fleet
+        fleet = self._fleet.fleet
         if fleet is not None and p.session_id not in self.svc.state.registry.sessions:
             for info in fleet.remote_sessions():
-                if info.session_id == p.session_id:
-                    return info  # another host's (its claims as that host listed them)
+                if info.session_id == p.session_id:  # another host's
+                    return (await self.view.sessions([info]))[0]
         s = self.svc.state.registry.get(p.session_id)
         return self.info(s, clock.monotonic(), clock.now())

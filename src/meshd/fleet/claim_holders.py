@@ -1,10 +1,11 @@
 """Who holds a fleet-wide key now, as the bucket says: the reads of the fleet's claims.
 
-``claim.check`` on one host must name a claim another host holds (SPEC §12, one
-view): :meth:`FleetHolders.holders` reads the records of the keys asked about. And
-``claim.validate`` asks whether a token holds a key in the fleet now:
-:meth:`FleetHolders.validate`. Neither writes. A set holds something only once its
-commit record is there, and only while its host's lease is.
+Every read that reports claims answers a fleet-wide key from here (SPEC §12, one
+view): :meth:`FleetHolders.holders` reads the records of the keys asked about
+(``claim.check``), :meth:`FleetHolders.held` every set other hosts hold
+(``claim.list``, ``sessions show``, the listings), :meth:`FleetHolders.validate`
+whether a token holds a key now (``claim.validate``). None writes. A set holds
+something only once its commit record is there, and only while its host's lease is.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from meshd.fleet.claim_records import plan, record_name, record_resource
 from meshd.fleet.link import FleetDown, FleetLink, describe
 from meshd.keys import Key, from_canonical
 from meshd.ports import Holding
+from meshd.protocol.claims import Mode
 from meshd.protocol.errors import BadKey
 
 READ_TIMEOUT = 5.0
@@ -88,6 +90,47 @@ class FleetHolders:
                     out.append(Holding(e.session, res, e.mode, e.host, commit.revision or 0))
         return out
 
+    async def held(self, session_id: str | None = None) -> list[Holding]:
+        """Every claim other hosts hold in the fleet now, of ``session_id`` only if given
+        (``claim.list``, ``sessions show``, listings: SPEC §12, one view): one read of
+        the commit records, a set's token its revision, a host whose lease ran out
+        holding nothing. :class:`FleetDown` when the fleet cannot say."""
+        if not self._ready():
+            raise FleetDown(self.link.last_error or "the fleet link is down")
+        try:
+            with anyio.fail_after(READ_TIMEOUT):
+                kv = await bucket.open_bucket(self.link)
+                return await self._held(kv, session_id)
+        except NATS_ERRORS as exc:
+            raise FleetDown(describe(exc)) from exc
+
+    async def _held(self, kv: KeyValue, session_id: str | None) -> list[Holding]:
+        out: list[Holding] = []
+        hosts: dict[str, bool] = {}
+        watcher = await kv.watch("g.>", ignore_deletes=True)
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                doc = json.loads(entry.value or b"{}")
+                sid, host = str(doc.get("s", "")), str(doc.get("o", ""))
+                if host != self.link.host and (session_id is None or sid == session_id):
+                    if host not in hosts:
+                        hosts[host] = await bucket.alive(kv, host)
+                    if hosts[host]:
+                        mode: Mode = "shared" if doc.get("m") == "shared" else "exclusive"
+                        since = _wall(entry.created)
+                        out += [
+                            Holding(sid, str(r), mode, host, entry.revision or 0, since=since)
+                            for r in doc.get("k", ())
+                        ]
+                if not entry.delta:
+                    break
+        finally:
+            with anyio.CancelScope(shield=True):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+        return sorted(out, key=lambda h: (h.since, h.session_id, h.resource))
+
     async def validate(self, key: Key, token: int) -> tuple[bool, str | None, str | None]:
         """Whether ``token`` holds ``key`` in the fleet now: (valid, session, host)."""
         kv = await bucket.open_bucket(self.link)
@@ -111,6 +154,12 @@ class FleetHolders:
         except NATS_ERRORS as exc:
             raise FleetDown(describe(exc)) from exc
         return False, None, None
+
+
+def _wall(created: object) -> float:
+    """A KV entry's time as wall seconds (nats-py gives a datetime; 0: none)."""
+    stamp = getattr(created, "timestamp", None)
+    return float(stamp()) if callable(stamp) else 0.0
 
 
 def _overlaps(resource: str, keys: list[Key]) -> bool:

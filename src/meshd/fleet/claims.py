@@ -333,6 +333,10 @@ class FleetClaims:
         """Other hosts' claims on fleet-wide ``keys`` now (:meth:`FleetHolders.holders`)."""
         return await self.reads.holders(keys)
 
+    async def held(self, session_id: str | None = None) -> list[Holding]:
+        """Other hosts' fleet claims now, of one session or all (:meth:`FleetHolders.held`)."""
+        return await self.reads.held(session_id)
+
     async def validate(self, key: Key, token: int) -> tuple[bool, str | None, str | None]:
         """Whether ``token`` holds ``key`` in the fleet now (:meth:`FleetHolders.validate`)."""
         return await self.reads.validate(key, token)

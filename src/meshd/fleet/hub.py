@@ -82,7 +82,15 @@ class Fleet:
     async def holders(self, keys: Sequence[Key]) -> list[Holding]:
         """Other hosts' claims on these fleet-wide keys, each with its holder's task
         and branch as the registry lists them (SPEC §12, one view)."""
-        found = await self.claims.holders(keys)
+        return self._named(await self.claims.holders(keys))
+
+    async def held(self, session_id: str | None = None) -> list[Holding]:
+        """Every claim other hosts hold in the fleet now (of ``session_id`` only), each
+        with its holder's task and branch as the registry lists them."""
+        return self._named(await self.claims.held(session_id))
+
+    def _named(self, found: list[Holding]) -> list[Holding]:
+        """``found`` with each holder's task and branch from the registry."""
         if not found:
             return found
         infos = {i.session_id: i for i in self.registry.remote_sessions()}

@@ -198,6 +198,7 @@ class ClaimRecord(Result):
     reason: str = ""
     expires_in_s: float | None = None
     local_only: bool = False  # fleet-wide key granted while the fleet was out of reach
+    host: str | None = None  # a fleet-wide claim held on another host (SPEC §12)
 
 
 class ClaimListResult(Result):
