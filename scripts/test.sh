@@ -22,14 +22,16 @@ fi
 .venv/bin/python -m pip install -q -e '.[test]'
 # The Hermes integration tests (tests/hermes) run the real hermes-agent in a venv of its
 # own: it pins many dependencies exactly and needs Python >=3.11,<3.14, so it is never a
-# dependency of session-mesh. Installed once (about 18 s cold, 228 MB), kept when present.
+# dependency of session-mesh. Installed once (about 2 min cold, 240 MB), kept when present.
+# The `messaging` extra brings aiohttp, which the gateway's api_server platform needs
+# (without it `hermes gateway run` starts but never listens).
 HERMES_AGENT_VERSION=0.19.0
-if ! .venv-hermes/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('hermes-agent') != '$HERMES_AGENT_VERSION')" 2>/dev/null; then
+if ! .venv-hermes/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('hermes-agent') != '$HERMES_AGENT_VERSION' or m.version('aiohttp') == '')" 2>/dev/null; then
     if "$PY" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 14))'; then
         echo "== installing hermes-agent==$HERMES_AGENT_VERSION into .venv-hermes (once)"
         rm -rf .venv-hermes
         "$PY" -m venv .venv-hermes
-        .venv-hermes/bin/python -m pip install -q "hermes-agent==$HERMES_AGENT_VERSION"
+        .venv-hermes/bin/python -m pip install -q "hermes-agent[messaging]==$HERMES_AGENT_VERSION"
     else
         echo "== $PY is not 3.11-3.13: tests/hermes will be skipped (hermes-agent needs it)"
     fi

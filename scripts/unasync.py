@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Write the blocking client's session layer from the async one (httpcore's unasync).
 
-``src/meshctl/_async/`` ``session.py``, ``shared.py``, ``responder.py``, ``preempt.py``
-and ``events.py`` are the one source; their ``src/meshctl/_sync/`` namesakes are
-generated from them by the
+``src/meshctl/_async/`` ``abc.py``, ``session.py``, ``shared.py``, ``responder.py``,
+``preempt.py`` and ``events.py`` are the one source; their ``src/meshctl/_sync/``
+namesakes are generated from them by the
 substitutions below, then put in the house's import order and format (ruff, from the
 same environment). Usage::
 
@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "meshctl"
 #: Source (async, hand-written) -> generated (blocking), relative to the package.
 FILES = {
+    "_async/abc.py": "_sync/abc.py",
     "_async/session.py": "_sync/session.py",
     "_async/shared.py": "_sync/shared.py",
     "_async/responder.py": "_sync/responder.py",

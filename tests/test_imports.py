@@ -181,3 +181,80 @@ def test_only_meshd_fleet_imports_nats() -> None:
         if pattern.search(p.read_text()) and "meshd/fleet" not in p.as_posix()
     ]
     assert offenders == []
+
+
+def module_edges(folder: str) -> dict[str, set[str]]:
+    """Each module under ``src/<folder>`` -> the modules of that same tree it names in an
+    import statement (at the top, in a function, under ``TYPE_CHECKING``): ``from a
+    import b`` names ``a.b`` when that is a module, else ``a``."""
+    root = folder.replace("/", ".")
+    files = {
+        ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (SRC / folder).rglob("*.py")
+    }
+    edges: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    targets.add(sub if sub in files else node.module)
+        edges[name] = {t for t in targets if t in files and t != name and within(t, root)}
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while (w := stack.pop()) != v:
+                group.append(w)
+            group.append(v)
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_circles_finds_a_loop() -> None:
+    """The check below can fail: a loop of three modules (and a type-only pair) is found."""
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}
+
+    assert circles(edges) == [["a", "b", "c"], ["d", "e"]]
+
+
+def test_the_client_imports_one_way() -> None:
+    """No import circle in the library (``meshctl`` but its commands and the Hermes
+    plugin), type-only and lazy imports included: the session layer names its client and session through
+    ``_async/abc.py`` (and its generated twin) and connections name the client through
+    ``_core/abc.py``, so imports run from the client down; ``_blocking`` never imports
+    back from ``_sync``."""
+    edges = {
+        m: ts
+        for m, ts in module_edges("meshctl").items()
+        if not within(m, "meshctl.hermes", "meshctl.cli")
+    }
+
+    assert "meshctl._async.session" in edges["meshctl._async.client"]  # the graph was read
+    assert circles(edges) == []
+    assert {t for t in edges["meshctl._blocking"] if within(t, "meshctl._sync")} == set()

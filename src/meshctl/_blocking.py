@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, NoReturn
 
-    from meshctl._sync import Mesh
+    from meshctl._core.abc import Target
 
 
 #: How many times this process is a forked child of the one that imported us: a
@@ -59,11 +59,6 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
-
-
-_REFUSALS = frozenset({"UNAVAILABLE", "FORBIDDEN"})
-"""``data.code`` of the one line a daemon writes to a connection it will not take
-(too many connections, another uid, no room for partial frames) before closing it."""
 
 
 class Stale(Exception):
@@ -154,7 +149,7 @@ class Connection:
         self.daemon = _conn.daemon_key(info)
 
     @classmethod
-    def like(cls, mesh: Mesh) -> Connection:
+    def like(cls, mesh: Target) -> Connection:
         """A connection of its own to the same daemon as ``mesh``."""
         return cls(mesh.profile, mesh.socket_path, autostart=mesh.autostart, timeout=mesh.timeout)
 
@@ -354,8 +349,7 @@ class Connection:
         if rid is None and msg.error is not None:
             # A connection the daemon would not take (too many, another uid) is told
             # so in one line before it is closed: that error is the answer to show.
-            refused = msg.error.data.get("code") in _REFUSALS
-            self.close(lost=msg.error if refused else _conn.unreadable(msg.error))
+            self.close(lost=_conn.lost_to(msg.error))
             return
         target = pending.pop(rid, None) if isinstance(rid, int) else None
         if target is None:
@@ -382,7 +376,7 @@ class Connection:
         if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
             refusal = self._refusal()
             self.close(_conn.closed_before_reply(0))
-            if refusal is not None and refusal.data.get("code") in _REFUSALS:
+            if refusal is not None and _conn.refused(refusal):
                 raise refusal from None  # not taken at all: "too many connections …"
             if refusal is not None:
                 raise FrameTooLarge(
@@ -424,7 +418,7 @@ class Connection:
         if isinstance(msg, _conn.Reply) and msg.error is not None and msg.error.code == -32600:
             return msg.error
         if isinstance(msg, _conn.Reply) and msg.error is not None and msg.id is None:
-            return msg.error if msg.error.data.get("code") in _REFUSALS else None
+            return msg.error if _conn.refused(msg.error) else None
         return None
 
     def _receive(self, deadline: float) -> _conn.Reply | _conn.Event | None:

@@ -469,6 +469,23 @@ def parse_line(line: bytes) -> Reply | Event:
     return Reply(msg["id"], msg["result"])
 
 
+#: ``data.code`` of the one line a daemon writes to a connection it will not take (too
+#: many connections, another uid, no room for partial frames) before closing it.
+REFUSALS = frozenset({"UNAVAILABLE", "FORBIDDEN"})
+
+
+def refused(error: MeshError) -> bool:
+    """Whether an error the daemon wrote with a null ``id`` refuses the connection itself."""
+    return error.data.get("code") in REFUSALS
+
+
+def lost_to(error: MeshError) -> MeshError:
+    """What every call waiting on a connection fails with when the daemon wrote
+    ``error`` with a null ``id`` and closed it: a refusal of the connection as it is
+    ("too many connections …", both clients alike), anything else :func:`unreadable`."""
+    return error if refused(error) else unreadable(error)
+
+
 def unreadable(error: MeshError) -> MeshProtocolError:
     """What the calls waiting on a connection are told when the daemon answered one of
     them with an error whose ``id`` is null (JSON-RPC 2.0: it could not read the request

@@ -14,22 +14,12 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple
+from typing import Any
 
+from tests.scripted_model import Handler, Move, Script, ScriptedModel, Text, Tool
 
-class Tool(NamedTuple):
-    name: str
-    args: dict[str, Any]
-
-
-class Text(NamedTuple):
-    content: str
-
-
-Move = Tool | Text
-Script = Callable[[list[dict[str, Any]]], Move]
+__all__ = ["FakeAnthropic", "Move", "Script", "Text", "Tool", "last_is_tool_result",
+           "text_of", "tools_then_done"]  # fmt: skip
 
 
 def text_of(content: Any) -> str:
@@ -73,29 +63,15 @@ def tools_then_done(moves: list[Tool], final: str = "FAKE-FINAL") -> Script:
     return script
 
 
-class FakeAnthropic:
+class FakeAnthropic(ScriptedModel):
     """The server; ``url`` is its base (what ``ANTHROPIC_BASE_URL`` takes)."""
 
     def __init__(self, script: Script) -> None:
-        self.script = script
-        #: the conversation turns (requests that offered tools), in order
-        self.requests: list[dict[str, Any]] = []
+        #: ``requests``: the conversation turns (requests that offered tools), in order
+        super().__init__(script, _MessagesHandler)
         #: every request body, side requests included
         self.all_requests: list[dict[str, Any]] = []
-        self._calls = 0
-        self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeAnthropic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._all_lock = threading.Lock()
 
     def tool_names(self, index: int = 0) -> list[str]:
         """Names of the tools offered in conversation turn ``index``."""
@@ -118,74 +94,46 @@ class FakeAnthropic:
         last = self.requests[-1] if self.requests else {}
         return "\n".join(text_of(m.get("content")) for m in last.get("messages") or [])
 
-    def _answer(self, body: dict[str, Any]) -> tuple[Move, str]:
-        with self._lock:
+    def answer(self, body: dict[str, Any]) -> tuple[Move, str]:
+        with self._all_lock:
             self.all_requests.append(body)
-            self._calls += 1
-            call_id = f"toolu_fake{self._calls:04d}"
-            turn = bool(body.get("tools"))
-            if turn:
-                self.requests.append(body)
+        turn = bool(body.get("tools"))
+        call_id = f"toolu_fake{self.record(body, keep=turn):04d}"
         if not turn:
             return Text("ok"), call_id
         return self.script(list(body.get("messages") or [])), call_id
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+class _MessagesHandler(Handler):
+    protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+    def do_GET(self) -> None:
+        self.send_json(404, {"type": "error", "error": {"type": "not_found_error",
+                                                        "message": "not found"}})  # fmt: skip
 
-            def _json(self, code: int, doc: Any) -> None:
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
-            def do_GET(self) -> None:
-                self._json(404, {"type": "error", "error": {"type": "not_found_error",
-                                                            "message": "not found"}})  # fmt: skip
-
-            def do_HEAD(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                path = self.path.split("?", 1)[0].rstrip("/")
-                if path.endswith("/count_tokens"):
-                    self._json(200, {"input_tokens": 10})
-                    return
-                if not path.endswith("/v1/messages"):
-                    self.do_GET()
-                    return
-                body = json.loads(raw or b"{}")
-                move, call_id = fake._answer(body)
-                model = str(body.get("model") or "claude-fake")
-                if body.get("stream"):
-                    self._stream(move, call_id, model)
-                else:
-                    self._json(200, _message(move, call_id, model))
-
-            def _stream(self, move: Move, call_id: str, model: str) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for event, data in _events(move, call_id, model):
-                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-                self.close_connection = True
-
-        return Handler
+    def do_POST(self) -> None:
+        raw = self.read_body()
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path.endswith("/count_tokens"):
+            self.send_json(200, {"input_tokens": 10})
+            return
+        if not path.endswith("/v1/messages"):
+            self.do_GET()
+            return
+        body = json.loads(raw or b"{}")
+        move, call_id = self.fake.answer(body)
+        model = str(body.get("model") or "claude-fake")
+        if body.get("stream"):
+            events = _events(move, call_id, model)
+            frames = [f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in events]
+            self.send_events(frames, close=True)
+        else:
+            self.send_json(200, _message(move, call_id, model))
 
 
 _USAGE = {"input_tokens": 10, "output_tokens": 5}

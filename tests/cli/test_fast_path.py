@@ -152,7 +152,7 @@ FAST_READS = [
     ["heartbeat"],
     ["heartbeat", "--json"],
     ["heartbeat", "--status", "thinking", "--task", "new task"],
-    ["heartbeat", "--status=tool-running", "--task="],
+    ["heartbeat", "--status=tool-running", "--task=tests"],
 ]
 
 
@@ -240,6 +240,8 @@ LEFT_TO_CLICK = [
     ["claim", "res:x", "--shared=yes"],
     ["heartbeat", "--status", "napping"],
     ["heartbeat", "--task", "--json"],
+    ["heartbeat", "--status=tool-running", "--task="],  # --task is empty
+    ["register", "--task", " "],
     ["--profile", "bad name", "heartbeat"],
     ["--socket", "relative.sock", "check", "res:x"],
     ["check", "--help"],

@@ -84,8 +84,48 @@ def test_doctor_names_the_extra(
         r = meshctl("doctor", env=env)
 
         assert r.code == 1, r
-        assert "the daemon cannot load the fleet client" in r.out
+        assert (
+            "[fleet] is configured but the daemon cannot load the fleet client "
+            "(no module named 'nats'); this host's mesh works alone meanwhile"
+        ) in r.out
         assert "install the [fleet] extra: " in r.out
         assert "start nats-server" not in r.out
     finally:
         d.stop()
+
+
+def test_the_daemon_says_the_extra_in_one_line(
+    meshctl: Meshctl, mesh_env: Any, without_nats: dict[str, str]
+) -> None:
+    """The daemon's own word for a [fleet] it cannot load: the extra and the command that
+    adds it, in its status and in its log; no traceback, no bare ModuleNotFoundError."""
+    mesh_env.write_config('[fleet]\nurl = "nats://127.0.0.1:4222"\n')
+    env = {**mesh_env.env, **without_nats}
+    d = DaemonHandle(env=env, socket=mesh_env.socket, state_dir=mesh_env.state_dir)
+    d.start()
+    try:
+        error = wait_for(lambda: d.call("fleet.status")["result"].get("last_error"))
+        shown = meshctl("fleet", "status", env=env)
+    finally:
+        d.stop()
+
+    assert error.startswith(
+        "the [fleet] extra (nats-py) is not installed where meshd runs (no module named "
+        "'nats'): install it with: "
+    ), error
+    assert "-m pip install 'session-mesh[fleet]', then `meshctl daemon restart`" in error
+    assert error in shown.out
+    assert d.log is not None
+    log = d.log.read_text()
+    assert "the [fleet] extra (nats-py) is not installed" in log, log
+    assert "Traceback" not in log
+    assert "ModuleNotFoundError" not in log
+
+
+def test_the_daemon_and_meshctl_name_the_same_command() -> None:
+    """Two copies (meshctl imports nothing of the daemon but the contract): one answer."""
+    from meshctl.cli.admin import fleet_extra
+    from meshd.fleet import extra
+
+    assert extra.install_hint() == fleet_extra.install_hint()
+    assert fleet_extra.install_hint() in extra.not_installed("nats")

@@ -104,13 +104,14 @@ main()
 """
 
 
-def compiled(args: list[str], env: dict[str, str], code: int) -> list[str]:
-    """The patterns our modules compiled in a ``meshctl ARGS`` run (``module: pattern``)."""
-    fd, path = tempfile.mkstemp(prefix="re-")
+def _probed(probe: str, args: list[str], env: dict[str, str], code: int) -> str:
+    """Run ``meshctl ARGS`` under ``probe`` (a ``python -c`` script that writes what it saw
+    to the file named by its first argument), check the exit code, return that file."""
+    fd, path = tempfile.mkstemp(prefix="probe-")
     os.close(fd)
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _PATTERNS, path, *args],
+            [sys.executable, "-c", probe, path, *args],
             env=env,
             capture_output=True,
             text=True,
@@ -119,29 +120,19 @@ def compiled(args: list[str], env: dict[str, str], code: int) -> list[str]:
         )
         assert done.returncode == code, f"{args} -> {done.returncode}\n{done.stderr[-2000:]}"
         with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f.read().splitlines()]
+            return f.read()
     finally:
         os.unlink(path)
+
+
+def compiled(args: list[str], env: dict[str, str], code: int) -> list[str]:
+    """The patterns our modules compiled in a ``meshctl ARGS`` run (``module: pattern``)."""
+    return [json.loads(line) for line in _probed(_PATTERNS, args, env, code).splitlines()]
 
 
 def loaded(args: list[str], env: dict[str, str], code: int) -> set[str]:
     """Every module a ``meshctl ARGS`` run had imported when it exited with ``code``."""
-    fd, path = tempfile.mkstemp(prefix="mods-")
-    os.close(fd)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _PROBE, path, *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == code, f"{args} -> {done.returncode}\n{done.stderr[-2000:]}"
-        with open(path, encoding="utf-8") as f:
-            names = set(f.read().split())
-    finally:
-        os.unlink(path)
+    names = set(_probed(_PROBE, args, env, code).split())
     assert "meshctl.cli" in names, sorted(names)
     return names
 

@@ -119,3 +119,37 @@ class TestConfigProfiles:
         assert "[profiles.tset] names no profile used here (used: test); did you mean test?" in (
             r.out
         )
+
+
+class TestBlankTask:
+    """``--task ''`` is what ``--task "$TASK"`` gives when the variable is unset: a
+    session whose line says nothing to the others (``— ,`` in ``sessions active``), and
+    with ``MESH_SESSION`` set the reused session's task wiped. Refused as a usage error;
+    leaving ``--task`` out of ``heartbeat`` keeps the task."""
+
+    def test_register_refuses_an_empty_or_blank_task(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any
+    ) -> None:
+        env = mesh_env.env
+
+        empty = meshctl("register", "--task", "", env=env)
+        blank = meshctl("register", "--task", "   ", "--liveness", "heartbeat", env=env)
+
+        for r in (empty, blank):
+            assert r.code == 2, r
+            assert "--task is empty: say in a few words what this session does" in r.err
+            assert r.out == ""
+        assert meshctl("sessions", "active", "--json", env=env).json() == []
+
+    def test_heartbeat_refuses_a_blank_task_and_keeps_the_old_one(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any
+    ) -> None:
+        env = mesh_env.env
+        me = live(meshctl, env, "cli:20261201-1a8041")
+
+        r = meshctl("heartbeat", "--task", "", "--session", me, env=env)
+
+        assert r.code == 2, r
+        assert "--task is empty" in r.err
+        shown = meshctl("sessions", "show", me, "--json", env=env).json()
+        assert shown["task"] == "t"

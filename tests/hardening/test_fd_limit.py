@@ -15,9 +15,13 @@ import socket
 import subprocess
 import sys
 
+import anyio
+import pytest
 from tests.conftest import MeshEnv
 from tests.hardening.support import LimitedDaemon, raise_own_nofile
 from tests.support import wait_for
+
+from meshctl import AsyncMesh, Mesh, MeshError, MeshUnavailable
 
 PING = b'{"jsonrpc":"2.0","id":1,"method":"mesh.ping"}\n'
 INFO = b'{"jsonrpc":"2.0","id":1,"method":"mesh.info"}\n'
@@ -116,3 +120,55 @@ def test_the_limit_is_in_daemon_status_and_doctor(mesh_env: MeshEnv) -> None:
         in (checks["connections"]["message"])
     )
     assert "ulimit -n" in checks["connections"]["fix"]
+
+
+def fill(d: LimitedDaemon) -> list[socket.socket]:
+    """Idle connections to ``d``, held open, up to and including the first it refuses
+    (a refused one counts until it closes, so the next is refused too)."""
+    held: list[socket.socket] = []
+    while True:
+        s = socket.socket(socket.AF_UNIX)
+        held.append(s)
+        s.settimeout(5)
+        s.connect(str(d.socket))
+        if "error" in first_line(s, PING):
+            return held
+
+
+async def through_asyncmesh(fail_open: bool) -> object:
+    """``mesh.ping`` through an AsyncMesh (autostart off)."""
+    async with AsyncMesh(autostart=False, fail_open=fail_open) as mesh:
+        return await mesh.ping()
+
+
+class TestBothClientsShowTheRefusal:
+    def test_asyncmesh_says_what_mesh_says(self, mesh_env: MeshEnv) -> None:
+        """Past the daemon's open-file limit, AsyncMesh raises the daemon's own refusal
+        (MeshUnavailable, "too many connections …"), as the blocking Mesh does, and
+        with ``fail_open`` both return None."""
+        raise_own_nofile(1024)
+        d = LimitedDaemon(env=mesh_env.env, socket=mesh_env.socket,
+                          state_dir=mesh_env.state_dir, nofile=64)  # fmt: skip
+        d.start()
+        held: list[socket.socket] = []
+        try:
+            held = fill(d)
+            with pytest.raises(MeshError) as blocking:
+                Mesh(autostart=False).ping()
+            with pytest.raises(MeshError) as anyio_side:
+                anyio.run(through_asyncmesh, False)
+            with Mesh(autostart=False, fail_open=True) as mesh:
+                blocking_open = mesh.ping()
+            async_open = anyio.run(through_asyncmesh, True)
+        finally:
+            for s in held:
+                s.close()
+            d.stop()
+
+        assert isinstance(blocking.value, MeshUnavailable)
+        assert "too many connections" in blocking.value.message
+        assert type(anyio_side.value) is type(blocking.value)
+        assert anyio_side.value.message == blocking.value.message
+        assert anyio_side.value.data == blocking.value.data
+        assert blocking_open is None
+        assert async_open is None

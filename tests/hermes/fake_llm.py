@@ -4,29 +4,18 @@ The test gives a ``script``: called with each request's messages, it returns the
 next assistant move -- ``Tool(name, args)`` or ``Text(content)``. Every request body
 is kept (``requests``), so a test can read exactly what the model was sent: the
 tools it was offered, the context hooks appended, the tool results. Streaming and
-non-streaming requests are both answered.
+non-streaming requests are both answered. The server itself is ``tests/scripted_model.py``.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple
+from typing import Any
 
+from tests.scripted_model import Handler, Move, Script, ScriptedModel, Text, Tool
 
-class Tool(NamedTuple):
-    name: str
-    args: dict[str, Any]
-
-
-class Text(NamedTuple):
-    content: str
-
-
-Move = Tool | Text
-Script = Callable[[list[dict[str, Any]]], Move]
+__all__ = ["FakeLLM", "Move", "Script", "Text", "Tool", "content", "last", "one_tool_then_done"]
 
 
 def last(messages: list[dict[str, Any]], role: str) -> dict[str, Any] | None:
@@ -55,28 +44,13 @@ def one_tool_then_done(name: str, args: dict[str, Any], final: str = "FAKE-FINAL
     return script
 
 
-class FakeLLM:
+class FakeLLM(ScriptedModel):
     """The server; ``url`` is its ``/v1`` base. Use as a context manager."""
 
     def __init__(self, script: Script) -> None:
-        self.script = script
-        self.requests: list[dict[str, Any]] = []
+        super().__init__(script, _OpenAIHandler, "/v1")
         #: called with each chat request before it is answered (a test may block here)
         self.on_request: Callable[[dict[str, Any]], None] | None = None
-        self._calls = 0
-        self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeLLM:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     def tool_messages(self) -> list[str]:
         """Every tool result the model was sent, in order, without repeats."""
@@ -92,62 +66,33 @@ class FakeLLM:
         tools = self.requests[index].get("tools") or []
         return [t["function"]["name"] for t in tools]
 
-    def _answer(self, body: dict[str, Any]) -> tuple[Move, str]:
-        with self._lock:
-            self.requests.append(body)
-            self._calls += 1
-            call_id = f"call_{self._calls}"
+    def answer(self, body: dict[str, Any]) -> tuple[Move, str]:
+        call_id = f"call_{self.record(body)}"
         if self.on_request is not None:
             self.on_request(body)
         return self.script(list(body.get("messages") or [])), call_id
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+class _OpenAIHandler(Handler):
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self.send_json(200, {"object": "list", "data": [{"id": "fake-model",
+                           "object": "model", "owned_by": "test"}]})  # fmt: skip
+        else:
+            self.send_json(404, {"error": "not found"})
 
-            def _json(self, code: int, doc: Any) -> None:
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
-                    self._json(200, {"object": "list", "data": [{"id": "fake-model",
-                               "object": "model", "owned_by": "test"}]})  # fmt: skip
-                else:
-                    self._json(404, {"error": "not found"})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._json(404, {"error": "not found"})
-                    return
-                body = json.loads(raw or b"{}")
-                move, call_id = fake._answer(body)
-                if body.get("stream"):
-                    self._stream(move, call_id)
-                else:
-                    self._json(200, _completion(move, call_id))
-
-            def _stream(self, move: Move, call_id: str) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.end_headers()
-                for chunk in _chunks(move, call_id):
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-                self.close_connection = True
-
-        return Handler
+    def do_POST(self) -> None:
+        raw = self.read_body()
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self.send_json(404, {"error": "not found"})
+            return
+        body = json.loads(raw or b"{}")
+        move, call_id = self.fake.answer(body)
+        if body.get("stream"):
+            frames = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in _chunks(move, call_id)]
+            self.send_events([*frames, b"data: [DONE]\n\n"])
+        else:
+            self.send_json(200, _completion(move, call_id))
 
 
 _USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}

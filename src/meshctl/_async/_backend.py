@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from meshctl._async.connection import AsyncConnection
 from meshctl._core.messaging import Query
 from meshd.protocol.errors import MeshError
 
 if TYPE_CHECKING:
-    from meshctl._async.client import AsyncMesh
-    from meshctl._async.connection import AsyncConnection
-    from meshctl._async.session import AsyncSession
+    from meshctl._async.abc import AsyncClient, AsyncSessionLike
 
 T = TypeVar("T")
 
@@ -41,12 +40,22 @@ def shielded() -> anyio.CancelScope:
     return anyio.CancelScope(shield=True)
 
 
+def _task_group(mesh: AsyncClient) -> anyio.abc.TaskGroup:
+    """The task group of the ``AsyncMesh`` that made the session: it runs what goes on
+    apart from the caller. (Read by name: the session layer sees its client through
+    :class:`~meshctl._async.abc.AsyncClient`, and only this backend knows task groups.)"""
+    tg: anyio.abc.TaskGroup | None = getattr(mesh, "_tg", None)
+    if tg is None:
+        raise MeshError("use the AsyncMesh inside `async with`")
+    return tg
+
+
 class Heartbeats:
     """A session's heartbeat task, in the task group of the session's ``AsyncMesh``;
     it heartbeats on the session's own connection (the reader task matches replies,
     so a slow call never delays a heartbeat)."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSessionLike) -> None:
         self.session = session
         #: Heartbeats answered so far.
         self.count = 0
@@ -58,11 +67,9 @@ class Heartbeats:
     def started(self) -> bool:
         return self._started
 
-    def start(self, run: Callable[[AsyncMesh], Awaitable[None]]) -> None:
+    def start(self, run: Callable[[AsyncClient], Awaitable[None]]) -> None:
         """Run ``run(mesh)`` in the mesh's task group until :meth:`stop`."""
-        tg = self.session.mesh._tg
-        if tg is None:
-            raise MeshError("use the AsyncMesh inside `async with`")
+        tg = _task_group(self.session.mesh)
         self._started = True
 
         async def task() -> None:
@@ -101,10 +108,8 @@ QueryHandler = Callable[[Query], str | Awaitable[str | None] | None]
 EventHandler = Callable[[dict[str, Any]], Any]
 
 
-async def connect(mesh: AsyncMesh) -> AsyncConnection:
+async def connect(mesh: AsyncClient) -> AsyncConnection:
     """A connection of its own to ``mesh``'s daemon (events, a responder, preemption)."""
-    from meshctl._async.connection import AsyncConnection
-
     return await AsyncConnection(mesh).open()
 
 
@@ -141,7 +146,7 @@ class Worker:
     """A loop apart from the caller: a task in the AsyncMesh's task group, until
     :meth:`stop` (which lets a :meth:`busy` section finish first)."""
 
-    def __init__(self, mesh: AsyncMesh, name: str) -> None:
+    def __init__(self, mesh: AsyncClient, name: str) -> None:
         self._mesh = mesh
         self.name = name
         self._scope = anyio.CancelScope()
@@ -160,9 +165,7 @@ class Worker:
         return self._started and not self._done.is_set()
 
     def start(self, run: Callable[[], Awaitable[None]]) -> None:
-        tg = self._mesh._tg
-        if tg is None:
-            raise MeshError("use the AsyncMesh inside `async with`")
+        tg = _task_group(self._mesh)
         self._started = True
 
         async def task() -> None:

@@ -23,10 +23,10 @@ connections of their own for events and a live responder are in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
-import time
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
@@ -107,11 +107,10 @@ class AsyncMesh:
         if autostart:
             _paths.check_overrides()
         self.autostart = autostart
-        self.fail_open = fail_open
         self.timeout = timeout
         self.daemon: tuple[Any, Any] = (None, None)
         self._info: Any = None  # the mesh.info the current connection began with
-        self._fail_open = _session.FailOpen()
+        self._fail_open = _session.FailOpen(fail_open)
         self.dropped_events = 0
         self._ids = _conn.Protocol()
         self._pending: dict[int, _Slot] = {}
@@ -135,7 +134,7 @@ class AsyncMesh:
             if not self.fail_open:
                 await self._abandon(tg)
                 raise
-            self._fail_open.failed(exc, time.monotonic())
+            self._fail_open.failed(exc)
         except BaseException:
             await self._abandon(tg)
             raise
@@ -177,25 +176,24 @@ class AsyncMesh:
 
     # --- calls -------------------------------------------------------------------
 
+    @property
+    def fail_open(self) -> bool:
+        """Whether an unreachable daemon makes calls return None instead of raising."""
+        return self._fail_open.enabled
+
     async def call(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
-        """Send one request and return its result (None when failing open)."""
-        fail_open = self._fail_open
-        if fail_open.degraded and fail_open.waiting(time.monotonic()):
+        """Send one request and return its result (None when failing open: the rule is
+        :class:`meshctl._core.session.FailOpen`'s)."""
+        policy = self._fail_open
+        if policy.skip():
             return None
         try:
             reply = await self._call(method, params, timeout)
         except (MeshUnavailable, MeshTimeout) as exc:
-            # A hung daemon (no reply in time) is as unavailable as a missing one.
-            if not self.fail_open:
-                raise
-            fail_open.failed(exc, time.monotonic())
+            policy.failed(exc)  # raises it unless failing open
             return None
-        if fail_open.degraded:  # answered on the connection a timeout left open
-            fail_open.reached(self.profile)
-        # An error the daemon answered is raised, never failed open: UNAVAILABLE from a
-        # full disk (StorageUnavailable) means it was reached and could not store, as
-        # the blocking Mesh says (it returned None here and skipped calls for backoff).
-        return reply.unwrap()
+        policy.answered(self.profile)
+        return reply.unwrap()  # the daemon's own error is raised, never failed open
 
     async def _call(self, method: str, params: Any, timeout: float | None) -> _conn.Reply:
         rid, frame = self._ids.request(method, params)
@@ -286,7 +284,7 @@ class AsyncMesh:
                 self._stream = None  # its reader closes it; this call gets a new one
             if self._tg is None:
                 raise MeshError("use AsyncMesh inside `async with`")
-            autostart = self.autostart and not self._fail_open.degraded
+            autostart = self._fail_open.may_start(self.autostart)
             stream = await open_stream(self.profile, self.socket_path, autostart, self.timeout)
             self._stream = stream
             self._tg.start_soon(self._read_loop, stream)
@@ -295,7 +293,9 @@ class AsyncMesh:
             slot.stream = stream
             self._pending[rid] = slot
             try:
-                await self._send_on(stream, frame)
+                # Refused or closed at once: the reader fails the slot saying why.
+                with contextlib.suppress(*BROKEN):
+                    await self._send_on(stream, frame)
                 with anyio.fail_after(self.timeout):
                     await slot.done.wait()
                 assert slot.reply is not None
@@ -347,7 +347,7 @@ class AsyncMesh:
                 if line.strip():
                     msg = _conn.parse_line(line)
                     if isinstance(msg, _conn.Reply) and msg.id is None and msg.error:
-                        lost = _conn.unreadable(msg.error)  # whose it is cannot be told
+                        lost = _conn.lost_to(msg.error)  # a refusal, or whose it is unknown
                         break
                     self._route(msg)
         except (*BROKEN, anyio.DelimiterNotFound, MeshProtocolError) as exc:

@@ -21,7 +21,7 @@ from meshctl import _conn, _spawn
 from meshd.protocol.errors import MeshTimeout, MeshUnavailable
 
 if TYPE_CHECKING:
-    from meshctl._async.client import AsyncMesh
+    from meshctl._core.abc import Target
 
 BROKEN = (
     anyio.BrokenResourceError,
@@ -50,7 +50,7 @@ class AsyncConnection:
     """A connection of its own to the daemon of ``mesh``: requests and their replies,
     pushed events kept aside for :meth:`next_event`. Any failure closes it."""
 
-    def __init__(self, mesh: AsyncMesh) -> None:
+    def __init__(self, mesh: Target) -> None:
         self._mesh = mesh
         self._proto = _conn.Protocol()
         self._stream: anyio.abc.SocketStream | None = None

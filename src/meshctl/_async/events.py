@@ -21,7 +21,7 @@ from meshctl._async import _backend
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
 if TYPE_CHECKING:
-    from meshctl._async.client import AsyncMesh
+    from meshctl._async.abc import AsyncClient
     from meshctl._async.connection import AsyncConnection
 
 
@@ -31,7 +31,7 @@ class AsyncSessionEvents:
     Close it with ``aclose()`` or use it as ``async with session.events() as events``.
     """
 
-    def __init__(self, mesh: AsyncMesh, session_id: str) -> None:
+    def __init__(self, mesh: AsyncClient, session_id: str) -> None:
         self._mesh = mesh
         self._session_id = session_id
         self._conn: AsyncConnection | None = None

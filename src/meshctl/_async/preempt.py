@@ -20,8 +20,8 @@ from meshctl._async import _backend
 from meshd.protocol.errors import MeshError
 
 if TYPE_CHECKING:
+    from meshctl._async.abc import AsyncSessionLike
     from meshctl._async.connection import AsyncConnection
-    from meshctl._async.session import AsyncSession
 
 _POLL = 0.5
 
@@ -30,7 +30,7 @@ class AsyncPreemptWatcher:
     """Calls ``callback(event)`` for each ``preempt`` event of ``session`` until stopped."""
 
     def __init__(
-        self, session: AsyncSession, callback: Callable[[_events.PreemptEvent], Any]
+        self, session: AsyncSessionLike, callback: Callable[[_events.PreemptEvent], Any]
     ) -> None:
         self.session = session
         self.callback = callback

@@ -14,7 +14,7 @@ connects and opts in again. What a query is and what answers it is
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from meshctl import _log as log
 from meshctl._async import _backend
@@ -23,23 +23,12 @@ from meshctl._core.messaging import Query, answer_params, query_of
 from meshd.protocol.errors import MeshError, NotFound
 
 if TYPE_CHECKING:
-    from meshctl._async.client import AsyncMesh
+    from meshctl._async.abc import AsyncSessionLike
     from meshctl._async.connection import AsyncConnection
 
 _POLL = 0.25  # how often an idle responder looks whether its session is still active
 _BACKOFF_FIRST = 0.5
 _BACKOFF_MAX = 10.0
-
-
-class _Host(Protocol):
-    @property
-    def mesh(self) -> AsyncMesh: ...
-
-    @property
-    def session_id(self) -> str | None: ...
-
-    @property
-    def active(self) -> bool: ...
 
 
 class AsyncResponder:
@@ -51,7 +40,7 @@ class AsyncResponder:
     """
 
     def __init__(
-        self, session: _Host, handler: QueryHandler, on_event: EventHandler | None
+        self, session: AsyncSessionLike, handler: QueryHandler, on_event: EventHandler | None
     ) -> None:
         self.session = session
         self.handler = handler

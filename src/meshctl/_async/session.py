@@ -38,7 +38,7 @@ from meshctl._core.session import BACKOFF_FIRST, next_beat
 from meshd.protocol.errors import MeshError, MeshUnavailable, SessionExpired, UnknownSession
 
 if TYPE_CHECKING:
-    from meshctl._async.client import AsyncMesh
+    from meshctl._async.abc import AsyncClient
     from meshctl._events import PreemptEvent
 
 T = TypeVar("T")
@@ -54,7 +54,7 @@ class AsyncSession:
 
     def __init__(
         self,
-        mesh: AsyncMesh,
+        mesh: AsyncClient,
         core: _session.SessionCore,
         *,
         on_lost: Callable[[str], Any] | None = None,
@@ -504,7 +504,7 @@ class AsyncSession:
 
     # --- the heartbeats ------------------------------------------------------------
 
-    async def _run(self, mesh: AsyncMesh) -> None:
+    async def _run(self, mesh: AsyncClient) -> None:
         """Heartbeat every interval on ``mesh`` (register first while failing open); back
         off while the daemon cannot be reached (:func:`meshctl._core.session.next_beat`)."""
         # Not registered yet (failing open): poll often; the Mesh's own backoff decides
@@ -514,7 +514,7 @@ class AsyncSession:
             ok = await self._beat(mesh)
             wait = next_beat(wait, ok, self._registered, self._core.interval)
 
-    async def _beat(self, mesh: AsyncMesh) -> bool:
+    async def _beat(self, mesh: AsyncClient) -> bool:
         """One background heartbeat; False when the daemon could not be reached."""
         async with self._state:
             if self._ended:

@@ -30,13 +30,13 @@ from meshctl._core.shared import Note, SignalRecord, notes_of, once_params, rece
 from meshd.protocol.errors import MeshUnavailable
 
 if TYPE_CHECKING:
-    from meshctl._async.session import AsyncSession
+    from meshctl._async.abc import AsyncSessionLike
 
 
 class AsyncNotebook:
     """``s.notes``: the session's notebook, and the notes of others it may read."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSessionLike) -> None:
         self._s = session
 
     async def add(self, text: str, private: bool = False) -> Note | None:
@@ -58,7 +58,7 @@ class AsyncNotebook:
 class AsyncSignal:
     """``s.signal(NAME)``: emit it, or wait for it (pushed by the daemon, never polled)."""
 
-    def __init__(self, session: AsyncSession, name: str) -> None:
+    def __init__(self, session: AsyncSessionLike, name: str) -> None:
         self._s = session
         self.name = name
 
@@ -86,7 +86,7 @@ class AsyncOnce:
     ``unknown``) and ``entry`` who holds it and since when.
     """
 
-    def __init__(self, session: AsyncSession, key: str, ttl: float | None, note: str) -> None:
+    def __init__(self, session: AsyncSessionLike, key: str, ttl: float | None, note: str) -> None:
         self._s = session
         self.key = key
         self._params = once_params(key, ttl, note)

@@ -13,6 +13,8 @@ Standard library only (the blocking client imports it).
 from __future__ import annotations
 
 import os
+from _thread import allocate_lock
+from time import monotonic
 
 from meshctl import _claims
 from meshctl import _log as log
@@ -21,7 +23,7 @@ from meshd.protocol.errors import MeshError
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
     from meshctl import _events
@@ -43,40 +45,81 @@ def next_beat(wait: float, ok: bool, registered: bool, interval: float) -> float
 
 
 class FailOpen:
-    """The fail-open rule of both clients: an unreachable daemon is said once, calls
-    are no-ops meanwhile, and a connection is tried again with backoff (0.5 s doubling
-    to 30 s); reaching it again is said once too. Times are the caller's monotonic clock.
+    """The fail-open rule of both clients, written once: which failures fail open, what
+    a call returns meanwhile, when a connection is tried again, what is said.
+
+    A call that finds the daemon unreachable or hung (``MeshUnavailable``,
+    ``MeshTimeout``) raises, unless the client fails open (``enabled``): then it
+    returns None, the loss is said once through the ``meshctl`` logger, calls are
+    no-ops meanwhile, and a connection is tried again with backoff (0.5 s doubling to
+    30 s); reaching the daemon again is said once too. An error the daemon answered is
+    never failed open. Each client drives it around its own exchange::
+
+        if policy.skip():
+            return None
+        try:
+            reply = exchange(method, params)
+        except (MeshUnavailable, MeshTimeout) as exc:
+            policy.failed(exc)  # raises it unless failing open
+            return None
+        policy.answered(profile)
+
+    ``clock``: the caller's monotonic clock (injected in tests). The state changes under
+    a lock of its own, so threads sharing a ``Mesh`` say each change once.
     """
 
-    __slots__ = ("_backoff", "_retry_at", "degraded")
+    __slots__ = ("_backoff", "_clock", "_lock", "_retry_at", "degraded", "enabled")
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = False, clock: Callable[[], float] = monotonic) -> None:
+        self.enabled = enabled
         self.degraded = False
         self._retry_at = 0.0
         self._backoff = BACKOFF_FIRST
+        self._clock = clock
+        self._lock = allocate_lock()
 
-    def waiting(self, now: float) -> bool:
+    def skip(self) -> bool:
         """Whether a call now is a no-op without trying (degraded, before the retry)."""
-        return self.degraded and now < self._retry_at
+        return self.degraded and self._clock() < self._retry_at
 
-    def failed(self, exc: MeshError, now: float) -> None:
-        """A call found the daemon unreachable (or hung): degrade, and retry later."""
-        if not self.degraded:
-            log.warning(
-                "Session Mesh is unreachable, continuing without it (fail_open): %s",
-                exc.message,
-            )
-            self.degraded = True
-            self._backoff = BACKOFF_FIRST
-        self._retry_at = now + self._backoff
-        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+    def failed(self, exc: MeshError) -> None:
+        """A call found the daemon unreachable (or hung): ``exc`` is raised unless the
+        client fails open; else degrade, and try again after the backoff."""
+        if not self.enabled:
+            raise exc
+        with self._lock:
+            if not self.degraded:
+                log.warning(
+                    "Session Mesh is unreachable, continuing without it (fail_open): %s",
+                    exc.message,
+                )
+                self.degraded = True
+                self._backoff = BACKOFF_FIRST
+            self._retry_at = self._clock() + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    def answered(self, profile: str) -> None:
+        """A call was answered (on a connection a timeout left open, say)."""
+        if self.degraded:
+            self.reached(profile)
 
     def reached(self, profile: str) -> None:
         """A connection succeeded: no longer degraded."""
-        if self.degraded:
-            log.warning("Session Mesh is reachable again (profile %s)", profile)
-            self.degraded = False
-            self._backoff = BACKOFF_FIRST
+        with self._lock:
+            if self.degraded:
+                log.warning("Session Mesh is reachable again (profile %s)", profile)
+                self.degraded = False
+                self._backoff = BACKOFF_FIRST
+
+    def may_start(self, autostart: bool) -> bool:
+        """Whether a new connection may start the daemon (``autostart``): not while
+        degraded."""
+        return autostart and not self.degraded
+
+    def forked(self) -> None:
+        """In a forked child: a lock a parent thread held at the fork is never
+        released here; the child's one thread takes a new one."""
+        self._lock = allocate_lock()
 
 
 class SessionCore:

@@ -12,12 +12,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from meshctl._blocking import Connection
 from meshctl._core.messaging import Query
 
 if TYPE_CHECKING:
-    from meshctl._blocking import Connection
-    from meshctl._sync.client import Mesh
-    from meshctl._sync.session import Session
+    from meshctl._sync.abc import Client, SessionLike
 
 T = TypeVar("T")
 
@@ -48,7 +47,7 @@ class Heartbeats:
     """A session's heartbeat thread (a daemon thread) with a :class:`Mesh` of its own,
     so a slow plain call on the session's connection never delays a heartbeat."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionLike) -> None:
         self.session = session
         #: Heartbeats answered so far.
         self.count = 0
@@ -60,12 +59,15 @@ class Heartbeats:
     def started(self) -> bool:
         return self._thread is not None
 
-    def start(self, run: Callable[[Mesh], Any]) -> None:
+    def start(self, run: Callable[[Client], Any]) -> None:
         """Run ``run(mesh)`` on a thread, with a Mesh of its own, until :meth:`stop`."""
         mesh = self.session.mesh
 
+        # The session's own client class (``Mesh``), named through the session.
+        make: Callable[..., Client] = type(mesh)
+
         def thread() -> None:
-            own = type(mesh)(
+            own = make(
                 mesh.profile, mesh.socket_path, autostart=mesh.autostart, timeout=mesh.timeout
             )
             try:
@@ -109,10 +111,8 @@ EventHandler = Callable[[dict[str, Any]], Any]
 _EVENT_WAIT = 3600.0
 
 
-def connect(mesh: Mesh) -> Connection:
+def connect(mesh: Client) -> Connection:
     """A connection of its own to ``mesh``'s daemon (events, a responder, preemption)."""
-    from meshctl._blocking import Connection
-
     return Connection.like(mesh)
 
 
@@ -131,7 +131,7 @@ def next_event(conn: Connection) -> dict[str, Any]:
 class Worker:
     """A loop apart from the caller: a daemon thread, until :meth:`stop`."""
 
-    def __init__(self, mesh: Mesh, name: str) -> None:
+    def __init__(self, mesh: Client, name: str) -> None:
         self.name = name
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

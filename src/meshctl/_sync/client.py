@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import _thread
 import os
-import time
 
 from meshctl import _conn, _paths
 from meshctl._blocking import FORKS, Connection, Stale
@@ -77,45 +76,44 @@ class Mesh:
         if autostart:
             _paths.check_overrides()
         self.autostart = autostart
-        self.fail_open = fail_open
         self.timeout = timeout
         #: (pid, started_at) of the daemon this connection reached; changes on restart.
         self.daemon: tuple[Any, Any] = (None, None)
         # threading.Lock itself, without importing threading (start-up cost): held
-        # while (re)connecting and for the fail-open state, never during a call.
+        # while (re)connecting, never during a call.
         self._lock = _thread.allocate_lock()
         self._conn: Connection | None = None
         self._closed = False
         #: Events pushed to this Mesh's connections (kept across reconnections).
         self._events: deque[Any] = deque(maxlen=1024)
-        self._fail_open = _session.FailOpen()
+        self._fail_open = _session.FailOpen(fail_open)
 
     # --- public surface ----------------------------------------------------------
 
+    @property
+    def fail_open(self) -> bool:
+        """Whether an unreachable daemon makes calls return None instead of raising."""
+        return self._fail_open.enabled
+
     def call(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
-        """Send one request and return its result (None when failing open).
+        """Send one request and return its result (None when failing open: the rule is
+        :class:`meshctl._core.session.FailOpen`'s).
 
         Safe from any number of threads at once; each call waits only for its own reply.
         """
         if self._closed:
             raise MeshError("this Mesh is closed; create a new one")
-        fail_open = self._fail_open
-        if fail_open.degraded and fail_open.waiting(time.monotonic()):
+        policy = self._fail_open
+        if policy.skip():
             return None
         try:
             reply = self._exchange(method, params, timeout or self.timeout)
         except (MeshUnavailable, MeshTimeout) as exc:
-            # A hung daemon (no reply in time) is as unavailable as a missing one.
-            if not self.fail_open:
-                raise
-            with self._lock:
-                fail_open.failed(exc, time.monotonic())
+            policy.failed(exc)  # raises it unless failing open
             return None
-        if fail_open.degraded:  # answered on the connection a timeout left open
-            with self._lock:
-                fail_open.reached(self.profile)
+        policy.answered(self.profile)
         if reply.error is not None:  # (Reply.unwrap, inline: every call passes here)
-            raise reply.error
+            raise reply.error  # the daemon's own error is raised, never failed open
         return reply.result
 
     def ping(self) -> Any:
@@ -228,6 +226,7 @@ class Mesh:
         (a parent thread may have held the lock at the fork, and would never release
         it here). Right after a fork the child has one thread, so replacing them is safe."""
         self._lock = _thread.allocate_lock()
+        self._fail_open.forked()
         if self._conn is conn:
             self._conn = None
         conn.abandon()
@@ -243,7 +242,7 @@ class Mesh:
             if conn is not None and conn is not old and not conn.closed and conn.forks == FORKS[0]:
                 return conn
             self._drop()
-            autostart = self.autostart and not self._fail_open.degraded
+            autostart = self._fail_open.may_start(self.autostart)
             conn = Connection(
                 self.profile, self.socket_path, autostart=autostart, timeout=self.timeout,
                 events=self._events,

@@ -23,7 +23,7 @@ from meshctl._sync import _backend
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
 if TYPE_CHECKING:
-    from meshctl._sync.client import Mesh
+    from meshctl._sync.abc import Client
     from meshctl._sync.connection import Connection
 
 
@@ -33,7 +33,7 @@ class SessionEvents:
     Close it with ``close()`` or use it as ``with session.events() as events``.
     """
 
-    def __init__(self, mesh: Mesh, session_id: str) -> None:
+    def __init__(self, mesh: Client, session_id: str) -> None:
         self._mesh = mesh
         self._session_id = session_id
         self._conn: Connection | None = None

@@ -22,8 +22,8 @@ from meshctl._sync import _backend
 from meshd.protocol.errors import MeshError
 
 if TYPE_CHECKING:
+    from meshctl._sync.abc import SessionLike
     from meshctl._sync.connection import Connection
-    from meshctl._sync.session import Session
 
 _POLL = 0.5
 
@@ -31,7 +31,9 @@ _POLL = 0.5
 class PreemptWatcher:
     """Calls ``callback(event)`` for each ``preempt`` event of ``session`` until stopped."""
 
-    def __init__(self, session: Session, callback: Callable[[_events.PreemptEvent], Any]) -> None:
+    def __init__(
+        self, session: SessionLike, callback: Callable[[_events.PreemptEvent], Any]
+    ) -> None:
         self.session = session
         self.callback = callback
         self.seen = 0  # preempt events handed to the callback

@@ -16,7 +16,7 @@ connects and opts in again. What a query is and what answers it is
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from meshctl import _log as log
 from meshctl._core.messaging import Query, answer_params, query_of
@@ -25,23 +25,12 @@ from meshctl._sync._backend import EventHandler, QueryHandler
 from meshd.protocol.errors import MeshError, NotFound
 
 if TYPE_CHECKING:
-    from meshctl._sync.client import Mesh
+    from meshctl._sync.abc import SessionLike
     from meshctl._sync.connection import Connection
 
 _POLL = 0.25  # how often an idle responder looks whether its session is still active
 _BACKOFF_FIRST = 0.5
 _BACKOFF_MAX = 10.0
-
-
-class _Host(Protocol):
-    @property
-    def mesh(self) -> Mesh: ...
-
-    @property
-    def session_id(self) -> str | None: ...
-
-    @property
-    def active(self) -> bool: ...
 
 
 class Responder:
@@ -53,7 +42,7 @@ class Responder:
     """
 
     def __init__(
-        self, session: _Host, handler: QueryHandler, on_event: EventHandler | None
+        self, session: SessionLike, handler: QueryHandler, on_event: EventHandler | None
     ) -> None:
         self.session = session
         self.handler = handler

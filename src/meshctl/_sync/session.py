@@ -41,7 +41,7 @@ from meshd.protocol.errors import MeshError, MeshUnavailable, SessionExpired, Un
 
 if TYPE_CHECKING:
     from meshctl._events import PreemptEvent
-    from meshctl._sync.client import Mesh
+    from meshctl._sync.abc import Client
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ class Session:
 
     def __init__(
         self,
-        mesh: Mesh,
+        mesh: Client,
         core: _session.SessionCore,
         *,
         on_lost: Callable[[str], Any] | None = None,
@@ -490,7 +490,7 @@ class Session:
 
     # --- the heartbeats ------------------------------------------------------------
 
-    def _run(self, mesh: Mesh) -> None:
+    def _run(self, mesh: Client) -> None:
         """Heartbeat every interval on ``mesh`` (register first while failing open); back
         off while the daemon cannot be reached (:func:`meshctl._core.session.next_beat`)."""
         # Not registered yet (failing open): poll often; the Mesh's own backoff decides
@@ -500,7 +500,7 @@ class Session:
             ok = self._beat(mesh)
             wait = next_beat(wait, ok, self._registered, self._core.interval)
 
-    def _beat(self, mesh: Mesh) -> bool:
+    def _beat(self, mesh: Client) -> bool:
         """One background heartbeat; False when the daemon could not be reached."""
         with self._state:
             if self._ended:

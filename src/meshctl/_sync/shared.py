@@ -32,13 +32,13 @@ from meshctl._core.shared import Note, SignalRecord, notes_of, once_params, rece
 from meshd.protocol.errors import MeshUnavailable
 
 if TYPE_CHECKING:
-    from meshctl._sync.session import Session
+    from meshctl._sync.abc import SessionLike
 
 
 class Notebook:
     """``s.notes``: the session's notebook, and the notes of others it may read."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionLike) -> None:
         self._s = session
 
     def add(self, text: str, private: bool = False) -> Note | None:
@@ -60,7 +60,7 @@ class Notebook:
 class Signal:
     """``s.signal(NAME)``: emit it, or wait for it (pushed by the daemon, never polled)."""
 
-    def __init__(self, session: Session, name: str) -> None:
+    def __init__(self, session: SessionLike, name: str) -> None:
         self._s = session
         self.name = name
 
@@ -88,7 +88,7 @@ class Once:
     ``unknown``) and ``entry`` who holds it and since when.
     """
 
-    def __init__(self, session: Session, key: str, ttl: float | None, note: str) -> None:
+    def __init__(self, session: SessionLike, key: str, ttl: float | None, note: str) -> None:
         self._s = session
         self.key = key
         self._params = once_params(key, ttl, note)

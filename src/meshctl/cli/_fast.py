@@ -248,6 +248,8 @@ def _kwargs(line: _Line) -> dict[str, Any] | None:
 
         if "status" in opts and opts["status"] not in STATUSES:
             return None
+        if "task" in opts and not opts["task"].strip():
+            return None  # click says --task is empty
         return {"status": opts.get("status"), "task": opts.get("task")}
     if line.command == "register":
         return _register_kwargs(opts)
@@ -270,6 +272,8 @@ def _register_kwargs(opts: dict[str, Any]) -> dict[str, Any] | None:
 
     if "task" not in opts or ("slot" in opts and "parent" not in opts):
         return None  # --task is required; --slot needs --parent
+    if not opts["task"].strip():
+        return None  # click says --task is empty
     if "expire_after" in opts and opts.get("liveness") != "heartbeat":
         return None  # --expire-after needs --liveness heartbeat
     if opts.get("liveness", "process") not in ("process", "heartbeat"):

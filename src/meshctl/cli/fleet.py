@@ -116,8 +116,35 @@ def status() -> None:
     from meshctl.cli.admin.config import config_file
 
     state = get_state()
-    st = state.call("fleet.status")
-    _output.emit(state.json, st, lambda: render_status(st, config_file()))
+    path = config_file()
+    st = _status(state, path)
+    _output.emit(state.json, st, lambda: render_status(st, path))
+
+
+def _status(state: State, path: Path) -> dict[str, Any]:
+    """``fleet.status`` of the running daemon; with none running, the config file
+    answers when it has no ``[fleet]`` table (nothing to start a daemon for: it would
+    only say the same). With a table, the daemon is started: it is what joins."""
+    if _configured(path):
+        return dict(state.call("fleet.status"))
+    try:
+        return dict(state.call("fleet.status", autostart=False))
+    except MeshUnavailable:
+        import msgspec
+
+        from meshd.protocol.fleet import FleetStatusResult
+
+        return dict(msgspec.to_builtins(FleetStatusResult(configured=False)))
+
+
+def _configured(path: Path) -> bool:
+    """Whether the file has a ``[fleet]`` table (or cannot be read: the daemon says why)."""
+    from meshctl.cli.admin import fleet_config as _fleet_config
+
+    try:
+        return _fleet_config.current(_read(path)) is not None
+    except (_fleet_config.FleetConfigError, _output.Failure):
+        return True
 
 
 def _edit(state: State, new_text: str | None, path: Path) -> dict[str, Any]:

@@ -31,9 +31,28 @@ from meshctl.cli._params import Seconds
 __all__ = ["STATUSES", "end", "heartbeat", "register", "register_params"]
 
 
+def _task(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a task that says nothing: ``--task "$TASK"`` with the variable unset gives
+    one, and the others would read ``— ,`` where the task goes (a reused session's task
+    wiped). A usage error; to keep a session's task, leave ``--task`` out."""
+    if value is not None and not value.strip():
+        raise click.UsageError(
+            "--task is empty: say in a few words what this session does (the others "
+            "see it in `meshctl sessions active`)",
+            ctx,
+        )
+    return value
+
+
 @click.command()
 @common_options
-@click.option("--task", required=True, metavar="T", help="What this session does (≤ 200 chars).")
+@click.option(
+    "--task",
+    required=True,
+    metavar="T",
+    callback=_task,
+    help="What this session does (≤ 200 chars, not empty).",
+)
 @click.option("--source", metavar="S", help="cli, cron, shell, worker … (daemon default: shell).")
 @click.option(
     "--pid",
@@ -128,7 +147,7 @@ def register(
 @click.command()
 @common_options
 @click.option("--status", type=click.Choice(STATUSES), help="What the session is doing now.")
-@click.option("--task", metavar="T", help="A new task line.")
+@click.option("--task", metavar="T", callback=_task, help="A new task line (not empty).")
 def heartbeat(status: str | None, task: str | None) -> None:
     """Say the session is still here (and, optionally, its status or task).
 

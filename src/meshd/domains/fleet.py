@@ -70,10 +70,25 @@ class FleetDomain(Domain):
             try:
                 await self._run(cfg)
             except Exception as exc:  # a bug in the fleet must never stop the daemon
-                self.failure = f"{type(exc).__name__}: {exc}"
-                log.exception("the fleet failed; this host works alone, trying again in 10 s")
+                self._failed(exc)
                 with anyio.move_on_after(RETRY):
                     await self._changed.wait()
+
+    def _failed(self, exc: Exception) -> None:
+        """Keep and log why the fleet stopped. The extra not installed is said in one
+        line naming the command that adds it (once, not at every retry); anything else
+        is a bug, logged with its traceback."""
+        from meshd.fleet import extra
+
+        module = extra.missing_module(exc)
+        if module is None:
+            self.failure = f"{type(exc).__name__}: {exc}"
+            log.exception("the fleet failed; this host works alone, trying again in 10 s")
+            return
+        said = self.failure
+        self.failure = extra.not_installed(module)
+        if self.failure != said:
+            log.error("%s; this host works alone meanwhile", self.failure)
 
     async def _run(self, cfg: FleetSettings) -> None:
         from meshd.fleet.hub import Fleet

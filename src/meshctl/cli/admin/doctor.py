@@ -349,6 +349,14 @@ MIN_NATS = (2, 11)
 """Per-key TTL (the fleet registry) needs nats-server 2.11 or later."""
 
 
+def _no_module(error: str) -> str:
+    """``no module named 'nats'`` out of the daemon's fleet error (either spelling)."""
+    import re
+
+    found = re.search(r"no module named '[^']*'", error, re.IGNORECASE)
+    return found.group(0).lower() if found else error
+
+
 def check_fleet(ctx: Context) -> Check:
     """The fleet link (SPEC §12): not configured, connected, or what it cannot reach."""
     st = ctx.fleet
@@ -361,14 +369,14 @@ def check_fleet(ctx: Context) -> Check:
             "fleet", "ok", "not configured: this host is alone (meshctl fleet join URL to join)"
         )
     urls = ", ".join(st.get("urls") or [])
-    if not st.get("connected") and "No module named" in str(st.get("last_error")):
+    if not st.get("connected") and "no module named" in str(st.get("last_error")).lower():
         from meshctl.cli.admin import fleet_extra
 
         return Check(
             "fleet",
             "fail",
-            f"[fleet] is configured but the daemon cannot load the fleet client: "
-            f"{st.get('last_error')}; this host's mesh works alone meanwhile",
+            f"[fleet] is configured but the daemon cannot load the fleet client "
+            f"({_no_module(str(st.get('last_error')))}); this host's mesh works alone meanwhile",
             f"install the [fleet] extra: {fleet_extra.install_hint()}, then "
             f"`meshctl daemon restart`; or `meshctl fleet leave`",
         )

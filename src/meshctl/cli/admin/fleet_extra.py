@@ -10,7 +10,10 @@ start both use this installation's interpreter), so this process's view is the
 daemon's.
 
 The hint follows how session-mesh was installed: pipx and uv tool keep it in a venv
-of their own, which ``pip install`` in another environment does not reach.
+of their own, which ``pip install`` in another environment does not reach. The daemon
+says the same command when its ``[fleet]`` cannot be loaded (:mod:`meshd.fleet.extra`,
+kept apart because the command line imports nothing of the daemon beyond the contract;
+``tests/cli/test_fleet_extra.py`` checks the two agree).
 """
 
 from __future__ import annotations
