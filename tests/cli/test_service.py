@@ -36,22 +36,38 @@ def svc_env(short_tmp: Path, mesh_env: Any) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def plain_env(svc_env: dict[str, str]) -> dict[str, str]:
+    """``svc_env`` as a person's shell has it: no MESH_CONFIG, MESH_STATE_DIR, MESH_SOCKET."""
+    return {k: v for k, v in svc_env.items() if k not in OVERRIDES}
+
+
+OVERRIDES = ("MESH_CONFIG", "MESH_STATE_DIR", "MESH_SOCKET")
+
+
 def unit_dir(env: dict[str, str]) -> Path:
     return Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
 
 
-def verify(files: list[Path], runtime: Path) -> subprocess.CompletedProcess[str]:
-    """``systemd-analyze verify --user`` over instance copies of the template files."""
+def verify(
+    files: list[Path], runtime: Path, *, instance: str = "ci"
+) -> subprocess.CompletedProcess[str]:
+    """``systemd-analyze verify --user`` over instance copies of the template files (named
+    by path, or by name with their folder as the unit path, so its drop-ins are read)."""
     inst = []
     for f in files:
-        copy = f.with_name(f.name.replace("@.", "@ci."))
+        copy = f.with_name(f.name.replace("@.", f"@{instance}."))
         shutil.copyfile(f, copy)
-        inst.append(str(copy))
+        inst.append(str(copy) if instance == "ci" else copy.name)
     return subprocess.run(
         ["systemd-analyze", "verify", "--user", *inst],
         capture_output=True,
         text=True,
-        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
+        env={
+            **os.environ,
+            "XDG_RUNTIME_DIR": str(runtime),
+            "SYSTEMD_UNIT_PATH": f"{files[0].parent}:",
+        },
         check=False,
     )
 
@@ -64,9 +80,10 @@ needs_analyze = pytest.mark.skipif(
 class TestSystemd:
     @needs_analyze
     def test_rendered_units_pass_systemd_verify(
-        self, meshctl: Meshctl, svc_env: dict[str, str], short_tmp: Path
+        self, meshctl: Meshctl, plain_env: dict[str, str], short_tmp: Path
     ) -> None:
         """The rendered pair passes `systemd-analyze verify`; the raw template does not."""
+        svc_env = plain_env
         r = meshctl("service", "install", "--systemd", "--json", env=svc_env)
 
         assert r.code == 0, r
@@ -170,6 +187,94 @@ class TestSystemd:
         assert (folder / "other.service").exists()
         assert keep.read_bytes() == b"not touched"
         assert meshctl("service", "status", "--json", env=svc_env).json()["installed"] is False
+
+
+class TestEnvironment:
+    """MESH_CONFIG, MESH_STATE_DIR and MESH_SOCKET set where ``service install`` runs: the
+    service gets them too (a drop-in per profile; the LaunchAgent's EnvironmentVariables),
+    so the daemon it runs reads the config, state and socket this shell's meshctl does."""
+
+    @needs_analyze
+    def test_systemd_drop_ins_carry_the_environment(
+        self, meshctl: Meshctl, svc_env: dict[str, str], short_tmp: Path
+    ) -> None:
+        odd = short_tmp / "my 100% cfg" / "config.toml"
+        env = {**svc_env, "MESH_CONFIG": str(odd)}
+
+        r = meshctl("service", "install", "--systemd", "--json", env=env)
+
+        assert r.code == 0, r
+        folder = unit_dir(env)
+        service_in = folder / "meshd@test.service.d" / "50-meshctl-environment.conf"
+        socket_in = folder / "meshd@test.socket.d" / "50-meshctl-environment.conf"
+        assert sorted(r.json()["files"]) == sorted(
+            str(p)
+            for p in (folder / "meshd@.socket", folder / "meshd@.service", service_in, socket_in)
+        )
+        text = service_in.read_text()
+        assert "Managed by meshctl service install" in text.splitlines()[0]
+        assert f'"MESH_CONFIG={short_tmp}/my 100%% cfg/config.toml"' in text
+        assert f'"MESH_STATE_DIR={env["MESH_STATE_DIR"]}"' in text
+        assert f'"MESH_SOCKET={env["MESH_SOCKET"]}"' in text
+        assert f"ListenStream=\nListenStream={env['MESH_SOCKET']}\n" in socket_in.read_text()
+        assert any("MESH_CONFIG" in n and "unset" in n for n in r.json()["notes"]), r
+        done = verify([folder / "meshd@.service", folder / "meshd@.socket"], short_tmp,
+                      instance="test")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "50-meshctl-environment" not in done.stderr, done.stderr
+
+    def test_unset_again_the_drop_ins_go(
+        self, meshctl: Meshctl, svc_env: dict[str, str], plain_env: dict[str, str]
+    ) -> None:
+        """Installed again from a shell without them, the service is back on the defaults;
+        uninstall removes what it wrote."""
+        plain = {**plain_env, "MESH_PROFILE": "test"}
+        assert meshctl("service", "install", env=svc_env).code == 0
+        dropins = sorted(unit_dir(svc_env).glob("meshd@test.*.d/*"))
+        assert len(dropins) == 2
+
+        again = meshctl("service", "install", "--json", env=plain)
+        removed = meshctl("service", "uninstall", "--json", env=svc_env)
+
+        assert again.code == 0, again
+        assert not any(p.exists() for p in dropins)
+        assert again.json()["files"] == []
+        notes = " ".join(again.json()["notes"])
+        assert all(f"removed {p}: none of its variables is set here" in notes for p in dropins)
+        assert removed.code == 0, removed
+        assert list(unit_dir(svc_env).iterdir()) == []
+
+    def test_uninstall_removes_the_drop_ins(
+        self, meshctl: Meshctl, svc_env: dict[str, str]
+    ) -> None:
+        assert meshctl("service", "install", env=svc_env).code == 0
+
+        r = meshctl("service", "uninstall", env=svc_env)
+
+        assert r.code == 0, r
+        assert list(unit_dir(svc_env).iterdir()) == []
+
+    def test_a_path_with_a_newline_is_refused(
+        self, meshctl: Meshctl, svc_env: dict[str, str]
+    ) -> None:
+        """A line break would end the unit's line and start another: refused, nothing written."""
+        env = {**svc_env, "MESH_STATE_DIR": "/tmp/a\nExecStartPre=/bin/false"}
+
+        r = meshctl("service", "install", env=env)
+
+        assert r.code == 1, r
+        assert "MESH_STATE_DIR holds a control character" in r.err
+        assert not unit_dir(env).exists()
+
+    def test_launchd_environment_variables(self, meshctl: Meshctl, svc_env: dict[str, str]) -> None:
+        r = meshctl("service", "install", "--launchd", "--json", env=svc_env)
+
+        assert r.code == 0, r
+        (path,) = r.json()["files"]
+        with open(path, "rb") as f:
+            plist = plistlib.load(f)
+        assert plist["EnvironmentVariables"] == {k: svc_env[k] for k in OVERRIDES}
+        assert plist["StandardErrorPath"] == str(Path(svc_env["MESH_STATE_DIR"]) / "test.log")
 
 
 def fake_systemctl(bin_dir: Path, log: Path) -> None:

@@ -39,7 +39,7 @@ def test_a_planted_tmp_symlink_is_never_written_through(
         assert not unit.is_symlink()
         assert unit.read_text().startswith("# Managed by meshctl service install")
         assert (folder / f"{name}.tmp").is_symlink()  # left as found, never followed
-    assert sorted(p.name for p in folder.iterdir() if not p.name.endswith(".tmp")) == [
+    assert sorted(p.name for p in folder.iterdir() if not p.name.endswith((".tmp", ".d"))) == [
         "meshd@.service",
         "meshd@.socket",
     ]

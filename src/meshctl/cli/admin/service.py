@@ -20,6 +20,7 @@ note and ledger entry.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -96,11 +97,18 @@ def render_systemd(name: str, meshd: str) -> str:
     return _header("#") + _template("systemd", name).replace("@MESHD@", meshd)
 
 
-def render_launchd(profile: str, meshd: str, log: str) -> str:
-    """The LaunchAgent for ``profile``, rendered (the marker is an XML comment)."""
+def render_launchd(
+    profile: str, meshd: str, log: str, environment: dict[str, str] | None = None
+) -> str:
+    """The LaunchAgent for ``profile``, rendered (the marker is an XML comment), with
+    ``environment`` as its EnvironmentVariables (:mod:`.service_env`)."""
+    from meshctl.cli.admin import service_env
+
     text = _template("launchd", "meshd.plist.in")
     for key, value in (("@MESHD@", meshd), ("@PROFILE@", profile), ("@LOG@", log)):
         text = text.replace(key, _xml_escape(value))
+    extra = service_env.launchd_dict(environment or {}, _xml_escape)
+    text = text.replace("</dict>\n</plist>", f"{extra}</dict>\n</plist>")
     head, _, rest = text.partition("\n")  # the XML declaration stays the first line
     return f"{head}\n<!-- {MARKER} (session-mesh {__version__}); edits are overwritten. -->\n{rest}"
 
@@ -246,37 +254,80 @@ def install(profile: str, manager: Manager, *, stop_running: bool = True) -> Pla
     A daemon already running for ``profile`` outside the manager is stopped first
     (SIGTERM: it stores a final snapshot) so the manager's daemon takes over the
     same state folder; sessions are restored from it (``process`` sessions at once,
-    ``heartbeat`` sessions with one ``stale_after`` of grace).
+    ``heartbeat`` sessions with one ``stale_after`` of grace). ``MESH_CONFIG``,
+    ``MESH_STATE_DIR`` and ``MESH_SOCKET`` set here go into the service too
+    (:mod:`.service_env`).
     """
+    from meshctl.cli.admin import service_env
+
     meshd = meshd_path()
     plan = Plan(manager, profile)
+    try:
+        environment = service_env.overrides()
+    except service_env.EnvironmentRefused as exc:
+        raise ServiceError(f"{exc}; nothing was written") from exc
     if manager == "systemd":
-        folder = systemd_dir()
-        _refuse_foreign([folder / name for name in SYSTEMD_FILES])
-        for name in SYSTEMD_FILES:
-            path = folder / name
-            if _write(path, render_systemd(name, meshd)):
-                plan.files.append(str(path))
-            else:
-                plan.notes.append(f"{path} is up to date")
-        live = systemd_reachable()
-        if live and stop_running:
-            _hand_over(plan, profile)
-        _step(plan, ["systemctl", "--user", "daemon-reload"], live)
-        _step(plan, ["systemctl", "--user", "enable", "--now", f"meshd@{profile}.socket"], live)
+        _install_systemd(plan, meshd, environment, stop_running)
     else:
-        path = launchd_path(profile)
-        _refuse_foreign([path])
-        from meshctl import _paths
-
-        log = str(_paths.state_dir() / f"{profile}.log")
-        if _write(path, render_launchd(profile, meshd, log)):
-            plan.files.append(str(path))
-        live = launchd_reachable()
-        if live and stop_running:
-            _hand_over(plan, profile)
-        _step(plan, ["launchctl", "bootstrap", f"gui/{os.getuid()}", str(path)], live)
+        _install_launchd(plan, meshd, environment, stop_running)
+    if environment:
+        plan.notes.append(service_env.note(environment))
     return plan
+
+
+def _install_systemd(
+    plan: Plan, meshd: str, environment: dict[str, str], stop_running: bool
+) -> None:
+    """The shared templates, this profile's drop-ins (or none), then the manager."""
+    from meshctl.cli.admin import service_env
+
+    folder = systemd_dir()
+    dropins = service_env.dropin_paths(folder, plan.profile)
+    _refuse_foreign([folder / name for name in SYSTEMD_FILES] + dropins)
+    for name in SYSTEMD_FILES:
+        path = folder / name
+        if _write(path, render_systemd(name, meshd)):
+            plan.files.append(str(path))
+        else:
+            plan.notes.append(f"{path} is up to date")
+    texts = service_env.render_dropins(_header("#"), environment)
+    for path, text in zip(dropins, texts, strict=True):
+        if text is None:
+            _remove_dropin(plan, path)
+        elif _write(path, text):
+            plan.files.append(str(path))
+    live = systemd_reachable()
+    if live and stop_running:
+        _hand_over(plan, plan.profile)
+    _step(plan, ["systemctl", "--user", "daemon-reload"], live)
+    _step(plan, ["systemctl", "--user", "enable", "--now", f"meshd@{plan.profile}.socket"], live)
+
+
+def _remove_dropin(plan: Plan, path: Path) -> None:
+    """A drop-in an earlier install wrote, when none of its variables is set now."""
+    gone = Plan(plan.manager, plan.profile)
+    _remove(gone, path)
+    plan.notes += gone.notes + [
+        f"removed {p}: none of its variables is set here, so the service is back on the defaults"
+        for p in gone.files
+    ]
+
+
+def _install_launchd(
+    plan: Plan, meshd: str, environment: dict[str, str], stop_running: bool
+) -> None:
+    """This profile's LaunchAgent, then the manager."""
+    from meshctl import _paths
+
+    path = launchd_path(plan.profile)
+    _refuse_foreign([path])
+    log = str(_paths.state_dir() / f"{plan.profile}.log")
+    if _write(path, render_launchd(plan.profile, meshd, log, environment)):
+        plan.files.append(str(path))
+    live = launchd_reachable()
+    if live and stop_running:
+        _hand_over(plan, plan.profile)
+    _step(plan, ["launchctl", "bootstrap", f"gui/{os.getuid()}", str(path)], live)
 
 
 def _hand_over(plan: Plan, profile: str) -> None:
@@ -297,6 +348,10 @@ def uninstall(profile: str, manager: Manager) -> Plan:
             plan, ["systemctl", "--user", "disable", "--now", f"meshd@{profile}.socket"], live
         )
         _step_quiet(plan, ["systemctl", "--user", "stop", f"meshd@{profile}.service"], live)
+        from meshctl.cli.admin import service_env
+
+        for path in service_env.dropin_paths(systemd_dir(), profile):
+            _remove(plan, path)
         others = _other_enabled_profiles(profile) if live else []
         if others:
             plan.notes.append(
@@ -332,6 +387,9 @@ def _remove(plan: Plan, path: Path) -> None:
         return
     path.unlink()
     plan.files.append(str(path))
+    if path.parent.name.endswith(".d"):  # a drop-in's folder, gone with its last file
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
 
 
 def _other_enabled_profiles(profile: str) -> list[str]:
