@@ -10,6 +10,10 @@
                    (platformdirs' rules, mirrored by :mod:`meshctl._paths`)
 ================== ==============================================================
 
+The commands read a few more, listed in :data:`COMMANDS`: each through :func:`get`
+(or :func:`isset`), so this module is the one place that reads ``os.environ`` in
+``meshctl`` (the Hermes plugin keeps its own, as it runs inside Hermes).
+
 A client reads them once, when it is made (:meth:`Environment.read`), and passes
 what it needs down. What a daemon the client starts must know -- the socket the
 client was given, by argument or ``MESH_SOCKET``, and the state and config
@@ -31,20 +35,43 @@ NAMES = (
     "XDG_RUNTIME_DIR",
     "XDG_STATE_HOME",
 )
+#: What the commands read besides (``meshctl``, its admin commands, the MCP server,
+#: the Claude Code hook), and what for.
+COMMANDS = {
+    "MESH_SESSION": "the session a command acts as (``meshctl run`` sets it for COMMAND)",
+    "MESHCTL_DEBUG": "set: tracebacks instead of one-line errors",
+    "_MESHCTL_COMPLETE": "set by click's shell completion while it completes",
+    "NO_COLOR": "set and not empty: no colour (no-color.org)",
+    "TERM": "``dumb``: no colour, ``top`` does not redraw",
+    "SHELL": "the shell ``completion`` installs for when none is named",
+    "XDG_CONFIG_HOME": "where ``service install`` and ``completion`` write (~/.config)",
+    "XDG_DATA_HOME": "where ``completion`` writes (~/.local/share)",
+    "MESH_SERVICE_MANAGER": "``none``: ``service`` writes its files and starts nothing",
+    "HERMES_HOME": "the Hermes home the ``hermes`` commands act on",
+    "HERMES_COORD_DB": "the coordination database ``import`` reads",
+    "HERMES_COORD_CRON_MANIFEST": "the cron manifest ``import`` reads",
+    "CLAUDE_CONFIG_DIR": "Claude Code's folder for ``claude install --user`` (~/.claude)",
+    "MESH_HOOK_TIMEOUT": "seconds the Claude Code hook waits for the daemon",
+}
 #: The ones a daemon the client starts is given (its environment, or systemd-run's).
 PASSED = ("MESH_SOCKET", "MESH_STATE_DIR", "MESH_CONFIG")
 
 
-def get(name: str) -> str:
-    """One variable of :data:`NAMES` now ("" when unset): with :func:`isset`, the
-    library's only read of ``os.environ`` (the path rules, which :mod:`meshd.paths`
-    shares, ask per call)."""
-    return os.environ.get(name, "")
+def get(name: str, default: str = "") -> str:
+    """One variable of :data:`NAMES` or :data:`COMMANDS` now (``default`` when unset):
+    with :func:`isset`, the only read of ``os.environ`` in ``meshctl`` (the path rules,
+    which :mod:`meshd.paths` shares, ask per call)."""
+    return os.environ.get(name, default)
 
 
 def isset(name: str) -> bool:
     """Whether the variable is set at all (an empty one counts: it overrides too)."""
     return name in os.environ
+
+
+def child(**overrides: str) -> dict[str, str]:
+    """The whole environment of a child process: this process's, with ``overrides``."""
+    return {**os.environ, **overrides}
 
 
 class Environment:
@@ -87,4 +114,4 @@ class Environment:
     def for_daemon(self, socket: str | None) -> dict[str, str]:
         """The whole environment of a daemon started directly: this process's, with
         :meth:`passed` over it."""
-        return {**os.environ, **self.passed(socket)}
+        return child(**self.passed(socket))

@@ -127,9 +127,10 @@ class Link:
 def connect() -> Link | None:
     """A connection to the profile's daemon, or None (down, or not the user's own)."""
     from meshctl import _spawn
+    from meshctl._core import env as _env
     from meshd.protocol.errors import MeshError
 
-    profile = os.environ.get("MESH_PROFILE") or "default"
+    profile = _env.get("MESH_PROFILE") or "default"
     try:
         sock = _spawn._connect(_spawn.find_socket_str(profile, None), _timeout())
     except (MeshError, OSError, ValueError):
@@ -138,8 +139,10 @@ def connect() -> Link | None:
 
 
 def _timeout() -> float:
+    from meshctl._core import env as _env  # loaded by connect() already
+
     try:
-        value = float(os.environ.get("MESH_HOOK_TIMEOUT") or TIMEOUT)
+        value = float(_env.get("MESH_HOOK_TIMEOUT") or TIMEOUT)
     except ValueError:
         return TIMEOUT
     return value if 0 < value < 3600 else TIMEOUT

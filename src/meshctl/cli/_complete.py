@@ -6,11 +6,12 @@ completes nothing rather than printing an error into the user's prompt.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import click
 from click.shell_completion import CompletionItem
+
+from meshctl._core import env as _env
 
 _TIMEOUT = 1.0
 
@@ -20,7 +21,7 @@ def _ask(ctx: click.Context, method: str, params: dict[str, Any] | None = None) 
     from meshctl.cli._state import State
 
     state = ctx.find_object(State)
-    profile = state.profile if state else os.environ.get("MESH_PROFILE", "default")
+    profile = state.profile if state else _env.get("MESH_PROFILE", "default")
     socket = state.socket if state else None
     mesh = Mesh(profile, socket, autostart=False, timeout=_TIMEOUT)
     try:
@@ -49,7 +50,7 @@ def held_keys(ctx: click.Context, param: click.Parameter, incomplete: str) -> li
     from meshctl.cli._state import State
 
     state = ctx.find_object(State)
-    sid = (state.session if state else None) or os.environ.get("MESH_SESSION")
+    sid = (state.session if state else None) or _env.get("MESH_SESSION")
     items: list[CompletionItem] = []
     if sid:
         try:

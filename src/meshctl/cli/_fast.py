@@ -33,6 +33,8 @@ from __future__ import annotations
 import os
 import sys
 
+from meshctl._core import env as _env
+
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
     from typing import Any, NoReturn
@@ -327,7 +329,7 @@ def state_for(line: _Line, environ: Any = None) -> State | None:
     """The :class:`State` click's root options would give, or None if click would refuse."""
     from meshctl.cli._state import State
 
-    environ = os.environ if environ is None else environ
+    read = _env.get if environ is None else environ.get
     from meshd.protocol.trust import env_path_problem
 
     if env_path_problem() is not None:
@@ -336,7 +338,7 @@ def state_for(line: _Line, environ: Any = None) -> State | None:
     state.json = line.json
     values: dict[str, str | None] = {"profile": "default", "socket": None, "session": None}
     for name, var in _ENV.items():
-        if value := environ.get(var):
+        if value := read(var):
             if not _valid(name, value):
                 return None
             values[name] = value
@@ -353,7 +355,7 @@ def state_for(line: _Line, environ: Any = None) -> State | None:
 
 def main(argv: list[str]) -> None:
     """Run ``argv`` if it is a hot command the fast path takes (never returns then)."""
-    if "MESHCTL_DEBUG" in os.environ or "_MESHCTL_COMPLETE" in os.environ:
+    if _env.isset("MESHCTL_DEBUG") or _env.isset("_MESHCTL_COMPLETE"):
         return  # tracebacks and completion are click's
     line = parse(argv)
     if line is None:

@@ -8,13 +8,13 @@ path (:mod:`meshctl.cli._fast`) takes, and by whatever wants the click tree
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
 import click
 
+from meshctl._core import env as _env
 from meshctl.cli import COMMANDS, _output
 from meshctl.cli._context import Group, State, common_options
 from meshd import __version__
@@ -87,7 +87,7 @@ class MeshGroup(Group):
             _output.reader_gone()
             sys.exit(_output.EXIT_ERROR)  # never 0: what was printed may not have been read
         except Exception as exc:  # the last guard: one sentence, never a traceback
-            if os.environ.get("MESHCTL_DEBUG"):
+            if _env.get("MESHCTL_DEBUG"):
                 raise
             _output.report(_output.internal_error(exc), state.json)
             sys.exit(_output.EXIT_ERROR)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 
+from meshctl._core import env as _env
+
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
     from typing import Any
@@ -41,7 +43,7 @@ def colour(stream: Any) -> bool:
     """Whether what is written to ``stream`` gets colour now."""
     if choice != "auto":
         return choice == "always"
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+    if _env.get("NO_COLOR") or _env.get("TERM") == "dumb":
         return False
     try:
         return bool(stream.isatty())

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from meshctl._core import env as _env
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
 
@@ -39,8 +40,8 @@ def _script(shell: str) -> str:
 
 def _target(shell: str) -> str:
     home = os.path.expanduser("~")
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    data = _env.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+    config = _env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
     return {
         "bash": os.path.join(data, "bash-completion", "completions", "meshctl"),
         "zsh": os.path.join(home, ".zfunc", "_meshctl"),
@@ -49,7 +50,7 @@ def _target(shell: str) -> str:
 
 
 def _default_shell() -> str:
-    name = os.path.basename(os.environ.get("SHELL", "bash"))
+    name = os.path.basename(_env.get("SHELL", "bash"))
     return name if name in SHELLS else "bash"
 
 

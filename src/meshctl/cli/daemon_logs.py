@@ -17,6 +17,7 @@ import time
 
 import click
 
+from meshctl._core import env as _env
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
 
@@ -31,11 +32,7 @@ def _active_unit(profile: str) -> str | None:
     import shutil
     import subprocess
 
-    if (
-        shutil.which("systemctl") is None
-        or os.environ.get("MESH_SOCKET")
-        or os.environ.get("MESH_STATE_DIR")
-    ):
+    if shutil.which("systemctl") is None or _env.get("MESH_SOCKET") or _env.get("MESH_STATE_DIR"):
         return None
     for unit in (f"meshd@{profile}.service", f"meshd-{profile}.service"):
         done = subprocess.run(["systemctl", "--user", "is-active", "--quiet", unit],

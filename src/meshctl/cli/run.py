@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from meshctl import _claims
+from meshctl._core import env as _env
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, complete_paths, get_state
 from meshctl.cli._own import Leaving, own_params
@@ -368,12 +369,9 @@ def _child_main(
             os._exit(_output.EXIT_TEMPFAIL)  # run died before opening the gate: never unguarded
         os.close(gate_r)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        if session:
-            os.environ["MESH_SESSION"] = session
-        if socket:
-            os.environ["MESH_SOCKET"] = socket
+        passed = {"MESH_SESSION": session, "MESH_SOCKET": socket}
         try:
-            os.execvp(argv[0], argv)
+            os.execvpe(argv[0], argv, _env.child(**{k: v for k, v in passed.items() if v}))
         except OSError as exc:
             code = _NOT_EXECUTABLE if isinstance(exc, PermissionError) else _EXEC_FAILED
             os.write(err_w, f"{code}:{exc.strerror or exc}".encode())

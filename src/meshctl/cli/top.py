@@ -6,11 +6,11 @@ The view itself (what is read, how it is drawn, the keys) is in
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
+from meshctl._core import env as _env
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
 
@@ -41,7 +41,7 @@ def top(once: bool) -> None:
         return
     feed = Feed(state)
     try:
-        if sys.stdout.isatty() and os.environ.get("TERM", "dumb") != "dumb":
+        if sys.stdout.isatty() and _env.get("TERM", "dumb") != "dumb":
             _full_screen(state, feed)
         else:
             _plain(state, feed)

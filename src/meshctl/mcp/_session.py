@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from meshctl._core import env as _env
 from meshctl.agent import advice
 from meshctl.agent.context import Refused
 
@@ -61,7 +62,7 @@ class McpSession:
         self.mode = mode
         self.task = advice.one_line(task) if task else ""
         self.cwd = os.path.abspath(cwd) if cwd else os.getcwd()
-        self.profile = profile or os.environ.get("MESH_PROFILE") or "default"
+        self.profile = profile or _env.get("MESH_PROFILE") or "default"
         self.socket = socket
         self.shared = source in SHARED_SOURCES
         if self.shared:

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from meshctl._core import env as _env
 from meshctl.cli.admin import json_splice as js
 
 SERVER = "session-mesh"
@@ -94,7 +95,7 @@ def is_ours(group: Any) -> bool:
 
 def claude_json() -> Path:
     """Claude Code's own state file (MCP servers of the user and local scopes)."""
-    config_dir = os.environ.get("CLAUDE_CONFIG_DIR")
+    config_dir = _env.get("CLAUDE_CONFIG_DIR")
     if config_dir:
         return Path(config_dir) / ".claude.json"
     return Path.home() / ".claude.json"
@@ -103,7 +104,7 @@ def claude_json() -> Path:
 def targets(project: str | None, user: bool) -> tuple[Path, Path, list[str]]:
     """(settings file, MCP file, the MCP servers' path in it) for the scope chosen."""
     if user:
-        config_dir = os.environ.get("CLAUDE_CONFIG_DIR")
+        config_dir = _env.get("CLAUDE_CONFIG_DIR")
         base = Path(config_dir) if config_dir else Path.home() / ".claude"
         return base / "settings.json", claude_json(), ["mcpServers"]
     folder = os.path.realpath(project or os.getcwd())

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from meshctl._core import env as _env
 from meshd import __version__
 from meshd.protocol.contract import SCHEMA_VERSION
 
@@ -133,7 +134,7 @@ def check_runtime(ctx: Context) -> Check:
     """Cron jobs lack XDG_RUNTIME_DIR: they find the socket through the state folder."""
     record = ctx.state_dir / f"{ctx.profile}.socket"
     recorded = record.read_text(encoding="utf-8").strip() if record.is_file() else None
-    if os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("MESH_SOCKET"):
+    if _env.get("XDG_RUNTIME_DIR") or _env.get("MESH_SOCKET"):
         extra = f"; the daemon recorded {recorded}" if recorded else ""
         return Check("runtime", "ok", f"socket path known in this environment{extra}")
     if recorded:

@@ -12,12 +12,12 @@ down is off the mesh however well it is installed.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from meshctl._core import env as _env
 from meshctl.cli.admin import hermes_install as hi
 
 Reachable = Callable[[str, str | None], bool]
@@ -44,7 +44,7 @@ def entry_point_on_path() -> bool | None:
 
 def _homes() -> list[tuple[str, Path]]:
     rows = hi.homes(all_profiles=True)
-    if os.environ.get("HERMES_HOME"):  # a home outside the root is one of its own
+    if _env.get("HERMES_HOME"):  # a home outside the root is one of its own
         rows += [r for r in hi.homes() if r[1] not in {home for _, home in rows}]
     return [(name, home) for name, home in rows if home.is_dir()]
 

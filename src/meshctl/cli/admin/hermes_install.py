@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from meshctl._core import env as _env
 from meshctl.cli.admin import hermes_config as _hermes_config
 from meshd.protocol.contract import rfc3339
 
@@ -55,7 +56,7 @@ class InstallError(Exception):
 
 def hermes_root() -> Path:
     """Hermes's root folder: the one ``HERMES_HOME`` belongs to, else ``~/.hermes``."""
-    env = os.environ.get("HERMES_HOME")
+    env = _env.get("HERMES_HOME")
     default = Path.home() / ".hermes"
     if not env:
         return default
@@ -80,7 +81,7 @@ def homes(
         return found
     if profile and profile != "default":
         return [(profile, root / "profiles" / profile)]
-    env = os.environ.get("HERMES_HOME")
+    env = _env.get("HERMES_HOME")
     if not env:
         return [("default", root)]
     home = Path(env).expanduser().absolute()
@@ -347,7 +348,7 @@ def hermes_sees(home: Path) -> str | None:
     exe = shutil.which("hermes")
     if exe is None:
         return None
-    env = {**os.environ, "HERMES_HOME": str(home)}
+    env = _env.child(HERMES_HOME=str(home))
     try:
         done = subprocess.run(
             [exe, "plugins", "list", "--json"], env=env, capture_output=True, text=True,

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from meshctl._core import env as _env
+
 OUR_KINDS = ("file:", "repo:", "branch:", "port:", "cron:", "gateway:", "account:", "box:")
 OUR_KINDS2 = ("skill:", "res:")
 BARE = ("memory", "ui:desktop")
@@ -35,16 +37,14 @@ _NAME_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def default_db() -> Path:
     return Path(
-        os.path.expanduser(
-            os.environ.get("HERMES_COORD_DB", "~/.hermes/state/session_coordination.db")
-        )
+        os.path.expanduser(_env.get("HERMES_COORD_DB", "~/.hermes/state/session_coordination.db"))
     )
 
 
 def default_manifest() -> Path:
     return Path(
         os.path.expanduser(
-            os.environ.get("HERMES_COORD_CRON_MANIFEST", "~/.hermes/state/cron_resources.json")
+            _env.get("HERMES_COORD_CRON_MANIFEST", "~/.hermes/state/cron_resources.json")
         )
     )
 

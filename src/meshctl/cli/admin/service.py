@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from meshctl._core import env as _env
 from meshd import __version__
 
 Manager = Literal["systemd", "launchd"]
@@ -118,7 +119,7 @@ def _xml_escape(value: str) -> str:
 
 
 def systemd_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    base = _env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "systemd" / "user"
 
 
@@ -223,14 +224,14 @@ def _run(argv: list[str], timeout: float = 20.0) -> subprocess.CompletedProcess[
 
 def systemd_reachable() -> bool:
     """Whether a systemd user manager answers ``systemctl --user``."""
-    if os.environ.get("MESH_SERVICE_MANAGER") == "none":  # tests, and people who want files only
+    if _env.get("MESH_SERVICE_MANAGER") == "none":  # tests, and people who want files only
         return False
     done = _run(["systemctl", "--user", "show-environment"], timeout=5.0)
     return done is not None and done.returncode == 0
 
 
 def launchd_reachable() -> bool:
-    if os.environ.get("MESH_SERVICE_MANAGER") == "none" or sys.platform != "darwin":
+    if _env.get("MESH_SERVICE_MANAGER") == "none" or sys.platform != "darwin":
         return False
     return shutil.which("launchctl") is not None
 
