@@ -51,3 +51,24 @@ def test_a_board_path_ending_in_slash_is_a_folder(
 
     assert r.code == 0, r
     assert r.json()["project"] == str(future)
+
+
+def test_daemon_restart_names_the_new_pid_and_the_old(meshctl: Meshctl, offline_env: Any) -> None:
+    """One pid is the daemon's: the old one is said as such ("meshd restarted (pid A):
+    …, pid B" read as two daemons)."""
+    env = offline_env.env
+    try:
+        first = meshctl("daemon", "restart", "--json", env=env)
+        again = meshctl("daemon", "restart", env=env)
+        now = meshctl("daemon", "status", "--json", env=env)
+    finally:
+        meshctl("daemon", "stop", env=env)
+
+    assert first.code == 0, first
+    old = first.json()["pid"]
+    assert again.code == 0, again
+    new = now.json()["pid"]
+    assert again.out == (
+        f"meshd restarted: profile default, pid {new} (was pid {old}), "
+        f"socket {env['MESH_SOCKET']}\n"
+    )

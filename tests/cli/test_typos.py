@@ -120,6 +120,27 @@ class TestConfigProfiles:
             r.out
         )
 
+    def test_reload_names_a_profile_table_nobody_uses(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any
+    ) -> None:
+        """Where a person who just edited the file looks: ``daemon reload`` says it too
+        (the reload itself succeeds: the table is valid, only unused)."""
+        env = mesh_env.env
+        mesh_env.write_config("[profiles.tset]\nstale_after = 30\n")
+
+        r = meshctl("daemon", "reload", env=env)
+        fine = "[profiles.test]\nstale_after = 30\n"
+        mesh_env.write_config(fine)
+        quiet = meshctl("daemon", "reload", env=env)
+
+        assert r.code == 0, r
+        assert r.out == "Config reloaded (profile test).\n"
+        assert (
+            "[profiles.tset] names no profile used here (used: test); did you mean test?"
+        ) in r.err
+        assert quiet.code == 0, quiet
+        assert quiet.err == ""
+
 
 class TestBlankTask:
     """``--task ''`` is what ``--task "$TASK"`` gives when the variable is unset: a

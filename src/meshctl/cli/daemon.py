@@ -290,13 +290,13 @@ def restart() -> None:
     state = get_state()
     stopped = _stop(state)
     info, _ = _start(state)
-    was = f"pid {stopped['pid']}" if stopped["stopped"] else "none was running"
+    was = f"was pid {stopped['pid']}" if stopped["stopped"] else "none was running"
     _output.emit(
         state.json,
         {**info, "previous_pid": stopped.get("pid")},
         lambda: (
-            f"meshd restarted ({was}): profile {info.get('profile')}, "
-            f"pid {info.get('pid')}, socket {info.get('socket')}"
+            f"meshd restarted: profile {info.get('profile')}, pid {info.get('pid')} "
+            f"({was}), socket {info.get('socket')}"
         ),
     )
 
@@ -320,7 +320,21 @@ def reload() -> None:
             hint="fix the file (MESH_CONFIG, or config.toml in the config folder) and run "
             "`meshctl daemon reload` again",
         )
+    _unused_tables_note(state)
     _output.emit(state.json, result, f"Config reloaded (profile {state.profile}).")
+
+
+def _unused_tables_note(state: State) -> None:
+    """Say on stderr a ``[profiles.NAME]`` table no profile uses (a typo the daemon
+    cannot see: it reads its own profile's table only), as ``doctor`` does."""
+    from meshctl import _paths, _spawn
+    from meshctl.cli.admin.config import config_file
+    from meshctl.cli.admin.doctor import unused_profile_tables
+
+    socket_dir = _spawn.find_socket(state.profile, state.socket).parent
+    said = unused_profile_tables(config_file(), state.profile, _paths.state_dir(), socket_dir)
+    if said is not None:
+        _output.note(f"{said}; rename or remove the table in {config_file()}")
 
 
 from meshctl.cli.daemon_logs import logs  # noqa: E402  (a command of its own module)

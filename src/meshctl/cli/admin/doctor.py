@@ -168,19 +168,38 @@ def check_config(ctx: Context) -> Check:
 
 
 def _unused_profile_tables(ctx: Context) -> Check | None:
+    """:func:`unused_profile_tables` as doctor's config check."""
+    said = unused_profile_tables(ctx.config, ctx.profile, ctx.state_dir, ctx.socket.parent)
+    if said is None:
+        return None
+    return Check(
+        "config",
+        "warn",
+        f"{ctx.config} is valid, but {said}",
+        f"rename or remove the table in {ctx.config} (a new profile is used once a "
+        "daemon ran for it)",
+    )
+
+
+def unused_profile_tables(
+    config: Path, profile: str, state_dir: Path, socket_dir: Path
+) -> str | None:
     """A ``[profiles.NAME]`` table whose NAME no profile here uses (a typo, most likely:
-    ``[profiles.wrok]`` is valid TOML and a valid name, and would be ignored silently).
-    A profile is used when it has a database in the state folder or a socket beside
-    this one's, or is the profile this check runs for."""
+    ``[profiles.wrok]`` is valid TOML and a valid name, and would be ignored silently),
+    said with the closest used name; None when every table is used. A profile is used
+    when it has a database in the state folder or a socket in ``socket_dir``, or is
+    ``profile``. ``doctor`` and ``daemon reload`` say it."""
     import difflib
     import tomllib
 
     try:
-        tables = tomllib.loads(ctx.config.read_text(encoding="utf-8")).get("profiles") or {}
+        tables = tomllib.loads(config.read_text(encoding="utf-8")).get("profiles") or {}
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
-    used = {ctx.profile}
-    for folder, suffix in ((ctx.state_dir, ".sqlite3"), (ctx.socket.parent, ".sock")):
+    if not isinstance(tables, dict):
+        return None
+    used = {profile}
+    for folder, suffix in ((state_dir, ".sqlite3"), (socket_dir, ".sock")):
         with contextlib.suppress(OSError):
             used |= {p.name.removesuffix(suffix) for p in folder.glob(f"*{suffix}")}
     unused = sorted(name for name in tables if name not in used)
@@ -189,14 +208,7 @@ def _unused_profile_tables(ctx: Context) -> Check | None:
     names = ", ".join(f"[profiles.{n}]" for n in unused)
     guesses = [g for n in unused for g in difflib.get_close_matches(n, sorted(used), n=1)]
     mean = f"; did you mean {', '.join(guesses)}?" if guesses else ""
-    return Check(
-        "config",
-        "warn",
-        f"{ctx.config} is valid, but {names} names no profile used here (used: "
-        f"{', '.join(sorted(used))}){mean}",
-        f"rename or remove the table in {ctx.config} (a new profile is used once a "
-        "daemon ran for it)",
-    )
+    return f"{names} names no profile used here (used: {', '.join(sorted(used))}){mean}"
 
 
 def check_database(ctx: Context) -> Check:
