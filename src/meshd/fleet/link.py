@@ -74,7 +74,29 @@ def token(name: str) -> str:
 StateListener = Callable[[bool], None]
 
 
-class TlsOnlyClient(Client):
+class LinkClient(Client):
+    """A NATS client that drops a broken connection at once rather than closing it
+    politely.
+
+    When nats-py gives a connection up (its pings unanswered, a read error) it closes
+    the transport and waits for the close before it reconnects or tells anyone. Over
+    TLS that close first sends a close_notify and waits for the server's, up to
+    asyncio's ``ssl_shutdown_timeout`` (30 s): with a pulled cable the link stayed
+    "connected" half a minute after nats-py knew it was dead, and a cut host was not
+    noticed within three heartbeats (tests/fleet/test_link.py::test_cut_and_heal_one_host
+    over TLS). A plain socket with unsent bytes waits the same way for them to drain.
+    The transport is aborted first: nothing more is sent on a link already given up.
+    """
+
+    async def _attempt_reconnect(self) -> None:
+        writer = getattr(self._transport, "_io_writer", None)
+        raw = getattr(writer, "transport", None)
+        if raw is not None and not raw.is_closing():
+            raw.abort()
+        await super()._attempt_reconnect()
+
+
+class TlsOnlyClient(LinkClient):
     """A NATS client that never logs in over a connection that is not TLS.
 
     nats-py upgrades to TLS only when the server's INFO says ``tls_required``, even
@@ -247,7 +269,7 @@ class FleetLink:
         withdrawing its sessions) still go out.
         """
         while True:
-            nc = TlsOnlyClient() if wants_tls(self.cfg) else Client()
+            nc = TlsOnlyClient() if wants_tls(self.cfg) else LinkClient()
             self.nc = nc
             try:
                 await nc.connect(**self._options())
