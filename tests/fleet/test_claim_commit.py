@@ -94,14 +94,14 @@ def test_releasing_a_set_wakes_waiters_on_each_of_its_keys(fleet_hosts: HostFact
     assert waiting_on(h2) == []
 
 
-def in_bucket(url: str, body: Callable[[Any], Awaitable[None]]) -> None:
+def in_bucket(server: NatsServer, body: Callable[[Any], Awaitable[None]]) -> None:
     """Run ``body`` with a file-stored KV bucket (history 1, as the claims bucket) on
-    the server at ``url``, the connection closed after it."""
+    ``server``, the connection closed after it."""
     import nats
     from nats.js.api import KeyValueConfig, StorageType
 
     async def go() -> None:
-        nc = await nats.connect(url)
+        nc = await nats.connect(server.url, **server.client_options())
         try:
             kv = await nc.jetstream().create_key_value(
                 KeyValueConfig(bucket="commit_test", storage=StorageType.FILE, history=1)
@@ -145,7 +145,7 @@ def test_a_commit_sent_beside_a_write_that_lost_is_not_kept(nats_server: NatsSer
         assert token > free > moved
         assert (await kv.get("g.h1-1")).revision == token
 
-    in_bucket(nats_server.url, go)
+    in_bucket(nats_server, go)
 
 
 def test_a_commit_whose_delete_did_not_land_is_not_adopted(nats_server: NatsServer) -> None:
@@ -168,7 +168,7 @@ def test_a_commit_whose_delete_did_not_land_is_not_adopted(nats_server: NatsServ
         assert token > free
         assert (await kv.get("g.h1-1")).revision == token
 
-    in_bucket(nats_server.url, go)
+    in_bucket(nats_server, go)
 
 
 def test_a_commit_sent_beside_a_write_that_landed_is_the_token(nats_server: NatsServer) -> None:
@@ -187,4 +187,4 @@ def test_a_commit_sent_beside_a_write_that_landed_is_the_token(nats_server: Nats
         assert token > rev
         assert (await kv.get("g.h1-1")).revision == token
 
-    in_bucket(nats_server.url, go)
+    in_bucket(nats_server, go)

@@ -14,8 +14,10 @@ import shutil
 import threading
 from typing import Any
 
+import pytest
 from tests.conftest import rpc
 from tests.fleet.conftest import FleetHost, HostFactory, NatsServer
+from tests.fleet.secure import FLAVOURS
 from tests.support import wait_for
 
 
@@ -35,6 +37,7 @@ def validate(h: FleetHost, resource: str, token: int) -> dict[str, Any]:
     return dict(h.call("claim.validate", {"resource": resource, "token": token}))
 
 
+@pytest.mark.flavours(*FLAVOURS)
 def test_a_fleet_key_is_held_across_hosts(fleet_hosts: HostFactory) -> None:
     h1, h2 = fleet_hosts(2)
     a, b = register(h1), register(h2)
@@ -489,7 +492,7 @@ def test_a_lease_lost_while_connected_frees_the_claims_for_others(
     acquire(h1, a, "box:lease")
 
     async def drop_lease() -> None:
-        nc = await nats.connect(nats_server.url)
+        nc = await nats.connect(nats_server.url, **nats_server.client_options())
         try:
             kv = await nc.jetstream().key_value("mesh_test_claims")
             await kv.purge("l.h1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from tests.cli.conftest import run_meshctl
 from tests.conftest import DaemonHandle, MeshEnv
 from tests.fleet.conftest import HostFactory, NatsServer, free_port
@@ -65,6 +66,7 @@ def test_sessions_active_names_hosts_and_local_lists_own(fleet_hosts: HostFactor
     assert " on h1" not in human_local.out  # one host: no host on each line
 
 
+@pytest.mark.flavours("plain")  # the config text it checks is a plain URL's
 def test_join_then_leave_reloads_the_daemon(
     nats_server: NatsServer, mesh_env: MeshEnv, daemon: DaemonHandle
 ) -> None:
@@ -135,7 +137,9 @@ def test_doctor_fleet_check(
     assert alone["status"] == "ok"
     assert "not configured" in alone["message"]
 
-    mesh_env.write_config(f'[fleet]\nurl = "{nats_server.url}"\nname = "d1"\n')
+    mesh_env.write_config(
+        f'[fleet]\nurl = "{nats_server.url}"\nname = "d1"\n{nats_server.fleet_keys("d1")}'
+    )
     daemon.call("mesh.reload")
     wait_for(lambda: daemon.call("fleet.status")["result"]["connected"], what="connected")
     ok = by_name(run_meshctl("doctor", "--json", env=env).json())["fleet"]

@@ -8,6 +8,7 @@ import os
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv
 from tests.fleet.conftest import HostFactory, NatsServer, free_port
+from tests.fleet.secure import FLAVOURS
 from tests.support import wait_for
 
 
@@ -56,6 +57,7 @@ def test_unreachable_server_still_serves_local_calls(mesh_env: MeshEnv) -> None:
         d.stop()
 
 
+@pytest.mark.flavours(*FLAVOURS)
 def test_link_comes_back_after_nats_is_killed(
     fleet_hosts: HostFactory, nats_server: NatsServer
 ) -> None:
@@ -68,6 +70,7 @@ def test_link_comes_back_after_nats_is_killed(
     assert h1.status()["connects"] == 2
 
 
+@pytest.mark.flavours(*FLAVOURS)
 def test_cut_and_heal_one_host(fleet_hosts: HostFactory) -> None:
     """A cut link is noticed by its pings (every heartbeat_interval), then comes back."""
     h1, h2 = fleet_hosts(2, extra="[defaults]\nheartbeat_interval = 1\n")

