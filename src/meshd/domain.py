@@ -3,9 +3,9 @@
 A domain is a class in ``meshd/domains/<name>.py`` deriving from :class:`Domain`.
 ``app.wire`` makes one of each, with the collaborators it uses, in the order their
 methods appear in the schema; :class:`~meshd.service.Service` drives them all
-through these hooks, so adding a domain adds files and one line in ``app.py``,
-never a callback on the service. Every hook but :meth:`Domain.install` is
-optional (the defaults do nothing):
+through these hooks (its :class:`~meshd.service.Hooks`), so adding a domain adds
+files and one line in ``app.py``, never a callback on the service. Every hook but
+:meth:`Domain.install` is optional (the defaults do nothing):
 
 * :meth:`install` -- add the domain's methods with ``self.svc.add(spec, fn)``.
 * :meth:`restore` -- take back what the store holds, once, before anything is served.
@@ -92,7 +92,6 @@ class Domain:
         """A foreground commit of ``refused`` failed (its caller is told UNAVAILABLE):
         forget what those writes created in this domain's memory."""
 
-
-def overrides(domain: Domain, hook: str) -> bool:
-    """Whether ``domain`` implements ``hook`` itself (the service calls only those)."""
-    return getattr(type(domain), hook) is not getattr(Domain, hook)
+    def overrides(self, hook: str) -> bool:
+        """Whether this domain implements ``hook`` itself (the service calls only those)."""
+        return getattr(type(self), hook) is not getattr(Domain, hook)

@@ -23,13 +23,12 @@ import socket
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
 from meshd.core.sessions.registry import EndReason, Session
-from meshd.core.state import Drained, Event, MeshState, Write
-from meshd.domain import Domain, overrides
+from meshd.core.state import Drained, Event, MeshState, Outcome, Write
 from meshd.keys import touched_paths
 from meshd.mounts import process_table
 from meshd.paths import ProfilePaths
@@ -74,6 +73,36 @@ class Conn:
     them is granted meanwhile (set by the server; read by the claim table)."""
 
 
+class Hooks(Protocol):
+    """What the service drives in every domain: :class:`meshd.domain.Domain` is the base
+    each domain derives from, which says what these do and implements each as nothing.
+    Named here, so the service needs no domain and the domains import the service."""
+
+    def install(self) -> None: ...
+
+    def restore(self, db: sqlite3.Connection) -> None: ...
+
+    def drain(self) -> tuple[list[Write], list[Event]]: ...
+
+    def sweep(self) -> None: ...
+
+    def prune(self, history_days: float) -> None: ...
+
+    def connection_closed(self, conn: Conn) -> None: ...
+
+    def resolve(self, outcomes: list[Outcome], error: BaseException | None) -> None: ...
+
+    def committed(self, writes: list[Write], events: list[Event]) -> None: ...
+
+    async def run(self) -> None: ...
+
+    def forget(self, refused: list[Write]) -> None: ...
+
+    def overrides(self, hook: str) -> bool:
+        """Whether this domain implements ``hook`` itself (only those are called)."""
+        ...
+
+
 class Service:
     """Binds the core, the domains, the store and the process watcher behind the method table."""
 
@@ -83,7 +112,7 @@ class Service:
         store: Store,
         paths: ProfilePaths,
         *,
-        domains: Callable[[Service], Iterable[Domain]] = lambda svc: (),
+        domains: Callable[[Service], Iterable[Hooks]] = lambda svc: (),
         reload: Callable[[], Awaitable[tuple[bool, str | None]]] | None = None,
     ) -> None:
         self.state = state
@@ -106,16 +135,16 @@ class Service:
         self._next_prune = 0.0
         self._last_sweep = self.clock.monotonic()
         self.specs: list[m.MethodSpec] = []
-        self.domains: list[Domain] = list(domains(self))
+        self.domains: list[Hooks] = list(domains(self))
         """Every domain, made and wired by ``domains`` (``app.wire``), in schema order."""
         for d in self.domains:
             d.install()
-        self._outboxes = [d for d in self.domains if overrides(d, "drain")]
-        self._resolvers = [d for d in self.domains if overrides(d, "resolve")]
-        self._observers = [d for d in self.domains if overrides(d, "committed")]
-        self._forgetters = [d for d in self.domains if overrides(d, "forget")]
-        self.runners = [d for d in self.domains if overrides(d, "run")]
-        """Domains with long-running work of their own (:meth:`Domain.run`)."""
+        self._outboxes = [d for d in self.domains if d.overrides("drain")]
+        self._resolvers = [d for d in self.domains if d.overrides("resolve")]
+        self._observers = [d for d in self.domains if d.overrides("committed")]
+        self._forgetters = [d for d in self.domains if d.overrides("forget")]
+        self.runners = [d for d in self.domains if d.overrides("run")]
+        """Domains with long-running work of their own (:meth:`Hooks.run`)."""
 
     def add(
         self,

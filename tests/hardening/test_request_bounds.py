@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import DaemonHandle
 from tests.support import RpcClient
 
-MAX_FOLDERS = 2048  # meshd.domains.claims.MAX_FOLDERS (named here: the test runs on older trees)
+MAX_FOLDERS = 2048  # claim_keys.MAX_FOLDERS (named here: the test runs on older trees)
 
 
 @pytest.fixture
@@ -92,6 +92,6 @@ def test_a_board_touch_of_1000_paths_records_them_all(c: RpcClient, short_tmp: P
 
 
 def test_the_limit_named_here_is_the_daemons() -> None:
-    from meshd.domains.claims import MAX_FOLDERS as DAEMONS
+    from meshd.domains.claim_keys import MAX_FOLDERS as DAEMONS
 
     assert DAEMONS == MAX_FOLDERS

@@ -4,8 +4,9 @@ read side (SPEC §5). Nothing here changes a claim or writes; who holds a key is
 ttl sweep, the fleet for a fleet-wide key: SPEC §12, one view); the audit log is
 read from the store's read connection.
 
-The methods are registered by :class:`~meshd.domains.claims.ClaimHandlers`, which
-owns the key resolution and the fleet hooks these read through.
+The methods are registered by :class:`~meshd.domains.claims.ClaimHandlers`; what
+they read through is handed in: the keys (:class:`~meshd.domains.claim_keys.
+ClaimKeys`) and the view, the same objects the write side uses.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from meshd.domains.claim_keys import ClaimKeys
+from meshd.domains.claim_view import ClaimView
 from meshd.keys import Key
 from meshd.protocol import claims as pc
 from meshd.protocol.contract import rfc3339
@@ -21,16 +24,17 @@ from meshd.slices import Slices
 from meshd.store.claims import audit_page
 
 if TYPE_CHECKING:
-    from meshd.domains.claims import ClaimHandlers
-    from meshd.service import Conn
+    from meshd.service import Conn, Service
 
 
 class ClaimReads:
     """The read-only ``claim.*`` methods and ``audit.log`` of ``claims``'s domain."""
 
-    def __init__(self, claims: ClaimHandlers) -> None:
-        self.claims = claims
-        self.svc = claims.svc
+    def __init__(self, svc: Service, view: ClaimView, keys: ClaimKeys) -> None:
+        self.svc = svc
+        self.view = view
+        """Who holds these keys: the table, the fleet for a fleet-wide key."""
+        self.keys = keys
 
     async def check(self, p: pc.ClaimCheckParams, conn: Conn) -> pc.ClaimCheckResult:
         st = self.svc.state
@@ -38,9 +42,9 @@ class ClaimReads:
             return pc.ClaimCheckResult(status="free", profile=st.profile, visible=False)
         if not st.settings.enabled:
             return pc.ClaimCheckResult(status="free", disabled=True, profile=st.profile)
-        keys = await self.claims.keys_for(p.resources, p.broad)
-        self.claims.expire()
-        found, warnings = await self.claims.view.holders(keys, p.session_id)
+        keys = await self.keys.keys_for(p.resources, p.broad)
+        self.keys.expire()
+        found, warnings = await self.view.holders(keys, p.session_id)
         present = await self._present(keys, p.session_id)
         warnings += [
             f"{x.session_id} "
@@ -83,8 +87,8 @@ class ClaimReads:
     async def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
         st = self.svc.state
         now = self.svc.clock.monotonic()
-        fc = self.claims.fleet()
-        local_only = self.claims.view.local_only()
+        fc = self.view.fleet_claims()
+        local_only = self.view.local_only()
         claims = [
             pc.ClaimRecord(
                 session_id=c.session_id, resource=c.resource, mode=c.mode, token=c.token,
@@ -94,7 +98,7 @@ class ClaimReads:
             )
             for c in st.claims.list_claims(p.session_id)
         ]  # fmt: skip
-        claims += await self.claims.view.records(p.session_id)  # other hosts' (SPEC §12)
+        claims += await self.view.records(p.session_id)  # other hosts' (SPEC §12)
         waiting = [
             pc.ClaimWaiting(
                 session_id=w.session_id, resources=list(w.resources), mode=w.mode,
@@ -114,7 +118,7 @@ class ClaimReads:
         return pc.ClaimListResult(claims=claims, waiting=waiting)
 
     async def validate(self, p: pc.ClaimValidateParams, conn: Conn) -> pc.ClaimValidateResult:
-        return await self.claims.view.validate(await self.claims.key_for(p.resource), p.token)
+        return await self.view.validate(await self.keys.key_for(p.resource), p.token)
 
     async def audit(self, p: pc.AuditLogParams, conn: Conn) -> pc.AuditLogResult:
         since = None
@@ -127,7 +131,7 @@ class ClaimReads:
                 ) from exc
         resource = None
         if p.resource is not None:
-            resource = (await self.claims.key_for(p.resource)).text
+            resource = (await self.keys.key_for(p.resource)).text
         rows = await self.svc.store.read(
             lambda db: audit_page(
                 db, since=since, limit=p.limit, session_id=p.session_id, resource=resource

@@ -1,11 +1,12 @@
 """``claim.*`` and ``audit.log``: advisory claims with fencing tokens (SPEC §5).
 
-Keys arrive as the user typed them and are made canonical here (that reads the
-filesystem, so it is not the core's job). :class:`ClaimHandlers` is the domain: it
+:class:`ClaimHandlers` is the domain: it
 registers the methods, answers the hooks (restore, prune, resolve, the fleet's),
 and owns the write side -- acquire, steal, release, and the commit of a grant that
 takes it back when the disk refuses it. Its parts, one object each:
 
+* :mod:`meshd.domains.claim_keys` -- keys as the user typed them, made canonical
+  (that reads the filesystem, so it is not the core's job);
 * :mod:`meshd.domains.claim_waits` -- queued requests (``wait``), answered by a
   record when their grant is committed or their deadline passes (one timer);
 * :mod:`meshd.domains.claim_fleet` -- the request path of a fleet-wide set;
@@ -33,25 +34,22 @@ from meshd.core.claims.records import (
 from meshd.core.state import Outcome, Write
 from meshd.domain import Domain
 from meshd.domains.claim_fleet import FleetAcquire
+from meshd.domains.claim_keys import ClaimKeys
 from meshd.domains.claim_reads import ClaimReads
-from meshd.domains.claim_replies import HOME, granted, held
+from meshd.domains.claim_replies import granted, held
 from meshd.domains.claim_view import ClaimView
 from meshd.domains.claim_waits import ClaimWaits
-from meshd.keys import Key, canonical_key, from_canonical
+from meshd.keys import Key, from_canonical
 from meshd.ports import FleetAccess, FleetClaimsPort
 from meshd.protocol import claims as pc
 from meshd.protocol.claims import AuditAction, Mode
-from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable, TooLarge
+from meshd.protocol.errors import InvalidParams, MeshError, MeshUnavailable
 from meshd.protocol.jsonrpc import Later
 from meshd.service import Conn, Service
 from meshd.store.claims import load_claims, load_fencing
 
 if TYPE_CHECKING:
     from meshd.core.state import Event
-
-MAX_FOLDERS = 2048
-"""Folders (path components of ``file:``/``repo:`` keys, summed) one claim call may name:
-256 keys 8 deep. The table's work on the loop for a set is about one node per folder."""
 
 
 def _release_record(c: Claim, now_wall: float) -> AuditRecord:
@@ -72,8 +70,10 @@ class ClaimHandlers(Domain):
         self.view = view
         """Who holds these keys: the table, or the fleet for a fleet-wide key (the
         sessions domain asks the same object)."""
+        self.keys = ClaimKeys(svc)
+        """Canonical keys for what a request names (the reads start there too)."""
         self.waits = ClaimWaits(svc, self._take_back)
-        self.reads = ClaimReads(self)
+        self.reads = ClaimReads(svc, view, self.keys)
         self.fleet_path = FleetAcquire(svc, fleet, self._commit_grant, self.answered)
 
     def install(self) -> None:
@@ -192,35 +192,6 @@ class ClaimHandlers(Domain):
         is cancelled when its connection closes): :meth:`ClaimWaits.closed`."""
         self.waits.closed(conn)
 
-    # --- keys (the read side's too) --------------------------------------------------
-
-    def expire(self) -> None:
-        """Free claims whose ttl ran out before answering (the sweeper may not have yet)."""
-        if self.svc.state.claims.expire_ttls():
-            self.svc.flush_background()
-
-    async def keys_for(self, resources: list[str], broad: bool) -> list[Key]:
-        """The canonical keys; paths are resolved off the event loop (see resolver).
-
-        The claim table's work for a set grows with its keys' depth (a node per folder,
-        on the loop, in one step: a set is granted whole or not at all), so a set of
-        more than :data:`MAX_FOLDERS` folders in all is refused with ``TOO_LARGE``:
-        256 keys 40 folders deep held every other client for a third of a second."""
-        keys = await self.svc.resolve_paths(
-            resources, lambda: [canonical_key(r, home=HOME, broad=broad) for r in resources]
-        )
-        folders = sum(k.value.count("/") for k in keys if k.is_path)
-        if folders > MAX_FOLDERS:
-            raise TooLarge(
-                f"these {len(keys)} keys name {folders:,} folders in all; one call takes "
-                f"at most {MAX_FOLDERS:,} (claim fewer or shallower paths per call)",
-                {"path": "$.resources", "limit": MAX_FOLDERS, "folders": folders},
-            )
-        return keys
-
-    async def key_for(self, resource: str) -> Key:
-        return (await self.keys_for([resource], True))[0]
-
     # --- acquire / steal --------------------------------------------------------------
 
     async def _prepare(
@@ -231,9 +202,9 @@ class ClaimHandlers(Domain):
         if not st.settings.enabled:
             return None
         st.registry.get(session_id)
-        keys = await self.keys_for(resources, broad)
+        keys = await self.keys.keys_for(resources, broad)
         st.registry.get(session_id)  # it may have ended while the paths were resolved
-        self.expire()
+        self.keys.expire()
         return keys
 
     def answered(
@@ -275,9 +246,7 @@ class ClaimHandlers(Domain):
 
     async def keys_of(self, resources: list[str], broad: bool) -> list[Key]:
         """Canonical keys for what the user typed (after a ttl sweep)."""
-        keys = await self.keys_for(resources, broad)
-        self.expire()
-        return keys
+        return await self.keys.keys_of(resources, broad)
 
     async def acquire_keys(
         self, sid: str, keys: Sequence[Key], *, mode: Mode, reason: str, wait: float, conn: Conn
@@ -373,7 +342,7 @@ class ClaimHandlers(Domain):
         if not st.settings.enabled:
             return pc.ClaimReleaseResult(disabled=True)
         st.registry.get(p.session_id)
-        keys = None if p.resources is None else await self.keys_for(p.resources, True)
+        keys = None if p.resources is None else await self.keys.keys_for(p.resources, True)
         if keys == []:
             return pc.ClaimReleaseResult()
         # Store first, then apply: a freed key is handed on at once (waiters, other

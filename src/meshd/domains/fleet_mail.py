@@ -22,12 +22,12 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 
 from meshd.core.mail.fleet_post import FleetPost
-from meshd.core.mail.records import Answer, Message, Request, clip
+from meshd.core.mail.records import Answer, Message, Query, Request, clip
 from meshd.core.sessions.records import Session
 from meshd.core.state import Event, Write
 from meshd.domain import NOTHING, Domain
@@ -42,12 +42,27 @@ from meshd.protocol.errors import (
 from meshd.service import Service
 from meshd.store import fleet_post as storage
 
-if TYPE_CHECKING:
-    from meshd.domains.messages import MessageHandlers
-    from meshd.domains.signals import SignalHandlers
-
-
 log = logging.getLogger("meshd.fleet.mail")
+
+
+class LocalMail(Protocol):
+    """What mail from another host needs of this host's messages domain
+    (:class:`~meshd.domains.messages.MessageHandlers`, which sends through this one)."""
+
+    async def overlapping(self, path: str) -> Callable[[Session], bool]: ...
+
+    def claims_of(self, sid: str) -> list[str]: ...
+
+    async def commit(self) -> None: ...
+
+    async def wait_answers(self, queries: list[Query]) -> list[Answer]: ...
+
+
+class LocalSignals(Protocol):
+    """What a signal from another host needs of this host's signals domain
+    (:class:`~meshd.domains.signals.SignalHandlers`)."""
+
+    async def take(self, name: str, payload: str, by: str | None) -> None: ...
 
 
 class FleetMail(Domain):
@@ -59,10 +74,10 @@ class FleetMail(Domain):
         super().__init__(svc)
         self.post = FleetPost(svc.clock, self._new_key)
         self._fleet = fleet
-        self._messages: MessageHandlers | None = None
-        self._signals: SignalHandlers | None = None
+        self._messages: LocalMail | None = None
+        self._signals: LocalSignals | None = None
 
-    def connect(self, *, messages: MessageHandlers, signals: SignalHandlers) -> None:
+    def connect(self, *, messages: LocalMail, signals: LocalSignals) -> None:
         """The domains what arrives is handed to (``app.wire``: they are made after
         this one, and send through it)."""
         self._messages, self._signals = messages, signals
@@ -355,7 +370,7 @@ class FleetMail(Domain):
         self.post.take(key)
         await self._signals.take(item.name or "", item.payload or "null", item.sender)
 
-    def _msgs(self) -> MessageHandlers:
+    def _msgs(self) -> LocalMail:
         assert self._messages is not None, "app.wire connects the fleet mail"
         return self._messages
 
