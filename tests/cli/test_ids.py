@@ -35,6 +35,25 @@ class TestPrefix:
         assert [(i["from"], i["text"]) for i in inbox] == [(b, "cli:20261201-1a")]
         assert after_kind.json()["session_id"] == b
 
+    def test_two_prefixes_in_one_command(
+        self, meshctl: Meshctl, daemon: Any, mesh_env: Any
+    ) -> None:
+        """``send`` with a short recipient and a short ``--session``: both resolved (the
+        second one was refused, "no session …", once the first had been)."""
+        env = mesh_env.env
+        a = register(meshctl, env, "cli:20261201-1a8041")
+        b = register(meshctl, env, "cli:20261201-77aa01")
+
+        sent = meshctl("send", "20261201-1a", "hello", "--session", "cli:20261201-77", env=env)
+        back = meshctl("send", "cli:20261201-77", "hi", "--session", "20261201-1a", env=env)
+
+        assert sent.code == 0, sent
+        assert back.code == 0, back
+        inbox = meshctl("inbox", "--session", a, "--json", env=env).json()
+        assert [(i["from"], i["text"]) for i in inbox] == [(b, "hello")]
+        inbox = meshctl("inbox", "--session", b, "--json", env=env).json()
+        assert [(i["from"], i["text"]) for i in inbox] == [(a, "hi")]
+
     def test_session_option_prefix_on_the_fast_path(
         self, meshctl: Meshctl, daemon: Any, mesh_env: Any
     ) -> None:

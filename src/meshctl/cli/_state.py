@@ -77,7 +77,9 @@ class State:
         Text that cannot be sent (undecodable argv bytes) is refused first, naming
         its argument (:func:`meshctl.cli._text.check_text`). A session id the daemon
         does not know is taken as a prefix, and the call sent again with the one id
-        it matches (:mod:`meshctl.cli._ids`; the error path only).
+        it matches (:mod:`meshctl.cli._ids`; the error path only), as many times as
+        the call holds typed ids (``send`` with a short recipient and a short
+        ``--session``).
         """
         from meshctl.cli._text import check_text
         from meshd.protocol.errors import UnknownSession
@@ -89,18 +91,19 @@ class State:
             from meshctl.cli._ids import substitute
 
             params = substitute(params, self.aliases)
-        try:
-            return mesh.call(method, params, timeout=timeout)
-        except UnknownSession as exc:
-            from meshctl.cli._ids import resolve, substitute
+        while True:  # each pass resolves one more typed id, or raises
+            try:
+                return mesh.call(method, params, timeout=timeout)
+            except UnknownSession as exc:
+                from meshctl.cli._ids import resolve, substitute
 
-            full = resolve(exc, params, self.live_ids)
-            if full is None:
-                raise
-            self.aliases[str(exc.data["session_id"])] = full
-            if self.session == exc.data["session_id"]:
-                self.session = full
-            return mesh.call(method, substitute(params, self.aliases), timeout=timeout)
+                full = resolve(exc, params, self.live_ids)
+                if full is None or exc.data["session_id"] in self.aliases:
+                    raise
+                self.aliases[str(exc.data["session_id"])] = full
+                if self.session == exc.data["session_id"]:
+                    self.session = full
+                params = substitute(params, self.aliases)
 
     def live_ids(self) -> list[str]:
         """The ids of the live sessions (this host's and, in a fleet, the others')."""
