@@ -4,9 +4,11 @@ Inside the real hermes-agent 0.19.0 (``.venv-hermes``, or ``HERMES_VENV``), with
 plugin installed by ``meshctl hermes install`` into a temp ``HERMES_HOME`` and a
 meshd of our own: each hook is fired through Hermes's own ``invoke_hook`` with the
 kwargs Hermes passes, N times, interleaved with the same call with the plugin's
-callbacks taken out (the floor: Hermes's dispatch alone). Then the daemon is
-stopped under the registered session and the same is measured again in the same
-process, and once more in a new process that never reached the daemon. One
+callbacks taken out (the floor: Hermes's dispatch alone); the two "per tool call" rows
+fire the three hooks of one tool call in a row (BENCH.md's read ≤ 0.2 ms, write
+≤ 0.3 ms). Then the daemon is stopped under the registered session and the same is
+measured again in the same process, and once more in a new process that never reached
+the daemon. One
 ``pre_llm_call`` row carries a pasted 1 MB message. The figure is the added time per call
 (median and p99 of the per-call differences' distributions: plugin p50 - floor p50).
 """
@@ -57,6 +59,22 @@ HOOKS = {
     "on_session_end": dict(session_id=S, task_id="t", turn_id="u", completed=True,
                            interrupted=False, model="fake-model", platform="cli"),
 }
+# One whole tool call as Hermes makes it: pre_tool_call, the tool (not timed),
+# transform_tool_result, post_tool_call (BENCH.md's "per tool call" rows). A read names
+# a new file each call (its first read: noted for the board); a write, the same file.
+def tool_call(name, args):
+    call = dict(tool_name=name, args=args, session_id=S, task_id="t", tool_call_id="c",
+                turn_id="u", api_request_id="r")
+    return [("pre_tool_call", call),
+            ("transform_tool_result", dict(result='{"ok": true}', **call)),
+            ("post_tool_call", dict(result='{"ok": true}', status="ok", duration_ms=1, **call))]
+CALLS = {
+    "per tool call: read_file": lambda i: tool_call("read_file",
+                                                    {"path": f"/tmp/meshd-bench/c{i}.py"}),
+    "per tool call: write_file": lambda i: tool_call("write_file",
+                                                     {"path": "/tmp/meshd-bench/w.py",
+                                                      "content": "1"}),
+}
 
 def name_of(label):
     return label.split(" ")[0]
@@ -71,7 +89,28 @@ def measure():
     out = {}
     for label, kwargs in HOOKS.items():
         out[label] = one(label, kwargs)
+    for label, steps in CALLS.items():
+        out[label] = whole(steps)
     return out
+
+def whole(steps):
+    names = [hook for hook, _ in steps(0)]
+    callbacks = {hook: list(manager._hooks.get(hook, [])) for hook in names}
+    with_plugin, floor = [], []
+    for i in range(N):
+        calls = steps(i)
+        for hooked, times in ((True, with_plugin), (False, floor)):
+            for hook in names:
+                manager._hooks[hook] = callbacks[hook] if hooked else []
+            t = time.perf_counter_ns()
+            for hook, kw in calls:
+                invoke_hook(hook, **kw)
+            times.append(time.perf_counter_ns() - t)
+    for hook in names:
+        manager._hooks[hook] = callbacks[hook]
+    return {"p50": statistics.median(with_plugin) - statistics.median(floor),
+            "p99": pct(with_plugin, 0.99) - pct(floor, 0.99),
+            "floor_p50": statistics.median(floor)}
 
 def one(label, kwargs):
     hook = name_of(label)

@@ -30,9 +30,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: For the scripts the tests run in Hermes's interpreter (which has no meshctl):
 #: ``rpc(method, params)`` -- one request to the daemon at ``MESH_SOCKET``, its result.
-#: The script imports json, os and socket before it.
+#: It first waits for what the plugin noted to be sent (its ``flush``): a hook sends
+#: statuses, reads and writes from a thread, a moment later. The script imports json,
+#: os and socket before it.
 RPC = r"""
+def flush_plugin():
+    import sys
+    plugin = sys.modules.get("hermes_plugins.meshd._plugin")
+    if plugin is not None and "rt" in plugin._RUNTIMES:
+        plugin._RUNTIMES["rt"].flush()
+
 def rpc(method, params=None):
+    flush_plugin()
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(os.environ["MESH_SOCKET"])
         s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,

@@ -169,6 +169,8 @@ import json, os, socket, model_tools
 from hermes_cli.plugins import invoke_hook
 
 def rpc(method, params):
+    import hermes_plugins.meshd._plugin as plugin
+    plugin._RUNTIMES["rt"].flush()  # what the hooks noted is sent first
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(os.environ["MESH_SOCKET"])
         s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
@@ -376,8 +378,9 @@ S = "20261130_210000_cccccc"
 invoke_hook("on_session_start", session_id=S, model="m", platform="cli")
 print("registered", flush=True)
 sys.stdin.readline()  # the daemon is stopped (SIGSTOP): it accepts, it never answers
-invoke_hook("pre_tool_call", tool_name="terminal", args={"command": "ls"}, session_id=S,
-            task_id="t", tool_call_id="c", turn_id="u")
+# a hook that asks the daemon before it returns (the inbox a tool result carries)
+invoke_hook("transform_tool_result", tool_name="terminal", args={"command": "ls"},
+            result='{"output": ""}', session_id=S, task_id="t", tool_call_id="c", turn_id="u")
 link = plugin._RUNTIMES["rt"].link
 print(json.dumps({"paused_for": link._paused_until - time.monotonic(),
                   "pause": client.PAUSE_AFTER_TIMEOUT}), flush=True)

@@ -281,10 +281,10 @@ REFUSED = (
 S = "20261201_200000_cccccc"
 invoke_hook("on_session_start", session_id=S, model="m", platform="cli")
 rt = plugin._RUNTIMES["rt"]
-rt.reads.stop()  # no sending thread: the two reads below go in one flush, in this thread
+rt.sender.stop()  # no sending thread: the two reads below go in one flush, in this thread
 for i, path in enumerate(["/srv/app/tab\there.py", "/srv/app/auth.py"]):
     read(i, path)
-rt.reads.flush()
+rt.flush()
 shown = rpc("board.show", {"project_or_path": "/srv/app"})["watching"]
 print(json.dumps(sorted(m["path"] for m in shown if m["session_id"] == S)))
 """

@@ -172,6 +172,8 @@ class Link:
         self._backoff = BACKOFF_FIRST
         #: the last failure was a timeout: the daemon runs but does not answer
         self.hung = False
+        #: requests sent (tests and the bench count what a hook asks on its path)
+        self.calls = 0
 
     @property
     def errors(self) -> tuple[type[BaseException], ...]:
@@ -199,6 +201,7 @@ class Link:
         if self.down:
             return None
         lib = self.lib
+        self.calls += 1
         try:
             result = self.mesh.call(method, params, timeout=timeout)
         except (lib.UnknownSession, lib.SessionExpired):

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from . import _client, _private, _text
-from ._runtime import GATEWAY_MESSAGE, gateway_session
+from ._common import GATEWAY_MESSAGE, gateway_session
 from ._tools import Tools, framed_sessions
 
 USAGE = (

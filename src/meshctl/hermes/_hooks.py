@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _text
-from ._runtime import INTERACTIVE, WRITE_TOOLS, Runtime, in_background_agent
+from ._common import INTERACTIVE, WRITE_TOOLS, in_background_agent
+from ._runtime import Runtime
 
 log = logging.getLogger("meshd.hermes")
 Hook = Callable[..., Any]

@@ -14,8 +14,8 @@ the daemon. So:
   a read (``meshd.core.work.marks.READ_FRESH``) follows the agent's latest reads.
   Per session at most :data:`MAX_PATHS` are remembered (oldest forgotten first: at
   worst a path is sent twice), and nothing once the session ends.
-- **Off the tool's path**: the hook only notes the path; one thread per process
-  sends what was noted, a session's paths in one ``board.touch``.
+- **Off the tool's path**: the hook only notes the path; the process's sender
+  (:mod:`._sender`) sends what was noted, a session's paths in one ``board.touch``.
 - **Failing open**: nothing is noted while the daemon is unreachable; a send that
   finds it unreachable forgets the paths again, so the next read of them records
   them once the daemon is back. A ``board.touch`` the daemon refuses (one path it
@@ -31,19 +31,14 @@ the daemon. So:
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._runtime import READ_TOOLS, _reportable, working_dir
-
-if TYPE_CHECKING:
-    from ._runtime import Runtime, Tracked
-
-log = logging.getLogger("meshd.hermes")
+from ._common import READ_TOOLS, Host, Tracked, reportable, working_dir
+from ._sender import Outbox, Sender
 
 #: Seconds after which a read of a path already recorded is recorded again.
 REFRESH = 3600.0
@@ -60,7 +55,7 @@ def read_path(tool_name: str, args: Any, base: str | None = None) -> str | None:
     """The absolute path a file-reading tool call names (None for other tools).
 
     Relative paths are resolved against the working folder, as written paths are
-    (:func:`._runtime.written_paths`). String work only: whether a ``search_files``
+    (:func:`._common.written_paths`). String work only: whether a ``search_files``
     path is one file is asked (:func:`is_read`) only of a path not recorded lately.
     """
     key = READ_TOOLS.get(tool_name)
@@ -83,23 +78,21 @@ def is_read(tool_name: str, path: str) -> bool:
     return tool_name != "search_files" or os.path.isfile(path)
 
 
-class Reads:
-    """Records a process's reads on the board: noted by hooks, sent by one thread."""
+class Reads(Outbox):
+    """Records a process's reads on the board: noted by hooks, sent by the sender."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, host: Host, sender: Sender) -> None:
+        self.host = host
+        self.sender = sender
         self._lock = threading.Lock()
         self._pending: dict[str, list[str]] = {}  # session id -> paths to send, in order
         self._count = 0
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         #: board.touch calls sent (for tests and the bench; never read by the plugin)
         self.sent = 0
 
     def note(self, t: Tracked, tool_name: str, args: Any) -> bool:
         """After a successful read: note its path unless recorded lately (True: noted)."""
-        if self.rt.link.down:
+        if self.host.link.down:
             return False  # failing open: the next read of it, daemon back, records it
         path = read_path(tool_name, args)
         if path is None:
@@ -118,56 +111,39 @@ class Reads:
                 del seen[next(iter(seen))]
             self._pending.setdefault(t.session_id, []).append(path)
             self._count += 1
-        self._start()
-        self._wake.set()
+        self.sender.wake()
         return True
 
-    def _start(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            with self._lock:
-                if self._thread is None or not self._thread.is_alive():
-                    self._thread = threading.Thread(
-                        target=self._run, name="meshd-reads", daemon=True
-                    )
-                    self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            try:
-                self.flush()
-            except Exception:  # never let one bad send end the thread
-                log.debug("meshd: recording reads failed", exc_info=True)
-
-    def flush(self) -> None:
+    def flush(self, link: Any) -> bool:
         """Send what was noted: one ``board.touch`` per session (per 1,000 paths)."""
         with self._lock:
             pending, self._pending, self._count = self._pending, {}, 0
         for sid, paths in pending.items():
             for i in range(0, len(paths), MAX_BATCH):
-                self._send(sid, paths[i : i + MAX_BATCH])
+                self._send(link, sid, paths[i : i + MAX_BATCH])
+        return False  # what was not recorded is recorded at the next read of it
 
-    def _send(self, sid: str, paths: list[str]) -> None:
-        t = self.rt.sessions.get(sid)
+    def flush_session(self, t: Tracked, link: Any) -> None:
+        """An ending session's reads are not recorded (its marks go with it)."""
+        with self._lock:
+            self._count -= len(self._pending.pop(t.session_id, []))
+
+    def _send(self, link: Any, sid: str, paths: list[str]) -> None:
+        t = self.host.sessions.get(sid)
         if t is None or not t.registered:
             return  # ended meanwhile, or to register again (then it remembers nothing)
         gone: list[bool] = []
-        params = {"session_id": sid, "paths": [_reportable(p) for p in paths], "read": True}
+        params = {"session_id": sid, "paths": [reportable(p) for p in paths], "read": True}
         self.sent += 1
-        result = self.rt.link.call("board.touch", params, forgotten=lambda: gone.append(True))
+        result = link.call("board.touch", params, forgotten=lambda: gone.append(True))
         if isinstance(result, dict):
             return
         if gone:
-            self.rt.forget(sid)
-        if gone or self.rt.link.down:  # not recorded: the next read of these tries again
+            self.host.forget(sid)
+        if gone or link.down:  # not recorded: the next read of these tries again
             with self._lock:
                 for path in paths:
                     t.reads.pop(path, None)
         elif len(paths) > 1:  # refused whole for one path it takes for no key (a tab in
             for path in paths:  # a name): each alone, so only that one goes unrecorded
-                self._send(sid, [path])
+                self._send(link, sid, [path])

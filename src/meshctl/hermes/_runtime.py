@@ -8,19 +8,23 @@ liveness and the process's pid, so the daemon expires it at once if Hermes dies.
 - **Registration** happens on ``on_session_start`` and lazily on the first hook or
   tool call that names an unknown id (resumed sessions never fire the start hook).
 - **Status** comes from the hooks (``thinking``, ``tool-running``, ``idle`` /
-  ``waiting-for-user``); each change moves ``last_activity`` on the daemon.
-- **One heartbeat thread per process** keeps every live session of the process
-  alive with bare heartbeats, which do not move ``last_activity``: an idle chat
-  shows as idle, however long it stays open.
+  ``waiting-for-user``); each change moves ``last_activity`` on the daemon. The
+  hook only notes it: the process's one sender (:mod:`._sender`) sends it, with
+  the files read and written and the bare heartbeats that keep every live session
+  of the process alive without moving ``last_activity`` (an idle chat shows as
+  idle, however long it stays open). :meth:`Runtime.flush` sends what waits now.
+- **On the hook's path** stays only what a hook must answer with: the claim check
+  before a write (its warning) and the inbox a tool result or a turn carries.
 - **Failing open**: while the daemon is unreachable every call returns None at once
   (see :mod:`._client`); sessions that could not register are registered on a
   later hook once it is back.
+
+The runtime composes the parts; none of them imports it (:mod:`._common` holds
+what they share).
 """
 
 from __future__ import annotations
 
-import contextvars
-import json
 import os
 import threading
 import time
@@ -29,176 +33,25 @@ from typing import Any
 
 from . import _client, _private, _text
 from ._agent import advice
-
-#: Hermes tools that write files, and the argument naming the file.
-WRITE_TOOLS = {"write_file": "path", "patch": "path"}
-#: Hermes tools that read files, and the argument naming the file (:mod:`._reads`).
-READ_TOOLS = {"read_file": "path", "search_files": "path"}
-#: Interactive surfaces: after a turn they wait for their user.
-INTERACTIVE = {"cli", "tui"}
-#: The tool that answers a question, per tool set (:mod:`meshctl.agent.tools`).
-ANSWER_TOOL = {"compact": "mesh_msg", "full": "mesh_reply"}
-#: Questions remembered for a late mesh_reply (query id -> asker), newest kept.
-MAX_ASKERS = 256
-_PATCH_FILE = ("*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:")
-
-
-def source_of(session_id: str, platform: str) -> str:
-    """The mesh ``source`` of a Hermes session (SPEC §4)."""
-    platform = (platform or "").lower()
-    if platform == "subagent":
-        return "subagent"
-    if platform == "cron" or session_id.startswith("cron_"):
-        return "cron"
-    if os.environ.get("HERMES_KANBAN_TASK"):
-        return "kanban"
-    if platform in ("", "cli", "tui"):
-        return platform or "cli"
-    return f"gateway:{platform}"
-
-
-def in_background_agent() -> bool:
-    """Whether this thread runs one of Hermes's background agents, not a session's turn.
-
-    Hermes's memory/skill review fork runs after a turn under the *parent's* session
-    id and platform, on a thread of its own, and so does the skill curator's agent;
-    their hooks would report the review prompt as the session's task and hand the
-    session's inbox to the fork. Hermes marks both with the write origin
-    ``background_review`` (:func:`._private.write_origin`).
-    """
-    return _private.write_origin() == "background_review"
-
-
-def hermes_home() -> str:
-    """This process's Hermes home, as Hermes resolves it (a profile's folder)."""
-    try:
-        import importlib
-
-        return str(importlib.import_module("hermes_constants").get_hermes_home())
-    except Exception:
-        return os.environ.get("HERMES_HOME") or os.path.expanduser("~/.hermes")
-
-
-def cron_task(session_id: str) -> str:
-    """The task of a Hermes cron run: its job's name (``cron_<job id>_<time>``).
-
-    Never the prompt Hermes assembles for the run: that starts with Hermes's own
-    instructions to the model and may carry a pre-run script's output or another
-    job's report, which are not the session's words (SPEC §6). The job is read from
-    ``$HERMES_HOME/cron/jobs.json`` (read only: Hermes's ``load_jobs`` may rewrite it).
-    """
-    job_id = session_id.removeprefix("cron_").rsplit("_", 2)[0]
-    name = ""
-    try:
-        with open(os.path.join(hermes_home(), "cron", "jobs.json"), encoding="utf-8-sig") as f:
-            data = json.load(f)
-        jobs = data.get("jobs", []) if isinstance(data, dict) else data
-        for job in jobs if isinstance(jobs, list) else []:
-            if isinstance(job, dict) and job.get("id") == job_id:
-                name = str(job.get("name") or "")
-                break
-    except (OSError, ValueError):
-        pass
-    return _text.one_line(f"cron job {name or job_id}")
-
-
-def _reportable(path: str | None) -> str | None:
-    """A reported path with a name that is not UTF-8 shown escaped (``caf\\xe9``):
-    JSON carries only UTF-8 (meshd.protocol.contract.reportable, which the plugin
-    does not carry)."""
-    if path is None:
-        return None
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def working_dir() -> str:
-    """Where this process's tools work: ``TERMINAL_CWD`` when Hermes set one, else cwd."""
-    cwd = os.environ.get("TERMINAL_CWD", "")
-    if cwd and os.path.isabs(cwd):
-        return cwd
-    return os.getcwd()
-
-
-def broad(path: str | None) -> bool:
-    """Whether ``path`` is the home folder or above it (``/``, ``/home``): no project.
-
-    A Hermes gateway works in the home folder (its ``terminal.cwd`` default), and so
-    do its cron runs. Reported as the session's place, the daemon would count the
-    chat as working at every path under home (SPEC §5 ``present``): every write
-    anywhere there warned about it, every changed file became a notice to it.
-    """
-    if not path:
-        return False
-    home = os.path.realpath(os.path.expanduser("~"))
-    here = os.path.realpath(path)
-    return here in (home, "/") or home.startswith(here.rstrip("/") + "/")
-
-
-def written_paths(tool_name: str, args: Mapping[str, Any]) -> list[str]:
-    """Absolute paths a file-writing tool call is about to change (empty for other tools)."""
-    if tool_name not in WRITE_TOOLS or not isinstance(args, Mapping):
-        return []
-    raw: list[str] = []
-    value = args.get(WRITE_TOOLS[tool_name])
-    if isinstance(value, str) and value:
-        raw.append(value)
-    patch = args.get("patch")
-    if isinstance(patch, str):
-        for line in patch.splitlines():
-            for prefix in _PATCH_FILE:
-                if line.startswith(prefix):
-                    raw.append(line[len(prefix) :].strip())
-    base = working_dir()
-    out: list[str] = []
-    for path in raw:
-        full = os.path.normpath(os.path.join(base, os.path.expanduser(path)))
-        if full not in out:
-            out.append(full)
-    return out
-
-
-#: The gateway message being handled in this task (set by ``pre_gateway_dispatch``, which
-#: runs in the same coroutine as the plugin command that may follow): (gateway, store,
-#: source), so ``/mesh`` acts for the chat it was typed in.
-GATEWAY_MESSAGE: contextvars.ContextVar[tuple[Any, Any, Any] | None] = contextvars.ContextVar(
-    "meshd_gateway_message", default=None
+from ._common import (
+    ANSWER_TOOL,
+    GATEWAY_MESSAGE,
+    READ_TOOLS,
+    WRITE_TOOLS,
+    Tracked,
+    broad,
+    cron_task,
+    gateway_session,
+    reportable,
+    source_of,
+    working_dir,
+    written_paths,
 )
-
-
-def gateway_session(message: tuple[Any, Any, Any] | None) -> str | None:
-    """The session id of the chat a gateway message came from (None if unknown yet)."""
-    if message is None:
-        return None
-    gateway, store, source = message
-    key = _private.gateway_session_key(gateway, source)
-    if key is None:
-        return None
-    try:
-        sid = store.peek_session_id(key)
-    except Exception:
-        return None
-    return str(sid) if sid else None
-
-
-class Tracked:
-    """One Hermes session of this process, as the plugin knows it."""
-
-    def __init__(self, session_id: str, source: str, platform: str) -> None:
-        self.session_id = session_id
-        self.source = source
-        self.platform = platform
-        self.model = ""
-        self.parent: str | None = None
-        self.group = False
-        self.registered = False
-        self.status = "idle"
-        self.task = ""
-        self.notes: dict[str, str] = {}  # tool_call_id -> warning to add to that result
-        self.questions: list[dict[str, Any]] = []  # queries for the model, not yet shown
-        self.reads: dict[str, float] = {}  # path -> when its read was noted (._reads)
-        self.told = False  # had this turn's line on who else works here
-        #: whether its model has the mesh tools to answer with (None: not known)
-        self.answers: bool | None = None
+from ._reads import Reads
+from ._responder import Responder
+from ._sender import Sender
+from ._status import Status
+from ._writes import Writes
 
 
 class Runtime:
@@ -215,18 +68,17 @@ class Runtime:
         self.mode = "compact"
         self.interval = 5.0
         self._lock = threading.RLock()
-        self._beat: threading.Thread | None = None
-        self._responder: threading.Thread | None = None
+        self._registering = threading.Lock()  # one registration at a time (hooks, sender)
         self._stop = threading.Event()
+        self.sender = Sender(self, lambda: _client.Link(self.profile, self.socket))
+        self.status = Status(self)
+        self.reads = Reads(self, self.sender)
+        self.writes = Writes(self, self.sender)
+        for box in (self.status, self.reads, self.writes):
+            self.sender.add(box)
+        self.responder = Responder(self.sessions, self.profile, self.socket)
         #: query id -> asker, for questions handed to the model (mesh_reply needs it)
-        self.askers: dict[int, str] = {}
-        #: sessions whose questions this process's responder connection receives now
-        self.responding: set[str] = set()
-        from ._reads import Reads  # they build on this module
-        from ._writes import Writes
-
-        self.reads = Reads(self)
-        self.writes = Writes(self)
+        self.askers = self.responder.askers
 
     # --- registration ---------------------------------------------------------------
 
@@ -248,8 +100,20 @@ class Runtime:
             if t.source != "subagent":
                 self.last_session = session_id
         if not t.registered and not self.link.down and not self.link.disabled:
-            self._register(t)
+            self.register(t)
         return t
+
+    @property
+    def responding(self) -> set[str]:
+        """Sessions whose questions the responder's connection receives now."""
+        return self.responder.responding
+
+    def register(self, t: Tracked) -> bool:
+        """Register ``t`` (again: set ``registered`` False first) now, with where it is
+        and its latest status and task; whether the daemon took it. The hooks' threads
+        and the sender's may find it unregistered at once: it is registered once."""
+        with self._registering:
+            return t.registered or self._register(t)
 
     def _register(self, t: Tracked) -> bool:
         here = working_dir()
@@ -260,8 +124,8 @@ class Runtime:
         params: dict[str, Any] = {
             "session_id": t.session_id, "source": t.source, "task": t.task,
             "status": t.status, "model": t.model, "pid": os.getpid(),
-            "cwd": _reportable(cwd), "repo": _reportable(repo), "branch": branch,
-            "worktree": _reportable(worktree), "liveness": "heartbeat",
+            "cwd": reportable(cwd), "repo": reportable(repo), "branch": branch,
+            "worktree": reportable(worktree), "liveness": "heartbeat",
         }  # fmt: skip
         if t.parent:
             params["parent"] = t.parent
@@ -281,13 +145,14 @@ class Runtime:
         t.registered = True
         t.reads.clear()  # a session registered again lost its marks with it: record anew
         self.interval = float(result.get("heartbeat_interval") or self.interval)
-        self._start_heartbeat()
+        self.sender.start()  # its heartbeats keep the session alive
+        self.responder.start()
         return True
 
     def register_again(self, t: Tracked) -> None:
         """Register ``t`` now if it is not and the daemon may be there."""
         if not t.registered and not self.link.down and not self.link.disabled:
-            self._register(t)
+            self.register(t)
 
     def forget(self, session_id: str) -> None:
         """The daemon no longer knows this session: register it again on the next call."""
@@ -296,7 +161,7 @@ class Runtime:
             t.registered = False
 
     def report(self, session_id: str, **fields: Any) -> None:
-        """Report a status change (moves ``last_activity``); registers first when needed."""
+        """Note a status change (moves ``last_activity``) for the sender (:mod:`._status`)."""
         t = self.sessions.get(session_id)
         if t is None:
             return
@@ -306,19 +171,20 @@ class Runtime:
             t.task = str(fields["task"])
         if not t.registered:
             return
-        params = {"session_id": session_id, **{k: v for k, v in fields.items() if v is not None}}
-        self.link.call("session.heartbeat", params, forgotten=lambda: self._again(t, params))
+        self.status.note(t, fields)
+        self.sender.wake()
 
-    def _again(self, t: Tracked, params: dict[str, Any]) -> None:
-        t.registered = False
-        if self._register(t):
-            self.link.call("session.heartbeat", params)
+    def flush(self) -> None:
+        """Send what the hooks noted (statuses, reads, writes) now, on this thread;
+        returns when it is sent. Whoever reads back what the plugin reported right
+        after a hook calls this first."""
+        self.sender.flush()
 
     def end(self, session_id: str, reason: str = "ended") -> None:
         """``on_session_finalize`` / ``subagent_stop``: end it on the mesh (releases claims)."""
         t = self.sessions.get(session_id)
-        if t is not None and t.registered:
-            self.writes.flush_session(t)  # before the end: the daemon takes none after
+        if t is not None:
+            self.sender.flush_session(t)  # before the end: the daemon takes none after
         with self._lock:  # nothing of an ended session is kept (a gateway runs for weeks)
             t = self.sessions.pop(session_id, None)
             self.parents.pop(session_id, None)
@@ -348,117 +214,12 @@ class Runtime:
                 t.parent = parent
                 if t.registered:
                     t.registered = False
-                    self._register(t)
-
-    # --- heartbeat thread -------------------------------------------------------------
-
-    def _start_heartbeat(self) -> None:
-        with self._lock:
-            if self._beat is None or not self._beat.is_alive():
-                self._beat = threading.Thread(target=self._run, name="meshd-heartbeat", daemon=True)
-                self._beat.start()
-            if self._responder is None or not self._responder.is_alive():
-                self._responder = threading.Thread(
-                    target=self._respond, name="meshd-responder", daemon=True
-                )
-                self._responder.start()
-
-    def _run(self) -> None:
-        """Bare heartbeats for every live session of this process, on a link of its own."""
-        link = _client.Link(self.profile, self.socket)
-        try:
-            while not self._stop.wait(self.interval):
-                for t in list(self.sessions.values()):
-                    if t.registered:
-                        link.call(
-                            "session.heartbeat",
-                            {"session_id": t.session_id},
-                            forgotten=lambda t=t: self.forget(t.session_id),  # type: ignore[misc]
-                        )
-                    elif not link.disabled:
-                        self._register(t)
-        finally:
-            link.close()
+                    self.register(t)
 
     def stop(self) -> None:
         self._stop.set()
-        self.reads.stop()
-        self.writes.stop()
-
-    # --- live responder ---------------------------------------------------------------
-
-    def _respond(self) -> None:
-        """One connection answers queries for every session of this process (SPEC §6).
-
-        A query to a session whose model is at work is queued for the model (it sees it
-        after its next tool call and may answer with ``mesh_reply`` before the asker's
-        timeout; if not, the daemon's status responder answers). A query to a session
-        waiting for its user is answered at once from what the plugin knows, and queued
-        for the model's next turn.
-        """
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                conn = _client.listener(self.profile, self.socket)
-            except Exception:
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
-                continue
-            backoff = 0.5
-            try:
-                self._serve(conn)
-            except Exception:
-                self._stop.wait(backoff)
-            finally:
-                conn.close()
-
-    def _serve(self, conn: Any) -> None:
-        serving = self.responding = set()  # a new connection: responds for none yet
-        while not self._stop.is_set():
-            for t in list(self.sessions.values()):
-                if t.registered and not t.group and t.session_id not in serving:
-                    conn.call("query.respond", {"session_id": t.session_id})
-                    serving.add(t.session_id)
-            serving &= set(self.sessions)
-            event = conn.next_event(0.25)
-            if isinstance(event, dict) and event.get("kind") == "query":
-                self.on_query(conn, event)
-
-    def on_query(self, conn: Any, event: Mapping[str, Any]) -> None:
-        t = self.sessions.get(str(event.get("session_id") or event.get("to") or ""))
-        if t is None:
-            return
-        query = {"id": event.get("id"), "kind": "query", "from": event.get("from", ""),
-                 "text": event.get("text", "")}  # fmt: skip
-        doing = f": {t.task}" if t.task else ""
-        if t.answers is False:  # its model has no tool to answer with: the status, now
-            self._status(conn, t, query, f"{t.session_id} is {t.status}{doing}. Its model "
-                         "runs without the mesh tools, so it cannot answer questions.")  # fmt: skip
-            return
-        if isinstance(query["id"], int):
-            self.askers[query["id"]] = str(query["from"])
-            while len(self.askers) > MAX_ASKERS:  # oldest first (dicts keep order)
-                del self.askers[next(iter(self.askers))]
-        t.questions.append(query)
-        if t.status in ("thinking", "tool-running"):
-            return  # the model may answer mid-turn; else the status responder does
-        self._status(conn, t, query, f"{t.session_id} is {t.status}{doing}. Its model is not "
-                     "running now; your question was passed on to it, and an answer it gives "
-                     "later will reach your inbox.")  # fmt: skip
-
-    def _status(self, conn: Any, t: Tracked, query: Mapping[str, Any], text: str) -> None:
-        """Answer ``query`` at once with the session's status, marked as such (a daemon
-        older than ``by`` refuses the field: then unmarked, as before)."""
-        params = {"session_id": t.session_id, "query_id": query["id"], "text": text}
-        try:
-            conn.call("query.answer", {**params, "by": "status"})
-        except Exception as exc:
-            if getattr(exc, "data", {}).get("code") != "INVALID_PARAMS":
-                return
-            try:
-                conn.call("query.answer", params)
-            except Exception:
-                return
+        self.sender.stop()
+        self.responder.stop()
 
     def learn_tools(self, t: Tracked) -> None:
         """From ``pre_llm_call``, once per session: whether its model has the tool that
@@ -468,8 +229,6 @@ class Runtime:
             names = _private.agent_tool_names()
             if names is not None:
                 t.answers = ANSWER_TOOL.get(self.mode, "mesh_msg") in names
-
-    # --- delivery ---------------------------------------------------------------------
 
     def register_cli_at_start(self, wait: float = 600.0) -> None:
         """An interactive CLI emits no hook until its first message: register it as soon

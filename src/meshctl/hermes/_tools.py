@@ -20,7 +20,8 @@ from typing import Any
 
 from . import _text
 from ._agent import context, tools
-from ._runtime import Runtime, working_dir
+from ._common import working_dir
+from ._runtime import Runtime
 
 log = logging.getLogger("meshd.hermes")
 Handler = Callable[..., str]

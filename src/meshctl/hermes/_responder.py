@@ -1,0 +1,114 @@
+"""The live responder: one connection answers questions for every session of the
+process (SPEC §6).
+
+A query to a session whose model is at work is queued for the model (it sees it
+after its next tool call and may answer with ``mesh_reply`` before the asker's
+timeout; if not, the daemon's status responder answers). A query to a session
+waiting for its user is answered at once from what the plugin knows, and queued
+for the model's next turn. A session whose model has no tool to answer with gets
+its status as the answer, at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from . import _client
+from ._common import Tracked
+
+#: Questions remembered for a late mesh_reply (query id -> asker), newest kept.
+MAX_ASKERS = 256
+
+
+class Responder:
+    """The responder thread and what it remembers of the questions it passed on."""
+
+    def __init__(self, sessions: dict[str, Tracked], profile: str, socket: str | None) -> None:
+        self.sessions = sessions
+        self.profile = profile
+        self.socket = socket
+        #: query id -> asker, for questions handed to the model (mesh_reply needs it)
+        self.askers: dict[int, str] = {}
+        #: sessions whose questions this process's responder connection receives now
+        self.responding: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._respond, name="meshd-responder", daemon=True
+                )
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _respond(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                conn = _client.listener(self.profile, self.socket)
+            except Exception:
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            backoff = 0.5
+            try:
+                self._serve(conn)
+            except Exception:
+                self._stop.wait(backoff)
+            finally:
+                conn.close()
+
+    def _serve(self, conn: Any) -> None:
+        serving = self.responding = set()  # a new connection: responds for none yet
+        while not self._stop.is_set():
+            for t in list(self.sessions.values()):
+                if t.registered and not t.group and t.session_id not in serving:
+                    conn.call("query.respond", {"session_id": t.session_id})
+                    serving.add(t.session_id)
+            serving &= set(self.sessions)
+            event = conn.next_event(0.25)
+            if isinstance(event, dict) and event.get("kind") == "query":
+                self.on_query(conn, event)
+
+    def on_query(self, conn: Any, event: Mapping[str, Any]) -> None:
+        t = self.sessions.get(str(event.get("session_id") or event.get("to") or ""))
+        if t is None:
+            return
+        query = {"id": event.get("id"), "kind": "query", "from": event.get("from", ""),
+                 "text": event.get("text", "")}  # fmt: skip
+        doing = f": {t.task}" if t.task else ""
+        if t.answers is False:  # its model has no tool to answer with: the status, now
+            self._status(conn, t, query, f"{t.session_id} is {t.status}{doing}. Its model "
+                         "runs without the mesh tools, so it cannot answer questions.")  # fmt: skip
+            return
+        if isinstance(query["id"], int):
+            self.askers[query["id"]] = str(query["from"])
+            while len(self.askers) > MAX_ASKERS:  # oldest first (dicts keep order)
+                del self.askers[next(iter(self.askers))]
+        t.questions.append(query)
+        if t.status in ("thinking", "tool-running"):
+            return  # the model may answer mid-turn; else the status responder does
+        self._status(conn, t, query, f"{t.session_id} is {t.status}{doing}. Its model is not "
+                     "running now; your question was passed on to it, and an answer it gives "
+                     "later will reach your inbox.")  # fmt: skip
+
+    def _status(self, conn: Any, t: Tracked, query: Mapping[str, Any], text: str) -> None:
+        """Answer ``query`` at once with the session's status, marked as such (a daemon
+        older than ``by`` refuses the field: then unmarked, as before)."""
+        params = {"session_id": t.session_id, "query_id": query["id"], "text": text}
+        try:
+            conn.call("query.answer", {**params, "by": "status"})
+        except Exception as exc:
+            if getattr(exc, "data", {}).get("code") != "INVALID_PARAMS":
+                return
+            try:
+                conn.call("query.answer", params)
+            except Exception:
+                return
