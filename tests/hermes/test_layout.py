@@ -1,4 +1,5 @@
-"""The plugin's modules import one way (no circle, lazy or for type hints alone)."""
+"""The plugin's modules import one way (no circle, lazy or for type hints alone), and
+the environment the client reads is read through the client's one place for it."""
 
 from __future__ import annotations
 
@@ -54,3 +55,14 @@ def test_the_plugin_modules_import_one_way() -> None:
 def test_the_cycle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_link_reads_the_environment_through_the_clients_one_place() -> None:
+    tree = ast.parse((PLUGIN / "_client.py").read_text(encoding="utf-8"))
+    reads = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+    ]
+
+    assert reads == [], f"_client.py reads os.environ itself at lines {reads}"

@@ -6,6 +6,7 @@
 ``MESH_STATE_DIR`` the state folder (absolute): logs, the recorded socket, locks
 ``MESH_CONFIG``    the config file a daemon the client starts loads (absolute)
 ``MESH_SPAWN``     ``direct``: start a daemon as a child process, never via systemd
+``MESH_HERMES_TIMEOUT`` seconds the Hermes plugin waits for one reply (its hooks)
 ``XDG_RUNTIME_DIR`` where sockets live, ``XDG_STATE_HOME`` where state lives
                    (platformdirs' rules, mirrored by :mod:`meshctl._paths`)
 ================== ==============================================================
@@ -32,6 +33,7 @@ NAMES = (
     "MESH_STATE_DIR",
     "MESH_CONFIG",
     "MESH_SPAWN",
+    "MESH_HERMES_TIMEOUT",
     "XDG_RUNTIME_DIR",
     "XDG_STATE_HOME",
 )

@@ -51,6 +51,16 @@ def library() -> ModuleType:
     return lib
 
 
+def _env() -> ModuleType:
+    """The client's one place for the environment (``meshctl._core.env``), from the
+    same client as :func:`library`: the plugin reads no variable by itself."""
+    package = __package__ or ""
+    try:
+        return importlib.import_module("._vendor._core_env", package)
+    except ImportError:
+        return importlib.import_module("meshctl._core.env")
+
+
 def _quiet() -> None:
     """The client's "unreachable, continuing without it" goes to Hermes's logs, never to
     the terminal of a Hermes user (no lastResort stderr output when logging is unset)."""
@@ -71,7 +81,7 @@ def hook_timeout() -> float:
     hook). A value that is not a positive number is ignored.
     """
     try:
-        value = float(os.environ.get("MESH_HERMES_TIMEOUT") or HOOK_TIMEOUT)
+        value = float(_env().get("MESH_HERMES_TIMEOUT") or HOOK_TIMEOUT)
     except ValueError:
         return HOOK_TIMEOUT
     return value if 0 < value < float("inf") else HOOK_TIMEOUT
@@ -139,8 +149,9 @@ def where(hermes_profile: str) -> tuple[str, str | None]:
     place reports ``custom``, so its install records the profile to use).
     """
     record = install_record()
-    socket = os.environ.get("MESH_SOCKET") or record.get("socket") or None
-    profile = os.environ.get("MESH_PROFILE") or record.get("profile") or hermes_profile
+    env = _env()
+    socket = env.get("MESH_SOCKET") or record.get("socket") or None
+    profile = env.get("MESH_PROFILE") or record.get("profile") or hermes_profile
     if not profile or profile == "custom":
         profile = "default"
     return str(profile), socket
