@@ -28,11 +28,7 @@ def rt(daemon: DaemonHandle) -> Iterator[Runtime]:
     runtime = Runtime("default")
     yield runtime
     runtime.end(S)
-    runtime.stop()
-    for t in threading.enumerate():
-        if t.name.startswith("meshd-"):
-            t.join(10)
-    runtime.link.close()
+    runtime.close()
 
 
 def tool_call(rt: Runtime, tool: str, args: dict[str, Any]) -> int:

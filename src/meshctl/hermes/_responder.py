@@ -45,8 +45,13 @@ class Responder:
                 )
                 self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """Stop answering; wait up to ``wait`` seconds for the thread (its connection
+        is closed when it ends)."""
         self._stop.set()
+        thread = self._thread
+        if wait and thread is not None:
+            thread.join(wait)
 
     def _respond(self) -> None:
         backoff = 0.5

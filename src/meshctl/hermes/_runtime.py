@@ -221,6 +221,13 @@ class Runtime:
         self.sender.stop()
         self.responder.stop()
 
+    def close(self) -> None:
+        """Stop the threads and close every connection (waits for a call in flight)."""
+        self._stop.set()
+        self.sender.close()
+        self.responder.stop(wait=5.0)
+        self.link.close()
+
     def learn_tools(self, t: Tracked) -> None:
         """From ``pre_llm_call``, once per session: whether its model has the tool that
         answers a question (not known: assumed). Without it, questions get the status

@@ -99,8 +99,20 @@ class Sender:
         self._wake.set()
 
     def stop(self) -> None:
+        """No more sending by the thread (:meth:`flush` still sends, on the caller's)."""
         self._stop.set()
         self._wake.set()
+
+    def close(self, wait: float = 5.0) -> None:
+        """Stop the thread, wait up to ``wait`` seconds for it, close the link."""
+        self.stop()
+        thread = self._thread
+        if thread is not None:
+            thread.join(wait)
+        with self._send:
+            if self._link is not None:
+                self._link.close()
+                self._link = None
 
     def flush(self) -> None:
         """Send everything noted so far, on this thread; returns when it is sent (or
