@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write the blocking client's session layer from the async one (httpcore's unasync).
 
-``src/meshctl/_async/`` ``abc.py``, ``session.py``, ``shared.py``, ``responder.py``,
-``preempt.py`` and ``events.py`` are the one source; their ``src/meshctl/_sync/``
+``src/meshctl/_async/`` ``abc.py``, ``session.py``, ``claim.py``, ``registration.py``,
+``shared.py``, ``responder.py``, ``preempt.py`` and ``events.py`` are the one source; their ``src/meshctl/_sync/``
 namesakes are generated from them by the
 substitutions below, then put in the house's import order and format (ruff, from the
 same environment). Usage::
@@ -29,6 +29,8 @@ PACKAGE = ROOT / "src" / "meshctl"
 FILES = {
     "_async/abc.py": "_sync/abc.py",
     "_async/session.py": "_sync/session.py",
+    "_async/claim.py": "_sync/claim.py",
+    "_async/registration.py": "_sync/registration.py",
     "_async/shared.py": "_sync/shared.py",
     "_async/responder.py": "_sync/responder.py",
     "_async/preempt.py": "_sync/preempt.py",

@@ -24,11 +24,12 @@ TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up
 if TYPE_CHECKING:
     from typing import Any
 
+    from meshctl._async.claim import AsyncClaim
     from meshctl._async.client import AsyncMesh
     from meshctl._async.events import AsyncSessionEvents
     from meshctl._async.preempt import AsyncPreemptWatcher
     from meshctl._async.responder import AsyncResponder
-    from meshctl._async.session import AsyncClaim, AsyncSession
+    from meshctl._async.session import AsyncSession
     from meshctl._async.shared import AsyncNotebook, AsyncOnce, AsyncSignal
     from meshctl._core.messaging import (
         Answer,
@@ -41,11 +42,12 @@ if TYPE_CHECKING:
     )
     from meshctl._core.shared import Note, SignalRecord
     from meshctl._events import PreemptEvent
+    from meshctl._sync.claim import Claim
     from meshctl._sync.client import Mesh
     from meshctl._sync.events import SessionEvents
     from meshctl._sync.preempt import PreemptWatcher
     from meshctl._sync.responder import Responder
-    from meshctl._sync.session import Claim, Session
+    from meshctl._sync.session import Session
     from meshctl._sync.shared import Notebook, Once, Signal
     from meshd.protocol.errors import (
         BadKey,
@@ -141,7 +143,8 @@ _WHERE: dict[str, str] = {
     "AsyncSessionEvents": "meshctl._async.events",
     "AsyncPreemptWatcher": "meshctl._async.preempt",
     "AsyncResponder": "meshctl._async.responder",
-    **dict.fromkeys(("AsyncClaim", "AsyncSession"), "meshctl._async.session"),
+    "AsyncClaim": "meshctl._async.claim",
+    "AsyncSession": "meshctl._async.session",
     **dict.fromkeys(("AsyncNotebook", "AsyncOnce", "AsyncSignal"), "meshctl._async.shared"),
     **dict.fromkeys(
         ("Answer", "Broadcast", "Handoff", "Item", "Query", "RequestedHandoff", "Sent"),
@@ -153,7 +156,8 @@ _WHERE: dict[str, str] = {
     "SessionEvents": "meshctl._sync.events",
     "PreemptWatcher": "meshctl._sync.preempt",
     "Responder": "meshctl._sync.responder",
-    **dict.fromkeys(("Claim", "Session"), "meshctl._sync.session"),
+    "Claim": "meshctl._sync.claim",
+    "Session": "meshctl._sync.session",
     **dict.fromkeys(("Notebook", "Once", "Signal"), "meshctl._sync.shared"),
 }
 

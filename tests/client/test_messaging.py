@@ -122,8 +122,8 @@ class TestMessages:
         expired = SessionExpired("ended", {"session_id": "a"})
 
         with a._state:
-            a._recover(expired, generation)  # the first caller registers again
-            a._recover(expired, generation)  # the second, with what it saw, does not
+            a._reg.recover(expired, generation)  # the first caller registers again
+            a._reg.recover(expired, generation)  # the second, with what it saw, does not
 
         assert len(a.lost) == 1
         assert a.registration == generation + 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from meshctl._core.abc import Target
+from meshctl._core.session import SessionCore
 
 
 class AsyncClient(Target, Protocol):
@@ -41,8 +42,8 @@ class AsyncClient(Target, Protocol):
 
 
 class AsyncSessionLike(Protocol):
-    """What a session's parts (notes, signals, once, a responder, a preemption
-    watcher, the heartbeats) ask of their session (``AsyncSession``)."""
+    """What a session's parts (a claim, notes, signals, once, a responder, a
+    preemption watcher, the heartbeats) ask of their session (``AsyncSession``)."""
 
     @property
     def mesh(self) -> AsyncClient: ...
@@ -55,6 +56,15 @@ class AsyncSessionLike(Protocol):
 
     @property
     def disabled(self) -> bool: ...
+
+    @property
+    def _core(self) -> SessionCore:
+        """The session's I/O-free half (claim bookkeeping)."""
+        ...
+
+    async def release(self, *resources: str) -> list[str]:
+        """Release ``resources``; what the daemon released."""
+        ...
 
     async def _mcall(self, method: str, params: dict[str, Any], wait: float = 0.0) -> Any:
         """One call for this session; None when it is a no-op."""

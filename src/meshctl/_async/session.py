@@ -1,7 +1,7 @@
-"""``AsyncSession`` and ``AsyncClaim``: a registered session and what one claim got (SPEC §5, §10).
+"""``AsyncSession``: a registered session (SPEC §5, §10).
 
-This file is the one source of the session layer: ``scripts/unasync.py`` writes the
-blocking ``Session`` and ``Claim`` (:mod:`meshctl._sync.session`) from it, ``async``
+This file is the one source of the session: ``scripts/unasync.py`` writes the
+blocking ``Session`` (:mod:`meshctl._sync.session`) from it, ``async``
 and ``await`` taken out and each ``Async`` name and ``_async`` module given its
 blocking twin. Write it so that both read right: what differs between an event loop
 and threads (locks, the heartbeat runner, shielding) is each side's ``_backend``
@@ -15,6 +15,10 @@ daemon thread with a connection of its own in the blocking client), and ends on 
 What it never hides: when the daemon expired or forgot the session, or restarted
 without it, the session registers again under the same id and appends a sentence
 to :attr:`AsyncSession.lost` (and calls ``on_lost`` with it, and logs one warning).
+Its parts, one object each: the registration (:mod:`meshctl._async.registration`),
+what a claim got (:mod:`meshctl._async.claim`), shared work
+(:mod:`meshctl._async.shared`), a live responder, a preemption watcher and the
+pushed events (``responder``, ``preempt``, ``events``).
 """
 
 from __future__ import annotations
@@ -27,15 +31,16 @@ from meshctl import _claims
 from meshctl import _log as log
 from meshctl._async import _backend
 from meshctl._async._backend import EventHandler, QueryHandler
+from meshctl._async.claim import AsyncClaim
 from meshctl._async.events import AsyncSessionEvents
 from meshctl._async.preempt import AsyncPreemptWatcher
+from meshctl._async.registration import AsyncRegistration
 from meshctl._async.responder import AsyncResponder
 from meshctl._async.shared import AsyncNotebook, AsyncOnce, AsyncSignal
 from meshctl._core import messaging as _m
 from meshctl._core import session as _session
 from meshctl._core.messaging import Answer, Broadcast, Handoff, Item, RequestedHandoff, Sent
-from meshctl._core.session import BACKOFF_FIRST, next_beat
-from meshd.protocol.errors import MeshError, MeshUnavailable, SessionExpired, UnknownSession
+from meshd.protocol.errors import MeshError, SessionExpired, UnknownSession
 
 if TYPE_CHECKING:
     from meshctl._async.abc import AsyncClient
@@ -62,12 +67,9 @@ class AsyncSession:
     ) -> None:
         self.mesh = mesh
         self._core = core
-        self._on_lost = on_lost
-        self._interval_override = heartbeat_interval
-        self._state, self._reregistering = _backend.session_locks()
+        self._reg = AsyncRegistration(mesh, core, on_lost=on_lost, interval=heartbeat_interval)
+        self._state = self._reg.state
         self._beats = _backend.Heartbeats(self)
-        self._registered = False
-        self._ended = False
 
     @property
     def session_id(self) -> str | None:
@@ -87,7 +89,7 @@ class AsyncSession:
     @property
     def active(self) -> bool:
         """Registered with a daemon, not disabled, not ended."""
-        return self._registered and not self._core.disabled and not self._ended
+        return self._reg.registered and not self._core.disabled and not self._reg.ended
 
     @property
     def heartbeat_interval(self) -> float:
@@ -97,7 +99,7 @@ class AsyncSession:
     @property
     def registration(self) -> int:
         """How many times this session registered (a call that saw it expire passes the
-        number it started under to :meth:`_recover`)."""
+        number it started under to ``AsyncRegistration.recover``)."""
         return self._core.generation
 
     @property
@@ -135,9 +137,9 @@ class AsyncSession:
         async with self._state:
             if self._beats.started:
                 return self
-            await self._register()
+            await self._reg.register()
             if not self._core.disabled:
-                self._beats.start(self._run)
+                self._beats.start(lambda mesh: self._reg.run(mesh, self._beats))
         return self
 
     async def heartbeat(
@@ -155,23 +157,23 @@ class AsyncSession:
                     "session.heartbeat", self._core.heartbeat_params(fields)
                 )
             except (SessionExpired, UnknownSession) as exc:
-                await self._recover(exc, generation)
+                await self._reg.recover(exc, generation)
                 result = await self.mesh.call(
                     "session.heartbeat", self._core.heartbeat_params(fields)
                 )
             if result is not None:
-                self._heard(result)
+                self._reg.heard(result)
                 if self.mesh.daemon != self._core.daemon:
-                    await self._daemon_changed()
+                    await self._reg.daemon_changed()
             return result
 
     async def end(self, handoff: str | None = None, *, reason: str = "ended") -> Any:
         """End the session (releasing its claims), optionally leaving a handoff."""
         async with self._state:
-            if self._ended:
+            if self._reg.ended:
                 return None
-            self._ended = True
-            active = self._registered and not self._core.disabled
+            self._reg.ended = True
+            active = self._reg.registered and not self._core.disabled
         await self._beats.stop(self.mesh.timeout + 1.0)
         if not active:
             return None
@@ -267,7 +269,7 @@ class AsyncSession:
         try:
             result = await self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
         except (SessionExpired, UnknownSession) as exc:
-            await self._recover(exc, generation)
+            await self._reg.recover(exc, generation)
             params["session_id"] = self.session_id
             result = await self.mesh.call(_claims.ACQUIRE, params, timeout=timeout)
         if result is None:  # failing open
@@ -425,175 +427,10 @@ class AsyncSession:
         except (SessionExpired, UnknownSession) as exc:
             if exc.data.get("session_id") != self.session_id:
                 raise
-            await self._recover(exc, generation)
+            await self._reg.recover(exc, generation)
         return await self.mesh.call(
             method, {**params, "session_id": self.session_id}, timeout=timeout
         )
 
-    # --- registration and loss ---------------------------------------------------
-
-    async def _register(self) -> bool:
-        """Register (or register again under the same id); False when unreachable."""
-        core = self._core
-        result = await self.mesh.call("session.register", core.register_params())
-        if result is None:  # failing open
-            core.unreachable()
-            return False
-        core.registered(result, self.mesh.daemon, self._interval_override)
-        self._registered = True
-        if core.disabled:
-            log.warning(
-                "Session Mesh is disabled in its config (enabled = false): session %s does nothing",
-                core.session_id,
-            )
-        return True
-
-    async def _recover(self, exc: MeshError, generation: int) -> None:
-        """A call made under registration ``generation`` found the session expired or
-        unknown: register again -- unless another caller already did since, so one
-        expiry is recorded once."""
-        async with self._reregistering:
-            if self._core.generation != generation:
-                return
-            old = self._core.daemon
-            await self._register()
-            self._record(self._core.after_expiry(exc, old, await self._validate_held()))
-
-    async def _daemon_changed(self) -> None:
-        """The daemon restarted but still answered for us: register again to find out,
-        then check every token this client holds (a restored claim may have run out
-        meanwhile) and report exactly which claims were lost."""
-        old = self._core.daemon
-        result = await self.mesh.call("session.register", self._core.register_params())
-        if result is None:
-            return
-        self._core.registered(result, self.mesh.daemon, self._interval_override)
-        message = self._core.after_restart(old, result, await self._validate_held())
-        if message is None:
-            log.info("meshd restarted and restored session %s", self.session_id)
-        else:
-            self._record(message)
-
-    async def _validate_held(self) -> list[tuple[str, int]]:
-        """``claim.validate`` every (key, token) this client holds; the ones that failed."""
-        lost = []
-        for key, token in self._core.to_validate():
-            try:
-                result = await self.mesh.call(_claims.VALIDATE, {"resource": key, "token": token})
-            except MeshError as exc:
-                log.warning("Session Mesh: could not validate %s (token %s): %s", key, token, exc)
-                continue
-            if result is not None and not result.get("valid", False):
-                lost.append((key, token))
-        self._core.invalid(lost)
-        return lost
-
-    def _heard(self, result: Any) -> None:
-        """Take the claim losses a heartbeat reported (``lost``); record each once."""
-        for message in self._core.heard(result):
-            self._record(message)
-
-    def _record(self, message: str) -> None:
-        self._core.lost.append(message)
-        log.warning("Session Mesh: %s", message)
-        if self._on_lost is not None:
-            try:
-                self._on_lost(message)
-            except Exception:
-                log.exception("on_lost callback failed")
-
-    # --- the heartbeats ------------------------------------------------------------
-
-    async def _run(self, mesh: AsyncClient) -> None:
-        """Heartbeat every interval on ``mesh`` (register first while failing open); back
-        off while the daemon cannot be reached (:func:`meshctl._core.session.next_beat`)."""
-        # Not registered yet (failing open): poll often; the Mesh's own backoff decides
-        # when a connection is really attempted, so polling costs nothing meanwhile.
-        wait = self._core.interval if self._registered else BACKOFF_FIRST
-        while await self._beats.sleep(wait):
-            ok = await self._beat(mesh)
-            wait = next_beat(wait, ok, self._registered, self._core.interval)
-
-    async def _beat(self, mesh: AsyncClient) -> bool:
-        """One background heartbeat; False when the daemon could not be reached."""
-        async with self._state:
-            if self._ended:
-                return True
-            generation = self._core.generation
-            try:
-                if not self._registered:
-                    return await self._register()
-                params = self._core.heartbeat_params({})
-                result = await mesh.call("session.heartbeat", params)
-                if result is not None:
-                    self._heard(result)
-                if mesh.daemon != self._core.daemon:
-                    await self._daemon_changed()
-            except (SessionExpired, UnknownSession) as exc:
-                try:
-                    await self._recover(exc, generation)
-                except MeshError as again:
-                    log.warning("Session Mesh: could not register again: %s", again)
-                    return False
-            except MeshUnavailable as exc:
-                log.debug("heartbeat: %s", exc)
-                return False
-            except MeshError as exc:
-                log.warning("Session Mesh heartbeat failed: %s", exc)
-                return False
-        self._beats.beat()
-        return True
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.session_id!r} active={self.active}>"
-
-
-class AsyncClaim(_session.ClaimRecord):
-    """What one :meth:`AsyncSession.claim` call got; releases what it acquired when its
-    block ends. The fields are :class:`meshctl._core.session.ClaimRecord`'s; call
-    :meth:`validate` to ask the daemon now whether the token still holds."""
-
-    def __init__(
-        self, session: AsyncSession, result: dict[str, Any], requested: list[str], *, guarded: bool
-    ) -> None:
-        self.session = session
-        super().__init__(session._core, result, requested, guarded=guarded)
-
-    def _noticed(self, keys: list[str]) -> bool:
-        """A claim-loss event for our token among the events the session's connection
-        kept aside; heartbeats report losses either way."""
-        return self.session.mesh._pushed_loss(self.token, keys)
-
-    async def validate(self) -> bool:
-        """Ask the daemon whether our token still holds every key of the set (fencing)."""
-        if not self.granted or not self.guarded:
-            return self.granted
-        call = self.session.mesh.call
-        return self._validated(
-            [await call(_claims.VALIDATE, {"resource": k, "token": self.token}) for k in self.keys]
-        )
-
-    async def release(self) -> list[str]:
-        """Release what this call acquired (never an ``already_held`` claim); once."""
-        if self._released or not self.acquired:
-            self._released = True
-            return []
-        self._released = True
-        return await self.session.release(*self.acquired)
-
-    async def __aenter__(self) -> AsyncClaim:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with _backend.shielded():
-            try:
-                await self.release()
-            except MeshError as failure:
-                # Never raise on the way out; say so, and keep it on the handle. The claim
-                # goes when the session ends or expires (or its ttl runs out).
-                log.warning("Session Mesh: %s", self._release_failed(failure))

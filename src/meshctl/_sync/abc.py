@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from meshctl._core.abc import Target
+from meshctl._core.session import SessionCore
 
 
 class Client(Target, Protocol):
@@ -43,8 +44,8 @@ class Client(Target, Protocol):
 
 
 class SessionLike(Protocol):
-    """What a session's parts (notes, signals, once, a responder, a preemption
-    watcher, the heartbeats) ask of their session (``Session``)."""
+    """What a session's parts (a claim, notes, signals, once, a responder, a
+    preemption watcher, the heartbeats) ask of their session (``Session``)."""
 
     @property
     def mesh(self) -> Client: ...
@@ -57,6 +58,15 @@ class SessionLike(Protocol):
 
     @property
     def disabled(self) -> bool: ...
+
+    @property
+    def _core(self) -> SessionCore:
+        """The session's I/O-free half (claim bookkeeping)."""
+        ...
+
+    def release(self, *resources: str) -> list[str]:
+        """Release ``resources``; what the daemon released."""
+        ...
 
     def _mcall(self, method: str, params: dict[str, Any], wait: float = 0.0) -> Any:
         """One call for this session; None when it is a no-op."""
