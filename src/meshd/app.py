@@ -89,7 +89,9 @@ def wire(svc: Service) -> list[Domain]:
         messages,
         BoardHandlers(svc),
         NoteHandlers(svc),  # restores shared work (notes, signals, ledger, marks) for the rest
-        JobHandlers(svc),  # after sessions: a restored run whose session is gone ends as died
+        JobHandlers(
+            svc, view=view
+        ),  # after sessions: a restored run whose session is gone ends as died
         WatchHandlers(svc),  # the mesh.watch feed (meshctl top)
         PreemptHandlers(svc, claims=claims),  # after claims and the notebook
         signals,

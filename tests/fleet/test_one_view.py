@@ -134,6 +134,48 @@ def test_every_read_on_another_host_shows_the_fleet_holder_at_once(
     assert [c["resource"] for c in a["claims"]] == ["port:80"]
 
 
+def test_the_job_radar_names_the_fleet_holder(fleet_hosts: HostFactory) -> None:
+    """``meshctl jobs`` on h2: the job's res:gpu is held by h1:a on h1, so it would
+    wait for that claim; before, the radar read h2's table and saw nothing."""
+    h1, h2 = fleet_hosts(2, extra='[jobs.train]\nresources = ["res:gpu", "port:9"]\n')
+    register(h1, "h1:a")
+    everywhere([h2], "h1:a")  # its task, as h2 lists it
+    assert acquire(h1, "h1:a", "res:gpu", reason="training")["status"] == "granted"
+    assert acquire(h1, "h1:a", "port:9")["status"] == "granted"  # a set is one or the other
+
+    [job] = h2.call("job.list", {"name": "train"})["jobs"]
+
+    assert [(w["session_id"], w["resource"], w.get("host")) for w in job["would_wait_for"]] == [
+        ("h1:a", "res:gpu", "h1")  # port:9 is h1's own business
+    ]
+    assert job["would_wait_for"][0]["task"] == "task of h1:a"
+
+
+def test_check_names_a_session_of_another_host_working_at_a_shared_path(
+    fleet_hosts: HostFactory, tmp_path: Path
+) -> None:
+    """h1:a works in a shared folder (its cwd); ``check`` of a file there on h2 names it
+    as present, with its host, and says so in the warnings; a path that is not shared
+    is each host's own. Before, ``present`` listed h2's own sessions only."""
+    shared = tmp_path / "shared"
+    (shared / "repo").mkdir(parents=True)
+    h1, h2 = fleet_hosts(2, fleet_extra=f'shared_paths = ["{shared}"]')
+    register(h1, "h1:a", cwd=str(shared / "repo"))
+    register(h1, "h1:c", cwd=str(tmp_path))  # above the shared folder: h1's own place
+    register(h2, "h2:b")
+    everywhere([h2], "h1:a", "h1:c")
+
+    got = h2.call("claim.check", {"resources": [f"file:{shared}/repo/a.py"], "session_id": "h2:b"})
+
+    assert got["status"] == "free"
+    assert [(x["session_id"], x["why"], x["host"]) for x in got["present"]] == [
+        ("h1:a", "cwd", "h1")
+    ]
+    assert any("h1:a is working in" in w and "on h1" in w for w in got["warnings"]), got
+    alone = h2.call("claim.check", {"resources": [f"file:{tmp_path}/x.py"]})
+    assert alone["present"] == []
+
+
 def test_a_broadcast_counts_the_sessions_of_every_host(fleet_hosts: HostFactory) -> None:
     """The broadcast reaches h2:b, and its answer says so (before: recipients [])."""
     h1, h2 = fleet_hosts(2)

@@ -46,10 +46,12 @@ class ClaimReads:
         self.keys.expire()
         found, warnings = await self.view.holders(keys, p.session_id)
         present = await self._present(keys, p.session_id)
+        present += self.view.present_elsewhere(keys)  # other hosts', at a fleet-wide path
         warnings += [
             f"{x.session_id} "
             + ("recently changed " if x.why == "changed" else "is working in ")
             + x.path
+            + (f" on {x.host}" if x.host else "")
             + (f" (branch {x.branch})" if x.branch else "")
             + (f" — {x.task}" if x.task else "")
             for x in present

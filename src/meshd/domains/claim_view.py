@@ -4,8 +4,9 @@ A local key is answered from this host's table. A fleet-wide key (a shared kind,
 or a path under ``shared_paths``) is answered from the table for this host's own
 claims and from the fleet -- through :class:`~meshd.ports.FleetPort` -- for every
 other host's. Every read that reports claims asks :class:`ClaimView`:
-``claim.check`` (and so ``meshctl check``, the Hermes warnings and the claims in the
-way of a ``present`` path) through :meth:`ClaimView.holders`, ``claim.validate``
+``claim.check`` (and so ``meshctl check`` and the Hermes warnings) through
+:meth:`ClaimView.holders` and, for who works at a fleet-wide path,
+:meth:`ClaimView.present_elsewhere`, ``claim.validate``
 through :meth:`ClaimView.validate`, ``claim.list`` through :meth:`ClaimView.elsewhere`,
 ``sessions show`` and the listings ``sync`` reads through :meth:`ClaimView.sessions`.
 ``app.wire`` makes one and hands the same object to the claims and sessions domains,
@@ -84,6 +85,31 @@ class ClaimView:
             )  # fmt: skip
             warnings.append(_remote_warning(h))
         return holders, warnings
+
+    def present_elsewhere(self, keys: Sequence[Key]) -> list[pc.ClaimPresent]:
+        """Other hosts' live sessions whose cwd or repo contains a fleet-wide path of
+        ``keys``, or lies under it (``claim.check``'s ``present``), as the fleet's
+        registry lists them: one entry per session, each with its host. Only a place
+        inside ``shared_paths`` counts: storage every host sees, the same path on each
+        (a folder above it, or elsewhere, is a place on that host's own disk)."""
+        fleet = self._fleet.fleet
+        if fleet is None:
+            return []
+        fc = fleet.claims
+        paths = [k.value for k in keys if k.is_path and fc.is_fleet(k)]
+        if not paths:
+            return []
+        found: dict[str, pc.ClaimPresent] = {}
+        for info in fleet.remote_sessions(fresh=True):
+            for why, place in (("cwd", info.cwd), ("repo", info.repo)):
+                if info.session_id in found or not place or not _fleet_wide(fc, "file:" + place):
+                    continue  # a place outside the shared folders is its own host's
+                if any(_within(place, p) or _within(p, place) for p in paths):
+                    found[info.session_id] = pc.ClaimPresent(
+                        session_id=info.session_id, task=info.task, why=why,  # type: ignore[arg-type]
+                        path=place, branch=info.branch, since=info.started_at, host=info.host,
+                    )  # fmt: skip
+        return list(found.values())
 
     async def validate(self, key: Key, token: int) -> pc.ClaimValidateResult:
         """Whether ``token`` holds ``key`` now: in the fleet for a fleet-wide key (on
@@ -187,6 +213,12 @@ def _remote_warning(h: Holding) -> str:
     branch = f" (branch {h.branch})" if h.branch else ""
     tail = f" — {h.task}" if h.task else ""
     return f"{h.session_id} {verb} {h.resource} on {h.host}{branch}{tail}"
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (both canonical, absolute)."""
+    folder = folder.rstrip("/") or "/"
+    return path == folder or path.startswith(folder if folder == "/" else folder + "/")
 
 
 def _fleet_wide(fc: FleetClaimsPort, resource: str) -> bool:

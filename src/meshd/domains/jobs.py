@@ -16,6 +16,7 @@ import anyio
 
 from meshd.core.work.jobs import JobEvent, JobSpec
 from meshd.domain import Domain
+from meshd.domains.claim_view import ClaimView
 from meshd.keys import from_canonical
 from meshd.protocol import jobs as pj
 from meshd.protocol.contract import rfc3339
@@ -39,9 +40,11 @@ def _event(ev: JobEvent) -> pj.JobEventResult:
 class JobHandlers(Domain):
     name = "jobs"
 
-    def __init__(self, svc: Service) -> None:
+    def __init__(self, svc: Service, *, view: ClaimView) -> None:
         super().__init__(svc)
         self.book = svc.state.jobs
+        self.view = view
+        """Who holds a job's resources (the claims' one view: the fleet's for a fleet-wide key)."""
         self._ended: list[str] = []  # runs that ended since the last wake
         self.book.on_end = self._ended.append
         self._waiters: dict[str, anyio.Event] = {}
@@ -53,7 +56,7 @@ class JobHandlers(Domain):
         self.svc.add(pj.JOB_START, self.start, is_async=True)
         self.svc.add(pj.JOB_END, self.end, is_async=True)
         self.svc.add(pj.JOB_DEFER, self.defer, is_async=True)
-        self.svc.add(pj.JOB_LIST, self.radar)
+        self.svc.add(pj.JOB_LIST, self.radar, is_async=True)
         self.svc.add(pj.JOB_WAIT, self.wait, is_async=True, concurrent=True)
 
     def restore(self, db: sqlite3.Connection) -> None:
@@ -126,7 +129,7 @@ class JobHandlers(Domain):
         ev = self.book.defer_event(p.name, p.session_id, spec.policy, p.holders)
         return _event(await self._stored(ev))
 
-    def radar(self, p: pj.JobListParams, conn: Conn) -> pj.JobListResult:
+    async def radar(self, p: pj.JobListParams, conn: Conn) -> pj.JobListResult:
         specs = self._specs()
         names = sorted(set(specs) | set(self.book.jobs))
         if p.name is not None:
@@ -134,9 +137,9 @@ class JobHandlers(Domain):
                 self._spec(p.name)
             names = [p.name]
         pending = self.book.pending(specs)
-        return pj.JobListResult(jobs=[self._row(n, specs.get(n), pending) for n in names])
+        return pj.JobListResult(jobs=[await self._row(n, specs.get(n), pending) for n in names])
 
-    def _row(
+    async def _row(
         self, name: str, spec: JobSpec | None, pending: dict[str, list[JobEvent]]
     ) -> pj.JobRow:
         st = self.book.state(name) if name in self.book.jobs else None
@@ -144,7 +147,7 @@ class JobHandlers(Domain):
         if spec is not None:
             row.resources = list(spec.resources)
             row.policy, row.critical, row.once = spec.policy, spec.critical, spec.once
-            row.would_wait_for = self._holders(spec, st)
+            row.would_wait_for = await self._holders(spec, st)
         if st is not None:
             row.running = _maybe(st.running)
             row.last_start = _maybe(st.last_start)
@@ -153,18 +156,20 @@ class JobHandlers(Domain):
             row.pending = [_event(e) for e in pending.get(name, [])]
         return row
 
-    def _holders(self, spec: JobSpec, st: object) -> list[dict[str, object]]:
-        """Who holds the job's resources now (not the job's own running session)."""
-        claims = self.svc.state.claims
+    async def _holders(self, spec: JobSpec, st: object) -> list[dict[str, object]]:
+        """Who holds the job's resources now (not the job's own running session): on
+        this host, and on the others for a fleet-wide key (with its ``host``)."""
         own = getattr(getattr(st, "running", None), "session_id", None)
-        reg = self.svc.state.registry
+        found, _ = await self.view.holders([from_canonical(r) for r in spec.resources], own)
         out: list[dict[str, object]] = []
-        for c in claims.check([from_canonical(r) for r in spec.resources], own):
-            s = reg.sessions.get(c.session_id)
-            out.append({
-                "session_id": c.session_id, "resource": c.resource, "mode": c.mode,
-                "since": rfc3339(c.since), "reason": c.reason, "task": s.task if s else "",
-            })  # fmt: skip
+        for h in found:
+            row: dict[str, object] = {
+                "session_id": h.session_id, "resource": h.resource, "mode": h.mode,
+                "since": h.since, "reason": h.reason, "task": h.task,
+            }  # fmt: skip
+            if h.host is not None:
+                row["host"] = h.host
+            out.append(row)
         return out
 
     async def wait(self, p: pj.JobWaitParams, conn: Conn) -> pj.JobWaitResult | Later:

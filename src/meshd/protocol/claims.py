@@ -168,6 +168,7 @@ class ClaimPresent(Result):
     path: str
     branch: str | None = None
     since: str = ""
+    host: str | None = None  # a session of another host at a fleet-wide path (SPEC §12)
 
 
 class ClaimCheckResult(Result):
