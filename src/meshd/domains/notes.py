@@ -13,8 +13,15 @@ from meshd.core.work.notes import Note, Reader
 from meshd.domain import Domain
 from meshd.protocol import notes as pn
 from meshd.protocol.contract import rfc3339
+from meshd.protocol.errors import TooLarge
 from meshd.service import Conn, Service
+from meshd.slices import Slices
 from meshd.store import shared as storage_shared
+
+MAX_LIST_TEXT = 4 << 20
+"""Characters of note text one ``notes.list`` answers with at most (4 MiB; 10,000
+notes of 200 characters are 2 MiB; the default ``limit`` of 200 at ``max_body_bytes``
+8,192 is 1.6 MiB)."""
 
 
 def reader_of(svc: Service, sid: str | None) -> Reader | None:
@@ -63,10 +70,29 @@ class NoteHandlers(Domain):
         )
 
     async def list(self, p: pn.NoteListParams, conn: Conn) -> pn.NoteListResult:
+        """The notes as they are at the read, at most :data:`MAX_LIST_TEXT` of text.
+
+        Their entries are made in slices (:mod:`meshd.slices`): 10,000 of them held
+        every other client 40-90 ms in one go (bench/request_stall.py). An answer of
+        more text is refused (``TOO_LARGE`` with the limit) before any is made: its
+        encoding is one step on the loop, and 10,000 notes of 8 KiB made a line of
+        80 MB that no client reads (meshctl takes 64 MiB). A note removed meanwhile is
+        still listed: the answer is the notebook at the moment it was read."""
         work = self.svc.state
         reader = reader_of(self.svc, p.session_id)
         notes = work.notes.read(reader, author=p.author, limit=p.limit)
-        return pn.NoteListResult(entries=[entry(n) for n in notes])
+        text = sum(len(n.text) for n in notes)
+        if text > MAX_LIST_TEXT:
+            raise TooLarge(
+                f"these {len(notes):,} notes hold {text:,} characters of text; one answer "
+                f"carries at most {MAX_LIST_TEXT:,} (ask for fewer: limit)",
+                {"path": "$.limit", "limit": MAX_LIST_TEXT, "text": text, "notes": len(notes)},
+            )
+        slices, entries = Slices(), []
+        for n in notes:
+            entries.append(entry(n))
+            await slices.tick()
+        return pn.NoteListResult(entries=entries)
 
     async def remove(self, p: pn.NoteRemoveParams, conn: Conn) -> pn.NoteRemoveResult:
         if not self.svc.state.settings.enabled:

@@ -43,7 +43,8 @@ class NoteAddResult(Result):
 
 class NoteListParams(Params):
     """Notes ``session_id`` may read (of ``author`` only, when given), oldest first;
-    the newest ``limit``."""
+    the newest ``limit``. Notes holding more than 4 MiB of text in all are
+    ``TOO_LARGE`` (``data.limit``): ask for fewer."""
 
     session_id: SessionId | None = None
     author: SessionId | None = None
