@@ -3,7 +3,8 @@
 ``python -m bench.request_stall [--src SRC] [--rounds N]`` starts one daemon, registers
 a session, and for each method with per-item work sends its largest request (1,000
 deep paths that do not exist for the board, 256 deep ``file:`` keys for claims, a
-broadcast to 200 sessions by a deep path) while a prober pings on a connection of its
+broadcast to 200 sessions by a deep path, the 10,000 newest of 10,000 notes) while a
+prober pings on a connection of its
 own. It prints, per method, the request's round trip and the pings that overlapped it
 (p99 and max, ms), next to the idle ping. ``--src`` runs the daemon from another
 source tree (``git archive`` of an older commit), for a before/after.
@@ -25,6 +26,8 @@ from typing import Any
 from bench.common import PYTHON, LineClient, Place, Proc, pct, rpc, wait_answering
 
 DEPTH = 40
+NOTES = 10_000
+"""Notes in the notebook, and the most one ``notes.list`` returns (its ``limit``'s cap)."""
 
 
 def deep(root: str, i: int) -> str:
@@ -48,6 +51,7 @@ def scenarios(root: str) -> dict[str, tuple[str, dict[str, Any]]]:
             "claim.acquire",
             {"session_id": "w", "resources": deep_keys},
         ),
+        "notes.list": ("notes.list", {"session_id": "w", "limit": NOTES}),
         "broadcast.send": (
             "broadcast.send",
             {"session_id": "w", "text": "x", "path": deep(root, 0)},
@@ -87,6 +91,8 @@ def main() -> None:
             params = {"session_id": f"s{i}", "source": "cli", "cwd": deep(str(place.root), 0)}
             c.roundtrip(rpc("session.register", params))
         c.roundtrip(rpc("session.register", {"session_id": "w", "source": "cli"}))
+        for i in range(NOTES):
+            c.roundtrip(rpc("notes.add", {"session_id": "w", "text": f"note {i} " + "x" * 200}))
         pings: list[tuple[float, float]] = []
         stop = threading.Event()
         t = threading.Thread(target=probe, args=(sock, stop, pings))
