@@ -3,11 +3,14 @@
 ``python -m bench.request_stall [--src SRC] [--rounds N]`` starts one daemon, registers
 a session, and for each method with per-item work sends its largest request (1,000
 deep paths that do not exist for the board, 256 deep ``file:`` keys for claims, a
-broadcast to 200 sessions by a deep path, the 10,000 newest of 10,000 notes) while a
-prober pings on a connection of its
-own. It prints, per method, the request's round trip and the pings that overlapped it
-(p99 and max, ms), next to the idle ping. ``--src`` runs the daemon from another
-source tree (``git archive`` of an older commit), for a before/after.
+broadcast to 200 sessions by a deep path, the 10,000 newest of 10,000 notes, 500
+notes of 8,000 characters: just under the 4 MiB one ``notes.list`` answers) while a
+prober pings on a connection of its own. It prints, per method, the request's round
+trip and the pings that overlapped it (p99 and max, ms), next to the idle ping.
+``--src`` runs the daemon from another source tree (``git archive`` of an older
+commit), for a before/after. On a shared machine, ``chrt -f 10 python -m
+bench.request_stall`` (root) runs it, the daemon and the prober above every other
+process, so what the pings show is the daemon's loop, not the neighbours' load.
 
 A ping is answered only between two turns of the loop: a request that works on the
 loop for 1 s shows as a ping of 1 s. The target ("no single request stalls the
@@ -51,7 +54,8 @@ def scenarios(root: str) -> dict[str, tuple[str, dict[str, Any]]]:
             "claim.acquire",
             {"session_id": "w", "resources": deep_keys},
         ),
-        "notes.list": ("notes.list", {"session_id": "w", "limit": NOTES}),
+        "notes.list": ("notes.list", {"session_id": "w", "author": "w", "limit": NOTES}),
+        "notes.list (4 MiB)": ("notes.list", {"session_id": "w", "author": "w2", "limit": 500}),
         "broadcast.send": (
             "broadcast.send",
             {"session_id": "w", "text": "x", "path": deep(root, 0)},
@@ -93,6 +97,9 @@ def main() -> None:
         c.roundtrip(rpc("session.register", {"session_id": "w", "source": "cli"}))
         for i in range(NOTES):
             c.roundtrip(rpc("notes.add", {"session_id": "w", "text": f"note {i} " + "x" * 200}))
+        c.roundtrip(rpc("session.register", {"session_id": "w2", "source": "cli"}))
+        for _ in range(500):  # 4,000,000 characters: just under notes.list's 4 MiB
+            c.roundtrip(rpc("notes.add", {"session_id": "w2", "text": "y" * 8000}))
         pings: list[tuple[float, float]] = []
         stop = threading.Event()
         t = threading.Thread(target=probe, args=(sock, stop, pings))
