@@ -23,6 +23,7 @@ from meshd.protocol.errors import (
     InvalidParams,
     MeshError,
     MeshProtocolError,
+    MeshUnavailable,
     ProfileMismatch,
     error_from_wire,
 )
@@ -467,6 +468,25 @@ def parse_line(line: bytes) -> Reply | Event:
     if "result" not in msg:
         raise MeshProtocolError(f"reply without result or error: {line[:200]!r}")
     return Reply(msg["id"], msg["result"])
+
+
+#: A request larger than this that the daemon closed the connection on was too large to
+#: take (SPEC §3: 1 MiB), not cut off by a restart.
+BIG_SEND = 64 << 10
+
+
+def closed_while_sending(size: int) -> MeshError:
+    """Why a ``size``-byte request could not be sent: the daemon closed the connection
+    under it, on a new connection too (or at once, for a big one)."""
+    if size > BIG_SEND:
+        return FrameTooLarge(
+            f"meshd closed the connection while a {size}-byte request was being sent; "
+            "requests are limited to 1 MiB: send less per call"
+        )
+    return MeshUnavailable(
+        "meshd closed the connection twice in a row; check `meshctl daemon status` "
+        "and its log in the state folder"
+    )
 
 
 #: ``data.code`` of the one line a daemon writes to a connection it will not take (too

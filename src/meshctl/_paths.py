@@ -30,6 +30,7 @@ import stat
 import sys
 
 from meshctl._core import env as _env
+from meshd.protocol import contract
 from meshd.protocol.trust import check_absolute, env_path_problem
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
@@ -128,6 +129,21 @@ def socket_arg(explicit: str | os.PathLike[str] | None, env: str | None = None) 
     if env := _env.get("MESH_SOCKET") if env is None else env:
         return check_absolute(env)
     return None
+
+
+def client_target(
+    profile: str | None, socket: str | os.PathLike[str] | None, autostart: bool
+) -> tuple[str, str | None]:
+    """Where a new client (``Mesh``, ``AsyncMesh``) goes, the environment read once for
+    it: the profile (the argument, else ``MESH_PROFILE``, else ``default``; checked) and
+    the socket (the argument, else ``MESH_SOCKET``; checked absolute). A client that
+    may start the daemon refuses unsafe state and config overrides now."""
+    env = _env.Environment.read()
+    checked = contract.check_profile(profile or env.profile or "default")
+    path = socket_arg(socket, env.socket)
+    if autostart:
+        check_overrides()
+    return checked, path
 
 
 def check_overrides() -> None:

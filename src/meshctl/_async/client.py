@@ -40,10 +40,7 @@ from meshctl import _conn, _paths
 from meshctl._async.connection import BROKEN, open_stream
 from meshctl._async.session import AsyncSession
 from meshctl._core import session as _session
-from meshctl._core.env import Environment
-from meshd.protocol import contract
 from meshd.protocol.errors import (
-    FrameTooLarge,
     MeshError,
     MeshProtocolError,
     MeshTimeout,
@@ -52,8 +49,6 @@ from meshd.protocol.errors import (
 )
 
 log = logging.getLogger("meshctl")
-
-_BIG_SEND = 64 << 10
 
 
 class _Slot:
@@ -101,11 +96,7 @@ class AsyncMesh:
         timeout: float = 5.0,
         max_events: int = 256,
     ) -> None:
-        env = Environment.read()  # the environment, read once for this client
-        self.profile = contract.check_profile(profile or env.profile or "default")
-        self.socket_path = _paths.socket_arg(socket, env.socket)
-        if autostart:
-            _paths.check_overrides()
+        self.profile, self.socket_path = _paths.client_target(profile, socket, autostart)
         self.autostart = autostart
         self.timeout = timeout
         self.daemon: tuple[Any, Any] = (None, None)
@@ -253,10 +244,8 @@ class AsyncMesh:
         **fields: Any,
     ) -> AsyncSession:
         """A session to use with ``async with``: registers, heartbeats in a task, ends."""
-        if source is not None:
-            fields["source"] = source
-        core = _session.SessionCore(
-            task=task, session_id=session_id, liveness=liveness, bind=bind, fields=fields
+        core = _session.SessionCore.asked(
+            task, source=source, session_id=session_id, liveness=liveness, bind=bind, fields=fields
         )
         return AsyncSession(self, core, on_lost=on_lost, heartbeat_interval=heartbeat_interval)
 
@@ -322,17 +311,9 @@ class AsyncMesh:
             except BROKEN:
                 if self._stream is stream:
                     self._stream = None
-                if attempt == 2 or len(frame) > _BIG_SEND:
+                if attempt == 2 or len(frame) > _conn.BIG_SEND:
                     break
-        if len(frame) > _BIG_SEND:
-            raise FrameTooLarge(
-                f"meshd closed the connection while a {len(frame)}-byte request was being "
-                "sent; requests are limited to 1 MiB: send less per call"
-            )
-        raise MeshUnavailable(
-            "meshd closed the connection twice in a row; check "
-            "`meshctl daemon status` and its log in the state folder"
-        )
+        raise _conn.closed_while_sending(len(frame))
 
     async def _send_on(self, stream: anyio.abc.SocketStream, frame: bytes) -> None:
         async with self._send_lock:

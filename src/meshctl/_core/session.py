@@ -163,6 +163,23 @@ class SessionCore:
         #: The newest claim-loss notice id heartbeats reported (``lost_after``).
         self.lost_after = 0
 
+    @classmethod
+    def asked(
+        cls,
+        task: str,
+        *,
+        source: str | None,
+        session_id: str | None,
+        liveness: str,
+        bind: bool,
+        fields: dict[str, Any],
+    ) -> SessionCore:
+        """The core of a session as ``Mesh.session``/``AsyncMesh.session`` were asked for
+        it (``source``, when given, is one more register field)."""
+        if source is not None:
+            fields["source"] = source
+        return cls(task=task, session_id=session_id, liveness=liveness, bind=bind, fields=fields)
+
     def register_params(self) -> dict[str, Any]:
         """What ``session.register`` gets; the same id every time once we have one."""
         if self.session_id is None:

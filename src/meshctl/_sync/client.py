@@ -31,9 +31,7 @@ import os
 from meshctl import _conn, _paths
 from meshctl._blocking import FORKS, Connection, Stale
 from meshctl._core import session as _session
-from meshctl._core.env import Environment
-from meshd.protocol import contract
-from meshd.protocol.errors import FrameTooLarge, MeshError, MeshTimeout, MeshUnavailable
+from meshd.protocol.errors import MeshError, MeshTimeout, MeshUnavailable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
@@ -46,8 +44,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from meshctl._sync.session import Session
-
-_BIG_SEND = 64 << 10
 
 
 class Mesh:
@@ -70,11 +66,7 @@ class Mesh:
         fail_open: bool = False,
         timeout: float = 5.0,
     ) -> None:
-        env = Environment.read()  # the environment, read once for this client
-        self.profile = contract.check_profile(profile or env.profile or "default")
-        self.socket_path = _paths.socket_arg(socket, env.socket)
-        if autostart:
-            _paths.check_overrides()
+        self.profile, self.socket_path = _paths.client_target(profile, socket, autostart)
         self.autostart = autostart
         self.timeout = timeout
         #: (pid, started_at) of the daemon this connection reached; changes on restart.
@@ -158,12 +150,10 @@ class Mesh:
         ``fields`` are further ``session.register`` params (model, repo, parent …).
         ``heartbeat_interval`` overrides what the daemon advises.
         """
-        if source is not None:
-            fields["source"] = source
-        from meshctl._sync.session import Session  # sessions load only when used
+        from meshctl._sync.session import Session  # lazy: sessions load only when used
 
-        core = _session.SessionCore(
-            task=task, session_id=session_id, liveness=liveness, bind=bind, fields=fields
+        core = _session.SessionCore.asked(
+            task, source=source, session_id=session_id, liveness=liveness, bind=bind, fields=fields
         )
         return Session(self, core, on_lost=on_lost, heartbeat_interval=heartbeat_interval)
 
@@ -219,7 +209,7 @@ class Mesh:
             with self._lock:
                 if self._conn is conn:
                     self._drop()
-            raise self._closed_while_sending(again.size) from None
+            raise _conn.closed_while_sending(again.size) from None
 
     def _forked(self, conn: Connection) -> None:
         """First call in a forked child: the parent's connection and lock are not ours
@@ -251,17 +241,6 @@ class Mesh:
             self.daemon = conn.daemon
             self._fail_open.reached(self.profile)
             return conn
-
-    def _closed_while_sending(self, size: int) -> MeshError:
-        if size > _BIG_SEND:
-            return FrameTooLarge(
-                f"meshd closed the connection while a {size}-byte request was being sent; "
-                "requests are limited to 1 MiB: send less per call"
-            )
-        return MeshUnavailable(
-            "meshd closed the connection twice in a row; check `meshctl daemon status` "
-            "and its log in the state folder"
-        )
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
