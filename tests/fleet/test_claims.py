@@ -351,7 +351,13 @@ def test_a_steal_across_hosts_tells_the_holder(fleet_hosts: HostFactory) -> None
     assert got["status"] == "granted"
     assert got["token"] > old
     assert not validate(h1, "account:ops", old)["valid"]
-    wait_for(lambda: h1.call("claim.list")["claims"] == [], what="h1 to hear of the steal")
+
+    def mine() -> list[str]:  # h1's own claims (claim.list lists h2's too, with its host)
+        return [c["resource"] for c in h1.call("claim.list")["claims"] if c["host"] is None]
+
+    wait_for(lambda: mine() == [], what="h1 to hear of the steal")
+    listed = [(c["session_id"], c["resource"], c["host"]) for c in h1.call("claim.list")["claims"]]
+    assert listed == [(b, "account:ops", "h2")]
 
     def lost() -> list[tuple[str, str]]:
         entries = h1.call("audit.log")["entries"]

@@ -164,10 +164,14 @@ class ClaimView:
             for h in await self.elsewhere(session_id) or ()
         ]  # fmt: skip
 
-    async def sessions(self, infos: list[m.SessionInfo]) -> list[m.SessionInfo]:
+    async def sessions(
+        self, infos: list[m.SessionInfo], *, whole: bool = False
+    ) -> list[m.SessionInfo]:
         """Other hosts' sessions (as the registry listed them) with their claims on
-        fleet-wide keys as the fleet holds them now; their local keys as listed. When
-        the fleet cannot say, as listed."""
+        fleet-wide keys as the fleet holds them now; their local keys (and a grant made
+        there alone, ``local_only``, which the fleet does not know) as listed. When
+        the fleet cannot say, as listed. At most ``LISTED_CLAIMS`` claims each, as a
+        listing shows them, unless ``whole`` (``session.get``)."""
         fc = self.fleet_claims()
         if fc is None or not infos:
             return infos
@@ -185,13 +189,13 @@ class ClaimView:
             )  # fmt: skip
         out = []
         for info in infos:
-            kept = [c for c in info.claims if not _fleet_wide(fc, c.resource)]
+            kept = [c for c in info.claims if c.local_only or not _fleet_wide(fc, c.resource)]
             fleet = by_session.get(info.session_id, [])
             total = info.claims_total - (len(info.claims) - len(kept)) + len(fleet)
             claims = [*kept, *fleet]
             out.append(
                 msgspec.structs.replace(
-                    info, claims=claims[: m.LISTED_CLAIMS] if one is None else claims,
+                    info, claims=claims if whole else claims[: m.LISTED_CLAIMS],
                     claims_total=max(total, len(claims)),
                 )
             )  # fmt: skip

@@ -252,6 +252,6 @@ class SessionHandlers(Domain):
         if fleet is not None and p.session_id not in self.svc.state.registry.sessions:
             for info in fleet.remote_sessions():
                 if info.session_id == p.session_id:  # another host's
-                    return (await self.view.sessions([info]))[0]
+                    return (await self.view.sessions([info], whole=True))[0]
         s = self.svc.state.registry.get(p.session_id)
         return self.info(s, clock.monotonic(), clock.now())
