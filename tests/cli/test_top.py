@@ -219,3 +219,19 @@ class TestPipe:
 
         assert head.returncode == 0, head
         assert head.stdout.startswith("meshctl top — profile test")
+
+
+def test_heading_counts_in_words() -> None:
+    """One session and one claim are said in the singular ("1 sessions, 1 claims")."""
+    from meshctl.cli._top import View, render
+
+    one = View(
+        profile="p",
+        sessions=[{"session_id": "cli:a", "task": "t", "status": "idle"}],
+        claims=[{"resource": "res:db", "session_id": "cli:a"}],
+    )
+
+    assert render(one)[0].startswith("meshctl top — profile p — 1 session, 1 claim, 0 waiting")
+    assert render(View(profile="p"))[0].startswith(
+        "meshctl top — profile p — 0 sessions, 0 claims, 0 waiting"
+    )

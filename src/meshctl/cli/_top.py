@@ -129,6 +129,10 @@ def wait_line(w: Doc) -> str:
     return _output.safe(f"{res}  waited on by {w.get('session_id')}{pos}")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def render(
     view: View, *, needle: str = "", selected: int = 0, width: int = 120, notice: str = ""
 ) -> list[str]:
@@ -144,8 +148,8 @@ def render(
 
     stale_n = f" ({stale} stale)" if stale else ""
     head = (
-        f"meshctl top — profile {view.profile} — {len(view.sessions)} sessions{stale_n}, "
-        f"{len(view.claims)} claims, {len(view.waiting)} waiting"
+        f"meshctl top — profile {view.profile} — {_count(len(view.sessions), 'session')}"
+        f"{stale_n}, {_count(len(view.claims), 'claim')}, {len(view.waiting)} waiting"
     )
     if needle:
         head += f" — filter: {needle}"
