@@ -58,3 +58,25 @@ def test_socket_option_reaches_the_started_daemon_and_run_s_command(
 
     assert done.code == 0, done
     assert done.out == str(given)
+
+
+def test_status_at_a_wrong_socket_names_the_recorded_one(
+    mesh_env: Any, meshctl: Any, daemon: Any
+) -> None:
+    """A daemon runs, MESH_SOCKET names another path: ``daemon status`` says where the
+    profile's daemon is (the socket it recorded) and how to reach it, not "start it"
+    (a start would be refused: the profile's daemon runs)."""
+    wrong = mesh_env.socket.parent / "wrong.sock"
+    env = {**mesh_env.env, "MESH_SOCKET": str(wrong)}
+
+    r = meshctl("daemon", "status", env=env)
+    j = meshctl("daemon", "status", "--json", env=env)
+
+    assert r.code == 69, r
+    assert (
+        f"no meshd answers on {wrong}, but the daemon of profile test serves "
+        f"{mesh_env.socket} (its recorded socket)"
+    ) in r.err
+    assert f"set MESH_SOCKET={mesh_env.socket} or unset MESH_SOCKET" in r.err
+    assert "start it with" not in r.err
+    assert j.json()["error"]["data"]["recorded_socket"] == str(mesh_env.socket)

@@ -67,6 +67,41 @@ def daemon() -> None:
     """Start, stop, inspect or reload this profile's daemon."""
 
 
+def _recorded_elsewhere(state: State, sock: str, code: int) -> _output.Failure | None:
+    """Nothing at ``sock``, but the profile's daemon answers on the socket it recorded
+    (MESH_SOCKET or --socket names another path): where it is and how to reach it.
+    "Start it" would not help there: the profile's daemon runs."""
+    import socket as _socket
+
+    from meshctl import _paths
+
+    recorded = _paths.recorded_socket_str(state.profile)
+    if recorded is None or recorded == sock:
+        return None
+    probe = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(recorded)
+    except OSError:
+        return None  # nothing answers there either: the plain "not running"
+    finally:
+        probe.close()
+    how = (
+        f"give --socket {recorded}, or leave --socket out"
+        if "socket" in state.explicit
+        else f"set MESH_SOCKET={recorded} or unset MESH_SOCKET"
+    )
+    return _output.Failure(
+        f"no meshd answers on {sock}, but the daemon of profile {state.profile} serves "
+        f"{recorded} (its recorded socket)",
+        "UNAVAILABLE",
+        code=code,
+        exit_code=_output.EXIT_UNAVAILABLE,
+        data={"running": False, "socket": sock, "recorded_socket": recorded},
+        hint=f"to reach it, {how}",
+    )
+
+
 @daemon.command()
 @common_options
 def status() -> None:
@@ -89,6 +124,8 @@ def status() -> None:
         # long -- a daemon may well run there, and starting one would not help.
         sock = exc.data.get("socket") if type(exc) is MeshUnavailable else None
         data = {k: v for k, v in exc.data.items() if k != "code"}
+        if sock and (elsewhere := _recorded_elsewhere(state, str(sock), exc.code)):
+            raise elsewhere from exc
         raise _output.Failure(
             f"no meshd is running for profile {state.profile} (socket {sock})"
             if sock
