@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
 
 import anyio
@@ -77,6 +78,109 @@ class TestGroupCommit:
             st.close()
 
         assert outcome == {"good1": "ok", "bad": "unavailable", "good2": "ok"}
+
+
+class TestInlineCommit:
+    """A lone write its caller waits for is committed on the event loop's thread when the
+    writer is idle: the two thread hand-offs cost more than the commit (unpinned, each
+    is a wake-up on another CPU). Checkpoints and synced commits stay on the writer."""
+
+    @staticmethod
+    def traced(st: Store) -> list[tuple[str, int]]:
+        """Every statement the write connection runs, with the thread that ran it."""
+        seen: list[tuple[str, int]] = []
+        assert st._db is not None
+        st._db.set_trace_callback(lambda sql: seen.append((sql, threading.get_ident())))
+        return seen
+
+    async def test_a_lone_awaited_write_commits_on_the_loop(self, short_tmp: Path) -> None:
+        st = await open_store(short_tmp / "s.sqlite3")
+        seen = self.traced(st)
+        try:
+            await st.commit([("meta.set", "k", 1)])
+        finally:
+            st.stop()
+            st.close()
+        commits = [tid for sql, tid in seen if sql == "COMMIT"]
+
+        assert commits == [threading.get_ident()]
+        assert (st.commits, st.writes) == (1, 1)
+
+    async def test_a_synced_write_still_goes_to_the_writer(self, short_tmp: Path) -> None:
+        from meshd.core.work.ledger import Entry
+
+        st = await open_store(short_tmp / "s.sqlite3")
+        seen = self.traced(st)
+        try:
+            await st.commit([("ledger.put", Entry("daily", "running", "A", 1.0, 1.0))])
+        finally:
+            st.stop()
+            st.close()
+        commits = [tid for sql, tid in seen if sql == "COMMIT"]
+
+        assert len(commits) == 1
+        assert commits[0] != threading.get_ident()
+
+    async def test_a_write_lock_held_elsewhere_never_stalls_the_loop(self, short_tmp: Path) -> None:
+        """Another connection holding SQLite's write lock (a backup, a ``sqlite3`` shell):
+        the lone write is not committed on the loop, which would wait there for the busy
+        timeout with every request behind it; the writer thread waits instead, and
+        commits once the lock is let go."""
+        path = short_tmp / "s.sqlite3"
+        st = await open_store(path)
+        seen = self.traced(st)
+        other = sqlite3.connect(path, isolation_level=None)
+        done: list[str] = []
+
+        async def write() -> None:
+            await st.commit([("meta.set", "k", 1)])
+            done.append("committed")
+
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                await anyio.sleep(0.05)  # a timer: the write runs alone in its turn
+                assert done == []
+                other.execute("ROLLBACK")
+        finally:
+            other.close()
+            st.stop()
+            st.close()
+        commits = [tid for sql, tid in seen if sql == "COMMIT"]
+
+        assert done == ["committed"]
+        assert len(commits) == 1
+        assert commits[0] != threading.get_ident()
+
+    async def test_checkpoints_run_on_the_writer_thread_only(
+        self, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The connection never checkpoints by itself (a checkpoint syncs the files, on
+        whichever thread commits): the writer checkpoints every few commits."""
+        from meshd.store import db as store_db
+
+        monkeypatch.setattr(store_db, "CHECKPOINT_COMMITS", 10)
+        path = short_tmp / "s.sqlite3"
+        st = await open_store(path)
+        seen = self.traced(st)
+        try:
+            for i in range(35):
+                await st.commit([("meta.set", f"k{i}", "x" * 3000)])
+            await st.flush()
+            frames = st.read_now(lambda db: db.execute("SELECT count(*) FROM meta").fetchone())
+        finally:
+            st.stop()
+            st.close()
+        here = threading.get_ident()
+        checkpoints = [tid for sql, tid in seen if "wal_checkpoint" in sql]
+        autocheckpoint = sqlite3.connect(path).execute("PRAGMA wal_autocheckpoint").fetchone()
+
+        assert frames == (35,)
+        assert len(checkpoints) >= 3
+        assert here not in checkpoints
+        assert here in [tid for sql, tid in seen if sql == "COMMIT"]  # commits on the loop
+        assert autocheckpoint == (1000,)  # a setting of the daemon's connection, not the file
 
 
 def test_newer_schema_is_refused(short_tmp: Path) -> None:
