@@ -47,6 +47,13 @@ class TestDoctor:
         assert "integrity ok" in checks["database"]["message"]
         assert checks["service"]["status"] == "warn"
         assert checks["service"]["fix"] == "meshctl service install --profile test"
+        human = meshctl("doctor", env=doc_env).out
+        rows = [line for line in human.splitlines() if line.startswith("  [")]
+        assert any("] connections " in row for row in rows), human
+        message = {len(row) - len(row[9:].lstrip().split(" ", 1)[1].lstrip()) for row in rows}
+        assert len(message) == 1, human  # every message starts in one column
+        fix = next(line for line in human.splitlines() if "fix: " in line)
+        assert fix.index("fix: ") == message.pop(), human
 
     def test_no_daemon_yet_is_information(self, meshctl: Meshctl, doc_env: dict[str, str]) -> None:
         """A fresh install, no daemon yet: exit 0 (the first command that needs one starts
@@ -66,7 +73,7 @@ class TestDoctor:
         human = meshctl("doctor", env=doc_env)
         assert human.code == 0, human
         assert "FAIL" not in human.out
-        assert "[info] daemon    no daemon runs yet" in human.out
+        assert "[info] daemon      no daemon runs yet" in human.out
         assert human.out.rstrip().endswith("All is well.")
 
     def test_a_stopped_daemon_is_information_too(

@@ -21,10 +21,11 @@ _MARK = {"ok": "ok  ", "info": "info", "warn": "warn", "fail": "FAIL", "skip": "
 
 def _render(doc: dict[str, Any]) -> str:
     lines = [f"meshctl doctor (profile {doc['profile']}):"]
+    name = max([9, *(len(c["name"]) for c in doc["checks"])])  # one column for messages
     for c in doc["checks"]:
-        lines.append(f"  [{_MARK[c['status']]}] {c['name']:<9} {c['message']}")
+        lines.append(f"  [{_MARK[c['status']]}] {c['name']:<{name}} {c['message']}")
         if c["fix"] and c["status"] in ("warn", "fail"):
-            lines.append(f"  {'':16}fix: {c['fix']}")
+            lines.append(f"  {'':{name + 8}}fix: {c['fix']}")
     failed = [c["name"] for c in doc["checks"] if c["status"] == "fail"]
     lines.append("All is well." if not failed else f"To fix: {', '.join(failed)}.")
     return "\n".join(lines)
