@@ -109,9 +109,11 @@ class Reads(Outbox):
             seen[path] = now
             while len(seen) > MAX_PATHS:
                 del seen[next(iter(seen))]
+            first = not self._pending
             self._pending.setdefault(t.session_id, []).append(path)
             self._count += 1
-        self.sender.wake()
+        if first:  # else the flush already due takes it
+            self.sender.wake()
         return True
 
     def flush(self, link: Any) -> bool:

@@ -171,8 +171,8 @@ class Runtime:
             t.task = str(fields["task"])
         if not t.registered:
             return
-        self.status.note(t, fields)
-        self.sender.wake()
+        if self.status.note(t, fields):
+            self.sender.wake()
 
     def flush(self) -> None:
         """Send what the hooks noted (statuses, reads, writes) now, on this thread;

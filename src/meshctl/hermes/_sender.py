@@ -12,9 +12,10 @@ the daemon only has to *know* is noted by the hook and sent by this thread:
   of the process (which does not move ``last_activity``: an idle chat shows as
   idle, however long it stays open).
 
-Each kind is an :class:`Outbox`; the sender wakes when one is given something,
-waits :data:`LINGER` so a burst of hooks goes out as one call per session, and
-sends on a link of its own (a hung daemon's timeout on a hook's call, which
+Each kind is an :class:`Outbox`; the sender wakes when one that was empty is given
+something (a note into a full one is taken by the flush already due), waits
+:data:`LINGER` so a burst of hooks goes out as one call per session, and sends on a
+link of its own (a hung daemon's timeout on a hook's call, which
 closes that connection, never costs it a heartbeat; a durable ``board.changed``
 never queues in front of a hook's call). What an outbox keeps for later (a write
 noted while the daemon was away) is tried again every :data:`RETRY` seconds.

@@ -36,14 +36,17 @@ class Status(Outbox):
         #: heartbeats with fields sent (tests, bench)
         self.sent = 0
 
-    def note(self, t: Tracked, fields: dict[str, Any]) -> None:
-        """Fields for ``t``'s next report (None values are not reported)."""
+    def note(self, t: Tracked, fields: dict[str, Any]) -> bool:
+        """Fields for ``t``'s next report (None values are not reported); True when
+        nothing else waited (the sender must be woken)."""
         fields = {k: v for k, v in fields.items() if v is not None}
         with self._lock:
+            first = not self._pending
             mine = self._pending.setdefault(t.session_id, {})
             if "status" in fields and "activity" not in fields:
                 mine.pop("activity", None)  # the daemon clears it with a new status
             mine.update(fields)
+        return first
 
     def flush(self, link: Any) -> bool:
         with self._lock:

@@ -50,11 +50,13 @@ class Writes(Outbox):
         if not paths:
             return
         with self._lock:
+            first = not self._pending
             mine = self._pending.setdefault(t.session_id, [])
             mine += [p for p in paths if p not in mine]
             self._count = sum(len(v) for v in self._pending.values())
             self._trim()
-        self.sender.wake()
+        if first:  # else the flush already due (or the retry of what is kept) takes it
+            self.sender.wake()
 
     def pending(self) -> dict[str, list[str]]:
         with self._lock:
