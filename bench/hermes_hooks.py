@@ -23,6 +23,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench.common import ROOT, Place, start_meshd
 
@@ -160,27 +161,64 @@ def _inside(
     return rounds
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.hermes_hooks", description=__doc__)
-    ap.add_argument("--n", type=int, default=2000, help="calls per hook and state")
-    args = ap.parse_args(argv)
-    venv = Path(os.environ.get("HERMES_VENV") or ROOT / ".venv-hermes")
-    if not (venv / "bin" / "hermes").exists():
-        print(f"no hermes-agent in {venv}: run scripts/test.sh first", file=sys.stderr)
-        return 1
-    place = Place()
+def hermes_venv() -> Path:
+    return Path(os.environ.get("HERMES_VENV") or ROOT / ".venv-hermes")
+
+
+def measure(place: Place, n: int) -> tuple[Figures, Figures, Figures]:
+    """(daemon up, daemon stopped under a registered session, daemon down from the
+    start), each hook and tool call ``n`` times, with a meshd of its own in ``place``."""
+    meshd, _socket = start_meshd(place, "hermes")
+    env = place.env("hermes")
+    root = place.root / "hermes-plugin"
+    env.update(HERMES_HOME=str(root / "hh"), HOME=str(root / "home"))
+    for d in ("hh", "home"):
+        (root / d).mkdir(parents=True)
     try:
-        meshd, _socket = start_meshd(place)
-        env = place.env()
-        env.update(HERMES_HOME=str(place.root / "hh"), HOME=str(place.root / "home"))
-        for d in ("hh", "home"):
-            (place.root / d).mkdir()
         subprocess.run(
             [sys.executable, "-m", "meshctl.cli", "hermes", "install"], env=env, check=True,
             capture_output=True,
         )  # fmt: skip
-        up, gone = _inside(venv / "bin", env, args.n, then=meshd.stop)
-        [down] = _inside(venv / "bin", env, args.n)
+        bin_ = hermes_venv() / "bin"
+        up, gone = _inside(bin_, env, n, then=meshd.stop)
+        [down] = _inside(bin_, env, n)
+    finally:
+        meshd.stop()
+    return up, gone, down
+
+
+#: BENCH.md's "Hermes plugin, per tool call in process": p50 with the daemon up / down.
+TARGETS = {"read_file": (200e-6, 20e-6), "write_file": (300e-6, 20e-6)}
+
+
+def run(ctx: Any) -> None:
+    """``python -m bench``'s section: the per-tool-call rows against their targets."""
+    if not (hermes_venv() / "bin" / "hermes").exists():
+        for tool in TARGETS:
+            ctx.add("hermes", name=f"Hermes plugin per tool call: {tool}", value=None,
+                    unit="s", skip=f"no hermes-agent in {hermes_venv()}", pinning="-")  # fmt: skip
+        return
+    n = 200 if ctx.quick else 2000
+    up, _gone, down = measure(ctx.place, n)
+    for tool, (up_limit, down_limit) in TARGETS.items():
+        for how, figures, limit in (("daemon up", up, up_limit), ("daemon down", down, down_limit)):
+            row = figures[f"per tool call: {tool}"]
+            ctx.add("hermes", name=f"Hermes plugin per tool call: {tool}, {how}",
+                    value=row["p50"] / 1e9, unit="s", limit=limit, absolute=True, pinning="-",
+                    note=f"added to Hermes's dispatch ({row['floor_p50'] / 1e3:.1f} µs); "
+                    f"{n} calls, in process")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.hermes_hooks", description=__doc__)
+    ap.add_argument("--n", type=int, default=2000, help="calls per hook and state")
+    args = ap.parse_args(argv)
+    if not (hermes_venv() / "bin" / "hermes").exists():
+        print(f"no hermes-agent in {hermes_venv()}: run scripts/test.sh first", file=sys.stderr)
+        return 1
+    place = Place()
+    try:
+        up, gone, down = measure(place, args.n)
     finally:
         place.cleanup()
     print(
