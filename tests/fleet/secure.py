@@ -54,10 +54,12 @@ def make_ca(folder: Path, name: str) -> tuple[Path, Path]:
 
 
 def make_server_cert(folder: Path, ca: tuple[Path, Path], ip: str) -> tuple[Path, Path]:
-    """A server certificate for ``ip`` (and localhost) signed by ``ca``."""
+    """A server certificate for ``ip`` (and 127.0.0.1, localhost: a relay on this
+    machine's loopback) signed by ``ca``."""
     key, csr, cert = folder / "server.key", folder / "server.csr", folder / "server.pem"
     ext = folder / "server.ext"
-    ext.write_text(f"subjectAltName=IP:{ip},DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    names = ",".join(dict.fromkeys([f"IP:{ip}", "IP:127.0.0.1", "DNS:localhost"]))
+    ext.write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n")
     openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
             "-keyout", str(key), "-out", str(csr), "-subj", "/CN=localhost")  # fmt: skip
     openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),

@@ -7,7 +7,9 @@ Two hosts join with ``tls://``, ``tls_ca`` and their own login, see each other's
 sessions and share a fleet-wide claim. A host that trusts another CA, or whose login
 the server does not know, is refused, and ``fleet status`` and ``doctor`` say why in
 one line. With ``tls://`` configured and a server that does not speak TLS, nothing
-is sent in clear: a relay that records every byte sees no ``CONNECT`` and no secret.
+is sent in clear: a relay that records every byte sees no ``CONNECT`` and no secret;
+and between two hosts over TLS, relays that record both ways see no subject, no
+session task and no message text.
 The rest of the fleet suite runs on these flavours too (``MESH_FLEET_FLAVOUR``, and
 the tests marked ``flavours``). docs/FLEET.md ("TLS and a key per host") is written
 from what this file does.
@@ -182,11 +184,13 @@ def test_a_login_the_server_does_not_know_is_refused(
 
 
 class Recorder:
-    """A TCP relay in front of a server that keeps every byte the client sent."""
+    """A TCP relay in front of a server that keeps every byte that crosses it:
+    ``sent`` what the clients sent, ``received`` what the server sent them."""
 
-    def __init__(self, port: int) -> None:
-        self.target = port
+    def __init__(self, port: int, target: str = "127.0.0.1") -> None:
+        self.target = (target, port)
         self.sent = bytearray()
+        self.received = bytearray()
         self.lsock = socket.socket()
         self.lsock.bind(("127.0.0.1", 0))
         self.lsock.listen(8)
@@ -200,18 +204,17 @@ class Recorder:
             except OSError:
                 return
             try:
-                s = socket.create_connection(("127.0.0.1", self.target))
+                s = socket.create_connection(self.target)
             except OSError:
                 c.close()
                 continue
-            threading.Thread(target=self._pipe, args=(c, s, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(s, c, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(c, s, self.sent), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(s, c, self.received), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, record: bytearray) -> None:
         try:
             while data := src.recv(65536):
-                if record:
-                    self.sent += data
+                record += data
                 dst.sendall(data)
         except OSError:
             pass
@@ -224,6 +227,50 @@ class Recorder:
 
     def close(self) -> None:
         self.lsock.close()
+
+
+@SECURE
+def test_over_tls_no_subject_task_or_text_crosses_in_clear(
+    nats_server: NatsServer, hosts: list[DaemonHandle]
+) -> None:
+    """Two hosts on the TLS server, each through a relay that records both ways: a
+    session's task, a message's text and the subjects they travel on reach the
+    other host, and none of them is on the wire in clear."""
+    relays = [Recorder(nats_server.port, nats_server.host) for _ in range(2)]
+    scheme = nats_server.scheme
+    try:
+        laptop, vps = (
+            host(
+                hosts,
+                name,
+                f'url = "{scheme}://127.0.0.1:{r.port}"\n{nats_server.fleet_keys(name)}',
+            )
+            for name, r in zip(("laptop", "vps"), relays, strict=True)
+        )
+        for d in (laptop, vps):
+            wait_for(lambda d=d: status(d)["connected"], 20, what=lambda d=d: status(d))
+        task, text = "secret-task-7f3a", "secret-text-91c2"
+        laptop.call("session.register", {"session_id": "a", "task": task, "pid": os.getpid()})
+        vps.call("session.register", {"session_id": "b", "task": "b", "pid": os.getpid()})
+        wait_for(lambda: len(vps.call("session.list")["result"]["sessions"]) == 2, 20)
+        wait_for(lambda: len(laptop.call("session.list")["result"]["sessions"]) == 2, 20)
+        sent = laptop.call("message.send", {"session_id": "a", "to": "b", "text": text})
+        got = wait_for(
+            lambda: vps.call("message.inbox", {"session_id": "b", "peek": True})["result"]["items"],
+            20,
+        )
+        seen = {s["session_id"]: s["task"] for s in vps.call("session.list")["result"]["sessions"]}
+        wire = bytes(relays[0].sent + relays[0].received + relays[1].sent + relays[1].received)
+    finally:
+        for r in relays:
+            r.close()
+
+    assert sent["result"]["host"] == "vps"
+    assert [i["text"] for i in got] == [text]
+    assert seen["a"] == task
+    assert len(wire) > 10_000  # the fleet talked through the relays
+    for clear in (task.encode(), text.encode(), b"mesh.", b"$JS.", b"CONNECT", b"PUB ", b"MSG "):
+        assert clear not in wire, clear
 
 
 @SECURE
