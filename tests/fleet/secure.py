@@ -209,6 +209,7 @@ class Access:
     _keys: list[Key] = field(default_factory=list)
     operator: Operator | None = None
     _cert: tuple[Path, Path] | None = None
+    _client: tuple[str, Path] | None = None
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
@@ -260,12 +261,14 @@ class Access:
         return f'tls_ca = "{self.ca}"\n{kind} = "{path}"\n'
 
     def client_options(self) -> dict[str, Any]:
-        """``nats.connect`` options for the test's own client (a login of its own)."""
+        """``nats.connect`` options for the test's own client (one login of its own,
+        made at the first call and used by every later one)."""
         if self.ca is None:
             return {}
-        got = self.login(f"test-{os.urandom(3).hex()}")
-        assert got is not None
-        kind, path = got
+        if self._client is None:
+            self._client = self.login("test-client")
+        assert self._client is not None
+        kind, path = self._client
         opts: dict[str, Any] = {"tls": ssl.create_default_context(cafile=str(self.ca))}
         opts["nkeys_seed" if kind == "nkey" else "user_credentials"] = str(path)
         return opts
