@@ -269,3 +269,14 @@ def test_the_client_imports_one_way() -> None:
     assert "meshctl._async.session" in edges["meshctl._async.client"]  # the graph was read
     assert circles(edges) == []
     assert {t for t in edges["meshctl._blocking"] if within(t, "meshctl._sync")} == set()
+
+
+def test_the_commands_and_the_plugins_import_one_way() -> None:
+    """No import circle in ``meshctl`` as a whole, its commands and the agent plugins
+    included: what ``doctor`` and ``daemon reload`` both say of the config file lives
+    in ``cli/admin/config.py``, below both, not in ``doctor`` (``daemon`` imported it
+    there, and ``service`` imports ``daemon``)."""
+    edges = module_edges("meshctl")
+
+    assert "meshctl.cli.admin.config" in edges["meshctl.cli.daemon"]  # the graph was read
+    assert circles(edges) == []

@@ -27,50 +27,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up
 if TYPE_CHECKING:
     from typing import Any
 
-    from meshctl.cli._root import CONTEXT_SETTINGS, MeshGroup, cli
-
-#: Top-level commands, imported only when used: a command pays for its own module
-#: alone (``--help`` and completion load them all).
-COMMANDS: dict[str, str] = {
-    "board": "meshctl.cli.board:board",
-    "broadcast": "meshctl.cli.messages:broadcast",
-    "call": "meshctl.cli.raw:call",
-    "check": "meshctl.cli.claims:check",
-    "claim": "meshctl.cli.claims:claim",
-    "claude": "meshctl.cli.claude:claude",
-    "completion": "meshctl.cli.completion:completion",
-    "daemon": "meshctl.cli.daemon:daemon",
-    "doctor": "meshctl.cli.doctor:doctor",
-    "end": "meshctl.cli.lifecycle:end",
-    "fleet": "meshctl.cli.fleet:fleet",
-    "handoff": "meshctl.cli.handoff:handoff",
-    "heartbeat": "meshctl.cli.lifecycle:heartbeat",
-    "hermes": "meshctl.cli.hermes:hermes",
-    "import": "meshctl.cli.importer:import_",
-    "inbox": "meshctl.cli.messages:inbox",
-    "job": "meshctl.cli.jobs:job",
-    "jobs": "meshctl.cli.jobs:jobs",
-    "log": "meshctl.cli.claims:log_",
-    "mcp": "meshctl.cli.mcp:mcp",
-    "notes": "meshctl.cli.notes:notes",
-    "once": "meshctl.cli.once:once",
-    "pause": "meshctl.cli.preempt:pause",
-    "preempt": "meshctl.cli.preempt:preempt",
-    "prioritize": "meshctl.cli.sessions:prioritize",
-    "register": "meshctl.cli.lifecycle:register",
-    "release": "meshctl.cli.claims:release",
-    "reply": "meshctl.cli.messages:reply",
-    "resume": "meshctl.cli.preempt:resume",
-    "run": "meshctl.cli.run:run",
-    "send": "meshctl.cli.messages:send",
-    "service": "meshctl.cli.service:service",
-    "sessions": "meshctl.cli.sessions:sessions",
-    "signal": "meshctl.cli.signal:signal",
-    "steal": "meshctl.cli.claims:steal",
-    "sync": "meshctl.cli.sync:sync",
-    "top": "meshctl.cli.top:top",
-    "whoami": "meshctl.cli.sessions:whoami",
-}
+    from meshctl.cli._root import COMMANDS, CONTEXT_SETTINGS, MeshGroup, cli
 
 
 def main() -> None:
@@ -90,8 +47,9 @@ def main() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """The click tree (``cli``, ``MeshGroup``, ``CONTEXT_SETTINGS``), imported on first use."""
-    if name in ("cli", "MeshGroup", "CONTEXT_SETTINGS"):
+    """The click tree (``cli``, ``MeshGroup``, ``CONTEXT_SETTINGS``, ``COMMANDS``),
+    imported on first use."""
+    if name in ("cli", "MeshGroup", "CONTEXT_SETTINGS", "COMMANDS"):
         from meshctl.cli import _root
 
         return getattr(_root, name)

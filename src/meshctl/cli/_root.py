@@ -15,12 +15,56 @@ from typing import Any, cast
 import click
 
 from meshctl._core import env as _env
-from meshctl.cli import COMMANDS, _output
+from meshctl.cli import _output
 from meshctl.cli._context import Group, State, common_options
 from meshd import __version__
 from meshd.protocol.errors import MeshError
 
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+#: Top-level commands, imported only when used: a command pays for its own module
+#: alone (``--help`` and completion load them all).
+COMMANDS: dict[str, str] = {
+    "board": "meshctl.cli.board:board",
+    "broadcast": "meshctl.cli.messages:broadcast",
+    "call": "meshctl.cli.raw:call",
+    "check": "meshctl.cli.claims:check",
+    "claim": "meshctl.cli.claims:claim",
+    "claude": "meshctl.cli.claude:claude",
+    "completion": "meshctl.cli.completion:completion",
+    "daemon": "meshctl.cli.daemon:daemon",
+    "doctor": "meshctl.cli.doctor:doctor",
+    "end": "meshctl.cli.lifecycle:end",
+    "fleet": "meshctl.cli.fleet:fleet",
+    "handoff": "meshctl.cli.handoff:handoff",
+    "heartbeat": "meshctl.cli.lifecycle:heartbeat",
+    "hermes": "meshctl.cli.hermes:hermes",
+    "import": "meshctl.cli.importer:import_",
+    "inbox": "meshctl.cli.messages:inbox",
+    "job": "meshctl.cli.jobs:job",
+    "jobs": "meshctl.cli.jobs:jobs",
+    "log": "meshctl.cli.claims:log_",
+    "mcp": "meshctl.cli.mcp:mcp",
+    "notes": "meshctl.cli.notes:notes",
+    "once": "meshctl.cli.once:once",
+    "pause": "meshctl.cli.preempt:pause",
+    "preempt": "meshctl.cli.preempt:preempt",
+    "prioritize": "meshctl.cli.sessions:prioritize",
+    "register": "meshctl.cli.lifecycle:register",
+    "release": "meshctl.cli.claims:release",
+    "reply": "meshctl.cli.messages:reply",
+    "resume": "meshctl.cli.preempt:resume",
+    "run": "meshctl.cli.run:run",
+    "send": "meshctl.cli.messages:send",
+    "service": "meshctl.cli.service:service",
+    "sessions": "meshctl.cli.sessions:sessions",
+    "signal": "meshctl.cli.signal:signal",
+    "steal": "meshctl.cli.claims:steal",
+    "sync": "meshctl.cli.sync:sync",
+    "top": "meshctl.cli.top:top",
+    "whoami": "meshctl.cli.sessions:whoami",
+}
 
 
 def _wants_json(args: Sequence[str]) -> bool:

@@ -365,8 +365,7 @@ def _unused_tables_note(state: State) -> None:
     """Say on stderr a ``[profiles.NAME]`` table no profile uses (a typo the daemon
     cannot see: it reads its own profile's table only), as ``doctor`` does."""
     from meshctl import _paths, _spawn
-    from meshctl.cli.admin.config import config_file
-    from meshctl.cli.admin.doctor import unused_profile_tables
+    from meshctl.cli.admin.config import config_file, unused_profile_tables
 
     socket_dir = _spawn.find_socket(state.profile, state.socket).parent
     said = unused_profile_tables(config_file(), state.profile, _paths.state_dir(), socket_dir)

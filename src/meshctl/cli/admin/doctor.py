@@ -14,7 +14,6 @@ environment); only ``fail`` makes doctor exit 1.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import stat
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from meshctl._core import env as _env
+from meshctl.cli.admin.config import unused_profile_tables
 from meshd import __version__
 from meshd.protocol.contract import SCHEMA_VERSION
 
@@ -179,36 +179,6 @@ def _unused_profile_tables(ctx: Context) -> Check | None:
         f"rename or remove the table in {ctx.config} (a new profile is used once a "
         "daemon ran for it)",
     )
-
-
-def unused_profile_tables(
-    config: Path, profile: str, state_dir: Path, socket_dir: Path
-) -> str | None:
-    """A ``[profiles.NAME]`` table whose NAME no profile here uses (a typo, most likely:
-    ``[profiles.wrok]`` is valid TOML and a valid name, and would be ignored silently),
-    said with the closest used name; None when every table is used. A profile is used
-    when it has a database in the state folder or a socket in ``socket_dir``, or is
-    ``profile``. ``doctor`` and ``daemon reload`` say it."""
-    import difflib
-    import tomllib
-
-    try:
-        tables = tomllib.loads(config.read_text(encoding="utf-8")).get("profiles") or {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
-    if not isinstance(tables, dict):
-        return None
-    used = {profile}
-    for folder, suffix in ((state_dir, ".sqlite3"), (socket_dir, ".sock")):
-        with contextlib.suppress(OSError):
-            used |= {p.name.removesuffix(suffix) for p in folder.glob(f"*{suffix}")}
-    unused = sorted(name for name in tables if name not in used)
-    if not unused:
-        return None
-    names = ", ".join(f"[profiles.{n}]" for n in unused)
-    guesses = [g for n in unused for g in difflib.get_close_matches(n, sorted(used), n=1)]
-    mean = f"; did you mean {', '.join(guesses)}?" if guesses else ""
-    return f"{names} names no profile used here (used: {', '.join(sorted(used))}){mean}"
 
 
 def check_database(ctx: Context) -> Check:
