@@ -73,6 +73,11 @@ class Stale(Exception):
 #: How far past its deadline a read may wait, to spare setting the socket's timeout
 #: (a system call) on every call: deadlines are failures' deadlines, not schedules.
 _SLACK = 0.05
+#: The longest a read sleeps in one system call. A signal that trips Python's flag
+#: without waking the reading thread (it landed on another thread, or between the last
+#: check and the call) is seen at the next wake-up: Ctrl-C within a second, not at
+#: the end of a 60 s wait.
+_WAKE = 1.0
 
 
 class _Waiter:
@@ -435,7 +440,11 @@ class Connection:
             try:
                 # Setting a socket's timeout is a system call: keep the last one when it
                 # ends no earlier than the deadline and at most SLACK after it.
-                if not left <= self._recv_timeout <= left + _SLACK:
+                if left > _WAKE:
+                    if self._recv_timeout != _WAKE:
+                        self._recv_timeout = _WAKE
+                        sock.settimeout(_WAKE)
+                elif not left <= self._recv_timeout <= left + _SLACK:
                     self._recv_timeout = left + _SLACK / 2
                     sock.settimeout(self._recv_timeout)
                 data = sock.recv(65536)

@@ -63,3 +63,58 @@ def test_leaving_blocks_never_raises_on_a_hung_daemon(
     assert "could not release res:y" in c.release_failed
     assert "could not release res:y" in caplog.text
     assert "could not end session" in caplog.text
+
+
+_INTERRUPTED = """
+import signal, sys, threading, time
+from meshctl import Mesh
+
+mesh = Mesh(autostart=False, timeout=60)
+# A second thread takes the SIGINT (the main thread blocks it), so the main thread's
+# wait is never cut short by the signal: the race in which a signal lands between
+# Python's last check and the system call, made certain.
+threading.Thread(target=time.sleep, args=(120,), daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+print("ready", flush=True)
+start = time.monotonic()
+try:
+    mesh.call("session.list")
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - start:.1f} s", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_is_seen_within_a_second_however_long_the_wait(daemon: Any) -> None:
+    """A signal that trips Python's flag while the main thread sits in ``recv`` without
+    being woken (it landed on another thread, or just before the system call) is seen
+    at the next wake-up: a read waits in slices of at most a second, not the whole
+    timeout (``meshctl claim --wait 60`` once sat out its wait after Ctrl-C)."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED], env=daemon.env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        with stopped(daemon):
+
+            def asleep() -> bool:  # the main thread blocked in its read
+                with open(f"/proc/{proc.pid}/task/{proc.pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+            deadline = time.monotonic() + 30
+            while not (asleep() and (time.sleep(0.2) or asleep())):
+                assert time.monotonic() < deadline, "the child never blocked in its read"
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    assert out.startswith("interrupted after"), out
