@@ -16,10 +16,13 @@ the daemon. So:
   worst a path is sent twice), and nothing once the session ends.
 - **Off the tool's path**: the hook only notes the path; the process's sender
   (:mod:`._sender`) sends what was noted, a session's paths in one ``board.touch``.
-- **Failing open**: nothing is noted while the daemon is unreachable; a send that
-  finds it unreachable forgets the paths again, so the next read of them records
-  them once the daemon is back. A ``board.touch`` the daemon refuses (one path it
-  takes for no key refuses the whole call) is sent again one path a call, so only
+- **Failing open**: a read is noted whatever the daemon's state (the hook does not
+  ask it); a send that finds the daemon unreachable keeps the paths and the sender
+  tries again every :data:`._sender.RETRY` seconds, so a read made while the daemon
+  was away is recorded once it is back. Beyond :data:`MAX_PENDING` waiting paths a
+  read is not recorded, and the next read of it, daemon back, records it. A
+  ``board.touch`` the daemon refuses (one path it takes for no key refuses the whole
+  call) is sent again one path a call, so only
   that path goes unrecorded. A session the daemon no longer knows registers
   again at its next hook, and then starts with nothing remembered (its marks went
   with it).
@@ -92,8 +95,6 @@ class Reads(Outbox):
 
     def note(self, t: Tracked, tool_name: str, args: Any) -> bool:
         """After a successful read: note its path unless recorded lately (True: noted)."""
-        if self.host.link.down:
-            return False  # failing open: the next read of it, daemon back, records it
         path = read_path(tool_name, args)
         if path is None:
             return False
@@ -117,31 +118,40 @@ class Reads(Outbox):
         return True
 
     def flush(self, link: Any) -> bool:
-        """Send what was noted: one ``board.touch`` per session (per 1,000 paths)."""
+        """Send what was noted: one ``board.touch`` per session (per 1,000 paths).
+        True when some stay for the next try (the daemon was away)."""
         with self._lock:
             pending, self._pending, self._count = self._pending, {}, 0
+        kept = False
         for sid, paths in pending.items():
             for i in range(0, len(paths), MAX_BATCH):
-                self._send(link, sid, paths[i : i + MAX_BATCH])
-        return False  # what was not recorded is recorded at the next read of it
+                kept = self._send(link, sid, paths[i : i + MAX_BATCH]) or kept
+        return kept
 
     def flush_session(self, t: Tracked, link: Any) -> None:
         """An ending session's reads are not recorded (its marks go with it)."""
         with self._lock:
             self._count -= len(self._pending.pop(t.session_id, []))
 
-    def _send(self, link: Any, sid: str, paths: list[str]) -> None:
+    def _send(self, link: Any, sid: str, paths: list[str]) -> bool:
+        """Send one batch; True when it stays pending (the daemon is away)."""
         t = self.host.sessions.get(sid)
         if t is None or not t.registered:
-            return  # ended meanwhile, or to register again (then it remembers nothing)
+            return False  # ended meanwhile, or to register again (it remembers nothing)
         gone: list[bool] = []
         params = {"session_id": sid, "paths": [reportable(p) for p in paths], "read": True}
         self.sent += 1
         result = link.call("board.touch", params, forgotten=lambda: gone.append(True))
         if isinstance(result, dict):
-            return
+            return False
         if gone:
             self.host.forget(sid)
+        if link.down and not gone:  # the daemon is away: tried again, while there is room
+            with self._lock:
+                if self._count + len(paths) <= MAX_PENDING:
+                    self._pending.setdefault(sid, [])[:0] = paths
+                    self._count += len(paths)
+                    return True
         if gone or link.down:  # not recorded: the next read of these tries again
             with self._lock:
                 for path in paths:
@@ -149,3 +159,4 @@ class Reads(Outbox):
         elif len(paths) > 1:  # refused whole for one path it takes for no key (a tab in
             for path in paths:  # a name): each alone, so only that one goes unrecorded
                 self._send(link, sid, [path])
+        return False
