@@ -7,6 +7,7 @@
 ``MESH_CONFIG``    the config file a daemon the client starts loads (absolute)
 ``MESH_SPAWN``     ``direct``: start a daemon as a child process, never via systemd
 ``MESH_HERMES_TIMEOUT`` seconds the Hermes plugin waits for one reply (its hooks)
+``MESH_HERMES_TOOLS`` the Hermes plugin's tool set (``compact`` or ``full``)
 ``XDG_RUNTIME_DIR`` where sockets live, ``XDG_STATE_HOME`` where state lives
                    (platformdirs' rules, mirrored by :mod:`meshctl._paths`)
 ================== ==============================================================
@@ -34,6 +35,7 @@ NAMES = (
     "MESH_CONFIG",
     "MESH_SPAWN",
     "MESH_HERMES_TIMEOUT",
+    "MESH_HERMES_TOOLS",
     "XDG_RUNTIME_DIR",
     "XDG_STATE_HOME",
 )

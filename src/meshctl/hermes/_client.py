@@ -51,7 +51,7 @@ def library() -> ModuleType:
     return lib
 
 
-def _env() -> ModuleType:
+def environment() -> ModuleType:
     """The client's one place for the environment (``meshctl._core.env``), from the
     same client as :func:`library`: the plugin reads no variable by itself."""
     package = __package__ or ""
@@ -81,7 +81,7 @@ def hook_timeout() -> float:
     hook). A value that is not a positive number is ignored.
     """
     try:
-        value = float(_env().get("MESH_HERMES_TIMEOUT") or HOOK_TIMEOUT)
+        value = float(environment().get("MESH_HERMES_TIMEOUT") or HOOK_TIMEOUT)
     except ValueError:
         return HOOK_TIMEOUT
     return value if 0 < value < float("inf") else HOOK_TIMEOUT
@@ -149,7 +149,7 @@ def where(hermes_profile: str) -> tuple[str, str | None]:
     place reports ``custom``, so its install records the profile to use).
     """
     record = install_record()
-    env = _env()
+    env = environment()
     socket = env.get("MESH_SOCKET") or record.get("socket") or None
     profile = env.get("MESH_PROFILE") or record.get("profile") or hermes_profile
     if not profile or profile == "custom":

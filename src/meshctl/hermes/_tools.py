@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import _text
 from ._agent import context, tools
+from ._client import environment
 from ._common import working_dir
 from ._runtime import Runtime
 
@@ -33,7 +33,7 @@ NOT_ON_MESH = "this session is not on the mesh (is meshd running?)"
 def tool_mode(hermes_config: Mapping[str, Any] | None = None) -> str:
     """The tool set for this process: ``MESH_HERMES_TOOLS``, else
     ``plugins.entries.meshd.tools`` in Hermes's config, else ``compact``."""
-    wanted = os.environ.get(MODE_ENV, "").strip().lower()
+    wanted = environment().get(MODE_ENV).strip().lower()
     if not wanted:
         cfg = hermes_config if hermes_config is not None else _hermes_config()
         plugins = cfg.get("plugins") if isinstance(cfg, Mapping) else None
