@@ -3,7 +3,7 @@
 Each ``LABEL=TREE`` names a source tree (a git worktree: its ``src`` is put first on
 ``PYTHONPATH``); every tree gets its own meshd and its own no-group-commit meshd, and
 the rounds alternate between trees, so load on this shared machine falls on both
-sides alike. Per round and tree it measures what issue 17 item 2 targets:
+sides alike. Per round and tree it measures what BENCH.md's durable-write rows target:
 
 * durable writes/s at 100 writers (register, end, ...), group commit on and off, and
   the daemon's CPU per write;

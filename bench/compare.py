@@ -17,7 +17,7 @@ from typing import Any
 
 from bench.report import fmt
 
-RENAMED = {  # name in an older run -> name now (issue 17.5: labels say what they measure)
+RENAMED = {  # name in an older run -> name now (labels say what they measure)
     "heartbeat via Mesh p50": "heartbeat round trip via Mesh.call p50",
     "heartbeat via Mesh p99": "heartbeat round trip via Mesh.call p99",
     "session.list, 10 sessions, via Mesh p50": "session.list of 10 sessions via Mesh.call p50",

@@ -1,4 +1,4 @@
-"""The read paths of two source trees in one interleaved run (issue 17 item 3).
+"""The read paths of two source trees in one interleaved run.
 
 ``python -m bench.reads_ab BEFORE [AFTER] [--rounds N]``: BEFORE and AFTER are
 checkouts (their ``src`` goes first on ``PYTHONPATH``; AFTER defaults to this tree).

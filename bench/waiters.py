@@ -1,4 +1,4 @@
-"""10,000 waiters queued on one key: enqueue, then cancel all (BENCH.md, issue 10 item 8).
+"""10,000 waiters queued on one key: enqueue, then cancel all (BENCH.md).
 
 A daemon of its own (its 10,001 sessions would weigh on other rows). One holder
 keeps ``file:/bench/storm/N`` while N sessions each ask for it with a long wait,

@@ -62,7 +62,7 @@ class TestPure:
 class TestNames:
     def test_listing_is_files_and_changes_is_a_hidden_alias(self, meshctl: Meshctl) -> None:
         """``changed`` (report) and the listing no longer differ by one letter; the
-        listing's old name ``changes`` still parses, unlisted (issue 15.6)."""
+        listing's old name ``changes`` still parses, unlisted."""
         top = ok(meshctl("board", "--help"))
         old = ok(meshctl("board", "changes", "--help"))
         new = ok(meshctl("board", "files", "--help"))

@@ -1,4 +1,4 @@
-"""`meshctl --help` lists every command with its whole summary (issue 15.6)."""
+"""`meshctl --help` lists every command with its whole summary."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _leaves(group: click.Group, ctx: click.Context) -> Iterator[tuple[list[str],
 
 def test_every_command_shows_a_real_example() -> None:
     """Each leaf command's help has an Examples section with at least one line that
-    runs that very command (issue 15.6)."""
+    runs that very command."""
     from meshctl.cli import cli
 
     root = click.Context(cli, info_name="meshctl")

@@ -494,7 +494,7 @@ class TestBroadcast:
 
     def test_waits_that_run_out_say_so(self, daemon: Daemon) -> None:
         """A responder that does not answer in time: broadcast --collect and handoff
-        request say on stderr that the wait ran out, and for whom (issue 15.6)."""
+        request say on stderr that the wait ran out, and for whom."""
         register(daemon, "a")
         register(daemon, "b")
         follower = Follower(daemon, "b", "--respond", "--json")

@@ -1,4 +1,4 @@
-"""A command that starts the daemon says so on stderr (issue 15.6); one that finds it running says nothing."""
+"""A command that starts the daemon says so on stderr; one that finds it running says nothing."""
 
 from __future__ import annotations
 

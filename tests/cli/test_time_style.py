@@ -1,4 +1,4 @@
-"""One time style, one ordering and one ``--since`` across the CLI (issue 15.6).
+"""One time style, one ordering and one ``--since`` across the CLI.
 
 People read relative times (``3m ago``) in listings and the local time plus the
 relative one in detail views; ``--json`` carries RFC 3339 UTC; listings run

@@ -1,4 +1,4 @@
-"""Issue 9's CLI items and issue 10's terminal hygiene, through the real daemon.
+"""The CLI's trust items and its terminal hygiene, through the real daemon.
 
 Each test names the defect it guards; each ran against the code before its fix
 and failed there.
@@ -45,7 +45,7 @@ def register(meshctl: Meshctl, env: dict[str, str], task: str = "t") -> str:
 
 class TestRunIdentity:
     def test_command_gets_runs_own_session(self, meshctl: Meshctl, daemon: Daemon) -> None:
-        """Issue 9.8: COMMAND sees run's session in MESH_SESSION, a child of the parent's."""
+        """COMMAND sees run's session in MESH_SESSION, a child of the parent's."""
         parent = register(meshctl, daemon.env)
         env = {**daemon.env, "MESH_SESSION": parent}
         script = 'echo "$MESH_SESSION"; "$0" -m meshctl.cli sessions show "$MESH_SESSION" --json'
@@ -62,7 +62,7 @@ class TestRunIdentity:
 
 
 class TestBadBytesAndNumbers:
-    """Issue 9.4: undecodable argv bytes and non-finite numbers are refused, never a crash."""
+    """Undecodable argv bytes and non-finite numbers are refused, never a crash."""
 
     @pytest.mark.parametrize(
         "args",
@@ -154,7 +154,7 @@ class TestBadBytesAndNumbers:
 
 
 class TestValidationNamesTheArgument:
-    """Issue 9.5: a daemon INVALID_PARAMS about a typed argument is exit 2 naming it."""
+    """A daemon INVALID_PARAMS about a typed argument is exit 2 naming it."""
 
     def test_empty_message(self, meshctl: Meshctl, daemon: Daemon) -> None:
         env = {**daemon.env, "MESH_SESSION": register(meshctl, daemon.env)}
@@ -292,7 +292,7 @@ def fuzz_daemon() -> Iterator[tuple[dict[str, str], str]]:
 def test_fuzz_argv(
     fuzz_daemon: tuple[dict[str, str], str], command: list[str], tokens: list[str]
 ) -> None:
-    """Issue 9.4: any argv gives no traceback, a SPEC exit code, and with --json one document."""
+    """Any argv gives no traceback, a SPEC exit code, and with --json one document."""
     env, sid = fuzz_daemon
     args = [*command, *tokens]
     runner = CliRunner()
@@ -342,7 +342,7 @@ def _read_until(stream: Any, marker: bytes) -> bytes:
 
 
 class TestInboxMarksReadOnlyWhatWasRead:
-    """Issue 9.1 / SPEC §6: a reader that leaves early leaves the rest unread, exit never 0."""
+    """SPEC §6: a reader that leaves early leaves the rest unread, exit never 0."""
 
     @pytest.fixture
     def inbox_of_12(self, meshctl: Meshctl, daemon: Daemon) -> tuple[dict[str, str], list[int]]:
@@ -498,7 +498,7 @@ class TestSafe:
 
 
 class TestNoTerminalInjection:
-    """Issue 10.2: text from another session reaches the terminal neutralised, JSON faithful."""
+    """Text from another session reaches the terminal neutralised, JSON faithful."""
 
     def test_every_human_view_escapes_it(
         self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
@@ -550,7 +550,7 @@ class TestNoTerminalInjection:
 
 
 class TestAnswersStateTheFacts:
-    """Issue 9.6 (CLI side): own handoffs are labelled as own; check says each thing once."""
+    """Own handoffs are labelled as own; check says each thing once."""
 
     def test_own_handoff_is_not_from_another_session(
         self, meshctl: Meshctl, daemon: Daemon
@@ -590,7 +590,7 @@ class TestAnswersStateTheFacts:
 
 
 class TestSaysWhatItDoes:
-    """Issue 15.6 (part): Ctrl-C is 130 without 'Aborted!'; a mistyped command gets a suggestion."""
+    """Ctrl-C is 130 without 'Aborted!'; a mistyped command gets a suggestion."""
 
     @pytest.mark.parametrize(
         ("args", "suggestion"),

@@ -1,5 +1,5 @@
 """A waiting command says what it waits for and the time left (on a terminal only),
-and says plainly when the wait ran out (issue 15.6)."""
+and says plainly when the wait ran out."""
 
 from __future__ import annotations
 

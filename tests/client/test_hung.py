@@ -1,4 +1,4 @@
-"""A hung daemon (SIGSTOP) against the blocking client (issue 10 item 12): failing open
+"""A hung daemon (SIGSTOP) against the blocking client: failing open
 treats a timeout like unavailability, and leaving a block never raises for a release
 or an end that could not be sent -- it says so."""
 

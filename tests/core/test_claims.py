@@ -366,7 +366,7 @@ class TestFifo:
 
 
 class TestLongQueues:
-    """The queue parks each waiter on one blocker (issue 10 item 8): same answers, less work."""
+    """The queue parks each waiter on one blocker: same answers, less work."""
 
     def test_held_names_the_first_waiters_and_says_there_are_more(self, tb: Table) -> None:
         """A held reply lists at most MAX_AHEAD earlier waiters, first first, and says more."""

@@ -1,4 +1,4 @@
-"""Waits inside a batch (issue 10 #8 and #9; SPEC §3: batches are not atomic).
+"""Waits inside a batch (SPEC §3: batches are not atomic).
 
 A batch is answered as one array, once its last element is done. An element that
 waits (a queued ``claim.acquire``) holds up neither the elements after it nor the

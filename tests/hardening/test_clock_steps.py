@@ -1,4 +1,4 @@
-"""Wall-clock steps across a restart (issue 10 #7), with the real daemon and database.
+"""Wall-clock steps across a restart, with the real daemon and database.
 
 The machine's clock cannot be stepped from a test, so the step is made in the
 database instead: every stored wall stamp moved a day ahead is exactly what the

@@ -1,6 +1,6 @@
 """Many clients, greedy clients and descriptor exhaustion: the accept loop survives them all.
 
-SPEC §8 / issue 5 item 3: thousands of connections, and a daemon out of file
+SPEC §8: thousands of connections, and a daemon out of file
 descriptors, must never kill the accept loop; once the pressure is gone, a new
 client is served.
 """

@@ -1,4 +1,4 @@
-"""A hung mount must not freeze the daemon (issue 10, "Also").
+"""A hung mount must not freeze the daemon.
 
 A real hung filesystem: a FUSE mount whose server never answers (this test opens
 ``/dev/fuse``, mounts it, and never replies, so every look-up under it blocks in

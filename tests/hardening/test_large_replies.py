@@ -1,4 +1,4 @@
-"""Large replies (issue 10 #10): a reply is never dropped for its own size, a big reply
+"""Large replies: a reply is never dropped for its own size, a big reply
 never makes a subscriber "behind" on events, and listings summarise huge claim sets.
 """
 

@@ -1,4 +1,4 @@
-"""Limits a client of the same uid cannot push the daemon past (issue 10, items 13-14).
+"""Limits a client of the same uid cannot push the daemon past.
 
 The frame limit is exact and shared by daemon and clients; connections per uid are
 capped; unfinished frames draw on one bounded budget, and their memory is given back;

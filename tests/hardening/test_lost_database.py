@@ -1,4 +1,4 @@
-"""The database or its WAL removed under the running daemon (issue 10 #6).
+"""The database or its WAL removed under the running daemon.
 
 SQLite goes on writing to unlinked files, so without a check every write from then
 on is acknowledged and gone at the next start, and fencing tokens start again at 1.

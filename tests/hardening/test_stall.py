@@ -1,4 +1,4 @@
-"""The daemon SIGSTOPped longer than ``expire_after`` (issue 10, "Also").
+"""The daemon SIGSTOPped longer than ``expire_after``.
 
 Its clients go on heartbeating into sockets nobody reads. On SIGCONT the sweeper
 must not expire them all before those heartbeats are read: heartbeat sessions get

@@ -1,4 +1,4 @@
-"""Waits dropped by their connection leave no cyclic garbage (issue 10 #8).
+"""Waits dropped by their connection leave no cyclic garbage.
 
 In the 10,000-waiter storm the clients hang up with every wait queued. Each wait
 that ended by raising the connection's cancellation left a reference cycle (anyio's

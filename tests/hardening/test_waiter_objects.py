@@ -1,4 +1,4 @@
-"""A queued ``claim.acquire`` leaves one object for the cyclic collector (issue 10 #8).
+"""A queued ``claim.acquire`` leaves one object for the cyclic collector.
 
 In the 10,000-waiter storm every object a wait keeps alive and tracked is walked by
 each middle-generation collection (and counted towards the next one): with a record,

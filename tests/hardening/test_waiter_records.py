@@ -1,4 +1,4 @@
-"""Queued claims wait as records, not tasks (issue 10 #8, third pass).
+"""Queued claims wait as records, not tasks (third pass).
 
 A ``claim.acquire`` that has to wait is kept as a record beside its place in the
 claim queue, with the reply it owes; one timer serves every wait's deadline. These

@@ -21,7 +21,7 @@ trying again later is the right reaction. JSON is encoded with the standard
 library (msgspec stays off the CLI's import path; BENCH.md), pretty-printed
 with two spaces so a person can read it too.
 
-**Text from other sessions is data, not terminal commands** (issue 10): a task,
+**Text from other sessions is data, not terminal commands**: a task,
 message, handoff, notice, reason or path may hold ``ESC ]0;…``, ``ESC [2J``,
 OSC 52, ``\r``, bidi overrides or a ``\n`` that would forge a line of its own.
 :func:`safe` is the one function that neutralises them -- each shown escaped,

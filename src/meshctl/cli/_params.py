@@ -1,6 +1,6 @@
 """What the CLI accepts on its command line, and which argument a refusal is about.
 
-Three guards stand between argv and the wire (issue 9 items 4 and 5):
+Three guards stand between argv and the wire:
 
 - :class:`Seconds` takes a finite number of seconds in a range. ``nan``,
   ``inf`` and numbers too large for a socket timeout are usage errors (exit 2)

@@ -1,4 +1,4 @@
-"""Text that cannot go on the wire: undecodable argv bytes (issue 9 item 5).
+"""Text that cannot go on the wire: undecodable argv bytes.
 
 Python hands undecodable argv bytes over as lone surrogates (PEP 383), which cannot
 be encoded as UTF-8 JSON. :func:`check_text` refuses them before a request is sent:

@@ -1,4 +1,4 @@
-"""How ``meshctl`` writes and reads times: one style for people, one for scripts (issue 15.6).
+"""How ``meshctl`` writes and reads times: one style for people, one for scripts.
 
 The daemon sends every time as RFC 3339 UTC (``2026-11-29T14:02:00Z``,
 :func:`meshd.protocol.contract.rfc3339`, re-exported here), and

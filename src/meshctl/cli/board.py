@@ -32,7 +32,7 @@ from meshctl.cli import _claims_body, _output, _time
 from meshctl.cli._context import Group, common_options, complete_paths, get_state
 
 #: Old names that still work, hidden from the help: ``changes`` differed from
-#: ``changed`` by one letter (issue 15.6).
+#: ``changed`` by one letter.
 ALIASES = {"changes": "files"}
 
 

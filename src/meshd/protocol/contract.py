@@ -1,6 +1,6 @@
 """Small rules of the contract that the daemon and the clients share, standard library only.
 
-One definition each, imported by both sides instead of kept as copies (issue 11 item 4):
+One definition each, imported by both sides instead of kept as copies:
 the profile-name rule (SPEC §2), a session's reported fields (SPEC §4), how times are
 written (RFC 3339, UTC, to the second), the frame in front of another session's words
 (SPEC §6 Safety) and the home folder written as ``~``. The frame limit lives in
