@@ -159,3 +159,18 @@ class RpcClient:
     def close(self) -> None:
         self.file.close()
         self.sock.close()
+
+
+def as_at_a_terminal(argv: list[str]) -> list[str]:
+    """``argv`` run with SIGINT at its default, as a person's shell gives it. A
+    background job of a non-interactive shell (``cmd &`` in a script, as a CI runner may
+    start the suite) inherits SIGINT *ignored*, and Python started so installs no
+    KeyboardInterrupt handler: the child would rightly ignore a test's SIGINT. A
+    disposition set to default survives ``exec``."""
+    import sys
+
+    reset = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", reset, *argv]

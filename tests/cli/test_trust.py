@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import DaemonHandle
-from tests.support import wait_for
+from tests.support import as_at_a_terminal, wait_for
 
 from meshctl.cli import _output, cli
 
@@ -613,7 +613,9 @@ class TestSaysWhatItDoes:
         ok(meshctl("claim", "res:busy", env={**daemon.env, "MESH_SESSION": holder}))
         waiter = register(meshctl, daemon.env)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "meshctl.cli", "claim", "res:busy", "--wait", "60"],
+            as_at_a_terminal(
+                [sys.executable, "-m", "meshctl.cli", "claim", "res:busy", "--wait", "60"]
+            ),
             # a hang (seen once under load, never alone) dumps every thread's stack below
             env={**daemon.env, "MESH_SESSION": waiter, "PYTHONFAULTHANDLER": "1"},
             stdout=subprocess.PIPE,

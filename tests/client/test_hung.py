@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from tests.support import as_at_a_terminal
 
 from meshctl import Mesh
 
@@ -89,13 +90,13 @@ def test_ctrl_c_is_seen_within_a_second_however_long_the_wait(daemon: Any) -> No
     """A signal that trips Python's flag while the main thread sits in ``recv`` without
     being woken (it landed on another thread, or just before the system call) is seen
     at the next wake-up: a read waits in slices of at most a second, not the whole
-    timeout (``meshctl claim --wait 60`` once sat out its wait after Ctrl-C)."""
+    timeout."""
     import subprocess
     import sys
     import time
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", _INTERRUPTED], env=daemon.env, text=True,
+        as_at_a_terminal([sys.executable, "-c", _INTERRUPTED]), env=daemon.env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
