@@ -81,6 +81,63 @@ class TestNotebook:
             1 for n in nb.notes.values() if visible(n, reader) and author in (None, n.author)
         )
 
+    @given(
+        st.lists(st.tuples(st.sampled_from("AB"), st.booleans()), max_size=40),
+        st.sets(st.integers(1, 40), max_size=10),
+        st.sampled_from([Reader("A", "1"), Reader("B", "1"), None]),
+        st.sampled_from(["A", "B", None]),
+        st.integers(1, 45),
+    )
+    @settings(suppress_health_check=[HealthCheck.too_slow])
+    def test_a_limited_read_is_the_newest_of_the_whole_read_oldest_first(
+        self,
+        notes: list[tuple[str, bool]],
+        removed: set[int],
+        reader: Reader | None,
+        author: str | None,
+        limit: int,
+    ) -> None:
+        """The walk from the newest end gives what slicing the whole read gave, also
+        after removals and a removal put back (which re-sorts the notebook)."""
+        nb = Notebook(ManualClock())
+        for i, (sid, private) in enumerate(notes):
+            nb.add(Reader(sid, "1"), f"{sid}-{i}", private=private, limit=100)
+        for note_id in sorted(removed):
+            note = nb.notes.get(note_id)
+            if note is not None:
+                nb.remove(Reader(note.author, "1"), note_id)
+                if note_id % 3 == 0:
+                    nb.put_back(note)
+
+        whole = nb.read(reader, author=author)
+
+        assert nb.read(reader, author=author, limit=limit) == whole[-limit:]
+
+    def test_a_limited_read_looks_at_the_newest_notes_only(
+        self, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """``notes.list`` of the newest 3 of 1,000 notes looks at 3 of them, not at the
+        whole notebook: the read runs on the daemon's loop, and notebooks are never
+        pruned, so a scan of all of them grows without bound."""
+        import meshd.core.work.notes as notes_module
+
+        nb = Notebook(clock)
+        for i in range(1000):
+            nb.add(Reader("A", "1"), f"note {i}", private=False, limit=100)
+        looks = 0
+
+        def counted(note: notes_module.Note, reader: Reader | None) -> bool:
+            nonlocal looks
+            looks += 1
+            return visible(note, reader)
+
+        monkeypatch.setattr(notes_module, "visible", counted)
+
+        got = nb.read(Reader("B", "1"), limit=3)
+
+        assert [n.text for n in got] == ["note 997", "note 998", "note 999"]
+        assert looks == 3
+
     def test_too_long_is_refused_and_nothing_is_written(self, clock: ManualClock) -> None:
         nb = Notebook(clock)
 
