@@ -89,8 +89,8 @@ class TestInlineCommit:
     def traced(st: Store) -> list[tuple[str, int]]:
         """Every statement the write connection runs, with the thread that ran it."""
         seen: list[tuple[str, int]] = []
-        assert st._db is not None
-        st._db.set_trace_callback(lambda sql: seen.append((sql, threading.get_ident())))
+        assert st.writer.db is not None
+        st.writer.db.set_trace_callback(lambda sql: seen.append((sql, threading.get_ident())))
         return seen
 
     async def test_a_lone_awaited_write_commits_on_the_loop(self, short_tmp: Path) -> None:
@@ -158,9 +158,9 @@ class TestInlineCommit:
     ) -> None:
         """The connection never checkpoints by itself (a checkpoint syncs the files, on
         whichever thread commits): the writer checkpoints every few commits."""
-        from meshd.store import db as store_db
+        from meshd.store import writer
 
-        monkeypatch.setattr(store_db, "CHECKPOINT_COMMITS", 10)
+        monkeypatch.setattr(writer, "CHECKPOINT_COMMITS", 10)
         path = short_tmp / "s.sqlite3"
         st = await open_store(path)
         seen = self.traced(st)
@@ -202,8 +202,8 @@ class TestSyncedKinds:
 
         st = await open_store(short_tmp / "s.sqlite3")
         seen: list[str] = []
-        assert st._db is not None
-        st._db.set_trace_callback(seen.append)
+        assert st.writer.db is not None
+        st.writer.db.set_trace_callback(seen.append)
         try:
             await st.commit([("meta.set", "k", 1)])
             plain = list(seen)

@@ -1,7 +1,10 @@
 """SQLite persistence: one package, one file per domain's SQL, one static schema.
 
-* :mod:`meshd.store.db` -- :class:`Store`: the connection, migrations, the
-  group-commit writer thread and a read connection of its own.
+* :mod:`meshd.store.db` -- :class:`Store`: opens and migrates the file, watches it,
+  reads on a connection of its own, restores, closes.
+* :mod:`meshd.store.writer` -- :class:`~meshd.store.writer.Writer`: the writing
+  connection's group-commit thread, the inline commit, checkpoints; every write of
+  the store goes through it. :mod:`meshd.store.bell` tells the loop a batch is done.
 * :mod:`meshd.store.schema` -- every migration in order, and the static table of
   writers (write kind → SQL).
 * one module per domain (``sessions``, ``claims``, ``messages``, ``board``): its
