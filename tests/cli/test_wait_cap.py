@@ -3,12 +3,17 @@
 SPEC §2: a wire wait longer than ``max_query_timeout`` is capped to it, never refused;
 the command line passes what was asked (it refused more than 3600 s as a usage error),
 says the cap when the wait ran out at it, and counts down from the cap on a terminal.
+So do the asks (``sessions ask``, ``handoff request``, ``broadcast --collect``), whose
+``--timeout`` the daemon caps the same way.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
+import pytest
 from tests.cli.conftest import Meshctl
 from tests.cli.test_waiting import on_terminal, register
 from tests.support import wait_for
@@ -77,3 +82,69 @@ def test_the_terminal_counts_down_from_the_cap(
     assert left <= 30, screen()
     assert meshctl("release", "--session", a, "res:db", env=env).code == 0
     wait_for(lambda: "granted res:db" in screen(), what=screen)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("sessions", "ask", "{to}", "are you done?"),
+        ("handoff", "request", "{to}"),
+        ("broadcast", "who uses res:db?", "--collect"),
+    ],
+    ids=["sessions-ask", "handoff-request", "broadcast-collect"],
+)
+def test_asks_count_down_from_the_cap(
+    meshctl: Meshctl, daemon: Any, mesh_env: Any, tmux: Any, command: tuple[str, ...]
+) -> None:
+    """An ask, a handoff request and a collected broadcast wait at most the daemon's
+    ``max_query_timeout`` for a live responder that does not answer: the countdown
+    starts at the cap, not at the 7200 s asked."""
+    env = mesh_env.env
+    mesh_env.write_config("[defaults]\nmax_query_timeout = 30\n")
+    assert meshctl("daemon", "reload", env=env).code == 0
+    me, busy = register(meshctl, env, "asker"), register(meshctl, env, "busy")
+    responder = subprocess.Popen(
+        [sys.executable, "-m", "meshctl.cli", "inbox", "--follow", "--respond", "--session", busy],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert responder.stderr is not None
+        assert "following the inbox" in responder.stderr.readline()
+        args = [a.format(to=busy) for a in command]
+        screen = on_terminal(tmux, env, *args, "--timeout", "7200", "--session", me)
+
+        wait_for(lambda: "s left" in screen(), what=screen)
+        left = int(screen().split(" s left")[0].rsplit(" ", 1)[1])
+    finally:
+        responder.kill()
+        responder.communicate(timeout=10)
+
+    assert 0 < left <= 30, screen()
+
+
+def test_asks_that_ran_out_at_the_cap_say_so(meshctl: Meshctl, daemon: Any, mesh_env: Any) -> None:
+    """A handoff request and a collected broadcast that ran out at ``max_query_timeout``
+    say they ran out after the cap, not after the 7200 s asked."""
+    env = mesh_env.env
+    mesh_env.write_config(CAPPED)
+    assert meshctl("daemon", "reload", env=env).code == 0
+    me, busy = register(meshctl, env, "asker"), register(meshctl, env, "busy")
+    responder = subprocess.Popen(
+        [sys.executable, "-m", "meshctl.cli", "inbox", "--follow", "--respond", "--session", busy],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert responder.stderr is not None
+        assert "following the inbox" in responder.stderr.readline()
+        asked = meshctl("handoff", "request", busy, "--timeout", "7200", "--session", me, env=env)
+        told = meshctl("broadcast", "who?", "--collect", "--timeout", "7200", "--session", me,
+                       env=env)  # fmt: skip
+    finally:
+        responder.kill()
+        responder.communicate(timeout=10)
+    capped = "the wait ran out after 1 s, the longest one wait runs here (max_query_timeout; "
+
+    assert asked.code == 75, asked
+    assert capped + f"7200 s were asked); {busy} did not answer" in asked.err
+    assert told.code == 0, told
+    assert capped + f"7200 s were asked); no live answer from {busy}" in told.err

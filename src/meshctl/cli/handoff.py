@@ -191,10 +191,12 @@ def request(to: str, timeout: float) -> int:
     params = {"session_id": state.require_session(), "to": to, "timeout": timeout}
     from meshctl.cli._waiting import ran_out, session_detail, waiting
 
-    with waiting(f"asking {to} for a handoff", timeout, session_detail(state.mesh(), to)):
+    shown = min(timeout, state.mesh().query_cap())  # the daemon waits no longer (SPEC §2)
+    with waiting(f"asking {to} for a handoff", shown, session_detail(state.mesh(), to)):
         result = state.call("handoff.request", params, timeout=timeout + state.mesh().timeout)
     if result.get("timed_out"):
-        ran_out(timeout, f"{to} did not answer; the handoff is written from what {to} reported")
+        what = f"{to} did not answer; the handoff is written from what {to} reported"
+        ran_out(timeout, what, result.get("elapsed_s"))
     hid = (result.get("handoff") or {}).get("id")
     _output.hand_over(
         state.json,

@@ -453,7 +453,8 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
     }
     from meshctl.cli._waiting import ran_out, session_detail, waiting
 
-    with waiting(f"asking {_output.safe(to)}", timeout, session_detail(state.mesh(), to)):
+    shown = min(timeout, state.mesh().query_cap())  # the daemon waits no longer (SPEC §2)
+    with waiting(f"asking {_output.safe(to)}", shown, session_detail(state.mesh(), to)):
         result = state.call("query.ask", params, timeout=timeout + state.mesh().timeout)
     if result.get("timed_out") and state.json:  # for people, the answer's head says it
         what = f"{to} did not answer; the answer is from what {to} reported"
@@ -508,11 +509,14 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
     from meshctl.cli._waiting import others_detail, ran_out, waiting
 
     detail = None if path is not None else others_detail(state.mesh(), params["session_id"])
-    with waiting("collecting answers to the broadcast", timeout, detail):
+    shown = min(timeout, state.mesh().query_cap())  # the daemon waits no longer (SPEC §2)
+    with waiting("collecting answers to the broadcast", shown, detail):
         result = state.call("broadcast.send", params, timeout=waited)
-    silent = [str(a.get("from")) for a in result.get("answers") or [] if a.get("timed_out")]
+    silent = [a for a in result.get("answers") or [] if a.get("timed_out")]
     if silent:
-        ran_out(timeout, f"no live answer from {', '.join(silent)} (their status answers it)")
+        who = ", ".join(str(a.get("from")) for a in silent)
+        took = max((a.get("elapsed_s") or 0 for a in silent), default=None)
+        ran_out(timeout, f"no live answer from {who} (their status answers it)", took)
     human = lambda: render_broadcast(_output.clean(result))  # noqa: E731
     lost = "the collected answers were not read, and they are not kept; ask again"
     _output.hand_over(state.json, result, human, lost)
