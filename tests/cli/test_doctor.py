@@ -55,6 +55,24 @@ class TestDoctor:
         fix = next(line for line in human.splitlines() if "fix: " in line)
         assert fix.index("fix: ") == message.pop(), human
 
+    def test_warnings_are_counted_not_called_well(
+        self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any
+    ) -> None:
+        """Under ``[warn]`` lines (here no service installed) doctor still exits 0, but
+        its last line counts the warnings instead of "All is well." (it said that under
+        every warning)."""
+        warned = [c["name"] for c in meshctl("doctor", "--json", env=doc_env).json()["checks"]
+                  if c["status"] == "warn"]  # fmt: skip
+        human = meshctl("doctor", env=doc_env)
+        n = len(warned)
+
+        assert "service" in warned
+        assert human.code == 0, human
+        assert "All is well" not in human.out
+        assert human.out.rstrip().splitlines()[-1] == (
+            f"{n} warning{'s' if n > 1 else ''} ({', '.join(warned)}); nothing failed."
+        )
+
     def test_no_daemon_yet_is_information(self, meshctl: Meshctl, doc_env: dict[str, str]) -> None:
         """A fresh install, no daemon yet: exit 0 (the first command that needs one starts
         it, SPEC §9), the daemon check says so as information; none is started. It was
@@ -74,7 +92,7 @@ class TestDoctor:
         assert human.code == 0, human
         assert "FAIL" not in human.out
         assert "[info] daemon      no daemon runs yet" in human.out
-        assert human.out.rstrip().endswith("All is well.")
+        assert human.out.rstrip().endswith(("All is well.", "; nothing failed."))
 
     def test_a_stopped_daemon_is_information_too(
         self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any

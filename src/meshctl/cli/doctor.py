@@ -3,8 +3,10 @@
 Never starts a daemon and never changes anything (the checks are in
 :mod:`meshctl.cli.admin.doctor`). Exit 0 when nothing failed (warnings allowed, and no daemon
 running yet is only information: the first command that needs one starts it), 1 when
-a check failed; ``--json`` prints ``{"ok", "profile", "checks": [{name, status,
-message, fix}]}`` either way, since the failed checks are the answer, not an error.
+a check failed. The last line says "All is well." only when nothing failed or warned,
+else what to fix and how many warnings. ``--json`` prints ``{"ok", "profile", "checks":
+[{name, status, message, fix}]}`` either way, since the failed checks are the answer,
+not an error.
 """
 
 from __future__ import annotations
@@ -26,9 +28,19 @@ def _render(doc: dict[str, Any]) -> str:
         lines.append(f"  [{_MARK[c['status']]}] {c['name']:<{name}} {c['message']}")
         if c["fix"] and c["status"] in ("warn", "fail"):
             lines.append(f"  {'':{name + 8}}fix: {c['fix']}")
-    failed = [c["name"] for c in doc["checks"] if c["status"] == "fail"]
-    lines.append("All is well." if not failed else f"To fix: {', '.join(failed)}.")
+    lines.append(_verdict(doc["checks"]))
     return "\n".join(lines)
+
+
+def _verdict(checks: list[dict[str, Any]]) -> str:
+    """The last line: "All is well." only when nothing failed and nothing warned."""
+    failed = [c["name"] for c in checks if c["status"] == "fail"]
+    warned = [c["name"] for c in checks if c["status"] == "warn"]
+    n = len(warned)
+    warnings = f"{n} warning{'s' if n > 1 else ''} ({', '.join(warned)})"
+    if failed:
+        return f"To fix: {', '.join(failed)}." + (f" {warnings}." if warned else "")
+    return f"{warnings}; nothing failed." if warned else "All is well."
 
 
 @click.command()
