@@ -41,7 +41,7 @@ COMMANDS: dict[str, str] = {
     "heartbeat": "meshctl.cli.lifecycle:heartbeat",
     "hermes": "meshctl.cli.hermes:hermes",
     "import": "meshctl.cli.importer:import_",
-    "inbox": "meshctl.cli.messages:inbox",
+    "inbox": "meshctl.cli.inbox:inbox",
     "job": "meshctl.cli.jobs:job",
     "jobs": "meshctl.cli.jobs:jobs",
     "log": "meshctl.cli.claims:log_",
