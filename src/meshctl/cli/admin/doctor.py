@@ -328,78 +328,11 @@ def check_service(ctx: Context) -> Check:
     return Check("service", "ok", f"{manager} service installed, active")
 
 
-MIN_NATS = (2, 11)
-"""Per-key TTL (the fleet registry) needs nats-server 2.11 or later."""
-
-
-def _no_module(error: str) -> str:
-    """``no module named 'nats'`` out of the daemon's fleet error (either spelling)."""
-    import re
-
-    found = re.search(r"no module named '[^']*'", error, re.IGNORECASE)
-    return found.group(0).lower() if found else error
-
-
 def check_fleet(ctx: Context) -> Check:
-    """The fleet link (SPEC §12): not configured, connected, or what it cannot reach."""
-    st = ctx.fleet
-    if st is None:
-        if ctx.info is None:
-            return Check("fleet", "skip", "no daemon to ask about the fleet link")
-        return Check("fleet", "skip", "this daemon does not know fleets (older version)")
-    if not st.get("configured"):
-        return Check(
-            "fleet", "ok", "not configured: this host is alone (meshctl fleet join URL to join)"
-        )
-    urls = ", ".join(st.get("urls") or [])
-    if not st.get("connected") and "no module named" in str(st.get("last_error")).lower():
-        from meshctl.cli.admin import fleet_extra
+    """The fleet link (SPEC §12): :mod:`meshctl.cli.admin.fleet_doctor`."""
+    from meshctl.cli.admin import fleet_doctor
 
-        return Check(
-            "fleet",
-            "fail",
-            f"[fleet] is configured but the daemon cannot load the fleet client "
-            f"({_no_module(str(st.get('last_error')))}); this host's mesh works alone meanwhile",
-            f"install the [fleet] extra: {fleet_extra.install_hint()}, then "
-            f"`meshctl daemon restart`; or `meshctl fleet leave`",
-        )
-    if not st.get("connected"):
-        why = st.get("last_error") or "no answer yet"
-        return Check(
-            "fleet",
-            "fail",
-            f"cannot reach the fleet at {urls}: {why}; this host's mesh works alone meanwhile",
-            f"start nats-server there with JetStream (docs/FLEET.md), or correct url/creds in "
-            f"[fleet] of {ctx.config} and run `meshctl daemon reload`, or `meshctl fleet leave`",
-        )
-    version = str(st.get("server_version") or "0.0.0")
-    try:
-        have = tuple(int(x) for x in version.split(".")[:2])
-    except ValueError:
-        have = (0, 0)
-    if have < MIN_NATS:
-        return Check(
-            "fleet",
-            "fail",
-            f"nats-server {version} at {st.get('server')} has no per-key TTL (needs 2.11+)",
-            "upgrade nats-server (docs/FLEET.md)",
-        )
-    hosts = st.get("hosts") or []
-    stale = [h["host"] for h in hosts if h.get("stale")]
-    message = (
-        f"connected to {st.get('server')} (nats-server {version}) as host {st.get('host')}; "
-        f"{len(hosts)} other host{'s' if len(hosts) != 1 else ''} seen"
-        + (f" ({', '.join(stale)} stale)" if stale else "")
-    )
-    clash = (st.get("parts") or {}).get("registry", {}).get("name_clash")
-    if clash:
-        return Check(
-            "fleet",
-            "warn",
-            f"{message}; another meshd writes under this host's name {st.get('host')}",
-            f"give each host its own name: name = ... in [fleet] of {ctx.config}",
-        )
-    return Check("fleet", "ok", message)
+    return Check("fleet", *fleet_doctor.check(ctx.fleet, ctx.info is not None, ctx.config))
 
 
 def check_hermes(ctx: Context) -> Check:
