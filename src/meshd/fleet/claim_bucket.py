@@ -54,11 +54,14 @@ def gid_in(gids: set[str]) -> Callable[[Entry], bool]:
     return lambda e: e.gid in gids
 
 
-async def open_bucket(link: FleetLink) -> KeyValue:
-    """The claims bucket, bound; :class:`FleetDown` when the server cannot say."""
+async def open_bucket(link: FleetLink, *, watch: bool = False) -> KeyValue:
+    """The claims bucket, bound (on the link's watch connection with ``watch``: for
+    watches only); :class:`FleetDown` when the server cannot say."""
     deadline = time.monotonic() + PATIENCE
     while True:
         try:
+            if watch:
+                return await link.watch_kv(BUCKET, history=1)
             return await link.kv(BUCKET, history=1)
         except TIMEOUTS as exc:  # binding asks the server: patient under load too
             if time.monotonic() > deadline:

@@ -273,8 +273,10 @@ class ClaimUpkeep:
             self.local.fleet_lost(sid, [k.text for k in keys], token, "fleet-conflict")
 
     async def _watch(self) -> None:
-        """Wake waiters on a record's change; notice claims taken from this host."""
-        kv = await bucket.open_bucket(self.link)
+        """Wake waiters on a record's change; notice claims taken from this host.
+        On the link's watch connection: its deliveries come with every claim any host
+        makes, and would delay this host's own writes on the other one."""
+        kv = await bucket.open_bucket(self.link, watch=True)
         watcher = await kv.watch("k.>")
         try:
             while self.link.connected:
