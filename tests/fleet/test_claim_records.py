@@ -121,6 +121,26 @@ def test_seen_drops_a_hint_the_watch_contradicts() -> None:
     assert seen.get("k.a") is None
 
 
+def test_seen_takes_the_watchs_bytes_as_it_takes_records() -> None:
+    """The watch hands Seen the bytes it delivered: its own write's version again
+    keeps the hint, another record at that revision drops it, a newer one is the
+    hint (decoded when a request asks for it)."""
+    seen = Seen()
+    mine = Record(h=(A,))
+    seen.now("k.a", mine, 7, raw=mine.encode())  # this host wrote it
+    seen.saw("k.a", mine.encode(), 7)
+    assert seen.get("k.a") == (mine, 7)
+    seen.saw("k.a", Record(h=(B,)).encode(), 7)  # a replaced bucket's, same revision
+    assert seen.get("k.a") is None
+    seen.saw("k.a", Record(h=(B,)).encode(), 9)
+    assert seen.get("k.a") == (Record(h=(B,)), 9)
+    seen.now("k.b", mine, 3)  # a write whose bytes were not kept
+    seen.saw("k.b", mine.encode(), 3)
+    assert seen.get("k.b") == (mine, 3)
+    seen.saw("k.b", b"", 3)  # a delete marker at that revision: not the same
+    assert seen.get("k.b") is None
+
+
 def test_seen_takes_what_the_server_just_said_and_forgets_at_a_link_up() -> None:
     seen = Seen()
     seen.saw("k.a", Record(h=(A,)), 90)

@@ -56,12 +56,13 @@ def gid_in(gids: set[str]) -> Callable[[Entry], bool]:
 
 async def open_bucket(link: FleetLink, *, watch: bool = False) -> KeyValue:
     """The claims bucket, bound (on the link's watch connection with ``watch``: for
-    watches only); :class:`FleetDown` when the server cannot say."""
+    watches only, and never created there); :class:`FleetDown` when the server
+    cannot say."""
     deadline = time.monotonic() + PATIENCE
     while True:
         try:
             if watch:
-                return await link.watch_kv(BUCKET, history=1)
+                return await link.watch_kv(BUCKET)
             return await link.kv(BUCKET, history=1)
         except TIMEOUTS as exc:  # binding asks the server: patient under load too
             if time.monotonic() > deadline:
@@ -79,6 +80,9 @@ async def read(kv: KeyValue, name: str, seen: Seen | None = None) -> tuple[Recor
         record, rev = Record(), rev or 0
     else:
         record, rev = Record.decode(entry.value), entry.revision or 0
+        if seen is not None:
+            seen.now(name, record, rev, raw=entry.value or b"")
+            return record, rev
     if seen is not None:
         seen.now(name, record, rev)
     return record, rev
@@ -89,12 +93,13 @@ async def write(
 ) -> int:
     """Compare-and-set ``record`` over revision ``last``: its new revision, or 0 if
     someone was first; ``seen`` learns what was written."""
+    raw = record.encode()
     try:
-        rev = int(await kv.update(name, record.encode(), last=last))
+        rev = int(await kv.update(name, raw, last=last))
     except nats.js.errors.KeyWrongLastSequenceError:
         return 0
     if seen is not None:
-        seen.now(name, record, rev)
+        seen.now(name, record, rev, raw=raw)
     return rev
 
 

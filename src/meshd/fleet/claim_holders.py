@@ -20,6 +20,7 @@ from nats.js.kv import KeyValue
 from meshd.fleet import claim_bucket as bucket
 from meshd.fleet.claim_bucket import NATS_ERRORS
 from meshd.fleet.claim_grants import GrantBook
+from meshd.fleet.claim_mirror import ClaimMirror
 from meshd.fleet.claim_records import plan, record_name, record_resource
 from meshd.fleet.link import FleetDown, FleetLink, describe
 from meshd.keys import Key, from_canonical
@@ -36,10 +37,12 @@ class FleetHolders:
     """The fleet's answer to "who holds these keys", and to "is this token valid"."""
 
     def __init__(
-        self, link: FleetLink, book: GrantBook, roots: Sequence[str], *,
+        self, link: FleetLink, book: GrantBook, roots: Sequence[str], mirror: ClaimMirror, *,
         is_fleet: Callable[[Key], bool], ready: Callable[[], bool],
     ) -> None:  # fmt: skip
         self.link = link
+        self.mirror = mirror
+        """The commit records and leases in memory (:meth:`held` reads them)."""
         self.book = book
         self.roots = roots
         self.is_fleet = is_fleet
@@ -92,9 +95,15 @@ class FleetHolders:
 
     async def held(self, session_id: str | None = None) -> list[Holding]:
         """Every claim other hosts hold in the fleet now, of ``session_id`` only if given
-        (``claim.list``, ``sessions show``, listings: SPEC §12, one view): one read of
-        the commit records, a set's token its revision, a host whose lease ran out
-        holding nothing. :class:`FleetDown` when the fleet cannot say."""
+        (``claim.list``, ``sessions show``, listings: SPEC §12, one view): the commit
+        records, a set's token its revision, a host whose lease ran out holding
+        nothing. Read in memory from the mirror (:mod:`~meshd.fleet.claim_mirror`:
+        current, or the last complete view while it catches up or the link is down);
+        over NATS only before the mirror's first complete view. :class:`FleetDown`
+        when the fleet cannot say."""
+        mirrored = self.mirror.held(session_id)
+        if mirrored is not None:
+            return mirrored
         if not self._ready():
             raise FleetDown(self.link.last_error or "the fleet link is down")
         try:

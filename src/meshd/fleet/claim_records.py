@@ -215,33 +215,63 @@ class Seen:
     """Records kept at most: the bucket keeps every record ever touched."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, tuple[Record, int]] = {}
+        self._by_name: dict[str, tuple[Record | None, bytes | None, int]] = {}
+        """name -> (the record, its bytes, its revision); either of the first two may
+        be missing until asked for: the watch delivers bytes, decoded only when a
+        request uses them (most deliveries never are)."""
 
     def get(self, name: str) -> tuple[Record, int] | None:
-        return self._by_name.get(name)
-
-    def saw(self, name: str, record: Record, revision: int) -> None:
-        """The watch delivered ``record`` at ``revision``: kept when it is newer than
-        what is known. When it is not, the hint is dropped (the next claim of it reads):
-        an older version is usually the watch catching up with one this host wrote
-        since, but it is also what a bucket replaced under a link that stayed up looks
-        like (its revisions start again), and a hint from the old bucket could then
-        name a revision the new one reaches with another record -- a compare-and-set
-        over it would land on a record nobody read. One read is the price."""
         known = self._by_name.get(name)
-        if known is None or known[1] < revision:
+        if known is None:
+            return None
+        record, raw, rev = known
+        if record is None:
+            record = Record.decode(raw)
+            self._by_name[name] = (record, raw, rev)
+        return record, rev
+
+    def saw(self, name: str, record: Record | bytes, revision: int) -> None:
+        """The watch delivered ``record`` (or its bytes) at ``revision``: kept when it is
+        newer than what is known. When it is not, the hint is dropped (the next claim of
+        it reads): an older version is usually the watch catching up with one this host
+        wrote since, but it is also what a bucket replaced under a link that stayed up
+        looks like (its revisions start again), and a hint from the old bucket could then
+        name a revision the new one reaches with another record -- a compare-and-set
+        over it would land on a record nobody read. One read is the price. The same
+        version again (this host's own write, delivered) changes nothing, and is
+        compared without decoding it."""
+        known = self._by_name.get(name)
+        if known is None or known[2] < revision:
             self.now(name, record, revision)
-        elif known != (record, revision):
+        elif known[2] > revision or not _same(known, record):
             del self._by_name[name]
 
-    def now(self, name: str, record: Record, revision: int) -> None:
-        """The server just said ``record`` is at ``revision`` (a read, or this host's
-        own write): kept whatever was known (a bucket replaced while the link stayed
-        up starts its revisions again, below the ones seen)."""
+    def now(
+        self, name: str, record: Record | bytes, revision: int, raw: bytes | None = None
+    ) -> None:
+        """The server just said ``record`` (or its bytes; ``raw``: its bytes too, when
+        known) is at ``revision`` (a read, or this host's own write): kept whatever was
+        known (a bucket replaced while the link stayed up starts its revisions again,
+        below the ones seen)."""
         if name not in self._by_name and len(self._by_name) >= self.LIMIT:
             self._by_name.clear()
-        self._by_name[name] = (record, revision)
+        if isinstance(record, bytes):
+            self._by_name[name] = (None, record, revision)
+        else:
+            self._by_name[name] = (record, raw, revision)
 
     def forget(self) -> None:
         """Drop every hint (at a link-up: the bucket may have been replaced)."""
         self._by_name.clear()
+
+
+def _same(known: tuple[Record | None, bytes | None, int], other: Record | bytes) -> bool:
+    """Whether a known version and ``other`` (a record or its bytes) are the same."""
+    record, raw = known[0], known[1]
+    if isinstance(other, bytes):
+        if raw is not None:
+            return raw == other
+        return record == Record.decode(other)
+    if record is not None:
+        return record == other
+    return Record.decode(raw) == other

@@ -21,6 +21,8 @@ from typing import Any
 import anyio
 import nats.errors
 import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
 from nats.js.kv import KeyValue
 
 from meshd.fleet import claim_bucket as bucket
@@ -138,6 +140,8 @@ class ClaimUpkeep:
                 self._lease_rev = await bucket.lease_now(kv, self.host)
                 if self.lease_sent is not None:
                     self.lose_all("fleet")  # the lease ran out: the fleet may have let go
+                if self.ready:  # or the bucket was replaced: then reconcile again, refused
+                    await self._check_not_reset(kv)
                 continue
             await anyio.sleep(self.renew_every)
         scope.cancel()
@@ -274,39 +278,64 @@ class ClaimUpkeep:
 
     async def _watch(self) -> None:
         """Wake waiters on a record's change; notice claims taken from this host.
-        On the link's watch connection: its deliveries come with every claim any host
-        makes, and would delay this host's own writes on the other one."""
-        kv = await bucket.open_bucket(self.link, watch=True)
-        watcher = await kv.watch("k.>")
+
+        On the link's watch connection, with a callback that does as little as it
+        can: its deliveries come with every claim and release any host makes, the
+        host's own among them, and are handled while the claim's own acknowledgements
+        wait (docs/PERFORMANCE.md). A record is decoded only when a request uses its
+        hint or one of this host's grants may have lost it."""
+        await bucket.open_bucket(self.link, watch=True)  # made by the reconcile
+        js = self.link.watch_js
+        if js is None:
+            raise FleetDown(self.link.last_error or "the fleet link is down")
+        name = self.link.bucket(BUCKET)
+        prefix = f"$KV.{name}."
+        cut = len(prefix)
+        seen = self.book.seen
+
+        async def on_msg(msg: Msg) -> None:
+            key = msg.subject[cut:]
+            revision = msg.metadata.sequence.stream
+            seen.saw(key, msg.data or b"", revision)  # first: who wakes uses it
+            self._wake(key)
+            if self.book.grants:
+                self._check_losses(key, revision)
+
+        sub = await js.subscribe(
+            f"{prefix}k.>", stream=f"KV_{name}", cb=on_msg, ordered_consumer=True,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, inactive_threshold=300,
+        )  # fmt: skip
         try:
             while self.link.connected:
-                try:
-                    entry = await watcher.updates(timeout=self.renew_every)  # type: ignore[no-untyped-call]
-                except (TimeoutError, nats.errors.TimeoutError):
-                    continue
-                if entry is None:
-                    continue
-                record, revision = Record.decode(entry.value), entry.revision or 0
-                self.book.seen.saw(entry.key, record, revision)  # first: who wakes uses it
-                self._wake(entry.key)
-                self._check_losses(entry.key, record, revision)
+                await anyio.sleep(self.renew_every)
         finally:
             # Nothing watched from here on: the hints would go stale unseen (a bucket
             # replaced meanwhile among them). The next link-up forgets them too.
-            self.book.seen.forget()
-            with anyio.CancelScope(shield=True):
-                await watcher.stop()  # type: ignore[no-untyped-call]
+            seen.forget()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                try:
+                    await sub.unsubscribe()
+                except FLEET_ERRORS as exc:
+                    log.debug("fleet: stopping the watch: %s", describe(exc))
 
-    def _check_losses(self, name: str, record: Record, revision: int) -> None:
+    def _check_losses(self, name: str, revision: int) -> None:
         """Grants of this host that the record no longer lists were taken (a steal, or
-        another host dropped them as dead): they are lost here too."""
+        another host dropped them as dead): they are lost here too. The record is
+        decoded only if a grant has a key in it written below ``revision``."""
         resource = resource_of(name)
         if resource is None:
             return
-        holders = {e.gid for e in record.h}
+        holders: set[str] | None = None
         for grant in list(self.book.grants.values()):
-            if grant.gid in holders or revision <= grant.revs.get(name, 0):
+            if revision <= grant.revs.get(name, 0):
                 continue
             gone = [r for r, k in grant.keys.items() if record_resource(k) == resource]
-            if gone:
+            if not gone:
+                continue
+            if holders is None:
+                found = self.book.seen.get(name)
+                if found is None or found[1] != revision:
+                    return  # not kept (an older version): the next read decides
+                holders = {e.gid for e in found[0].h}
+            if grant.gid not in holders:
                 self.releases.lose(grant, gone, "fleet-stolen")

@@ -19,7 +19,9 @@ local-only sets):
 * giving claims back, and losing them -- :mod:`~meshd.fleet.claim_release`;
 * who holds a key, whether a token is valid -- :mod:`~meshd.fleet.claim_holders`;
 * the lease, the reconcile at each link-up and the watch that no request asks
-  for -- :mod:`~meshd.fleet.claim_upkeep`.
+  for -- :mod:`~meshd.fleet.claim_upkeep`;
+* the commit records and leases kept in memory for the listings --
+  :mod:`~meshd.fleet.claim_mirror`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from meshd.fleet.claim_bucket import MAX_TRIES, NATS_ERRORS, PATIENCE, TIMEOUTS
 from meshd.fleet.claim_grants import WAIT_RECORD, FleetGrant, FleetHeld, FleetWaiter, GrantBook
 from meshd.fleet.claim_holders import FleetHolders
 from meshd.fleet.claim_line import FleetLine
+from meshd.fleet.claim_mirror import ClaimMirror
 from meshd.fleet.claim_records import Entry, Record, Step, blockers, plan, set_value, shared_root
 from meshd.fleet.claim_release import FleetReleases
 from meshd.fleet.claim_upkeep import ClaimUpkeep
@@ -69,8 +72,10 @@ class FleetClaims:
             link, book, self.roots, local, pace=lambda: self.upkeep.renew_every
         )
         """Claims given back or lost, and the writes that say so."""
+        self.mirror = ClaimMirror(link)
+        """The commit records and leases in memory: what the listings read."""
         self.reads = FleetHolders(
-            link, book, self.roots, is_fleet=self.is_fleet, ready=lambda: self.ready
+            link, book, self.roots, self.mirror, is_fleet=self.is_fleet, ready=lambda: self.ready
         )
         """Who holds a key in the fleet, whether a token is valid."""
         self.upkeep = ClaimUpkeep(
@@ -114,6 +119,7 @@ class FleetClaims:
             "high_token": self.book.high,
             "grants": len(self.grants),
             "local_only": [f"claim {res} ({sid})" for sid, res in sorted(self.local_only)],
+            "view": self.mirror.status(),
         }
 
     # --- scope ----------------------------------------------------------------------
@@ -344,8 +350,10 @@ class FleetClaims:
     # --- the part's life -----------------------------------------------------------
 
     async def run(self) -> None:
-        """Keep the lease, reconcile at each link-up, watch the records; until cancelled."""
+        """Keep the lease, reconcile at each link-up, watch the records, mirror the
+        commit records; until cancelled."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.upkeep.watchdog)
             tg.start_soon(self.releases.drain)
+            tg.start_soon(self.mirror.run)
             await self.upkeep.serve()

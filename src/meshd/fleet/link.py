@@ -363,13 +363,14 @@ class FleetLink:
         self._kv[what] = kv
         return kv
 
-    async def watch_kv(self, what: str, **config: Any) -> KeyValue:
+    async def watch_kv(self, what: str) -> KeyValue:
         """This profile's KV bucket ``what`` bound on the watch connection: what
-        ``watch`` is called on (made with ``config`` through :meth:`kv` if new)."""
+        ``watch`` is called on. Never creates it (``BucketNotFoundError``): a watcher
+        that made a lost bucket again would hide the loss from the part that must see
+        it (the claims' reconcile, :meth:`kv`)."""
         cached = self._watch_kv.get(what)
         if cached is not None:
             return cached
-        await self.kv(what, **config)  # created if new
         js = self.watch_js
         if js is None or not self.connected:
             raise FleetDown(self.last_error or "the fleet link is down")

@@ -1,0 +1,257 @@
+"""The bucket's commit records and leases, mirrored in memory by a watch: what the
+listings read (``claim.list``, ``sessions show``, ``session.list``, ``sync``, ``top``).
+
+A listing asks "what does every other host hold now", which is every commit record
+(``g.<gid>``: a set's keys, session, host, mode; its revision is the token) of a
+host whose lease (``l.<host>``) is there. Read over NATS, that was a scan of the
+bucket per call, up to five seconds when the server was slow. :class:`ClaimMirror`
+keeps both kinds of records in memory instead, fed by two ordered consumers on the
+link's watch connection (last value per key, then every change), so a listing is
+answered from memory, off the network.
+
+What a reader sees (docs/FLEET.md, "Listings"):
+
+* **current** -- the feed is live and caught up: the bucket as of the last change
+  delivered (the server sends each change to every watcher as it stores it).
+* **catching up** -- after a (re)connection the records are read again into a new
+  view; until it is complete, readers keep the previous complete view.
+* **last known** -- the link is down: the view as it was when the feed stopped,
+  leases frozen at that moment (a lease that runs out meanwhile is not seen).
+* **none** -- never caught up since the daemon started: the caller reads the
+  bucket over NATS, or says it cannot (``FleetDown``).
+
+A lease counts while it is there: from its last renewal seen, for the TTL it was
+written with (``Nats-TTL``); a delete or purge of it ends it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from nats.js.api import DeliverPolicy
+
+from meshd.fleet import claim_bucket as bucket
+from meshd.fleet.claim_bucket import BUCKET, FLEET_ERRORS
+from meshd.fleet.link import FleetLink, describe
+from meshd.ports import Holding
+from meshd.protocol.claims import Mode
+
+log = logging.getLogger("meshd.fleet.claims")
+
+GONE = ("DEL", "PURGE")
+"""``KV-Operation`` values of a key's removal."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitSeen:
+    """One commit record: a set another host (or this one) holds in the fleet."""
+
+    session_id: str
+    host: str
+    mode: Mode
+    keys: tuple[str, ...]
+    token: int
+    since: float
+    """Wall time the server stored it."""
+
+
+@dataclass(slots=True)
+class MirrorView:
+    """One complete picture of the commit records and leases."""
+
+    commits: dict[str, CommitSeen] = field(default_factory=dict)
+    leases: dict[str, float] = field(default_factory=dict)
+    """Lease key -> when it runs out (``time.monotonic()``), as seen here."""
+
+    def apply(self, key: str, value: bytes, revision: int, gone: bool, *, ttl: float,
+              stamp: float, now: float) -> None:  # fmt: skip
+        """Record ``key``'s change (a commit record ``g.…`` or a lease ``l.…``)."""
+        if key.startswith("g."):
+            gid = key[2:]
+            if gone:
+                self.commits.pop(gid, None)
+                return
+            try:
+                doc: dict[str, Any] = json.loads(value or b"{}")
+            except ValueError:
+                self.commits.pop(gid, None)  # unreadable: holds nothing
+                return
+            mode: Mode = "shared" if doc.get("m") == "shared" else "exclusive"
+            keys = tuple(str(r) for r in doc.get("k", ()))
+            self.commits[gid] = CommitSeen(
+                str(doc.get("s", "")), str(doc.get("o", "")), mode, keys, revision, stamp
+            )
+        elif key.startswith("l."):
+            if gone:
+                self.leases.pop(key, None)
+            else:
+                self.leases[key] = now + ttl
+
+    def held(self, me: str, session_id: str | None, now: float) -> list[Holding]:
+        """Every claim of a host other than ``me`` whose lease counts at ``now``."""
+        out: list[Holding] = []
+        alive: dict[str, bool] = {}
+        for c in self.commits.values():
+            if c.host == me or (session_id is not None and c.session_id != session_id):
+                continue
+            if c.host not in alive:
+                alive[c.host] = self.leases.get(bucket.lease_key(c.host), 0.0) > now
+            if alive[c.host]:
+                out += [
+                    Holding(c.session_id, r, c.mode, c.host, c.token, since=c.since) for r in c.keys
+                ]
+        return sorted(out, key=lambda h: (h.since, h.session_id, h.resource))
+
+
+class ClaimMirror:
+    """The commit records and leases of the claims bucket, kept in memory by a watch."""
+
+    def __init__(self, link: FleetLink) -> None:
+        self.link = link
+        self.view: MirrorView | None = None
+        """The last complete view (None: never caught up)."""
+        self.live = False
+        """The feed is up and ``view`` is caught up with it."""
+        self.stopped: float | None = None
+        """When the feed last stopped (``time.monotonic()``): leases are frozen there."""
+        self.catching_up = False
+        self.changes = 0
+        """Changes applied since the daemon started (for ``fleet status``)."""
+
+    def held(self, session_id: str | None = None) -> list[Holding] | None:
+        """Other hosts' claims as the mirror has them (None: it has no complete view)."""
+        view = self.view
+        if view is None:
+            return None
+        now = time.monotonic() if self.live or self.stopped is None else self.stopped
+        return view.held(self.link.host, session_id, now)
+
+    def status(self) -> dict[str, Any]:
+        state = (
+            "current" if self.live
+            else "catching up" if self.catching_up and self.view is None
+            else "last known" if self.view is not None
+            else "none"
+        )  # fmt: skip
+        return {
+            "state": state,
+            "commits": 0 if self.view is None else len(self.view.commits),
+            "changes": self.changes,
+        }
+
+    async def run(self) -> None:
+        """Follow the records while the link is up, again at each link-up; until cancelled."""
+        while True:
+            await self.link.wait_connected()
+            try:
+                await self._follow()
+            except FLEET_ERRORS as exc:
+                log.info("fleet claims mirror: %s (again shortly)", describe(exc))
+            finally:
+                if self.live:
+                    self.stopped = time.monotonic()
+                self.live = self.catching_up = False
+            await anyio.sleep(0.2)
+
+    async def _follow(self) -> None:
+        """Read the commit records and leases into a new view, make it the view once
+        complete, keep it current until the link drops."""
+        link = self.link
+        await bucket.open_bucket(link, watch=True)  # bound there (the reconcile makes it)
+        js = link.watch_js
+        if js is None:
+            return
+        feed = _Feed(link.bucket(BUCKET), self)
+        down = anyio.Event()
+        undo = link.on_change(lambda up: None if up else down.set())
+        subs: list[Any] = []
+        self.catching_up = True
+        try:
+            for which in ("g", "l"):
+                sub = await js.subscribe(
+                    f"{feed.prefix}{which}.>", stream=f"KV_{feed.name}", cb=feed.handler(which),
+                    ordered_consumer=True, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+                    inactive_threshold=300,
+                )  # fmt: skip
+                subs.append(sub)
+                info = await sub.consumer_info()
+                if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
+                    feed.caught_up(which)  # nothing there: nothing comes before a change
+            await _first(feed.complete, down)
+            if not down.is_set():
+                self.view, self.live, self.catching_up = feed.view, True, False
+                self.stopped = None
+                await down.wait()
+        finally:
+            undo()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                for sub in subs:
+                    try:
+                        await sub.unsubscribe()
+                    except Exception as exc:
+                        log.debug("fleet claims mirror: unsubscribe: %s", describe(exc))
+
+
+class _Feed:
+    """One run of the watch: the view it builds, and whether it caught up."""
+
+    def __init__(self, name: str, mirror: ClaimMirror) -> None:
+        self.name = name
+        self.prefix = f"$KV.{name}."
+        self.mirror = mirror
+        self.view = MirrorView()
+        self.waiting = {"g": True, "l": True}
+        self.complete = anyio.Event()
+
+    def caught_up(self, which: str) -> None:
+        self.waiting[which] = False
+        if not any(self.waiting.values()):
+            self.complete.set()
+
+    def handler(self, which: str) -> Callable[[Any], Awaitable[None]]:
+        """The callback of the ``which`` (``g`` or ``l``) records' consumer."""
+
+        async def on_msg(msg: Any) -> None:
+            meta = msg.metadata
+            hdr = msg.headers or {}
+            gone = hdr.get("KV-Operation") in GONE or hdr.get("Nats-Marker-Reason") is not None
+            ttl_text = hdr.get("Nats-TTL")
+            ttl = _seconds(ttl_text) if ttl_text else math.inf
+            stamp = meta.timestamp.timestamp() if meta.timestamp is not None else 0.0
+            self.view.apply(msg.subject[len(self.prefix):], msg.data, meta.sequence.stream,
+                            gone, ttl=ttl, stamp=stamp, now=time.monotonic())  # fmt: skip
+            self.mirror.changes += 1
+            if meta.num_pending == 0 and self.waiting[which]:
+                self.caught_up(which)
+
+        return on_msg
+
+
+async def _first(*events: anyio.Event) -> None:
+    """Return as soon as one of ``events`` is set."""
+    async with anyio.create_task_group() as tg:
+
+        async def until(ev: anyio.Event) -> None:
+            await ev.wait()
+            tg.cancel_scope.cancel()
+
+        for ev in events:
+            tg.start_soon(until, ev)
+
+
+def _seconds(text: str) -> float:
+    """A ``Nats-TTL`` header's seconds (``15``, ``15s``, ``1m``); unreadable: for ever."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1:] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        return math.inf
