@@ -13,8 +13,9 @@ What a reader sees (docs/FLEET.md, "Listings"):
 
 * **current** -- the feed is live and caught up: the bucket as of the last change
   delivered (the server sends each change to every watcher as it stores it).
-* **catching up** -- after a (re)connection the records are read again into a new
-  view; until it is complete, readers keep the previous complete view.
+* **catching up** -- after a (re)connection, or once the bucket was made again
+  (it had been deleted), the records are read again into a new view; until it is
+  complete, readers keep the previous complete view.
 * **last known** -- the link is down: the view as it was when the feed stopped,
   leases frozen at that moment (a lease that runs out meanwhile is not seen).
 * **none** -- never caught up since the daemon started: the caller reads the
@@ -169,6 +170,7 @@ class ClaimMirror:
         if js is None:
             return
         feed = _Feed(link.bucket(BUCKET), self)
+        made = link.rebound()  # the bucket made or bound again (deleted?): start again
         down = anyio.Event()
         undo = link.on_change(lambda up: None if up else down.set())
         subs: list[Any] = []
@@ -184,11 +186,11 @@ class ClaimMirror:
                 info = await sub.consumer_info()
                 if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
                     feed.caught_up(which)  # nothing there: nothing comes before a change
-            await _first(feed.complete, down)
-            if not down.is_set():
+            await _first(feed.complete, down, made)
+            if not (down.is_set() or made.is_set()):
                 self.view, self.live, self.catching_up = feed.view, True, False
                 self.stopped = None
-                await down.wait()
+                await _first(down, made)
         finally:
             undo()
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):

@@ -108,8 +108,9 @@ class ClaimUpkeep:
                     self._ready.set()
                     tg.start_soon(self._watch)
                     tg.start_soon(self._healer)
-            except FLEET_ERRORS as exc:
-                log.warning("fleet claims: %s", describe(exc))
+            except* FLEET_ERRORS as group:  # from the lease, the watch or the reconcile
+                log.warning("fleet claims: %s", describe(_first_leaf(group)))
+                self.link.forget(BUCKET)  # deleted under a live link: made again, reconciled
             finally:
                 self.ready = False
                 self._ready = anyio.Event()
@@ -339,3 +340,11 @@ class ClaimUpkeep:
                 holders = {e.gid for e in found[0].h}
             if grant.gid not in holders:
                 self.releases.lose(grant, gone, "fleet-stolen")
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first exception of ``group`` that is not a group itself."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc

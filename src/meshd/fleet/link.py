@@ -159,6 +159,7 @@ class FleetLink:
         self._kv: dict[str, KeyValue] = {}
         self._watch_kv: dict[str, KeyValue] = {}
         self._up = anyio.Event()
+        self._made = anyio.Event()
 
     # --- names ------------------------------------------------------------------------
 
@@ -360,8 +361,25 @@ class FleetLink:
         except nats.js.errors.BucketNotFoundError:
             cfg = KeyValueConfig(bucket=name, storage=StorageType.FILE, **config)
             kv = await js.create_key_value(cfg)
+            self._rebound()  # whoever watches a bucket follows the new one
         self._kv[what] = kv
         return kv
+
+    def rebound(self) -> anyio.Event:
+        """An event set the next time a bucket is made (the first time, or again after
+        it was deleted) or :meth:`forget`-ten: a watch of the old one may see nothing
+        more, and should start again."""
+        return self._made
+
+    def forget(self, what: str) -> None:
+        """Bind bucket ``what`` again at its next use (it may have been deleted)."""
+        self._kv.pop(what, None)
+        self._watch_kv.pop(what, None)
+        self._rebound()
+
+    def _rebound(self) -> None:
+        self._made.set()
+        self._made = anyio.Event()
 
     async def watch_kv(self, what: str) -> KeyValue:
         """This profile's KV bucket ``what`` bound on the watch connection: what
