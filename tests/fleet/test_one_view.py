@@ -244,6 +244,11 @@ def test_a_local_only_grant_says_so_in_its_own_answer(fleet_hosts: HostFactory) 
         "res:alone": True,
         "port:1": False,
     }
+    [listed] = [s for s in h1.call("session.list")["sessions"] if s["session_id"] == "h1:a"]
+    assert {c["resource"]: c["local_only"] for c in listed["claims"]} == {
+        "res:alone": True,
+        "port:1": False,
+    }
     assert any("res:alone" in x for x in h1.status()["local_only"])
 
 

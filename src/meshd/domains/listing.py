@@ -136,10 +136,14 @@ class Listing:
         now_wall: float,
         host: str | None = None,
         more: list[m.SessionInfo] | None = None,
+        *,
+        local_only: set[tuple[str, str]] | None = None,
     ) -> msgspec.Raw:
         """The encoded :class:`~meshd.protocol.methods.ListResult` of ``sessions``, each
         given as (session, stale, its claims); ``host`` overrides every session's own
-        (a fleet lists this host's name); ``more`` are appended as they are."""
+        (a fleet lists this host's name); ``more`` are appended as they are;
+        ``local_only``: the (session, resource) pairs granted while the fleet was out of
+        reach, marked so (SPEC §12)."""
         old = self._kept
         keep = len(sessions) <= CACHED_UP_TO
         kept: dict[str, _Kept] = {}
@@ -156,7 +160,7 @@ class Listing:
                 kept[s.session_id] = entry
             p = entry[2]
             if held:
-                claims = _encode(claim_infos(held[: m.LISTED_CLAIMS]))
+                claims = _encode(claim_infos(held[: m.LISTED_CLAIMS], local_only))
                 total = str(len(held)).encode()
             else:
                 claims, total = _EMPTY, _ZERO

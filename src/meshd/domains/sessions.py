@@ -244,7 +244,8 @@ class SessionHandlers(Domain):
             return self._listing.encode(st.profile, listed, now_w)
         # SPEC §12: every host's sessions, each with its host
         more = [] if p.local else await self.view.sessions(fleet.remote_sessions(fresh=p.fresh))
-        return self._listing.encode(st.profile, listed, now_w, fleet.host, more)
+        alone = self.view.local_only() or None
+        return self._listing.encode(st.profile, listed, now_w, fleet.host, more, local_only=alone)
 
     async def get(self, p: m.GetParams, conn: Conn) -> m.SessionInfo:
         clock = self.svc.clock
