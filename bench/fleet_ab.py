@@ -143,6 +143,13 @@ def main() -> None:
             rows.append((a, b, f))
             print(f"round {r}: A {a * 1e3:.2f} ms  B {b * 1e3:.2f} ms  2xK2 {f * 1e3:.2f} ms  "
                   f"A/2K2 {a / f:.2f}  B/2K2 {b / f:.2f}  B/A {b / a:.2f}", flush=True)  # fmt: skip
+        # the same daemon's local claim + release (a key no fleet decides): what a
+        # pair costs it without NATS
+        c0 = snap()
+        local = _claim_pairs(cb, "sb", args.n, res="port:bench")[1]
+        cpu.setdefault("B claimer, local key", []).append(
+            (cpu_ns(byname["B2"].pid) - c0["B2"]) / args.n
+        )
         ca.close()
         cb.close()
         fa, fb, fk = median(a_all), median(b_all), 2 * median(k2_all)
@@ -154,7 +161,8 @@ def main() -> None:
         print(f"medians: A {fa * 1e3:.2f} ms ({fa / fk:.2f}x 2xK2, rounds "
               f"{min(ra):.2f}-{max(ra):.2f})  B {fb * 1e3:.2f} ms ({fb / fk:.2f}x 2xK2, rounds "
               f"{min(rb):.2f}-{max(rb):.2f})  2xK2 {fk * 1e3:.2f} ms; B/A {fb / fa:.2f} "
-              f"(rounds {min(rab):.2f}-{max(rab):.2f})")  # fmt: skip
+              f"(rounds {min(rab):.2f}-{max(rab):.2f}); B's local claim + release "
+              f"{median(local) * 1e3:.2f} ms")  # fmt: skip
         print("CPU per claim + release pair (or per K2), median of rounds:")
         for label, xs in cpu.items():
             print(f"  {label:28s} {median(xs) * 1e3:.3f} ms")

@@ -76,14 +76,16 @@ def kv_roundtrips(url: str, n: int, *, pair: bool = False) -> list[float]:
     return asyncio.run(go())
 
 
-def _claim_pairs(c: LineClient, sid: str, n: int) -> tuple[list[float], list[float]]:
-    """(claim alone, claim + release) round trips of a fleet-wide key."""
+def _claim_pairs(
+    c: LineClient, sid: str, n: int, res: str = "box:bench"
+) -> tuple[list[float], list[float]]:
+    """(claim alone, claim + release) round trips of ``res`` (a fleet-wide key)."""
     claim: list[float] = []
     pair: list[float] = []
-    res = ["box:bench"]
+    keys = [res]
     for _ in range(n):
-        (a,) = time_roundtrips(c, rpc("claim.acquire", {"session_id": sid, "resources": res}), 1)
-        (r,) = time_roundtrips(c, rpc("claim.release", {"session_id": sid, "resources": res}), 1)
+        (a,) = time_roundtrips(c, rpc("claim.acquire", {"session_id": sid, "resources": keys}), 1)
+        (r,) = time_roundtrips(c, rpc("claim.release", {"session_id": sid, "resources": keys}), 1)
         claim.append(a)
         pair.append(a + r)
     return claim, pair
