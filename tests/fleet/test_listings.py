@@ -108,3 +108,23 @@ def test_a_cut_host_lists_the_last_known_claims_and_catches_up_when_back(
     h2.wait_connected()
     wait_for(lambda: listed(h2) == [tpu], 15, what=lambda: f"h2 to catch up: {listed(h2)}")
     wait_for(lambda: view(h2)["state"] == "current", 15, what=lambda: f"h2's view: {view(h2)}")
+
+
+def test_a_dead_hosts_claims_leave_the_listings_when_its_lease_runs_out(
+    fleet_hosts: HostFactory,
+) -> None:
+    """h1 is killed (kill -9: nothing withdrawn) while h1:a holds res:gpu: h2's
+    listings keep the claim while h1's lease lasts, then drop it (the mirror counts a
+    host for the TTL of its last renewal seen), while the link stays up."""
+    h1, h2 = fleet_hosts(2, extra="[defaults]\nheartbeat_interval = 1\n")
+    register(h1, "h1:a")
+    got = h1.call("claim.acquire", {"session_id": "h1:a", "resources": ["res:gpu"]})
+    want = [("h1:a", "res:gpu", "h1", got["claims"][0]["token"])]
+    wait_for(lambda: listed(h2) == want, 15, what=lambda: f"h2's claim.list: {listed(h2)}")
+
+    h1.daemon.kill()
+
+    wait_for(lambda: listed(h2) == [], 20, what=lambda: f"h2 to drop h1's claim: {listed(h2)}")
+    assert h2.connected()
+    assert view(h2)["state"] == "current"
+    assert view(h2)["commits"] == 1  # the commit record is still there; its host is not
