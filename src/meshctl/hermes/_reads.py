@@ -40,7 +40,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._common import READ_TOOLS, Host, Tracked, reportable, working_dir
+from ._common import READ_TOOLS, Host, Tracked, absolute, reportable
 from ._sender import Outbox, Sender
 
 #: Seconds after which a read of a path already recorded is recorded again.
@@ -67,10 +67,7 @@ def read_path(tool_name: str, args: Any, base: str | None = None) -> str | None:
     raw = args.get(key)
     if not isinstance(raw, str) or not raw:
         return None
-    raw = os.path.expanduser(raw)
-    if not raw.startswith("/"):
-        raw = os.path.join(base or working_dir(), raw)
-    full = os.path.normpath(raw)
+    full = absolute(raw, base)
     return full if len(full) <= MAX_PATH else None
 
 

@@ -51,10 +51,15 @@ class Writes(Outbox):
             return
         with self._lock:
             first = not self._pending
-            mine = self._pending.setdefault(t.session_id, [])
-            mine += [p for p in paths if p not in mine]
-            self._count = sum(len(v) for v in self._pending.values())
-            self._trim()
+            mine = self._pending.get(t.session_id)
+            if mine is None:
+                mine = self._pending[t.session_id] = []
+            for p in paths:
+                if p not in mine:  # a file written again while kept: noted once
+                    mine.append(p)
+                    self._count += 1
+            if self._count > MAX_KEPT:
+                self._trim()
         if first:  # else the flush already due (or the retry of what is kept) takes it
             self.sender.wake()
 
