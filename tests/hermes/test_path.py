@@ -2,10 +2,11 @@
 plugin's one sending thread.
 
 Hermes waits for every hook on every tool call, so on the hook's path stays only what
-the hook answers with: the claim check a write's warning needs and the inbox a tool
-result carries. The status, the files read and written go by the sender, and are on
-the daemon once :meth:`Runtime.flush` returns. In this process (the plugin is standard
-library only), against the test's real daemon.
+the hook answers with: the claim check a write's warning needs. The inbox a tool
+result carries is pushed to the plugin (``tests/hermes/test_view.py``); the status,
+the files read and written go by the sender, and are on the daemon once
+:meth:`Runtime.flush` returns. In this process (the plugin is standard library only),
+against the test's real daemon.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle
+from tests.support import wait_for
 
 from meshctl.hermes._hooks import hooks
 from meshctl.hermes._runtime import Runtime
@@ -43,33 +45,39 @@ def tool_call(rt: Runtime, tool: str, args: dict[str, Any]) -> int:
     return rt.link.calls - before
 
 
-def test_a_read_asks_for_the_inbox_only_and_the_rest_is_sent_by_the_sender(
+def started(rt: Runtime) -> None:
+    """The session starts and its pushed inbox view is in sync (a moment later)."""
+    hooks(rt)["on_session_start"](session_id=S, platform="cli", model="m")
+    wait_for(lambda: rt.view.in_sync(rt.sessions[S]), timeout=30, what="the view in sync")
+
+
+def test_a_read_asks_nothing_and_the_rest_is_sent_by_the_sender(
     rt: Runtime, daemon: DaemonHandle, tmp_path: Any
 ) -> None:
-    hooks(rt)["on_session_start"](session_id=S, platform="cli", model="m")
+    started(rt)
     path = tmp_path / "notes.txt"
     path.write_text("x")
 
     on_path = tool_call(rt, "read_file", {"path": str(path)})
     rt.flush()
 
-    assert on_path == 1, "the inbox; the status is the sender's"
+    assert on_path == 0, "the inbox is pushed; the status and the read are the sender's"
     me = daemon.call("session.get", {"session_id": S})["result"]
     assert (me["status"], me["tools"]) == ("tool-running", ["read_file"])
     shown = daemon.call("board.show", {"project_or_path": str(tmp_path)})["result"]
     assert [m["path"] for m in shown["watching"] if m["session_id"] == S] == [str(path)]
 
 
-def test_a_write_asks_for_its_claim_check_and_the_inbox_only(
+def test_a_write_asks_for_its_claim_check_only(
     rt: Runtime, daemon: DaemonHandle, tmp_path: Any
 ) -> None:
-    hooks(rt)["on_session_start"](session_id=S, platform="cli", model="m")
+    started(rt)
     path = tmp_path / "auth.py"
 
     on_path = tool_call(rt, "write_file", {"path": str(path), "content": "x"})
     rt.flush()
 
-    assert on_path == 2, "the claim check and the inbox; status and board are the sender's"
+    assert on_path == 1, "the claim check; the inbox is pushed, status and board are sent"
     me = daemon.call("session.get", {"session_id": S})["result"]
     assert (me["status"], me["tools"]) == ("tool-running", ["write_file"])
     changes = daemon.call("board.changes", {"project_or_path": str(path)})["result"]

@@ -188,6 +188,8 @@ class Tracked:
         self.parent: str | None = None
         self.group = False
         self.registered = False
+        #: registrations so far (the inbox view is in sync for one of them: ._view)
+        self.epoch = 0
         self.status = "idle"
         self.task = ""
         self.notes: dict[str, str] = {}  # tool_call_id -> warning to add to that result

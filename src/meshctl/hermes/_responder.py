@@ -1,5 +1,5 @@
 """The live responder: one connection answers questions for every session of the
-process (SPEC §6).
+process (SPEC §6), and keeps the pushed inbox view (:mod:`._view`).
 
 A query to a session whose model is at work is queued for the model (it sees it
 after its next tool call and may answer with ``mesh_reply`` before the asker's
@@ -7,6 +7,12 @@ timeout; if not, the daemon's status responder answers). A query to a session
 waiting for its user is answered at once from what the plugin knows, and queued
 for the model's next turn. A session whose model has no tool to answer with gets
 its status as the answer, at once.
+
+The same connection subscribes to each session's events (``events.subscribe``) and
+reads its inbox once right after (on every connection, and again whenever the
+session was registered again): the :class:`~._view.View` the hooks read instead of
+asking the daemon. A lost connection takes every session's view out of sync at
+once, before the new one is opened.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 from . import _client
 from ._common import Tracked
+from ._view import View
 
 #: Questions remembered for a late mesh_reply (query id -> asker), newest kept.
 MAX_ASKERS = 256
@@ -25,10 +32,19 @@ MAX_ASKERS = 256
 class Responder:
     """The responder thread and what it remembers of the questions it passed on."""
 
-    def __init__(self, sessions: dict[str, Tracked], profile: str, socket: str | None) -> None:
+    def __init__(
+        self,
+        sessions: dict[str, Tracked],
+        profile: str,
+        socket: str | None,
+        view: View | None = None,
+        forget: Any = None,
+    ) -> None:
         self.sessions = sessions
         self.profile = profile
         self.socket = socket
+        self.view = view if view is not None else View()
+        self._forget = forget  # the daemon does not know a session: register it again
         #: query id -> asker, for questions handed to the model (mesh_reply needs it)
         self.askers: dict[int, str] = {}
         #: sessions whose questions this process's responder connection receives now
@@ -66,21 +82,50 @@ class Responder:
             try:
                 self._serve(conn)
             except Exception:
+                self.view.lost()  # events may be missed from now on: the hooks ask
                 self._stop.wait(backoff)
             finally:
+                self.view.lost()
                 conn.close()
 
     def _serve(self, conn: Any) -> None:
-        serving = self.responding = set()  # a new connection: responds for none yet
+        serving: dict[str, int] = {}  # session -> the registration it is served for
+        self.responding = set()  # a new connection: responds for none yet
         while not self._stop.is_set():
             for t in list(self.sessions.values()):
-                if t.registered and not t.group and t.session_id not in serving:
-                    conn.call("query.respond", {"session_id": t.session_id})
-                    serving.add(t.session_id)
-            serving &= set(self.sessions)
+                epoch = t.epoch
+                if t.registered and not t.group and serving.get(t.session_id) != epoch:
+                    serving[t.session_id] = epoch  # tried once per registration
+                    self._follow(conn, t, epoch)
+            for sid in [s for s in serving if s not in self.sessions]:
+                del serving[sid]
+                self.responding.discard(sid)
             event = conn.next_event(0.25)
-            if isinstance(event, dict) and event.get("kind") == "query":
-                self.on_query(conn, event)
+            while isinstance(event, dict):
+                if event.get("kind") == "query":
+                    self.on_query(conn, event)
+                else:
+                    self.view.push(event)
+                event = conn.next_event(0) if conn.events else None
+
+    def _follow(self, conn: Any, t: Tracked, epoch: int) -> None:
+        """Answer for ``t``, subscribe to its events, then read its inbox once: its view
+        is in sync from then on (until the connection is lost or ``t`` registers again).
+        A daemon that no longer knows ``t`` has it registered again (a new epoch)."""
+        sid = t.session_id
+        try:
+            conn.call("query.respond", {"session_id": sid})
+            self.responding.add(sid)
+            conn.call("events.subscribe", {"session_id": sid})
+            inbox = conn.call("message.inbox", {"session_id": sid, "peek": True})
+        except Exception as exc:
+            if getattr(exc, "data_code", "") in ("UNKNOWN_SESSION", "SESSION_EXPIRED"):
+                if self._forget is not None:
+                    self._forget(sid)
+                return
+            raise  # the connection failed: a new one
+        items = [dict(i) for i in inbox.get("items") or [] if isinstance(i, Mapping)]
+        self.view.resync(t, epoch, items)
 
     def on_query(self, conn: Any, event: Mapping[str, Any]) -> None:
         t = self.sessions.get(str(event.get("session_id") or event.get("to") or ""))

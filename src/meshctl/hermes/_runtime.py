@@ -14,7 +14,10 @@ liveness and the process's pid, so the daemon expires it at once if Hermes dies.
   of the process alive without moving ``last_activity`` (an idle chat shows as
   idle, however long it stays open). :meth:`Runtime.flush` sends what waits now.
 - **On the hook's path** stays only what a hook must answer with: the claim check
-  before a write (its warning) and the inbox a tool result or a turn carries.
+  before a write (its warning). The inbox a tool result or a turn carries is read
+  from the view the responder's connection keeps (:mod:`._view`), and from the
+  daemon only while that view is not in sync; what was shown is acknowledged by
+  the sender.
 - **Failing open**: while the daemon is unreachable every call returns None at once
   (see :mod:`._client`); sessions that could not register are registered on a
   later hook once it is back.
@@ -51,6 +54,7 @@ from ._reads import Reads
 from ._responder import Responder
 from ._sender import Sender
 from ._status import Status
+from ._view import Acks, View
 from ._writes import Writes
 
 
@@ -74,9 +78,12 @@ class Runtime:
         self.status = Status(self)
         self.reads = Reads(self, self.sender)
         self.writes = Writes(self, self.sender)
-        for box in (self.status, self.reads, self.writes):
+        self.acks = Acks(self, self.sender)
+        for box in (self.status, self.reads, self.writes, self.acks):
             self.sender.add(box)
-        self.responder = Responder(self.sessions, self.profile, self.socket)
+        #: what waits for each session, as pushed to the responder's connection
+        self.view = View()
+        self.responder = Responder(self.sessions, self.profile, self.socket, self.view, self.forget)
         #: query id -> asker, for questions handed to the model (mesh_reply needs it)
         self.askers = self.responder.askers
 
@@ -142,6 +149,7 @@ class Runtime:
         if result.get("disabled"):
             self.link.disabled = True
             return False
+        t.epoch += 1  # the view follows this registration once subscribed again
         t.registered = True
         t.reads.clear()  # a session registered again lost its marks with it: record anew
         self.interval = float(result.get("heartbeat_interval") or self.interval)
@@ -189,6 +197,7 @@ class Runtime:
             t = self.sessions.pop(session_id, None)
             self.parents.pop(session_id, None)
             self.groups.discard(session_id)
+        self.view.forget(session_id)
         if t is not None and t.registered:
             self.link.call("session.end", {"session_id": session_id, "reason": reason})
 
@@ -260,7 +269,8 @@ class Runtime:
     # --- delivery ---------------------------------------------------------------------
 
     def inbox(self, t: Tracked) -> list[dict[str, Any]]:
-        """Unread items for the session (handed over, acknowledged by :meth:`ack`)."""
+        """Unread items for the session, read from the daemon (peek: acknowledged once
+        shown, by the sender)."""
         result = self.link.call(
             "message.inbox", {"session_id": t.session_id, "peek": True},
             forgotten=lambda: self.forget(t.session_id),
@@ -269,18 +279,25 @@ class Runtime:
             return []
         return [dict(i) for i in result.get("items") or [] if isinstance(i, Mapping)]
 
-    def ack(self, t: Tracked, items: Iterable[Mapping[str, Any]]) -> None:
-        ids = [int(i["id"]) for i in items if isinstance(i.get("id"), int)]
-        if ids:
-            self.link.call("message.ack", {"session_id": t.session_id, "ids": ids})
-
     def deliver(self, t: Tracked, notes: Iterable[str] = ()) -> str:
-        """Framed text of what waits for the session (and ``notes``); acknowledged."""
-        items = self.inbox(t)
-        questions, t.questions = t.questions, []
+        """Framed text of what waits for the session (and ``notes``); what it shows is
+        acknowledged by the sender once this returns. From the pushed view when it is
+        in sync (no request), else from the daemon's inbox (:mod:`._view`)."""
+        view = self.view
+        if view.in_sync(t):
+            items = view.take(t)
+        else:
+            if not self.link.down:
+                view.fallbacks += 1  # a request on the hook's path
+            items = view.take(t, self.inbox(t))
+        questions: list[dict[str, Any]] = []
+        if t.questions:
+            questions, t.questions = t.questions, []
+        if not items and not questions and not notes:
+            return ""
         mode = self.mode if t.answers is not False else "none"  # no tool to name
         text = _text.delivery([*questions, *items], notes, mode)
-        self.ack(t, items)
+        self.acks.note(t, items)
         return text
 
     def presence_note(self, t: Tracked) -> str:

@@ -8,7 +8,7 @@ Pure functions only.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._agent import advice
@@ -21,7 +21,18 @@ MAX_TASK = advice.MAX_TASK
 one_line = advice.one_line
 sender_label = advice.sender_label
 item_line = advice.item_line
-delivery = advice.delivery
+
+
+def delivery(items: Iterable[Doc], notes: Iterable[str] = (), mode: str = "compact") -> str:
+    """:func:`meshctl.agent.advice.delivery`, and a notice with no inbox id (a
+    changed-file notice pushed to the plugin, :mod:`._view`) shown without a number."""
+    lines = [*notes]
+    for i in items:
+        if i.get("id") is None and i.get("kind") == "notice":
+            lines.append(f"- {sender_label(str(i.get('from', '')))} notice: {i.get('text', '')}")
+        else:
+            lines.append(item_line(i, mode))
+    return "\n".join([FRAME, *lines]) if lines else ""
 
 
 def session_line(s: Doc, me: str | None = None, home: str | None = None) -> str:

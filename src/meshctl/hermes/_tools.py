@@ -74,6 +74,10 @@ class HermesContext:
     def call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
         link = self.rt.link
         lib = link.lib
+        if method == "message.ack":  # the model read these (mesh_inbox): not shown again
+            self.rt.view.shown(
+                self._sid, [i for i in params.get("ids") or [] if isinstance(i, int)]
+            )
         try:
             return link.strict(method, params, timeout=timeout)
         except lib.MeshTimeout as exc:

@@ -1,0 +1,340 @@
+"""The inbox a hook hands the model comes from the daemon's pushes, not from a request
+on the hook's path, and nothing is lost or shown twice on the way (meshctl.hermes._view).
+
+The real plugin runs in this process (it is standard library only) against the
+test's real daemon, through a relay on a Unix socket that passes every frame and
+counts the requests by method: what the hooks asked is read off the wire. The relay
+can also cut the connection that subscribed to events, as a daemon does with a
+reader that fell behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import DaemonHandle, MeshEnv
+from tests.support import wait_for
+
+from meshctl.hermes._hooks import hooks
+from meshctl.hermes._runtime import Runtime
+
+S = "20261202_070000_aaaaaa"
+OTHER = "cli:other"
+
+
+class CountingRelay:
+    """Passes frames between clients and the daemon and counts each request's method;
+    :meth:`cut` closes every connection that sent a given method."""
+
+    def __init__(self, upstream: Path, path: Path) -> None:
+        self.upstream = upstream
+        self.path = path
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket, list[str]]] = []
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(str(path))
+        self.server.listen()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            up = socket.socket(socket.AF_UNIX)
+            try:
+                up.connect(str(self.upstream))
+            except OSError:  # the daemon is away: the client sees the connection close
+                client.close()
+                up.close()
+                continue
+            sent: list[str] = []
+            with self._lock:
+                self._pairs.append((client, up, sent))
+            for fn in (partial(self._down, up, client), partial(self._up, client, up, sent)):
+                t = threading.Thread(target=self._pump, args=(fn, client, up), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    @staticmethod
+    def _pump(fn: Callable[[], None], a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            fn()
+        for s in (a, b):  # either side done: the pair is over (the other pump ends too)
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def _up(self, client: socket.socket, up: socket.socket, sent: list[str]) -> None:
+        with client.makefile("rb") as lines:
+            for line in lines:
+                method = str(json.loads(line).get("method"))
+                with self._lock:
+                    self.counts[method] += 1
+                    sent.append(method)
+                up.sendall(line)
+
+    @staticmethod
+    def _down(up: socket.socket, client: socket.socket) -> None:
+        while chunk := up.recv(65536):
+            client.sendall(chunk)
+
+    def count(self, method: str, *, hooks_only: bool = False) -> int:
+        """Requests of ``method`` so far; ``hooks_only``: not counting the connection
+        that subscribed to events (the plugin's listener, off the hooks' path)."""
+        with self._lock:
+            if not hooks_only:
+                return self.counts[method]
+            return sum(
+                sent.count(method) for _, _, sent in self._pairs if "events.subscribe" not in sent
+            )
+
+    def cut(self, method: str) -> int:
+        """Close every connection that sent ``method``; how many."""
+        with self._lock:
+            pairs = [p for p in self._pairs if method in p[2]]
+            self._pairs = [p for p in self._pairs if method not in p[2]]
+        for client, up, _ in pairs:
+            for s in (client, up):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+        return len(pairs)
+
+    def close(self) -> None:
+        self.server.close()
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for client, up, _ in pairs:
+            for s in (client, up):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+
+@pytest.fixture
+def relay(daemon: DaemonHandle, monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingRelay]:
+    r = CountingRelay(daemon.socket, daemon.socket.parent / "relay.sock")
+    monkeypatch.setenv("MESH_SOCKET", str(r.path))
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def rt(relay: CountingRelay, daemon: DaemonHandle) -> Iterator[Runtime]:
+    runtime = Runtime("default")
+    yield runtime
+    runtime.end(S)
+    runtime.close()
+
+
+@pytest.fixture
+def fast_beats(mesh_env: MeshEnv) -> None:
+    mesh_env.write_config("[defaults]\nheartbeat_interval = 0.3\n")
+
+
+def start(rt: Runtime, daemon: DaemonHandle, relay: CountingRelay) -> None:
+    """The session starts, another session is there, the plugin subscribed to the
+    session's events and its view is in sync."""
+    hooks(rt)["on_session_start"](session_id=S, platform="cli", model="m")
+    daemon.call("session.register", {"session_id": OTHER, "task": "watching CI"})
+    wait_for(lambda: relay.count("events.subscribe"), what="the plugin subscribed to events")
+    in_sync(rt)
+
+
+def in_sync(rt: Runtime, timeout: float = 30) -> None:
+    wait_for(lambda: rt.view.in_sync(rt.sessions[S]), timeout=timeout, what="the view in sync")
+
+
+def send(daemon: DaemonHandle, text: str) -> int:
+    reply = daemon.call("message.send", {"session_id": OTHER, "to": S, "text": text})
+    return int(reply["result"]["id"])
+
+
+def state(daemon: DaemonHandle, msg_id: int) -> str:
+    reply = daemon.call("message.status", {"session_id": OTHER, "ids": [msg_id]})
+    return str(reply["result"]["states"][str(msg_id)])
+
+
+def tool_call(rt: Runtime, tool: str = "terminal", args: Any = None) -> str:
+    """One tool call's hooks as Hermes fires them; the tool result the model gets."""
+    table = hooks(rt)
+    call = dict(tool_name=tool, args=args or {"command": "ls"}, session_id=S, task_id="t",
+                tool_call_id="c", turn_id="u")  # fmt: skip
+    table["pre_tool_call"](**call)
+    out = table["transform_tool_result"](result='{"ok": true}', **call)
+    table["post_tool_call"](result='{"ok": true}', status="ok", duration_ms=1, **call)
+    return str(out or '{"ok": true}')
+
+
+def test_a_message_reaches_the_next_tool_result_with_no_inbox_request_on_the_hooks_path(
+    rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    hooks(rt)["on_session_start"](session_id=S, platform="cli", model="m")
+    daemon.call("session.register", {"session_id": OTHER, "task": "watching CI"})
+    wait_for(lambda: relay.count("events.subscribe"), what="the plugin subscribed to events")
+    idle = tool_call(rt)
+    asked = relay.count("message.inbox", hooks_only=True)
+
+    msg = send(daemon, "tests are red on main")
+    wait_for(lambda: state(daemon, msg) == "delivered", what="the push of the message")
+    said = tool_call(rt)
+    rt.flush()
+
+    assert idle == '{"ok": true}', "nothing waited: the result is the tool's own"
+    assert "tests are red on main" in said
+    assert said.split("\n\n", 1)[1].startswith("[Session Mesh]")
+    assert relay.count("message.inbox", hooks_only=True) == asked, "a hook asked for the inbox"
+    assert state(daemon, msg) == "read", "shown to the model, then acknowledged"
+    assert "tests are red on main" not in tool_call(rt), "shown once"
+
+
+def test_a_write_asks_the_claim_check_only(
+    rt: Runtime, daemon: DaemonHandle, relay: CountingRelay, tmp_path: Path
+) -> None:
+    start(rt, daemon, relay)
+    before = relay.counts.copy()
+
+    tool_call(rt, "write_file", {"path": str(tmp_path / "auth.py"), "content": "x"})
+
+    asked = relay.counts - before
+    assert asked["claim.check"] == 1
+    assert asked["message.inbox"] == 0
+
+
+def test_a_pushed_message_stays_unread_until_a_hook_shows_it(
+    rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    """Pushed (delivered) is not read: Hermes dies before a hook ran, and the message is
+    still in the inbox for the session's next process."""
+    start(rt, daemon, relay)
+    msg = send(daemon, "please look at the deploy")
+    wait_for(lambda: rt.view.held(S), what="the message in the view")
+    rt.flush()
+
+    assert state(daemon, msg) == "delivered"
+    rt.close()  # the process ends without a hook: nothing surfaced
+
+    again = Runtime("default")
+    try:
+        hooks(again)["on_session_start"](session_id=S, platform="cli", model="m")
+        table = hooks(again)
+        out = table["transform_tool_result"](result="{}", tool_name="terminal", args={},
+                                             session_id=S, tool_call_id="c")  # fmt: skip
+        again.flush()
+        assert "please look at the deploy" in str(out)
+        assert state(daemon, msg) == "read"
+    finally:
+        again.end(S)
+        again.close()
+
+
+def test_a_changed_file_notice_pushed_to_the_plugin_is_shown_at_the_next_tool_call(
+    rt: Runtime, daemon: DaemonHandle, relay: CountingRelay, tmp_path: Path
+) -> None:
+    """With a subscriber, the daemon pushes the notice instead of keeping it in the
+    inbox: the view holds it until a hook shows it, framed as the daemon's."""
+    (tmp_path / "auth.py").write_text("x")
+    start(rt, daemon, relay)
+    tool_call(rt, "read_file", {"path": str(tmp_path / "auth.py")})
+    rt.flush()  # the read is on the board: the chat is told of changes to the file
+
+    changed = daemon.call("board.changed", {"session_id": OTHER, "paths": [str(tmp_path /
+                          "auth.py")], "summary": "login returns a token now"})  # fmt: skip
+    assert changed["result"]["notified"] == [S], changed
+    wait_for(lambda: rt.view.held(S), what="the notice in the view")
+    said = tool_call(rt)
+
+    assert "[notice from the mesh daemon] notice: " in said
+    assert "login returns a token now" in said
+    assert "login returns a token now" not in tool_call(rt), "shown once"
+
+
+def test_a_cut_subscription_is_read_again_and_loses_nothing(
+    rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    start(rt, daemon, relay)
+    first = send(daemon, "one: before the cut")
+    wait_for(lambda: rt.view.held(S), what="the first message in the view")
+
+    assert relay.cut("events.subscribe") == 1
+    wait_for(lambda: not rt.view.in_sync(rt.sessions[S]), what="the view out of sync")
+    second = send(daemon, "two: while cut")
+    shown = [tool_call(rt)]  # out of sync: this hook reads the inbox itself
+    in_sync(rt)
+    third = send(daemon, "three: after the new subscription")
+    wait_for(lambda: state(daemon, third) == "delivered", what="the push of the third")
+    shown += [tool_call(rt), tool_call(rt)]
+    rt.flush()
+
+    text = "\n".join(shown)
+    for words in ("one: before the cut", "two: while cut", "three: after the new"):
+        assert text.count(words) == 1, (words, shown)
+    assert [state(daemon, i) for i in (first, second, third)] == ["read"] * 3
+
+
+def test_a_daemon_restart_midway_loses_nothing(
+    fast_beats: None, rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    """A message pushed but not yet shown when the daemon restarts is still unread in
+    its store; the plugin registers again, reads the inbox again, and shows it once,
+    with what came after the restart."""
+    start(rt, daemon, relay)
+    first = send(daemon, "one: before the restart")
+    wait_for(lambda: rt.view.held(S), what="the first message in the view")
+    wait_for(lambda: state(daemon, first) == "delivered", what="its delivery stored")
+
+    daemon.stop()
+    daemon.start()
+    shown: list[str] = []
+
+    def registered_again() -> bool:
+        shown.append(tool_call(rt))
+        return bool(daemon.call("session.get", {"session_id": S}).get("result"))
+
+    wait_for(registered_again, timeout=60, interval=0.2, what="the session registered again")
+    daemon.call("session.register", {"session_id": OTHER, "task": "watching CI"})
+    second = send(daemon, "two: after the restart")
+    wait_for(lambda: "two: after the restart" in "".join(shown) or shown.append(tool_call(rt)),
+             timeout=60, interval=0.2, what="the second message shown")  # fmt: skip
+    rt.flush()
+
+    text = "\n".join(shown)
+    assert text.count("one: before the restart") == 1, shown
+    assert text.count("two: after the restart") == 1, shown
+    # acknowledged by the sender, whose link may still be pausing after the restart
+    wait_for(lambda: state(daemon, first) == state(daemon, second) == "read", timeout=30,
+             what=lambda: (state(daemon, first), state(daemon, second)))  # fmt: skip
+
+
+def test_a_session_registered_again_is_followed_again(
+    fast_beats: None, rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    """The daemon ends the session under a live plugin (as an expiry does); the plugin
+    registers it again on the same connection, and subscribes and answers for it again:
+    its messages are pushed again, with no inbox request on the hooks' path."""
+    start(rt, daemon, relay)
+    daemon.call("session.end", {"session_id": S, "reason": "expired"})
+    wait_for(lambda: daemon.call("session.get", {"session_id": S}).get("result"), timeout=30,
+             what="the session registered again by the plugin's heartbeats")  # fmt: skip
+    in_sync(rt)
+    asked = relay.count("message.inbox", hooks_only=True)
+
+    msg = send(daemon, "still there?")
+    wait_for(lambda: state(daemon, msg) == "delivered", what="the push of the message")
+    said = tool_call(rt)
+
+    assert "still there?" in said
+    assert relay.count("message.inbox", hooks_only=True) == asked
+    assert S in rt.responding
