@@ -1,8 +1,8 @@
 """The inbox a hook hands the model comes from the daemon's pushes, not from a request
 on the hook's path, and nothing is lost or shown twice on the way (meshctl.hermes._view).
 
-The real plugin runs in this process (it is standard library only) against the
-test's real daemon, through a relay on a Unix socket that passes every frame and
+The real plugin runs in this process (it is standard library only; the last test runs
+it installed, in the real Hermes) against the test's real daemon, through a relay on a Unix socket that passes every frame and
 counts the requests by method: what the hooks asked is read off the wire. The relay
 can also cut the connection that subscribed to events, as a daemon does with a
 reader that fell behind.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv
+from tests.hermes.conftest import Hermes
 from tests.support import wait_for
 
 from meshctl.hermes._hooks import hooks
@@ -338,3 +340,62 @@ def test_a_session_registered_again_is_followed_again(
     assert "still there?" in said
     assert relay.count("message.inbox", hooks_only=True) == asked
     assert S in rt.responding
+
+
+IN_HERMES = r"""
+import json, sys, time, model_tools
+from hermes_cli.plugins import invoke_hook
+import hermes_plugins.meshd._plugin as plugin
+
+S = sys.argv[1]
+invoke_hook("on_session_start", session_id=S, model="fake-model", platform="cli")
+rt = plugin._RUNTIMES["rt"]
+deadline = time.monotonic() + 60
+while not rt.view.in_sync(rt.sessions[S]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("ready", flush=True)
+sys.stdin.readline()  # a message was sent to S
+while not rt.view.held(S) and time.monotonic() < deadline:
+    time.sleep(0.01)
+call = dict(tool_name="terminal", args={"command": "ls"}, session_id=S, task_id="t",
+            tool_call_id="c", turn_id="u", api_request_id="r")
+invoke_hook("pre_tool_call", **call)
+out = invoke_hook("transform_tool_result", result='{"output": ""}', **call)
+invoke_hook("post_tool_call", result='{"output": ""}', status="ok", duration_ms=1, **call)
+rt.flush()
+print(json.dumps({"out": out, "fallbacks": rt.view.fallbacks}), flush=True)
+invoke_hook("on_session_finalize", session_id=S, platform="cli", reason="shutdown")
+"""
+
+
+def test_in_hermes_the_installed_plugin_shows_a_pushed_message_without_asking(
+    daemon: DaemonHandle, relay: CountingRelay, hermes: Hermes
+) -> None:
+    """The plugin as ``meshctl hermes install`` places it (its own copy of the client),
+    loaded and fired by the real Hermes 0.19.0."""
+    hermes.env["MESH_SOCKET"] = str(relay.path)
+    hermes.install()
+    daemon.call("session.register", {"session_id": OTHER, "task": "watching CI"})
+    proc = subprocess.Popen(
+        [str(hermes.bin / "python"), "-c", IN_HERMES, S], env=hermes.environ(True),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        asked = relay.count("message.inbox", hooks_only=True)
+        msg = send(daemon, "tests are red on main")
+        proc.stdin.write("sent\n")
+        proc.stdin.flush()
+        seen = json.loads(proc.stdout.readline())
+    finally:
+        _, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 0, err[-3000:]
+    [out] = seen["out"]
+    assert "tests are red on main" in out
+    assert "not from the user" in out
+    assert seen["fallbacks"] == 0
+    assert relay.count("message.inbox", hooks_only=True) == asked
+    assert state(daemon, msg) == "read"
