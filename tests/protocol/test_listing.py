@@ -89,7 +89,8 @@ def varied(mesh: Mesh) -> None:
     """Sessions that between them set every field a listing shows (a NUL among them: the
     kept forms are split at a raw NUL, which the encoder escapes inside strings)."""
     mesh.register(
-        "full", task='fix "quotes", \\, ünïcode — \u2028 and a NUL \x00', status="thinking",
+        "full", task='fix "quotes", \\, ünïcode — \u2028, 100%s %b %% and a NUL \x00',
+        status="thinking",
         model="m", provider="p", cwd="/home/u/p", repo="/home/u/p", branch="feat/x",
         worktree="/home/u/p-wt", tools=["bash", "edit"], parent="boss", slot="s1",
         kanban_task="K-1", accept_queries=False, accept_messages=False,
@@ -178,6 +179,29 @@ class TestChangesAreSeen:
         assert after["last_heartbeat"] != before
         assert after["age_s"] == 0.0
 
+    async def test_a_plain_heartbeat_keeps_the_session_encoded(
+        self, mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A heartbeat that changes nothing a listing shows (its last_heartbeat stays
+        in the same second; its age is filled in per listing) costs no new encoding."""
+        mesh.register("a", task="one")
+        mesh.clock.advance(0.25)
+        await mesh.listed()
+        encoded: list[str] = []
+        real = listing.segments
+        monkeypatch.setattr(
+            listing, "segments", lambda s, host: encoded.append(s.session_id) or real(s, host)
+        )
+        mesh.clock.advance(0.5)
+        mesh.state.heartbeat("a", None)
+
+        assert await mesh.raw() == mesh.expected()
+        assert encoded == []
+        mesh.clock.advance(1.0)  # into the next second: last_heartbeat's text moves
+        mesh.state.heartbeat("a", None)
+        assert await mesh.raw() == mesh.expected()
+        assert encoded == ["a"]
+
     async def test_rank_claims_refresh_and_end_show_in_the_next_listing(self, mesh: Mesh) -> None:
         mesh.register("a", model="m1")
         mesh.register("b")
@@ -221,3 +245,30 @@ class TestMs:
 
         wrong = [x for x in values if listing.ms(x) != round(max(0.0, x), 3)]
         assert wrong == []
+
+
+class TestDurations:
+    """``listing.durations`` encodes ``ms(now - t)`` of each time exactly as the encoder
+    writes that float, whichever way it takes."""
+
+    def test_equal_to_encoding_ms_everywhere_tried(self) -> None:
+        import random
+
+        rnd = random.Random(23)
+        now = 1_764_560_000.0
+        ages = [0.0, 1e-9, 0.0004, 0.0005, 0.0015, 2.675, 1.0005, 999_999_999.0, 1e9, 3e10]
+        ages += [rnd.uniform(0, 10) for _ in range(20_000)]
+        ages += [10 ** rnd.uniform(-6, 9.5) for _ in range(20_000)]
+        for k in (rnd.randrange(10**9) for _ in range(5_000)):  # halves and neighbours
+            half = (k + 0.5) / 1000
+            ages += [half, math.nextafter(half, 0), math.nextafter(half, math.inf)]
+        times = [now - a for a in ages] + [now + 5.0, now]  # the clock stepped back; now
+        encode = msgspec.json.Encoder().encode
+
+        def want(ts: list[float]) -> tuple[bytes, ...]:
+            return tuple(encode(listing.ms(now - t)) for t in ts)
+
+        for i in range(0, len(times), 20):  # a listing's worth at a time, both ways
+            chunk = times[i : i + 20]
+            assert listing.durations(tuple(chunk), now) == want(chunk), chunk
+        assert listing.durations((), now) == ()

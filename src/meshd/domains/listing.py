@@ -1,24 +1,26 @@
 """``session.list`` on the wire: each session's encoded form, kept until it changes.
 
-Listing 10 sessions cost the daemon about 40 µs of CPU against 7.5 µs for a
-heartbeat, nearly all of it building a 31-field :class:`~meshd.protocol.methods.SessionInfo`
-per session (the encode itself was a tenth). Most of those fields change only when
-the session does; five move with the clock or with the claim table (``age_s``,
-``stale``, ``claims``, ``claims_total``, ``idle_s``). So each session is encoded once,
-with a marker in place of each of the five, and kept as the six byte segments
-between them; a listing joins the kept segments with the five, freshly encoded. The
-bytes are exactly what encoding the ``SessionInfo`` gives (a test holds them equal).
+Most of a session's 31 listed fields change only when the session does; five move
+with the clock or with the claim table (``age_s``, ``stale``, ``claims``,
+``claims_total``, ``idle_s``). So each session is encoded once, with a marker in place
+of each of the five, and kept as the six byte segments between them. The listing
+itself is kept too, as a template: the sessions' segments joined with their
+staleness and claims, a ``%b`` where each duration goes. While no session, staleness
+or claim list changed, a listing is the template filled with the durations
+(:func:`durations`, a few C calls) -- the per-session Python work is gone from it.
+The bytes are exactly what encoding the ``SessionInfo`` gives (a test holds them equal).
 
 When is a kept form stale? Not by invalidating it at each place that changes a
 session -- a place forgotten, now or later, would list an old field for ever -- but
-by comparison: the entry keeps every field of the :class:`Session` it was encoded
-from (one C call, ``msgspec.structs.astuple``) and is encoded again when any differs.
-A heartbeat moves ``last_heartbeat``, so it costs the next listing one encode of that
-session, as before. Entries of ended sessions go with the next listing.
+by comparison: the entry keeps a copy of the :class:`Session` it was encoded from,
+compared field by field (in C) with the live one at every listing. A session that
+differs is looked at in Python: if only what a plain heartbeat moves differs
+(``last_hb_mono``, and ``last_heartbeat`` within the second it is shown to,
+:func:`_shown`), its segments stay; anything else encodes it again. Entries of ended
+sessions go with the next change.
 
-The two durations are rounded to the millisecond by :func:`ms`, which gives exactly
-``round(x, 3)`` at a third of its cost: ``round`` with digits goes through a decimal
-conversion, and two of them per session were a third of a listing's CPU.
+The two durations are rounded to the millisecond: exactly ``round(x, 3)``, as
+:func:`ms` computes one; :func:`durations` writes them all with one ``%.3f`` format.
 
 Memory: an entry is about 1 KB. Only registries of up to :data:`CACHED_UP_TO`
 sessions keep them (1 MB at most); a larger one is encoded afresh on each listing,
@@ -27,7 +29,9 @@ as before, so the memory per session stays what the registry alone costs.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from typing import Any, cast
 
 import msgspec
@@ -118,60 +122,143 @@ def segments(s: Session, host: str) -> list[bytes]:
     return parts
 
 
-_Kept = tuple[tuple[Any, ...], str, list[bytes]]
-"""A kept form: every field of the session it was encoded from, the host shown, the
-six segments."""
+_Kept = tuple[Session, str, list[bytes], tuple[Any, ...]]
+"""A kept form: a copy of the session it was encoded from, the host shown, the six
+segments, and :func:`_shown` of the copy's fields."""
+
+_FIELDS = Session.__struct_fields__
+_BEAT = _FIELDS.index("last_heartbeat")
+_BEAT_MONO = _FIELDS.index("last_hb_mono")
+assert _BEAT < _BEAT_MONO
+_TIMES = operator.attrgetter("last_heartbeat", "last_activity")
+_DURATION = b"%b"
+"""Where a duration goes in a listing's template (:meth:`Listing.encode`)."""
+
+
+def _shown(s: Session) -> tuple[Any, ...]:
+    """``s``'s fields as far as its kept form shows them: what a plain heartbeat moves
+    -- ``last_hb_mono`` (not shown) and ``last_heartbeat`` within its second (shown to
+    the second; its age is filled in per listing) -- taken out."""
+    f = msgspec.structs.astuple(s)
+    return (*f[:_BEAT], int(f[_BEAT]), *f[_BEAT + 1 : _BEAT_MONO], *f[_BEAT_MONO + 1 :])
+
+
+def durations(times: tuple[float, ...], now_wall: float) -> tuple[bytes, ...]:
+    """``_encode(ms(now_wall - t))`` of each of ``times``, in a few C calls instead of two
+    Python calls each (they were half of a listing's CPU).
+
+    ``b"%.3f" % x`` holds the digits of ``round(x, 3)`` (both round the exact value of
+    ``x`` at the third decimal, half to even), and the encoder writes that float as
+    its shortest text: the same digits without trailing zeros, one kept after the point
+    (``5.120`` is ``5.12``, ``3.000`` is ``3.0``). For ``0 < x < 1e9`` (31 years) both
+    are plain decimals (tests/protocol/test_listing.py holds them equal); a listing
+    with a value outside takes :func:`ms` and the encoder for every value.
+    """
+    xs = tuple(map(operator.sub, itertools.repeat(now_wall), times))
+    if not xs:
+        return ()
+    if min(xs) > 0.0 and max(xs) < 1e9:
+        text = (b"%.3f," * len(xs)) % xs
+        text = text.replace(b"00,", b",").replace(b"0,", b",").replace(b".,", b".0,")
+        return tuple(text[:-1].split(b","))
+    return tuple(_encode(ms(x)) for x in xs)
 
 
 class Listing:
-    """Encodes ``session.list`` results, keeping each session's segments until it changes."""
+    """Encodes ``session.list`` results: each session's segments are kept until it
+    changes, and the last listing's template until any of its sessions, their
+    staleness or their claims do."""
 
     def __init__(self) -> None:
         self._kept: dict[str, _Kept] = {}
+        self._seen: list[Session] = []
+        """Copies of the sessions the kept template lists, in order."""
+        self._key: tuple[Any, ...] | None = None
+        self._template = b""
+        self._times: tuple[float, ...] = ()
 
     def encode(
         self,
         profile: str,
-        sessions: list[tuple[Session, bool, tuple[Claim, ...]]],
+        sessions: list[Session],
+        stale: list[bool],
+        held: list[tuple[Claim, ...]],
+        *,
         now_wall: float,
         host: str | None = None,
         more: list[m.SessionInfo] | None = None,
-        *,
         local_only: set[tuple[str, str]] | None = None,
     ) -> msgspec.Raw:
-        """The encoded :class:`~meshd.protocol.methods.ListResult` of ``sessions``, each
-        given as (session, stale, its claims); ``host`` overrides every session's own
+        """The encoded :class:`~meshd.protocol.methods.ListResult` of ``sessions``, with
+        whether each is stale and its claims; ``host`` overrides every session's own
         (a fleet lists this host's name); ``more`` are appended as they are;
         ``local_only``: the (session, resource) pairs granted while the fleet was out of
-        reach, marked so (SPEC §12)."""
+        reach, marked so (SPEC §12). A listing with ``more`` or ``local_only`` keeps no
+        template (they change without the sessions).
+
+        Everything but the two durations of each session goes into a template (bytes
+        with ``%b`` where they go), kept while nothing in it changes: the sessions
+        compare equal to the copies it was made from (field by field, in C), and so do
+        their staleness and claims. A listing is then :func:`durations` and one ``%``.
+        """
+        key = (profile, host, stale, held)
+        if more or local_only or key != self._key or sessions != self._seen:
+            template, times = self._compose(
+                profile, sessions, stale, held, host=host, more=more, local_only=local_only
+            )
+            if len(sessions) > CACHED_UP_TO or more or local_only:
+                self._key, self._template, self._times, self._seen = None, b"", (), []
+                return msgspec.Raw(template % durations(times, now_wall))
+            self._key, self._template, self._times = key, template, times
+            self._seen = [self._kept[s.session_id][0] for s in sessions]
+        return msgspec.Raw(self._template % durations(self._times, now_wall))
+
+    def _compose(
+        self,
+        profile: str,
+        sessions: list[Session],
+        stale: list[bool],
+        held: list[tuple[Claim, ...]],
+        *,
+        host: str | None,
+        more: list[m.SessionInfo] | None,
+        local_only: set[tuple[str, str]] | None,
+    ) -> tuple[bytes, tuple[float, ...]]:
+        """The template of a listing and the times its durations count from. The
+        template is the listing's bytes with a NUL where each duration goes (compact
+        JSON holds none), every ``%`` doubled, then each NUL made ``%b``."""
         old = self._kept
         keep = len(sessions) <= CACHED_UP_TO
         kept: dict[str, _Kept] = {}
-        astuple = msgspec.structs.astuple
         out = [_HEAD, _encode(profile), _MIDDLE]
         first = True
-        for s, stale, held in sessions:
+        for s, old_s, claimed in zip(sessions, stale, held, strict=True):
             shown = s.host if host is None else host
-            fields = astuple(s)
             entry = old.get(s.session_id)
-            if entry is None or entry[0] != fields or entry[1] != shown:
-                entry = (fields, shown, segments(s, shown))
-            if keep:
+            if not keep:
+                entry = (s, shown, segments(s, shown), ())
+            elif entry is None or entry[0] != s or entry[1] != shown:
+                view = _shown(s)
+                copy = msgspec.structs.replace(s)
+                if entry is not None and entry[1] == shown and entry[3] == view:
+                    entry = (copy, shown, entry[2], view)  # a heartbeat: nothing shown moved
+                else:
+                    entry = (copy, shown, segments(s, shown), view)
+                kept[s.session_id] = entry
+            else:
                 kept[s.session_id] = entry
             p = entry[2]
-            if held:
-                claims = _encode(claim_infos(held[: m.LISTED_CLAIMS], local_only))
-                total = str(len(held)).encode()
+            if claimed:
+                claims = _encode(claim_infos(claimed[: m.LISTED_CLAIMS], local_only))
+                total = str(len(claimed)).encode()
             else:
                 claims, total = _EMPTY, _ZERO
-            age = _encode(ms(now_wall - s.last_heartbeat))
-            idle = _encode(ms(now_wall - s.last_activity))
             if not first:
                 out.append(b",")
             first = False
             out += (
-                p[0], age, p[1], _TRUE if stale else _FALSE, p[2], claims, p[3], total,
-                p[4], idle, p[5],
+                p[0], _MARK, p[1], _TRUE if old_s else _FALSE, p[2], claims, p[3], total,
+                p[4], _MARK, p[5],
             )  # fmt: skip
         for info in more or ():
             if not first:
@@ -180,7 +267,8 @@ class Listing:
             out.append(_encode(info))
         out.append(_TAIL)
         self._kept = kept
-        return msgspec.Raw(b"".join(out))
+        template = b"".join(out).replace(b"%", b"%%").replace(_MARK, _DURATION)
+        return template, tuple(itertools.chain.from_iterable(map(_TIMES, sessions)))
 
 
 def _envelope() -> tuple[bytes, bytes, bytes]:

@@ -8,6 +8,7 @@ session its claims on fleet-wide keys as the fleet holds them now.
 from __future__ import annotations
 
 import sqlite3
+from operator import attrgetter
 
 import msgspec
 
@@ -25,6 +26,7 @@ from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
 from meshd.service import Conn, Service
 from meshd.store.sessions import load_sessions
 
+_SESSION_ID = attrgetter("session_id")
 _HB_OK = m.HeartbeatResult()
 _HB_DISABLED = m.HeartbeatResult(disabled=True)
 
@@ -233,19 +235,23 @@ class SessionHandlers(Domain):
             return m.ListResult(profile=st.profile, visible=False)
         clock = self.svc.clock
         now_m, now_w = clock.monotonic(), clock.now()
-        reg, held = st.registry, st.claims.list_claims
-        listed = []
-        for s in reg.sessions.values():
-            stale = reg.is_stale(s, now_m)
-            if not (p.fresh and stale):
-                listed.append((s, stale, held(s.session_id)))
+        reg = st.registry
+        sessions = list(reg.sessions.values())
+        stale = reg.stale_flags(sessions, now_m)
+        if p.fresh and any(stale):
+            sessions = [s for s, old in zip(sessions, stale, strict=True) if not old]
+            stale = [False] * len(sessions)
+        held = list(map(st.claims.list_claims, map(_SESSION_ID, sessions)))
         fleet = self._fleet.fleet
         if fleet is None:
-            return self._listing.encode(st.profile, listed, now_w)
+            return self._listing.encode(st.profile, sessions, stale, held, now_wall=now_w)
         # SPEC §12: every host's sessions, each with its host
         more = [] if p.local else await self.view.sessions(fleet.remote_sessions(fresh=p.fresh))
         alone = self.view.local_only() or None
-        return self._listing.encode(st.profile, listed, now_w, fleet.host, more, local_only=alone)
+        return self._listing.encode(
+            st.profile, sessions, stale, held, now_wall=now_w, host=fleet.host, more=more,
+            local_only=alone,
+        )  # fmt: skip
 
     async def get(self, p: m.GetParams, conn: Conn) -> m.SessionInfo:
         clock = self.svc.clock

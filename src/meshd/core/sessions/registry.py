@@ -101,6 +101,12 @@ class Registry:
             return False
         return now_mono - s.last_hb_mono > self.settings.stale_after
 
+    def stale_flags(self, sessions: Iterable[Session], now_mono: float) -> list[bool]:
+        """:meth:`is_stale` of each of ``sessions``, in one call (a listing asks it of
+        every session, and a call a session was a tenth of a listing's CPU)."""
+        after = self.settings.stale_after
+        return [s.liveness != "process" and now_mono - s.last_hb_mono > after for s in sessions]
+
     def stale_count(self, now_mono: float) -> int:
         """How many sessions :meth:`is_stale` holds stale, without visiting them all
         (:mod:`meshd.core.sessions.stale_count`)."""
