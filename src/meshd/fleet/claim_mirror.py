@@ -15,7 +15,8 @@ What a reader sees (docs/FLEET.md, "Listings"):
   delivered (the server sends each change to every watcher as it stores it).
 * **catching up** -- after a (re)connection, or once the bucket was made again
   (it had been deleted), the records are read again into a new view; until it is
-  complete, readers keep the previous complete view.
+  complete, readers keep the previous complete view (none before the first: then as
+  **none**).
 * **last known** -- the link is down: the view as it was when the feed stopped,
   leases frozen at that moment (a lease that runs out meanwhile is not seen).
 * **none** -- never caught up since the daemon started: the caller reads the
@@ -137,7 +138,7 @@ class ClaimMirror:
     def status(self) -> dict[str, Any]:
         state = (
             "current" if self.live
-            else "catching up" if self.catching_up and self.view is None
+            else "catching up" if self.catching_up
             else "last known" if self.view is not None
             else "none"
         )  # fmt: skip
