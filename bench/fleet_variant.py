@@ -4,6 +4,7 @@
   the link had a watch connection), for an A/B of the two in one run;
 * ``--no-watch``: no watch on the claim records at all (waiters are then woken only
   by their periodic look): what the watch's deliveries cost a claim;
+* ``--uvloop``: the daemon on uvloop (``MESH_EVENT_LOOP=uvloop``);
 * ``--no-mirror``: no in-memory mirror of the commit records (listings read NATS);
 * ``--steps FILE``: times the daemon's steps of a fleet claim and release (the
   handlers, the fleet's decision, each KV request) with ``time.perf_counter`` and
@@ -19,6 +20,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -122,6 +124,9 @@ if __name__ == "__main__":
     if "--no-watch" in args:
         args.remove("--no-watch")
         _no_watch()
+    if "--uvloop" in args:
+        args.remove("--uvloop")
+        os.environ["MESH_EVENT_LOOP"] = "uvloop"
     if "--no-mirror" in args:
         args.remove("--no-mirror")
         _no_mirror()
