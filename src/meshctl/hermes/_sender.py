@@ -2,12 +2,14 @@
 
 A hook runs inside Hermes's agent loop, on every tool call, and Hermes waits for
 it. Only what must be answered before the tool runs stays on the hook's path (the
-claim check a write's warning needs, the inbox a tool result carries); everything
-the daemon only has to *know* is noted by the hook and sent by this thread:
+claim check a write's warning needs; the inbox a tool result carries is pushed to the
+process, :mod:`._view`); everything the daemon only has to *know* is noted by the
+hook and sent by this thread:
 
 - status changes (``session.heartbeat`` with fields: :mod:`._status`),
 - files read (``board.touch --read``: :mod:`._reads`),
 - files written (``board.changed``: :mod:`._writes`),
+- the items a hook showed the model (``message.ack``: :class:`._view.Acks`),
 - and every :attr:`Host.interval` seconds a bare heartbeat for each live session
   of the process (which does not move ``last_activity``: an idle chat shows as
   idle, however long it stays open).
