@@ -25,7 +25,8 @@ Nothing is lost on the way (the rules, and how each is kept):
   daemon pushes a changed-file notice instead of keeping it in the inbox, and
   claim ``granted``/``released`` notices never are kept. Changed-file notices are
   held in this process's memory until a hook surfaces them (if Hermes dies, they
-  die with its sessions); ``granted``/``released`` are not shown, as before, since
+  die with its sessions; one still on its way when the connection drops is lost, as
+  for every subscriber: the daemon never kept it); ``granted``/``released`` are not shown, as before, since
   the inbox never had them.
 - **Nothing is shown twice.** The ids a hook surfaced (or the model read with
   ``mesh_inbox``) are remembered (the last :data:`SEEN` of them): a later push or

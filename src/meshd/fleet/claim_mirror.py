@@ -81,12 +81,18 @@ class MirrorView:
                 self.commits.pop(gid, None)
                 return
             try:
-                doc: dict[str, Any] = json.loads(value or b"{}")
+                doc: Any = json.loads(value or b"{}")
             except ValueError:
-                self.commits.pop(gid, None)  # unreadable: holds nothing
+                doc = None
+            raw_keys = doc.get("k", ()) if isinstance(doc, dict) else None
+            if not isinstance(raw_keys, (list, tuple)):
+                # Unreadable, not an object, or keys that are not a list: holds nothing.
+                # Raising here would stop the watch's callback on this record, and the
+                # mirror would never finish catching up.
+                self.commits.pop(gid, None)
                 return
             mode: Mode = "shared" if doc.get("m") == "shared" else "exclusive"
-            keys = tuple(str(r) for r in doc.get("k", ()))
+            keys = tuple(str(r) for r in raw_keys)
             self.commits[gid] = CommitSeen(
                 str(doc.get("s", "")), str(doc.get("o", "")), mode, keys, revision, stamp
             )
