@@ -26,8 +26,8 @@ Nothing is lost on the way (the rules, and how each is kept):
   claim ``granted``/``released`` notices never are kept. Changed-file notices are
   held in this process's memory until a hook surfaces them (if Hermes dies, they
   die with its sessions; one still on its way when the connection drops is lost, as
-  for every subscriber: the daemon never kept it); ``granted``/``released`` are not shown, as before, since
-  the inbox never had them.
+  for every subscriber: the daemon never kept it); ``granted``/``released`` are not
+  shown, as before, since the inbox never had them.
 - **Nothing is shown twice.** The ids a hook surfaced (or the model read with
   ``mesh_inbox``) are remembered (the last :data:`SEEN` of them): a later push or
   inbox read of the same item, before its acknowledgement landed, is dropped.
