@@ -419,7 +419,7 @@ class _Compiled:
     def buy(self) -> Any:
         """msgspec's JSON decoder, or False (the standard library serves on)."""
         try:
-            import msgspec.json  # optional: see cli.admin.hermes_install.OPTIONAL
+            import msgspec.json  # optional: see cli.admin.hermes_vendor.OPTIONAL
         except Exception:  # absent, or broken: the standard library is always there
             self.decode = False
         else:

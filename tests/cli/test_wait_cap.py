@@ -9,8 +9,10 @@ So do the asks (``sessions ask``, ``handoff request``, ``broadcast --collect``),
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +21,24 @@ from tests.cli.test_waiting import on_terminal, register
 from tests.support import wait_for
 
 CAPPED = "[defaults]\nmax_query_timeout = 1\n"
+
+
+@contextlib.contextmanager
+def silent_responder(env: dict[str, str], session: str) -> Iterator[None]:
+    """``inbox --follow --respond`` for ``session``: a live responder that never answers
+    (its questions wait until the asker's timeout), killed when the block ends."""
+    responder = subprocess.Popen(
+        [sys.executable, "-m", "meshctl.cli", "inbox", "--follow", "--respond", "--session",
+         session],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert responder.stderr is not None
+        assert "following the inbox" in responder.stderr.readline()
+        yield
+    finally:
+        responder.kill()
+        responder.communicate(timeout=10)
 
 
 def held(meshctl: Meshctl, mesh_env: Any) -> tuple[dict[str, str], str]:
@@ -103,21 +123,12 @@ def test_asks_count_down_from_the_cap(
     mesh_env.write_config("[defaults]\nmax_query_timeout = 30\n")
     assert meshctl("daemon", "reload", env=env).code == 0
     me, busy = register(meshctl, env, "asker"), register(meshctl, env, "busy")
-    responder = subprocess.Popen(
-        [sys.executable, "-m", "meshctl.cli", "inbox", "--follow", "--respond", "--session", busy],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert responder.stderr is not None
-        assert "following the inbox" in responder.stderr.readline()
+    with silent_responder(env, busy):
         args = [a.format(to=busy) for a in command]
         screen = on_terminal(tmux, env, *args, "--timeout", "7200", "--session", me)
 
         wait_for(lambda: "s left" in screen(), what=screen)
         left = int(screen().split(" s left")[0].rsplit(" ", 1)[1])
-    finally:
-        responder.kill()
-        responder.communicate(timeout=10)
 
     assert 0 < left <= 30, screen()
 
@@ -129,19 +140,10 @@ def test_asks_that_ran_out_at_the_cap_say_so(meshctl: Meshctl, daemon: Any, mesh
     mesh_env.write_config(CAPPED)
     assert meshctl("daemon", "reload", env=env).code == 0
     me, busy = register(meshctl, env, "asker"), register(meshctl, env, "busy")
-    responder = subprocess.Popen(
-        [sys.executable, "-m", "meshctl.cli", "inbox", "--follow", "--respond", "--session", busy],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert responder.stderr is not None
-        assert "following the inbox" in responder.stderr.readline()
+    with silent_responder(env, busy):
         asked = meshctl("handoff", "request", busy, "--timeout", "7200", "--session", me, env=env)
         told = meshctl("broadcast", "who?", "--collect", "--timeout", "7200", "--session", me,
                        env=env)  # fmt: skip
-    finally:
-        responder.kill()
-        responder.communicate(timeout=10)
     capped = "the wait ran out after 1 s, the longest one wait runs here (max_query_timeout; "
 
     assert asked.code == 75, asked
