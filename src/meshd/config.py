@@ -20,7 +20,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from meshd.core.settings import DEFAULT_SHARED_KINDS, FleetSettings, Settings
 from meshd.core.work.jobs import JobSpec
-from meshd.protocol.contract import PROFILE_RE
+from meshd.protocol.contract import is_profile
 
 Pos = Annotated[float, Meta(gt=0)]
 PosInt = Annotated[int, Meta(gt=0)]
@@ -213,7 +213,7 @@ def load(path: Path, profile: str) -> Settings:
         raise _explain(path, exc, "") from exc
     settings = _apply(Settings(), _finite(path, doc.defaults, "defaults"))
     for name, table in doc.profiles.items():
-        if not PROFILE_RE.match(name):
+        if not is_profile(name):
             raise ConfigError(
                 f"{path}: table `profiles.{name}`: a profile name is 1-64 characters from "
                 "A-Z a-z 0-9 _ . - (this table would never apply)"

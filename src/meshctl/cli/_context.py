@@ -115,7 +115,7 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
             state.explicit.add(name)
         elif name in state.explicit or (name == "json" and not value):
             return  # an outer explicit value (or an earlier --json) stands
-        if name == "profile" and not contract.PROFILE_RE.match(value):
+        if name == "profile" and not contract.is_profile(value):
             raise click.BadParameter(
                 f"{value!r}: use 1-64 characters from A-Z a-z 0-9 _ . -", ctx, param
             )

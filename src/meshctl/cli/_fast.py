@@ -319,7 +319,7 @@ def _valid(name: str, value: str) -> bool:
     if name == "profile":
         from meshd.protocol.contract import is_profile
 
-        return is_profile(value) and value not in (".", "..")
+        return is_profile(value)
     if name == "socket":
         return os.path.isabs(value)
     return True

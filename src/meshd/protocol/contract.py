@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: The profile-name rule (SPEC §2). ``PROFILE_RE`` is compiled from it on first use
 #: (module ``__getattr__``): ``re`` and a compile are start-up time for every client
 #: command, which checks a name with :func:`is_profile` instead.
-_PROFILE = r"^[A-Za-z0-9_.-]{1,64}$"
+_PROFILE = r"\A[A-Za-z0-9_.-]{1,64}\Z"
 _PROFILE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
@@ -38,10 +38,12 @@ def __getattr__(name: str) -> object:
 
 
 def is_profile(name: str) -> bool:
-    """Whether ``PROFILE_RE`` matches ``name``, without a pattern: 1-64 characters from
-    the set, and (as ``$`` allows) one newline after them."""
-    core = name[:-1] if name.endswith("\n") else name
-    return 0 < len(core) <= 64 and _PROFILE_CHARS.issuperset(core)
+    """Whether ``name`` is a profile name the mesh accepts: ``PROFILE_RE`` (1-64
+    characters from the set, nothing after them: not even the newline ``$`` would let
+    through, which named a socket ``nl\\n.sock``), and neither ``.`` nor ``..``, which
+    name folders, not profiles. The one test every side applies (CLI option, fast path,
+    config tables, :func:`check_profile`)."""
+    return 0 < len(name) <= 64 and _PROFILE_CHARS.issuperset(name) and name not in {".", ".."}
 
 
 DAEMON_SENDER = "meshd"
@@ -82,7 +84,7 @@ def escaped(text: str) -> str:
 
 def check_profile(name: str) -> str:
     """Return ``name`` if it is a valid profile name, else raise ``ValueError``."""
-    if not is_profile(name) or name in {".", ".."}:
+    if not is_profile(name):
         raise ValueError(
             f"invalid profile name {name!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
         )

@@ -1,0 +1,46 @@
+"""Sixth conformance audit: SPEC §2, §4, §5, §7, §8, §9 and §12 tried clause by clause
+with the real command line, daemon and socket; each test a defect found that way
+(docs/CONFORMANCE.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import Meshctl, OfflineEnv
+
+
+@pytest.mark.parametrize("name", [".", "..", "nl\n"])
+def test_a_profile_name_outside_the_rule_is_a_usage_error(
+    meshctl: Meshctl, offline_env: OfflineEnv, name: str
+) -> None:
+    """SPEC §2: profile names are ``[A-Za-z0-9_.-]{1,64}``. ``--profile ..`` (and
+    ``MESH_PROFILE=.``) got past the option's check and failed later as "internal error
+    … this is a bug in meshctl" (exit 1); a name with a trailing newline was taken (the
+    pattern's ``$`` matches before one), and a daemon served a socket called
+    ``nl\\n.sock``. Both are usage errors now, from the CLI and from ``meshd run``, and
+    nothing is created."""
+    env = {k: v for k, v in offline_env.env.items() if k != "MESH_SOCKET"}
+    runs = [
+        meshctl("--profile", name, "daemon", "status", env=env),
+        meshctl("daemon", "status", env={**env, "MESH_PROFILE": name}),
+    ]
+    for run in runs:
+        assert run.code == 2, run
+        assert "A-Z a-z 0-9 _ . -" in run.err, run
+        assert "internal error" not in run.err, run
+
+    served = subprocess.run(
+        [sys.executable, "-m", "meshd", "run", "--profile", name],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert served.returncode != 0, served
+    assert "invalid profile name" in served.stderr, served
+    assert not (offline_env.root / "run" / "meshd").exists()
