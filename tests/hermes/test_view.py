@@ -34,13 +34,24 @@ OTHER = "cli:other"
 
 
 class CountingRelay:
-    """Passes frames between clients and the daemon and counts each request's method;
-    :meth:`cut` closes every connection that sent a given method."""
+    """Passes frames between clients and the daemon and counts each request's method
+    (and the session it names) and each pushed event's kind; :meth:`cut` closes every
+    connection that sent a given method; :meth:`hold` keeps a kind of request from
+    the daemon until :meth:`release`, as a daemon slow to answer it would (the daemon
+    answers a connection's requests in any order: replies are matched by id)."""
 
     def __init__(self, upstream: Path, path: Path) -> None:
         self.upstream = upstream
         self.path = path
         self.counts: Counter[str] = Counter()
+        #: (method, session id named) -> requests
+        self.asked: Counter[tuple[str, str | None]] = Counter()
+        #: kind -> events pushed to the clients
+        self.pushed: Counter[str] = Counter()
+        #: requests kept from the daemon so far by :meth:`hold`
+        self.held = 0
+        self._hold: tuple[str, str] | None = None
+        self._kept: dict[socket.socket, list[bytes]] = {}  # upstream -> lines held back
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket, list[str]]] = []
         self.server = socket.socket(socket.AF_UNIX)
@@ -82,16 +93,43 @@ class CountingRelay:
     def _up(self, client: socket.socket, up: socket.socket, sent: list[str]) -> None:
         with client.makefile("rb") as lines:
             for line in lines:
-                method = str(json.loads(line).get("method"))
+                request = json.loads(line)
+                method = str(request.get("method"))
+                params = request.get("params")
+                sid = params.get("session_id") if isinstance(params, dict) else None
                 with self._lock:
                     self.counts[method] += 1
+                    self.asked[method, sid] += 1
                     sent.append(method)
+                    if self._hold == (method, sid):
+                        self._kept.setdefault(up, []).append(line)
+                        self.held += 1
+                        continue
                 up.sendall(line)
 
-    @staticmethod
-    def _down(up: socket.socket, client: socket.socket) -> None:
-        while chunk := up.recv(65536):
-            client.sendall(chunk)
+    def _down(self, up: socket.socket, client: socket.socket) -> None:
+        with up.makefile("rb") as lines:
+            for line in lines:
+                frame = json.loads(line)
+                if frame.get("method") == "event" and isinstance(frame.get("params"), dict):
+                    with self._lock:
+                        self.pushed[str(frame["params"].get("kind"))] += 1
+                client.sendall(line)
+
+    def hold(self, method: str, session_id: str) -> None:
+        """Keep every ``method`` request for ``session_id`` from the daemon until
+        :meth:`release` (the connection's other requests pass)."""
+        with self._lock:
+            self._hold = (method, session_id)
+
+    def release(self) -> None:
+        """Pass on what :meth:`hold` kept, in order, and hold nothing more."""
+        with self._lock:
+            self._hold = None
+            kept, self._kept = self._kept, {}
+            for up, lines in kept.items():
+                with contextlib.suppress(OSError):
+                    up.sendall(b"".join(lines))
 
     def count(self, method: str, *, hooks_only: bool = False) -> int:
         """Requests of ``method`` so far; ``hooks_only``: not counting the connection
@@ -341,6 +379,83 @@ def test_a_session_registered_again_is_followed_again(
     assert "still there?" in said
     assert relay.count("message.inbox", hooks_only=True) == asked
     assert S in rt.responding
+
+
+S2 = "20261202_070000_bbbbbb"
+
+
+@pytest.fixture
+def slow_reply_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of the plugin's calls waits 2 s for its reply (``MESH_HERMES_TIMEOUT``; 0.5 s
+    by default): room for a test to put a push on the wire while a reply is held."""
+    monkeypatch.setenv("MESH_HERMES_TIMEOUT", "2")
+
+
+def test_a_reply_that_times_out_costs_the_other_sessions_nothing(
+    slow_reply_window: None,
+    rt: Runtime,
+    daemon: DaemonHandle,
+    relay: CountingRelay,
+    tmp_path: Path,
+) -> None:
+    """A second session starts while the daemon is slow to answer the plugin's
+    ``query.respond`` for it (held by the relay past the plugin's timeout), and a
+    changed-file notice for the first is pushed meanwhile: the connection is kept, so
+    the notice (pushed, never kept in an inbox) is shown, the first session stays
+    subscribed on it, and the second is followed once the daemon answers."""
+    (tmp_path / "auth.py").write_text("x")
+    start(rt, daemon, relay)
+    tool_call(rt, "read_file", {"path": str(tmp_path / "auth.py")})
+    rt.flush()  # the read is on the board: the chat is told of changes to the file
+
+    relay.hold("query.respond", S2)
+    try:
+        hooks(rt)["on_session_start"](session_id=S2, platform="cli", model="m")
+        wait_for(lambda: relay.held, what="the plugin's query.respond for the second session")
+        changed = daemon.call("board.changed", {"session_id": OTHER, "paths": [str(tmp_path /
+                              "auth.py")], "summary": "login returns a token now"})  # fmt: skip
+        assert changed["result"]["notified"] == [S], changed
+        wait_for(lambda: relay.pushed["file.changed"], what="the notice on its way to the plugin")
+        # the plugin gave up waiting for that reply and asks again (on this connection or
+        # a new one): the notice reached it before
+        wait_for(lambda: relay.asked["query.respond", S2] >= 2, timeout=60,
+                 what="the plugin asking again after its timeout")  # fmt: skip
+    finally:
+        relay.release()
+    wait_for(lambda: rt.view.in_sync(rt.sessions[S2]), timeout=30, what="the second in sync")
+    said = tool_call(rt)
+    hooks(rt)["on_session_finalize"](session_id=S2, reason="done")
+
+    assert "login returns a token now" in said, "the pushed notice was lost"
+    assert relay.asked["events.subscribe", S] == 1, "the first session was subscribed again"
+    assert relay.count("mesh.info") - relay.count("mesh.info", hooks_only=True) == 1, (
+        "the plugin's listener connection was opened again"
+    )
+    assert rt.view.in_sync(rt.sessions[S])
+    assert {S, S2} <= rt.responding
+
+
+def test_a_session_half_followed_is_not_said_to_be_answered_for(
+    rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    """``query.respond`` answered, ``events.subscribe`` not in time: the session is not
+    among those the plugin serves until its subscription and read are done."""
+    start(rt, daemon, relay)
+    relay.hold("events.subscribe", S2)
+    try:
+        hooks(rt)["on_session_start"](session_id=S2, platform="cli", model="m")
+        wait_for(lambda: relay.asked["events.subscribe", S2] >= 2, timeout=60,
+                 what="the plugin following it again after its timeout")  # fmt: skip
+        half = set(rt.responding)
+    finally:
+        relay.release()
+    wait_for(lambda: S2 in rt.responding, timeout=30, what="the second served in full")
+    in_sync = rt.view.in_sync(rt.sessions[S2])
+    hooks(rt)["on_session_finalize"](session_id=S2, reason="done")
+
+    assert S2 not in half, half
+    assert S in half, "the first session is still served"
+    assert in_sync
 
 
 IN_HERMES = r"""

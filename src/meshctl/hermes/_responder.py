@@ -12,12 +12,15 @@ The same connection subscribes to each session's events (``events.subscribe``) a
 reads its inbox once right after (on every connection, and again whenever the
 session was registered again): the :class:`~._view.View` the hooks read instead of
 asking the daemon. A lost connection takes every session's view out of sync at
-once, before the new one is opened.
+once, before the new one is opened. A reply that does not come in time loses
+nothing (the connection stays open): the session it was for is followed again on a
+later pass, and the other sessions' views stay as they are.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +30,10 @@ from ._view import View
 
 #: Questions remembered for a late mesh_reply (query id -> asker), newest kept.
 MAX_ASKERS = 256
+#: Seconds before following again after a reply that timed out, doubling while the
+#: daemon keeps not answering (hung, stopped): a retry is one more request it reads.
+RETRY_FIRST = 0.5
+RETRY_MAX = 10.0
 
 
 class Responder:
@@ -91,15 +98,23 @@ class Responder:
     def _serve(self, conn: Any) -> None:
         serving: dict[str, int] = {}  # session -> the registration it is served for
         self.responding = set()  # a new connection: responds for none yet
+        retry_at, pause = 0.0, 0.0  # after a reply that timed out: when to follow again
         while not self._stop.is_set():
-            for t in list(self.sessions.values()):
-                epoch = t.epoch
-                if t.registered and not t.group and serving.get(t.session_id) != epoch:
-                    serving[t.session_id] = epoch  # tried once per registration
-                    self._follow(conn, t, epoch)
+            if time.monotonic() >= retry_at:
+                for t in list(self.sessions.values()):
+                    epoch = t.epoch
+                    if t.registered and not t.group and serving.get(t.session_id) != epoch:
+                        serving[t.session_id] = epoch  # tried once per registration
+                        if self._follow(conn, t, epoch):
+                            pause = 0.0
+                            continue
+                        del serving[t.session_id]  # timed out: followed again later, and
+                        pause = min(max(pause * 2, RETRY_FIRST), RETRY_MAX)  # what came
+                        retry_at = time.monotonic() + pause  # meanwhile is read first
+                        break
             for sid in [s for s in serving if s not in self.sessions]:
                 del serving[sid]
-                self.responding.discard(sid)
+            self.responding.intersection_update(serving)
             event = conn.next_event(0.25)
             while isinstance(event, dict):
                 if event.get("kind") == "query":
@@ -108,24 +123,35 @@ class Responder:
                     self.view.push(event)
                 event = conn.next_event(0) if conn.events else None
 
-    def _follow(self, conn: Any, t: Tracked, epoch: int) -> None:
+    def _follow(self, conn: Any, t: Tracked, epoch: int) -> bool:
         """Answer for ``t``, subscribe to its events, then read its inbox once: its view
         is in sync from then on (until the connection is lost or ``t`` registers again).
-        A daemon that no longer knows ``t`` has it registered again (a new epoch)."""
+        A daemon that no longer knows ``t`` has it registered again (a new epoch).
+
+        False when a reply did not come in time: the connection is still open (a
+        timeout gives up one reply, :meth:`meshctl._blocking.Connection.exchange`) and
+        what it was pushed for the other sessions is good, so only ``t`` is followed
+        again later (``query.respond`` and ``events.subscribe`` are sets on the
+        daemon: asking twice is asking once). Any other failure of the connection is
+        raised: a new one."""
         sid = t.session_id
+        self.responding.discard(sid)  # until it is served again in full
         try:
             conn.call("query.respond", {"session_id": sid})
-            self.responding.add(sid)
             conn.call("events.subscribe", {"session_id": sid})
             inbox = conn.call("message.inbox", {"session_id": sid, "peek": True})
         except Exception as exc:
             if getattr(exc, "data_code", "") in ("UNKNOWN_SESSION", "SESSION_EXPIRED"):
                 if self._forget is not None:
                     self._forget(sid)
-                return
+                return True
+            if isinstance(exc, _client.library().MeshTimeout) and not conn.closed:
+                return False
             raise  # the connection failed: a new one
         items = [dict(i) for i in inbox.get("items") or [] if isinstance(i, Mapping)]
+        self.responding.add(sid)
         self.view.resync(t, epoch, items)
+        return True
 
     def on_query(self, conn: Any, event: Mapping[str, Any]) -> None:
         t = self.sessions.get(str(event.get("session_id") or event.get("to") or ""))
