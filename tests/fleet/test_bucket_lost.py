@@ -5,7 +5,8 @@ connected. Its records are gone, so the claims it decided are gone: the host tha
 held one is told it lost it (never a claim the fleet no longer knows), the bucket is
 made again, fleet-wide claims are refused on that host with a clear reason while the
 new bucket's revisions are below a token it granted, and the other hosts' listings
-follow the new, empty bucket. Real nats-server, one meshd per host.
+follow the new, empty bucket. A bucket deleted and made again at once is followed
+too, by hosts that had nothing in it. Real nats-server, one meshd per host.
 """
 
 from __future__ import annotations
@@ -81,3 +82,85 @@ def test_a_bucket_deleted_under_running_hosts_is_made_again_and_said(
         20,
         what=lambda: f"h2 to follow the new bucket: {h2.call('claim.list')}",
     )
+
+
+def make_bucket_again(server: NatsServer, name: str) -> None:
+    """Delete the bucket's stream and make it again at once, as it was configured: what
+    ``nats kv del`` and a new bucket do, or a server that lost its store and a host
+    that made the bucket again. The hosts' links stay up all along."""
+    import nats
+
+    async def go() -> None:
+        nc = await nats.connect(server.url, **server.client_options())
+        try:
+            js = nc.jetstream()
+            config = (await js.stream_info(f"KV_{name}")).config
+            await js.delete_stream(f"KV_{name}")
+            await js.add_stream(config)
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def has_key(server: NatsServer, name: str, key: str) -> bool:
+    import nats
+    import nats.js.errors
+
+    async def go() -> bool:
+        nc = await nats.connect(server.url, **server.client_options())
+        try:
+            await (await nc.jetstream().key_value(name)).get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return False
+        finally:
+            await nc.close()
+        return True
+
+    return asyncio.run(go())
+
+
+def test_a_bucket_made_again_is_followed_by_a_host_without_claims(
+    fleet_hosts: HostFactory, nats_server: NatsServer
+) -> None:
+    """h3 takes and gives back claims, so the bucket's revisions climb; the bucket is
+    deleted and made again while every link stays up. A claim h1 makes in the new
+    bucket shows in h2's listing and check, and h2's view is current. Before, h2 (no
+    claim of its own to lose) kept its watches on the old bucket's sequences: they
+    went on past the new bucket's first records, and h2 never listed h1's claim while
+    ``fleet status`` said its view was current."""
+    h1, h2, h3 = fleet_hosts(3, extra=FAST)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    register(h3, "h3:c")
+    for n in range(8):  # the old bucket's revisions well above the new one's first
+        acquire(h3, "h3:c", f"box:{n}")
+        h3.call("claim.release", {"session_id": "h3:c", "resources": [f"box:{n}"]})
+    wait_for(lambda: h2.call("claim.list")["claims"] == [], 15, what="h2 to list nothing")
+
+    make_bucket_again(nats_server, "mesh_test_claims")
+    # h1's lease in the new bucket first: a claim made before it would be lost at
+    # h1's next renewal (its lease had run out there), and rightly so
+    wait_for(lambda: has_key(nats_server, "mesh_test_claims", "l.h1"), 15, what="h1's lease")
+
+    def h1_claims() -> dict[str, Any] | None:
+        reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": "h1:a",
+                                                        "resources": ["box:after"]})  # fmt: skip
+        return reply.get("result")
+
+    got = wait_for(h1_claims, 20, what=lambda: f"h1 to claim in the new bucket: {h1.tails()}")
+    assert got["status"] == "granted", got
+
+    def h2_lists() -> bool:
+        return [(c["resource"], c["host"]) for c in h2.call("claim.list")["claims"]] == [
+            ("box:after", "h1")
+        ]
+
+    wait_for(h2_lists, 20, what=lambda: f"h2 to list h1's claim: {h2.status()}\n{h2.tails()}")
+
+    def h2_checks() -> bool:  # answered from h2's own table while it reconciles
+        got = h2.call("claim.check", {"resources": ["box:after"]})
+        return [(c["session_id"], c["host"]) for c in got["claims"]] == [("h1:a", "h1")]
+
+    wait_for(h2_checks, 15, what=lambda: f"h2 to check h1's claim: {h2.status()}")
+    assert h2.status()["parts"]["claims"]["view"]["state"] == "current"

@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 
 import anyio
 import nats.errors
 import nats.js.errors
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from meshd.fleet.claim_records import Entry, Record, Seen, Step
@@ -69,6 +71,36 @@ async def open_bucket(link: FleetLink, *, watch: bool = False) -> KeyValue:
                 raise FleetDown(describe(exc)) from exc
         except NATS_ERRORS as exc:
             raise FleetDown(describe(exc)) from exc
+
+
+async def made_at(js: JetStreamContext, name: str) -> datetime | None:
+    """When KV bucket ``name``'s stream was made: which bucket of that name it is.
+
+    A watch (an ordered consumer) follows one stream by its sequences. Deleted and
+    made again (``nats kv del`` and a new one, a server that lost its JetStream
+    store), the bucket keeps its name but starts again at revision 1, and a watch of
+    the old one goes on (nats-py re-creates its consumer after the old one's
+    stream went quiet, past the old one's sequences): it misses every record
+    the new bucket had until its revisions pass the old ones'. The stream's creation
+    time survives a server restart with its store and changes with a new stream
+    (tests/fleet/test_bucket_lost.py); :class:`FleetDown`-family errors as any
+    JetStream request (``NotFoundError``: there is no such bucket now)."""
+    info = await js.stream_info(f"KV_{name}")
+    return info.created
+
+
+async def replaced(js: JetStreamContext, name: str, born: datetime | None) -> bool:
+    """Whether bucket ``name`` is no longer the one :func:`made_at` said was made at
+    ``born``: deleted, or deleted and made again. A request that fails otherwise
+    (a timeout, the link dropping) says no: asked again at the next look, and a
+    link that drops is noticed by whoever watches it."""
+    try:
+        return await made_at(js, name) != born
+    except nats.js.errors.NotFoundError:
+        return True
+    except NATS_ERRORS as exc:
+        log.debug("fleet: is the claims bucket the same one: %s", describe(exc))
+        return False
 
 
 async def read(kv: KeyValue, name: str, seen: Seen | None = None) -> tuple[Record, int]:

@@ -14,7 +14,8 @@ What a reader sees (docs/FLEET.md, "Listings"):
 * **current** -- the feed is live and caught up: the bucket as of the last change
   delivered (the server sends each change to every watcher as it stores it).
 * **catching up** -- after a (re)connection, or once the bucket was made again
-  (it had been deleted), the records are read again into a new view; until it is
+  (it had been deleted: noticed when this host makes it, or within a lease period
+  by :meth:`ClaimMirror._guard`), the records are read again into a new view; until it is
   complete, readers keep the previous complete view (none before the first: then as
   **none**).
 * **last known** -- the link is down: the view as it was when the feed stopped,
@@ -34,9 +35,11 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import anyio
+from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
 from meshd.fleet import claim_bucket as bucket
@@ -121,8 +124,11 @@ class MirrorView:
 class ClaimMirror:
     """The commit records and leases of the claims bucket, kept in memory by a watch."""
 
-    def __init__(self, link: FleetLink) -> None:
+    def __init__(self, link: FleetLink, *, check_every: Callable[[], float] = lambda: 5.0) -> None:
         self.link = link
+        self._check_every = check_every
+        """Seconds between two looks at whether the bucket is still the one followed
+        (:func:`~meshd.fleet.claim_bucket.replaced`): the lease's renewal period."""
         self.view: MirrorView | None = None
         """The last complete view (None: never caught up)."""
         self.live = False
@@ -170,7 +176,7 @@ class ClaimMirror:
 
     async def _follow(self) -> None:
         """Read the commit records and leases into a new view, make it the view once
-        complete, keep it current until the link drops."""
+        complete, keep it current until the link drops or the bucket is another one."""
         link = self.link
         await bucket.open_bucket(link, watch=True)  # bound there (the reconcile makes it)
         js = link.watch_js
@@ -183,6 +189,7 @@ class ClaimMirror:
         subs: list[Any] = []
         self.catching_up = True
         try:
+            born = await bucket.made_at(js, feed.name)  # before the consumers: none missed
             for which in ("g", "l"):
                 sub = await js.subscribe(
                     f"{feed.prefix}{which}.>", stream=f"KV_{feed.name}", cb=feed.handler(which),
@@ -193,11 +200,15 @@ class ClaimMirror:
                 info = await sub.consumer_info()
                 if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
                     feed.caught_up(which)  # nothing there: nothing comes before a change
-            await _first(feed.complete, down, made)
-            if not (down.is_set() or made.is_set()):
-                self.view, self.live, self.catching_up = feed.view, True, False
-                self.stopped = None
-                await _first(down, made)
+            async with anyio.create_task_group() as tg:
+                gone = anyio.Event()  # made again under this host: start again
+                tg.start_soon(self._guard, js, feed.name, born, gone)
+                await _first(feed.complete, down, made, gone)
+                if not (down.is_set() or made.is_set() or gone.is_set()):
+                    self.view, self.live, self.catching_up = feed.view, True, False
+                    self.stopped = None
+                    await _first(down, made, gone)
+                tg.cancel_scope.cancel()
         finally:
             undo()
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
@@ -206,6 +217,21 @@ class ClaimMirror:
                         await sub.unsubscribe()
                     except Exception as exc:
                         log.debug("fleet claims mirror: unsubscribe: %s", describe(exc))
+
+    async def _guard(
+        self, js: JetStreamContext, name: str, born: datetime | None, gone: anyio.Event
+    ) -> None:
+        """Set ``gone`` once the bucket followed is not the one there now (deleted, or
+        deleted and made again: :func:`~meshd.fleet.claim_bucket.replaced`). Nothing
+        else says so to a host that wrote nothing to the bucket meanwhile: its lease
+        renewals are refused, but it has no claim to lose, and its consumers carry on
+        past the new bucket's first records."""
+        while True:
+            await anyio.sleep(self._check_every())
+            if await bucket.replaced(js, name, born):
+                break
+        log.warning("fleet claims mirror: bucket %s deleted or made again: read again", name)
+        gone.set()
 
 
 class _Feed:

@@ -302,6 +302,7 @@ class ClaimUpkeep:
             if self.book.grants:
                 self._check_losses(key, revision)
 
+        born = await bucket.made_at(js, name)  # before the consumer: no change missed
         sub = await js.subscribe(
             f"{prefix}k.>", stream=f"KV_{name}", cb=on_msg, ordered_consumer=True,
             deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, inactive_threshold=300,
@@ -309,6 +310,11 @@ class ClaimUpkeep:
         try:
             while self.link.connected:
                 await anyio.sleep(self.renew_every)
+                if await bucket.replaced(js, name, born):
+                    # deleted, or made again: this consumer follows the old one's
+                    # sequences and would miss the new one's records (waiters not
+                    # woken, losses unseen); reconciled with the new one instead
+                    raise FleetDown(f"the claims bucket {name} was deleted or made again")
         finally:
             # Nothing watched from here on: the hints would go stale unseen (a bucket
             # replaced meanwhile among them). The next link-up forgets them too.

@@ -72,7 +72,7 @@ class FleetClaims:
             link, book, self.roots, local, pace=lambda: self.upkeep.renew_every
         )
         """Claims given back or lost, and the writes that say so."""
-        self.mirror = ClaimMirror(link)
+        self.mirror = ClaimMirror(link, check_every=lambda: self.upkeep.renew_every)
         """The commit records and leases in memory: what the listings read."""
         self.reads = FleetHolders(
             link, book, self.roots, self.mirror, is_fleet=self.is_fleet, ready=lambda: self.ready
