@@ -140,6 +140,28 @@ class TestNotices:
         assert as_file["project"] == str(loose)
         assert as_dir["project"] == str(loose)
 
+    def test_outside_git_one_report_gives_each_path_its_own_folder(
+        self, mesh: Any, proj: Path
+    ) -> None:
+        """SPEC §7: outside git a path's project is its folder, whatever else the report
+        names. The walk's cache took a folder's own project (outside git) for the
+        project of every folder under it, so a file in ``loose/sub`` (or a new folder
+        ``loose/new/``) reported after one in ``loose`` landed on ``loose``'s board;
+        alone, or listed first, it was on its own."""
+        c, _ = mesh
+        loose = proj.parent / "elsewhere" / "loose"
+        (loose / "sub").mkdir(parents=True)
+        paths = [f"{loose}/a.md", f"{loose}/sub/b.md", f"{loose}/new/", f"{proj}/src/c.py"]
+
+        together = c.call("board.changed", session_id="w", paths=paths)
+        alone = [c.call("board.changed", session_id="w", paths=[p])["project"] for p in paths]
+
+        expected = [str(loose), str(loose / "sub"), str(loose / "new"), str(proj)]
+        assert alone == expected
+        assert together["projects"] == expected
+        sub = c.call("board.changes", session_id="w", project_or_path=f"{loose}/sub/")
+        assert [ch["path"] for ch in sub["entries"]] == [f"{loose}/sub/b.md"] * 2
+
 
 class TestBroadPlaces:
     """A session whose cwd is ``/``, the home folder or a folder above it is not told

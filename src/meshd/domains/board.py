@@ -49,44 +49,45 @@ HOME = os.path.expanduser("~")
 _HOMES = frozenset({HOME.rstrip("/") or "/", os.path.realpath(HOME)})
 
 
-def project_of(path: str, cache: dict[str, str] | None = None, *, is_dir: bool = False) -> str:
+def project_of(
+    path: str, cache: dict[str, str | None] | None = None, *, is_dir: bool = False
+) -> str:
     """The git top level holding ``path``; outside git the folder itself, or the file's folder.
 
     Reads the filesystem (``.git`` entries, is-a-folder). ``cache`` maps folders
-    already walked to their project, for reports of many files. ``is_dir``: the path
-    was given ending in ``/``, so it is a folder even before it exists (SPEC §7; the
-    key itself is kept without the slash).
+    already walked to the git top level above them, or None for no git above, for
+    reports of many files: it never holds a folder's own project outside git, which
+    is not the project of the folders under it. ``is_dir``: the path was given ending
+    in ``/``, so it is a folder even before it exists (SPEC §7; the key itself is kept
+    without the slash).
     """
     start = path if is_dir or os.path.isdir(path) else (os.path.dirname(path) or "/")
     seen: list[str] = []
     folder = start
-    found: str | None = None
+    top: str | None = None
     while True:
         if cache is not None and folder in cache:
-            found = cache[folder]
+            top = cache[folder]
             break
         seen.append(folder)
         if os.path.lexists(os.path.join(folder, ".git")):
-            found = folder
+            top = folder
             break
         parent = os.path.dirname(folder)
         if parent == folder:
             break
         folder = parent
-    if found is None:
-        found = start
-        seen = [start]  # outside git, only the start folder is its own project
     if cache is not None:
         for f in seen:
-            cache[f] = found
-    return found
+            cache[f] = top
+    return start if top is None else top
 
 
 def _by_project(paths: list[str]) -> dict[str, dict[str, Key]]:
     """The canonical keys of ``paths`` by project (reads the filesystem: run it in the
     resolver, off the event loop)."""
     by_project: dict[str, dict[str, Key]] = {}
-    cache: dict[str, str] = {}
+    cache: dict[str, str | None] = {}
     for i, raw in enumerate(paths):
         try:
             key = _path_key(raw)
