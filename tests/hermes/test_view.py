@@ -458,6 +458,38 @@ def test_a_session_half_followed_is_not_said_to_be_answered_for(
     assert in_sync
 
 
+@pytest.fixture
+def long_replies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of the plugin's calls waits up to 60 s for its reply: a reply the relay
+    holds is held for as long as the test says, never given up on."""
+    monkeypatch.setenv("MESH_HERMES_TIMEOUT", "60")
+
+
+def test_a_session_ended_and_started_again_under_a_busy_responder_is_followed_anew(
+    long_replies: None, rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    """The session ends and starts again with the same id (a resumed chat) while the
+    responder still waits for the inbox read of its first registration: that read
+    belongs to a registration that is gone, so it makes nothing in sync, and the new
+    registration is subscribed and read anew -- its messages are pushed and shown."""
+    daemon.call("session.register", {"session_id": OTHER, "task": "watching CI"})
+    relay.hold("message.inbox", S)
+    try:
+        hooks(rt)["on_session_start"](session_id=S, platform="cli", model="m")
+        wait_for(lambda: relay.held, what="the inbox read of the first registration")
+        hooks(rt)["on_session_finalize"](session_id=S, reason="done")
+        hooks(rt)["on_session_start"](session_id=S, platform="cli", model="m")
+    finally:
+        relay.release()
+    wait_for(lambda: relay.asked["events.subscribe", S] >= 2, timeout=30,
+             what="the new registration subscribed")  # fmt: skip
+    in_sync(rt)
+    send(daemon, "for the resumed chat")
+    shown: list[str] = []
+    wait_for(lambda: shown.append(tool_call(rt)) or "for the resumed chat" in shown[-1],
+             timeout=30, what=lambda: shown[-3:])  # fmt: skip
+
+
 IN_HERMES = r"""
 import json, sys, time, model_tools
 from hermes_cli.plugins import invoke_hook

@@ -10,6 +10,7 @@ The lowest of the plugin's stateful modules: it imports none of those that use i
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import os
 from collections.abc import Mapping
@@ -26,6 +27,12 @@ INTERACTIVE = {"cli", "tui"}
 #: The tool that answers a question, per tool set (:mod:`meshctl.agent.tools`).
 ANSWER_TOOL = {"compact": "mesh_msg", "full": "mesh_reply"}
 _PATCH_FILE = ("*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:")
+#: The number of each registration of a session in this process (:attr:`Tracked.epoch`).
+#: One count for the process, never per session: a session ended and tracked again
+#: under the same id (a resumed chat) is a new :class:`Tracked`, and a per-session
+#: count would give its first registration the number the responder and the view
+#: still hold for the old one (never subscribed again, or a view trusted unsubscribed).
+REGISTRATIONS = itertools.count(1)
 
 
 def source_of(session_id: str, platform: str) -> str:
@@ -188,7 +195,8 @@ class Tracked:
         self.parent: str | None = None
         self.group = False
         self.registered = False
-        #: registrations so far (the inbox view is in sync for one of them: ._view)
+        #: its latest registration's number (0: none), from :data:`REGISTRATIONS` (the
+        #: inbox view is in sync for one registration: ._view)
         self.epoch = 0
         self.status = "idle"
         self.task = ""

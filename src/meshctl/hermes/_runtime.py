@@ -40,6 +40,7 @@ from ._common import (
     ANSWER_TOOL,
     GATEWAY_MESSAGE,
     READ_TOOLS,
+    REGISTRATIONS,
     WRITE_TOOLS,
     Tracked,
     broad,
@@ -149,7 +150,7 @@ class Runtime:
         if result.get("disabled"):
             self.link.disabled = True
             return False
-        t.epoch += 1  # the view follows this registration once subscribed again
+        t.epoch = next(REGISTRATIONS)  # the view follows it once subscribed again
         t.registered = True
         t.reads.clear()  # a session registered again lost its marks with it: record anew
         self.interval = float(result.get("heartbeat_interval") or self.interval)
