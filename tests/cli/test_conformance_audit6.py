@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from .conftest import Meshctl, OfflineEnv
+from .test_conformance_audit import Daemon, ok, register  # first audit's
 
 
 @pytest.mark.parametrize("name", [".", "..", "nl\n"])
@@ -44,3 +45,24 @@ def test_a_profile_name_outside_the_rule_is_a_usage_error(
     assert served.returncode != 0, served
     assert "invalid profile name" in served.stderr, served
     assert not (offline_env.root / "run" / "meshd").exists()
+
+
+def test_removing_another_session_s_note_says_whose_it_is(meshctl: Meshctl, daemon: Daemon) -> None:
+    """SPEC §9 ``notes rm NOTE_ID``: the author only. The refusal (``FORBIDDEN``) came
+    with the hint for a foreign uid's socket, "the socket belongs to another user; use
+    your own MESH_SOCKET", which sent the person after a problem they did not have."""
+    register(meshctl, daemon, "cli:author")
+    register(meshctl, daemon, "cli:other")
+    ok(meshctl("notes", "add", "--session", "cli:author", "keep", "this", env=daemon.env))
+
+    refused = meshctl("notes", "rm", "1", "--session", "cli:other", env=daemon.env)
+    as_json = meshctl("notes", "rm", "1", "--session", "cli:other", "--json", env=daemon.env)
+
+    assert refused.code == 1, refused
+    assert "only its author removes it" in refused.err, refused
+    assert "another user" not in refused.err, refused
+    assert "--session cli:author" in refused.err, refused
+    assert as_json.json()["error"]["data"]["code"] == "FORBIDDEN", as_json
+    assert as_json.json()["error"]["data"]["author"] == "cli:author", as_json
+    listed = ok(meshctl("notes", "list", "--session", "cli:other", "--json", env=daemon.env))
+    assert [n["text"] for n in listed.json()] == ["keep this"]

@@ -238,6 +238,8 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
     data = dict(exc.data)
     data_code = str(data.pop("code", exc.data_code))
     hint = "pass --broad to claim it all the same" if data.get("needs") == "broad" else None
+    if data_code == "FORBIDDEN" and "author" in data:  # a note, not a foreign uid's socket
+        hint = f"act as its author (--session {data['author']}), or ask that session to remove it"
     message = exc.message
     path = data.get("path")
     if data_code == "INVALID_PARAMS" and path and path != "$" and str(path) not in message:
