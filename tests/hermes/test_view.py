@@ -50,8 +50,9 @@ class CountingRelay:
         self.pushed: Counter[str] = Counter()
         #: requests kept from the daemon so far by :meth:`hold`
         self.held = 0
-        self._hold: tuple[str, str] | None = None
-        self._kept: dict[socket.socket, list[bytes]] = {}  # upstream -> lines held back
+        self._holds: set[tuple[str, str]] = set()
+        #: (method, session id) -> (upstream, line) held back, in order
+        self._kept: dict[tuple[str, str], list[tuple[socket.socket, bytes]]] = {}
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket, list[str]]] = []
         self.server = socket.socket(socket.AF_UNIX)
@@ -101,8 +102,8 @@ class CountingRelay:
                     self.counts[method] += 1
                     self.asked[method, sid] += 1
                     sent.append(method)
-                    if self._hold == (method, sid):
-                        self._kept.setdefault(up, []).append(line)
+                    if isinstance(sid, str) and (method, sid) in self._holds:
+                        self._kept.setdefault((method, sid), []).append((up, line))
                         self.held += 1
                         continue
                 up.sendall(line)
@@ -120,16 +121,18 @@ class CountingRelay:
         """Keep every ``method`` request for ``session_id`` from the daemon until
         :meth:`release` (the connection's other requests pass)."""
         with self._lock:
-            self._hold = (method, session_id)
+            self._holds.add((method, session_id))
 
-    def release(self) -> None:
-        """Pass on what :meth:`hold` kept, in order, and hold nothing more."""
+    def release(self, method: str | None = None, session_id: str | None = None) -> None:
+        """Pass on what :meth:`hold` kept for ``method`` and ``session_id`` (default:
+        everything), in order, and hold it no more."""
         with self._lock:
-            self._hold = None
-            kept, self._kept = self._kept, {}
-            for up, lines in kept.items():
-                with contextlib.suppress(OSError):
-                    up.sendall(b"".join(lines))
+            for key in [k for k in self._holds if method in (None, k[0])
+                        and session_id in (None, k[1])]:  # fmt: skip
+                self._holds.discard(key)
+                for up, line in self._kept.pop(key, []):
+                    with contextlib.suppress(OSError):
+                        up.sendall(line)
 
     def count(self, method: str, *, hooks_only: bool = False) -> int:
         """Requests of ``method`` so far; ``hooks_only``: not counting the connection
@@ -488,6 +491,43 @@ def test_a_session_ended_and_started_again_under_a_busy_responder_is_followed_an
     shown: list[str] = []
     wait_for(lambda: shown.append(tool_call(rt)) or "for the resumed chat" in shown[-1],
              timeout=30, what=lambda: shown[-3:])  # fmt: skip
+
+
+def test_what_comes_for_a_session_as_it_ends_is_not_kept(
+    long_replies: None, rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    """Between the plugin forgetting an ending session and the daemon ending it, a push
+    for it and the late inbox read of its registration still come in: the view keeps
+    nothing of them (a gateway ends many sessions over weeks)."""
+    daemon.call("session.register", {"session_id": OTHER, "task": "watching CI"})
+    relay.hold("message.inbox", S)
+    relay.hold("session.end", S)
+    table = hooks(rt)
+    ending = threading.Thread(target=table["on_session_finalize"],
+                              kwargs={"session_id": S, "reason": "done"})  # fmt: skip
+    try:
+        table["on_session_start"](session_id=S, platform="cli", model="m")
+        wait_for(lambda: relay.held == 1, what="the inbox read of the session")
+        send(daemon, "one: while it runs")  # pushed, read once the inbox read is in
+        wait_for(lambda: relay.pushed["message"] == 1, what="the push of the first")
+        ending.start()
+        wait_for(lambda: relay.held == 2, what="the session's end on its way")
+        send(daemon, "two: while it ends")  # still live on the daemon: pushed
+        wait_for(lambda: relay.pushed["message"] == 2, what="the push of the second")
+        relay.release("message.inbox", S)  # the read comes back after the forgetting
+        # the responder follows a second session only after both: once it is in sync,
+        # the push and the read for the first were taken (or not)
+        table["on_session_start"](session_id=S2, platform="cli", model="m")
+        wait_for(lambda: rt.view.in_sync(rt.sessions[S2]), timeout=30,
+                 what="the second session in sync")  # fmt: skip
+    finally:
+        relay.release()
+        if ending.is_alive() or ending.ident is not None:
+            ending.join(30)
+    kept = rt.view.kept()
+    table["on_session_finalize"](session_id=S2, reason="done")
+
+    assert S not in kept, kept
 
 
 IN_HERMES = r"""

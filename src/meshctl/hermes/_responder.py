@@ -50,7 +50,7 @@ class Responder:
         self.sessions = sessions
         self.profile = profile
         self.socket = socket
-        self.view = view if view is not None else View()
+        self.view = view if view is not None else View(sessions)
         self._forget = forget  # the daemon does not know a session: register it again
         #: query id -> asker, for questions handed to the model (mesh_reply needs it)
         self.askers: dict[int, str] = {}

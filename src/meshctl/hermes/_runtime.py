@@ -83,7 +83,7 @@ class Runtime:
         for box in (self.status, self.reads, self.writes, self.acks):
             self.sender.add(box)
         #: what waits for each session, as pushed to the responder's connection
-        self.view = View()
+        self.view = View(self.sessions)
         self.responder = Responder(self.sessions, self.profile, self.socket, self.view, self.forget)
         #: query id -> asker, for questions handed to the model (mesh_reply needs it)
         self.askers = self.responder.askers

@@ -31,6 +31,10 @@ Nothing is lost on the way (the rules, and how each is kept):
 - **Nothing is shown twice.** The ids a hook surfaced (or the model read with
   ``mesh_inbox``) are remembered (the last :data:`SEEN` of them): a later push or
   inbox read of the same item, before its acknowledgement landed, is dropped.
+- **Nothing is kept for a session that ended.** A push, or an inbox read, that comes
+  in for a session the process no longer tracks (between its end here and the
+  daemon's, or for a registration since ended) is dropped: a gateway that ends many
+  sessions over weeks keeps nothing of them.
 """
 
 from __future__ import annotations
@@ -81,7 +85,9 @@ def item_of_event(event: Mapping[str, Any]) -> Item | None:
 class View:
     """What waits for each session of the process, as pushed (see the module's doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sessions: Mapping[str, Tracked]) -> None:
+        #: the process's sessions (the runtime's): what comes for others is dropped
+        self.sessions = sessions
         self._lock = threading.Lock()
         self._held: dict[str, list[Item]] = {}  # session -> items, in arrival order
         self._synced: dict[str, int] = {}  # session -> registration (epoch) in sync
@@ -99,18 +105,25 @@ class View:
         self._synced.clear()
 
     def resync(self, t: Tracked, epoch: int, items: Iterable[Mapping[str, Any]]) -> None:
-        """After subscribing ``t`` (registration ``epoch``): its inbox as read once."""
+        """After subscribing ``t`` (registration ``epoch``): its inbox as read once
+        (dropped when ``t`` is no longer the process's session of that id: it ended)."""
         with self._lock:
+            if self.sessions.get(t.session_id) is not t:
+                return
             self._merge(t.session_id, items)
             self._synced[t.session_id] = epoch
 
     def push(self, event: Mapping[str, Any]) -> bool:
-        """A pushed event; True when it is an item the session will be shown."""
+        """A pushed event; True when it is an item the session will be shown (never
+        for a session the process no longer tracks: it ended here, not yet on the
+        daemon; its items stay there, unread)."""
         sid = event.get("session_id")
         item = item_of_event(event)
         if item is None or not isinstance(sid, str):
             return False
-        with self._lock:
+        with self._lock:  # the check and the merge under the lock forget takes
+            if sid not in self.sessions:
+                return False
             return self._merge(sid, [item]) > 0
 
     def take(self, t: Tracked, fetched: list[Item] | None = None) -> list[Item]:
@@ -144,7 +157,8 @@ class View:
                 self._held[sid] = [i for i in held if i.get("id") not in gone]
 
     def forget(self, sid: str) -> None:
-        """The session ended: nothing of it is kept."""
+        """The session ended (called once it is out of :attr:`sessions`): nothing of
+        it is kept, nor taken after."""
         with self._lock:
             self._held.pop(sid, None)
             self._synced.pop(sid, None)
@@ -153,6 +167,11 @@ class View:
         """A copy of what waits for ``sid`` (tests)."""
         with self._lock:
             return list(self._held.get(sid, []))
+
+    def kept(self) -> set[str]:
+        """The sessions the view keeps anything for (tests)."""
+        with self._lock:
+            return set(self._held) | set(self._synced)
 
     def _merge(self, sid: str, items: Iterable[Mapping[str, Any]]) -> int:
         """Add new items (by id; not surfaced yet); how many were added. Lock held."""
