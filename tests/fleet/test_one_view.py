@@ -303,3 +303,31 @@ def test_a_local_only_grant_made_while_the_link_reconnects_is_reconciled_at_once
     again = acquire(h1, "h1:a", "res:x")
     assert again["status"] == "held"
     assert [x["host"] for x in again["holders"]] == ["h2"]
+
+
+def test_check_cut_off_from_the_fleet_says_what_it_could_not_read(
+    fleet_hosts: HostFactory,
+) -> None:
+    """h2 is cut off while h1 holds res:gpu. ``claim.check`` on h2 kept the sentence
+    "could not be read" in ``warnings`` only, and ``meshctl check res:gpu`` printed
+    "free: no other session claims or works on res:gpu" alone, exit 0: a person saw a
+    plain free. The answer says ``fleet_unreachable`` (why), and the command prints
+    that the other hosts' claims could not be read; still not held (exit 0: SPEC §5
+    gives 75 to an overlapping claim only)."""
+    h1, h2 = fleet_hosts(2, extra=FAST)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    assert acquire(h1, "h1:a", "res:gpu")["status"] == "granted"
+    h2.cut()
+    wait_for(lambda: not h2.connected(), 15, what="h2 to notice the cut")
+
+    got = h2.call("claim.check", {"resources": ["res:gpu"], "session_id": "h2:b"})
+    human = run_meshctl("check", "res:gpu", env=h2.env)
+    local = h2.call("claim.check", {"resources": ["port:80"]})
+
+    assert got["status"] == "free"
+    assert got["fleet_unreachable"], got
+    assert human.code == 0, human
+    assert "could not be read" in human.out, human
+    assert "no other session claims" not in human.out, human
+    assert local["fleet_unreachable"] == "", local  # a local key asks no fleet

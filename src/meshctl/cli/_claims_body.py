@@ -227,10 +227,17 @@ def render_check(keys: list[str], result: dict[str, Any], home: str | None = Non
         lines.append(f"notice: … and {more} more session(s) working there (--json lists them)")
     for c in result.get("elsewhere") or []:
         lines.append(f"notice: in profile {c.get('profile')}, {_claims.holder_line(c, home)}")
+    unread = result.get("fleet_unreachable")
+    if unread:  # the other hosts' claims are unknown: never a plain "free"
+        lines.append(
+            f"warning: the other hosts' claims could not be read: {unread}; "
+            "`meshctl fleet status` says why"
+        )
     if not holders:  # free: said first, also when sessions work there (the notices)
         shown = ", ".join(_claims.show_resource(k, home) for k in keys)
         what = "claims" if lines else "claims or works on"
-        lines.insert(0, f"free: no other session {what} {shown}")
+        who = "no session of this host" if unread else "no other session"
+        lines.insert(0, f"free: {who} {what} {shown}")
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ class ClaimReads:
             return pc.ClaimCheckResult(status="free", disabled=True, profile=st.profile)
         keys = await self.keys.keys_for(p.resources, p.broad)
         self.keys.expire()
-        found, warnings = await self.view.holders(keys, p.session_id)
+        found, warnings, unread = await self.view.holders(keys, p.session_id)
         present = await self._present(keys, p.session_id)
         present += self.view.present_elsewhere(keys)  # other hosts', at a fleet-wide path
         warnings += [
@@ -58,7 +58,7 @@ class ClaimReads:
         ]
         return pc.ClaimCheckResult(
             status="held" if found else "free", claims=found,
-            present=present, warnings=warnings, profile=st.profile,
+            present=present, warnings=warnings, profile=st.profile, fleet_unreachable=unread,
         )  # fmt: skip
 
     async def _present(self, keys: list[Key], caller: str | None) -> list[pc.ClaimPresent]:

@@ -57,25 +57,24 @@ class ClaimView:
 
     async def holders(
         self, keys: Sequence[Key], caller: str | None
-    ) -> tuple[list[pc.ClaimHolder], list[str]]:
+    ) -> tuple[list[pc.ClaimHolder], list[str], str]:
         """The claims in the way of ``keys`` (those of ``caller``'s family left out),
-        and the human sentence for each: this host's, then the other hosts'. A fleet
-        that cannot be reached leaves a warning saying so, not a false "free"."""
+        the human sentence for each (this host's, then the other hosts'), and why the
+        fleet could not be read ("" when it was, or was not asked). A fleet that
+        cannot be reached leaves a warning saying so, not a false "free"."""
         st = self.state
         found = st.claims.check(keys, caller)
         holders = [holder(st, c) for c in found]
         warnings = [warning(st, c) for c in found]
         fleet = self._fleet.fleet
         if fleet is None or not any(fleet.claims.is_fleet(k) for k in keys):
-            return holders, warnings
+            return holders, warnings, ""
         try:
             remote = await fleet.holders(keys)
         except FleetDown as exc:
-            warnings.append(
-                "the other hosts' claims on fleet-wide keys could not be read: the fleet "
-                f"cannot be reached now ({exc})"
-            )
-            return holders, warnings
+            why = f"the fleet cannot be reached now ({exc})"
+            warnings.append(f"the other hosts' claims on fleet-wide keys could not be read: {why}")
+            return holders, warnings, why
         for h in remote:
             holders.append(
                 pc.ClaimHolder(
@@ -84,7 +83,7 @@ class ClaimView:
                 )
             )  # fmt: skip
             warnings.append(_remote_warning(h))
-        return holders, warnings
+        return holders, warnings, ""
 
     def present_elsewhere(self, keys: Sequence[Key]) -> list[pc.ClaimPresent]:
         """Other hosts' live sessions whose cwd or repo contains a fleet-wide path of

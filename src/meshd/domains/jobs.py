@@ -160,7 +160,7 @@ class JobHandlers(Domain):
         """Who holds the job's resources now (not the job's own running session): on
         this host, and on the others for a fleet-wide key (with its ``host``)."""
         own = getattr(getattr(st, "running", None), "session_id", None)
-        found, _ = await self.view.holders([from_canonical(r) for r in spec.resources], own)
+        found, _, _ = await self.view.holders([from_canonical(r) for r in spec.resources], own)
         out: list[dict[str, object]] = []
         for h in found:
             row: dict[str, object] = {

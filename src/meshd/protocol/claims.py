@@ -182,6 +182,10 @@ class ClaimCheckResult(Result):
     disabled: bool = False
     profile: str = ""
     visible: bool = True
+    fleet_unreachable: str = ""
+    """Why the other hosts' claims on these fleet-wide keys could not be read (the
+    fleet cannot be reached): the answer is this host's table alone. Empty when the
+    fleet was read, or no key is fleet-wide (SPEC §12)."""
 
 
 class ClaimListParams(Params):
