@@ -331,3 +331,32 @@ def test_check_cut_off_from_the_fleet_says_what_it_could_not_read(
     assert "could not be read" in human.out, human
     assert "no other session claims" not in human.out, human
     assert local["fleet_unreachable"] == "", local  # a local key asks no fleet
+
+
+def test_a_broadcast_counts_a_stale_session_of_another_host(fleet_hosts: HostFactory) -> None:
+    """SPEC §12: ``recipients`` counts the sessions of every host a broadcast reached.
+    A stale session (no heartbeat for ``stale_after``, still live) is reached on its
+    own host -- the broadcast lands in its inbox, as a stale session's of the sender's
+    host does, and is counted there -- but the other hosts' stale ones were left out
+    of the count: ``recipients`` said [] while h2:b got the message."""
+    stale = "[defaults]\nheartbeat_interval = 1\nstale_after = 1\n"
+    h1, h2 = fleet_hosts(2, extra=stale)
+    register(h1, "h1:a")
+    register(h2, "h2:b", liveness="heartbeat")
+    register(h1, "h1:c", liveness="heartbeat")  # a stale one on the sender's host
+
+    def stale_on_h1(sid: str) -> bool:
+        listed = {s["session_id"]: s for s in h1.call("session.list")["sessions"]}
+        return sid in listed and bool(listed[sid]["stale"])
+
+    wait_for(lambda: stale_on_h1("h2:b") and stale_on_h1("h1:c"), 15, what="both stale")
+
+    got = h1.call("broadcast.send", {"session_id": "h1:a", "text": "deploying"})
+
+    assert sorted(got["recipients"]) == ["h1:c", "h2:b"]
+    items = wait_for(
+        lambda: h2.call("message.inbox", {"session_id": "h2:b", "peek": True})["items"],
+        15,
+        what="the broadcast on h2",
+    )
+    assert [i["text"] for i in items] == ["deploying"]

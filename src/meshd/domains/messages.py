@@ -512,11 +512,12 @@ def _reached(others: list[SessionInfo], at: Key | None) -> list[str]:
     """The other hosts' live sessions a broadcast sent through the stream reaches, as
     the registry lists them (SPEC §12: ``recipients`` counts every host's): those that
     accept messages and, with ``--path`` (``at``), whose cwd, repo or listed claims
-    overlap it -- the rule each host applies when the item arrives."""
+    overlap it -- the rule each host applies when the item arrives. A stale session is
+    live and reached (its host delivers to it, as this host does to its own)."""
     return [
         i.session_id
         for i in others
-        if not i.stale and i.accept_messages and (at is None or _remote_overlaps(i, at))
+        if i.accept_messages and (at is None or _remote_overlaps(i, at))
     ]
 
 
