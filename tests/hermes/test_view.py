@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
 import subprocess
 import threading
@@ -528,6 +529,31 @@ def test_what_comes_for_a_session_as_it_ends_is_not_kept(
     table["on_session_finalize"](session_id=S2, reason="done")
 
     assert S not in kept, kept
+
+
+def test_an_item_shown_as_its_session_ends_under_a_hung_daemon_is_acknowledged_later(
+    rt: Runtime, daemon: DaemonHandle, relay: CountingRelay
+) -> None:
+    """The model is shown a message, then the session ends while the daemon is stopped
+    (SIGSTOP): the acknowledgement cannot go with the end, and is sent once the daemon
+    answers again (it takes those of an ended session). Left unsent, the message
+    stayed unread for good, and the session's next Hermes process showed it again."""
+    start(rt, daemon, relay)
+    msg = send(daemon, "read me once")
+    wait_for(lambda: rt.view.held(S), what="the message in the view")
+    wait_for(lambda: state(daemon, msg) == "delivered", what="its delivery stored")
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGSTOP)
+    try:
+        said = tool_call(rt)  # from the view: nothing asked of the daemon on the way
+        rt.flush()  # the status times out: the sender pauses, the acknowledgement waits
+        hooks(rt)["on_session_finalize"](session_id=S, reason="done")
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+
+    assert "read me once" in said
+    wait_for(lambda: state(daemon, msg) == "read", timeout=60,
+             what=lambda: state(daemon, msg))  # fmt: skip
 
 
 IN_HERMES = r"""

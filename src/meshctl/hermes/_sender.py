@@ -55,7 +55,8 @@ class Outbox:
         raise NotImplementedError
 
     def flush_session(self, t: Tracked, link: Any) -> None:
-        """The session is about to end: send (or drop) its part now."""
+        """The session is about to end: send (or drop) its part now; what the daemon
+        still takes after the end may be kept for a later try."""
         raise NotImplementedError
 
 

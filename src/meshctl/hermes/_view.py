@@ -202,7 +202,10 @@ class Acks(Outbox):
 
     Kept while the daemon is away and sent once it is back (an item not acknowledged
     stays unread on the daemon: at worst shown again after a restart of Hermes, never
-    lost). A session's are sent before it ends."""
+    lost). A session's are sent before it ends; those the daemon cannot take then (it
+    is away or hung) are kept and sent once it is back, as the daemon takes the
+    acknowledgements of a session that ended (left unsent, the items stayed unread
+    for good: the session's next Hermes process showed them again)."""
 
     def __init__(self, host: Host, sender: Sender) -> None:
         self.host = host
@@ -241,8 +244,10 @@ class Acks(Outbox):
     def flush_session(self, t: Tracked, link: Any) -> None:
         with self._lock:
             ids = self._pending.pop(t.session_id, [])
-        if ids:
-            self._send(link, t.session_id, ids)
+        if ids and not self._send(link, t.session_id, ids):
+            with self._lock:
+                self._pending[t.session_id] = ids + self._pending.get(t.session_id, [])
+            self.sender.wake()  # its flush finds the daemon away: tried again from then on
 
     def _send(self, link: Any, sid: str, ids: list[int]) -> bool:
         """True when done with ``ids`` (acknowledged, or refused for good)."""
