@@ -206,6 +206,17 @@ def send(daemon: DaemonHandle, text: str) -> int:
     return int(reply["result"]["id"])
 
 
+def ask(daemon: DaemonHandle, params: dict[str, Any]) -> Any:
+    """``query.ask`` on a connection of its own; its result (it waits up to 90 s)."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(90)
+        s.connect(str(daemon.socket))
+        request = {"jsonrpc": "2.0", "id": 1, "method": "query.ask", "params": params}
+        s.sendall(json.dumps(request).encode() + b"\n")
+        with s.makefile("rb") as lines:
+            return json.loads(lines.readline())["result"]
+
+
 def state(daemon: DaemonHandle, msg_id: int) -> str:
     reply = daemon.call("message.status", {"session_id": OTHER, "ids": [msg_id]})
     return str(reply["result"]["states"][str(msg_id)])
@@ -404,13 +415,19 @@ def test_a_reply_that_times_out_costs_the_other_sessions_nothing(
 ) -> None:
     """A second session starts while the daemon is slow to answer the plugin's
     ``query.respond`` for it (held by the relay past the plugin's timeout), and a
-    changed-file notice for the first is pushed meanwhile: the connection is kept, so
-    the notice (pushed, never kept in an inbox) is shown, the first session stays
-    subscribed on it, and the second is followed once the daemon answers."""
+    changed-file notice and a question for the first are pushed meanwhile: the
+    connection is kept, so the notice (pushed, never kept in an inbox) is shown, the
+    question waits for the first session's model (not answered with its status), the
+    first session stays subscribed, and the second is followed once the daemon
+    answers."""
     (tmp_path / "auth.py").write_text("x")
     start(rt, daemon, relay)
     tool_call(rt, "read_file", {"path": str(tmp_path / "auth.py")})
     rt.flush()  # the read is on the board: the chat is told of changes to the file
+    asked: list[Any] = []
+    asking = threading.Thread(target=lambda: asked.append(
+        ask(daemon, {"session_id": OTHER, "to": S, "question": "which branch?", "timeout": 60})
+    ))  # fmt: skip
 
     relay.hold("query.respond", S2)
     try:
@@ -420,6 +437,8 @@ def test_a_reply_that_times_out_costs_the_other_sessions_nothing(
                               "auth.py")], "summary": "login returns a token now"})  # fmt: skip
         assert changed["result"]["notified"] == [S], changed
         wait_for(lambda: relay.pushed["file.changed"], what="the notice on its way to the plugin")
+        asking.start()  # its model is at work (a tool runs): the question waits for it
+        wait_for(lambda: relay.pushed["query"], what="the question on its way to the plugin")
         # the plugin gave up waiting for that reply and asks again (on this connection or
         # a new one): the notice reached it before
         wait_for(lambda: relay.asked["query.respond", S2] >= 2, timeout=60,
@@ -427,10 +446,17 @@ def test_a_reply_that_times_out_costs_the_other_sessions_nothing(
     finally:
         relay.release()
     wait_for(lambda: rt.view.in_sync(rt.sessions[S2]), timeout=30, what="the second in sync")
+    wait_for(lambda: rt.askers, what="the question handed to the model")
     said = tool_call(rt)
+    [query_id] = rt.askers
+    daemon.call("query.answer", {"session_id": S, "query_id": query_id, "text": "main"})
+    asking.join(60)
     hooks(rt)["on_session_finalize"](session_id=S2, reason="done")
 
     assert "login returns a token now" in said, "the pushed notice was lost"
+    assert "which branch?" in said
+    assert asked[0]["answered_by"] != "status", asked
+    assert asked[0]["answer"] == "main", asked
     assert relay.asked["events.subscribe", S] == 1, "the first session was subscribed again"
     assert relay.count("mesh.info") - relay.count("mesh.info", hooks_only=True) == 1, (
         "the plugin's listener connection was opened again"
