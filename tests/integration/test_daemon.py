@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -311,6 +312,38 @@ def test_corrupt_database_refuses_to_start(mesh_env: MeshEnv) -> None:
     assert out.returncode == 1
     assert "mv " in out.stderr
     assert db.read_bytes().startswith(b"this is not sqlite")
+
+
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_a_newer_database_is_refused_and_left_untouched(mesh_env: MeshEnv, journal: str) -> None:
+    """SPEC §8: a database written by a newer release is refused at start with both
+    versions named, and left untouched. meshd switched it to WAL (its header's bytes
+    changed, for a file in rollback-journal mode) and chmod'ed it 0600 before it read
+    the version."""
+    from meshd.store import SCHEMA_VERSION
+
+    mesh_env.state_dir.mkdir(mode=0o700)
+    path = mesh_env.state_dir / "test.sqlite3"
+    made = sqlite3.connect(path)
+    made.execute(f"PRAGMA journal_mode={journal}")
+    made.execute("CREATE TABLE future (x)")
+    made.execute("INSERT INTO future VALUES (1)")
+    made.execute(f"PRAGMA user_version={SCHEMA_VERSION + 5}")
+    made.commit()
+    made.close()
+    path.chmod(0o644)
+    before = (path.read_bytes(), stat.S_IMODE(path.stat().st_mode))
+
+    out = subprocess.run(
+        [sys.executable, "-m", "meshd", "run", "--profile", "test"],
+        env=mesh_env.env, capture_output=True, text=True, timeout=20,
+    )  # fmt: skip
+
+    assert out.returncode == 1, out
+    assert f"schema version {SCHEMA_VERSION + 5}" in out.stderr, out.stderr
+    assert f"knows ({SCHEMA_VERSION})" in out.stderr, out.stderr
+    assert (path.read_bytes(), stat.S_IMODE(path.stat().st_mode)) == before
+    assert sorted(p.name for p in mesh_env.state_dir.glob("test.sqlite3*")) == ["test.sqlite3"]
 
 
 def test_profile_name_is_checked(mesh_env: MeshEnv) -> None:

@@ -76,18 +76,22 @@ class Store:
         """Open, migrate and check the file; open the read connection. Blocking."""
         try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.path.chmod(0o600)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA wal_autocheckpoint=0")  # the writer thread checkpoints
+            # The version is read before anything is set: a newer release's file is
+            # refused as it was found (SPEC §8), not switched to WAL or chmod'ed first.
             version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version <= SCHEMA_VERSION:
+                self.path.chmod(0o600)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("PRAGMA wal_autocheckpoint=0")  # the writer thread checkpoints
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"{self.path} is not a usable SQLite database ({exc}).\n"
                 f"  Move it aside to start afresh: mv '{self.path}' '{self.path}.broken'"
             ) from exc
         if version > SCHEMA_VERSION:
+            db.close()
             raise StoreError(
                 f"{self.path} has schema version {version}, newer than this meshd knows "
                 f"({SCHEMA_VERSION}): upgrade meshd, or move the file aside"
