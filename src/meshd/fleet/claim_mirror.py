@@ -19,12 +19,14 @@ What a reader sees (docs/FLEET.md, "Listings"):
   complete, readers keep the previous complete view (none before the first: then as
   **none**).
 * **last known** -- the link is down: the view as it was when the feed stopped,
-  leases frozen at that moment (a lease that runs out meanwhile is not seen).
+  leases frozen at its last delivery (a lease that runs out meanwhile is not seen).
 * **none** -- never caught up since the daemon started: the caller reads the
   bucket over NATS, or says it cannot (``FleetDown``).
 
-A lease counts while it is there: from its last renewal seen, for the TTL it was
-written with (``Nats-TTL``); a delete or purge of it ends it at once.
+A lease counts while it is there: for the TTL it was written with (``Nats-TTL``)
+from its last renewal, as the server stored it (on the server's clock, as this view
+can tell it: :class:`MirrorView`) and as it arrived here, whichever ends first; a
+delete or purge of it ends it at once.
 """
 
 from __future__ import annotations
@@ -67,17 +69,59 @@ class CommitSeen:
     """Wall time the server stored it."""
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseSeen:
+    """One renewal of a host's lease, as delivered here."""
+
+    received: float
+    """When it arrived here (``time.monotonic()``)."""
+    stamp: float
+    """When the server stored it (its wall time; 0: not said)."""
+    ttl: float
+
+
 @dataclass(slots=True)
 class MirrorView:
-    """One complete picture of the commit records and leases."""
+    """One complete picture of the commit records and leases.
+
+    A lease runs out on the server ``ttl`` seconds after the server stored it. A
+    renewal delivered late (read at a catch-up, just before it ran out) counted here
+    for ``ttl`` from its arrival: a host that had stopped renewing was listed up to
+    twice its TTL. Its age is now also judged on the server's clock, never on this
+    host's wall clock (the two need not agree): the newest server time delivered
+    (each host's renewals bring one every lease period, this host's among them), plus
+    the time passed here since (:meth:`server_now`)."""
 
     commits: dict[str, CommitSeen] = field(default_factory=dict)
-    leases: dict[str, float] = field(default_factory=dict)
-    """Lease key -> when it runs out (``time.monotonic()``), as seen here."""
+    leases: dict[str, LeaseSeen] = field(default_factory=dict)
+    """Lease key -> its last renewal seen here."""
+    clock: tuple[float, float] | None = None
+    """(the newest server time delivered, ``time.monotonic()`` when it arrived)."""
+
+    def server_now(self, now: float) -> float | None:
+        """The server's wall time at ``now`` (``time.monotonic()``), as this view can
+        tell: at most the server's (a delivery's delay only makes it lag); None
+        before any delivery said a time."""
+        if self.clock is None:
+            return None
+        stamp, at = self.clock
+        return stamp + (now - at)
+
+    def lease_counts(self, key: str, now: float) -> bool:
+        """Whether lease ``key`` counts at ``now``: within its TTL of its arrival
+        here, and of its storing by the server on the server's clock."""
+        lease = self.leases.get(key)
+        if lease is None or now >= lease.received + lease.ttl:
+            return False
+        server = self.server_now(now)
+        return lease.stamp <= 0 or server is None or server < lease.stamp + lease.ttl
 
     def apply(self, key: str, value: bytes, revision: int, gone: bool, *, ttl: float,
               stamp: float, now: float) -> None:  # fmt: skip
-        """Record ``key``'s change (a commit record ``g.…`` or a lease ``l.…``)."""
+        """Record ``key``'s change (a commit record ``g.…`` or a lease ``l.…``),
+        stored by the server at ``stamp`` (wall time; 0: not said), arrived ``now``."""
+        if stamp > 0 and (self.clock is None or stamp > self.clock[0]):
+            self.clock = (stamp, now)
         if key.startswith("g."):
             gid = key[2:]
             if gone:
@@ -103,7 +147,7 @@ class MirrorView:
             if gone:
                 self.leases.pop(key, None)
             else:
-                self.leases[key] = now + ttl
+                self.leases[key] = LeaseSeen(now, stamp, ttl)
 
     def held(self, me: str, session_id: str | None, now: float) -> list[Holding]:
         """Every claim of a host other than ``me`` whose lease counts at ``now``."""
@@ -113,7 +157,7 @@ class MirrorView:
             if c.host == me or (session_id is not None and c.session_id != session_id):
                 continue
             if c.host not in alive:
-                alive[c.host] = self.leases.get(bucket.lease_key(c.host), 0.0) > now
+                alive[c.host] = self.lease_counts(bucket.lease_key(c.host), now)
             if alive[c.host]:
                 out += [
                     Holding(c.session_id, r, c.mode, c.host, c.token, since=c.since) for r in c.keys
@@ -135,6 +179,8 @@ class ClaimMirror:
         """The feed is up and ``view`` is caught up with it."""
         self.stopped: float | None = None
         """When the feed last stopped (``time.monotonic()``): leases are frozen there."""
+        self.heard: float | None = None
+        """When the feed last delivered something (``time.monotonic()``)."""
         self.catching_up = False
         self.changes = 0
         """Changes applied since the daemon started (for ``fleet status``)."""
@@ -169,10 +215,17 @@ class ClaimMirror:
             except FLEET_ERRORS as exc:
                 log.info("fleet claims mirror: %s (again shortly)", describe(exc))
             finally:
-                if self.live:
-                    self.stopped = time.monotonic()
-                self.live = self.catching_up = False
+                self.feed_stopped(time.monotonic())
             await anyio.sleep(0.2)
+
+    def feed_stopped(self, now: float) -> None:
+        """The feed stopped (noticed at ``now``): a current view becomes the last known,
+        its leases frozen at the feed's last delivery. The feed fell silent then: a
+        link noticed down seconds later (its pings unanswered) would otherwise have
+        let leases renewed just before the silence run out in the frozen view."""
+        if self.live:
+            self.stopped = now if self.heard is None else min(now, self.heard)
+        self.live = self.catching_up = False
 
     async def _follow(self) -> None:
         """Read the commit records and leases into a new view, make it the view once
@@ -188,6 +241,7 @@ class ClaimMirror:
         undo = link.on_change(lambda up: None if up else down.set())
         subs: list[Any] = []
         self.catching_up = True
+        self.heard = None
         try:
             born = await bucket.made_at(js, feed.name)  # before the consumers: none missed
             for which in ("g", "l"):
@@ -260,8 +314,9 @@ class _Feed:
             ttl_text = hdr.get("Nats-TTL")
             ttl = _seconds(ttl_text) if ttl_text else math.inf
             stamp = meta.timestamp.timestamp() if meta.timestamp is not None else 0.0
+            now = self.mirror.heard = time.monotonic()
             self.view.apply(msg.subject[len(self.prefix):], msg.data, meta.sequence.stream,
-                            gone, ttl=ttl, stamp=stamp, now=time.monotonic())  # fmt: skip
+                            gone, ttl=ttl, stamp=stamp, now=now)  # fmt: skip
             self.mirror.changes += 1
             if meta.num_pending == 0 and self.waiting[which]:
                 self.caught_up(which)
