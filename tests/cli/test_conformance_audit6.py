@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from .conftest import Meshctl, OfflineEnv
-from .test_conformance_audit import Daemon, ok, register  # first audit's
+from .conftest import Meshctl, OfflineEnv, Run
+from .test_conformance_audit import Daemon, MeshEnv, as_, ok, register  # first audit's
 
 
 @pytest.mark.parametrize("name", [".", "..", "nl\n"])
@@ -66,3 +66,36 @@ def test_removing_another_session_s_note_says_whose_it_is(meshctl: Meshctl, daem
     assert as_json.json()["error"]["data"]["author"] == "cli:author", as_json
     listed = ok(meshctl("notes", "list", "--session", "cli:other", "--json", env=daemon.env))
     assert [n["text"] for n in listed.json()] == ["keep this"]
+
+
+def test_a_pause_note_is_bounded_by_max_body_bytes(
+    meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+) -> None:
+    """SPEC §2: ``max_body_bytes`` bounds note and handoff text, and a pause note is both
+    (§5b). It had a fixed 8192-character cap of its own: with ``max_body_bytes`` raised,
+    a 9000-byte note was a usage error (exit 2, "at most 8192 characters") though
+    ``notes add`` took it; at the default, a note of exactly 8192 bytes was refused as
+    8204 (the stored "checkpoint: " prefix counted), and one over the limit was a usage
+    error rather than ``TOO_LARGE``."""
+    register(meshctl, daemon, "cli:p")
+    env = as_(daemon, "cli:p")
+
+    def pause_with(note: str) -> Run:
+        ok(meshctl("claim", "res:pn", env=env))
+        return meshctl("pause", "--note", note, "--json", env=env)
+
+    exact = pause_with("x" * 8192)
+    ok(meshctl("resume", env=env))
+    over = pause_with("x" * 8193)
+    ok(meshctl("release", env=env))
+    mesh_env.write_config("[defaults]\nmax_body_bytes = 20000\n")
+    ok(meshctl("daemon", "reload", env=env))
+    raised = pause_with("y" * 9000)
+    resumed = ok(meshctl("resume", "--json", env=env))
+
+    assert exact.code == 0, exact
+    assert over.code == 1, over
+    assert over.json()["error"]["data"]["code"] == "TOO_LARGE", over
+    assert "8193 bytes" in over.err, over
+    assert raised.code == 0, raised
+    assert resumed.json()["note"] == "y" * 9000

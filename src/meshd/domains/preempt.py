@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from meshd.core.claims.records import Claim
 
 STATUSES = frozenset(get_args(Status))
+CHECKPOINT = "checkpoint: "
+"""What the shared note of a pause starts with; the limit is the note's own, without it."""
 T = TypeVar("T")
 
 
@@ -156,11 +158,12 @@ class PreemptHandlers(Domain):
     async def pause(self, p: pp.PauseParams, conn: Conn) -> pp.PauseResult:
         svc, st = self.svc, self.svc.state
         s = st.registry.get(p.session_id)
+        st.mailbox.items.check_body(p.note, "$.note")  # the note given, not its prefix
         note = st.notes.add(
             Reader(s.session_id, s.reg),
-            f"checkpoint: {p.note}",
+            CHECKPOINT + p.note,
             private=False,
-            limit=st.settings.max_body_bytes,
+            limit=st.settings.max_body_bytes + len(CHECKPOINT),
         )
         await self.svc.commit()
         handoff = st.mailbox.write_handoff(p.session_id, p.note)

@@ -15,7 +15,10 @@ from msgspec import Meta
 from meshd.protocol.claims import ClaimHolder, Resources
 from meshd.protocol.methods import MethodSpec, Params, Result, SessionId
 
-Note = Annotated[str, Meta(min_length=1, max_length=8192)]
+Note = Annotated[str, Meta(min_length=1)]
+"""A checkpoint note: a note and a handoff, so bounded by ``max_body_bytes`` (SPEC §2),
+which the daemon checks (``TOO_LARGE``); a fixed cap here would disagree with a
+configured one."""
 
 
 class PreemptParams(Params):
