@@ -66,12 +66,17 @@ class ClaimUpkeep:
         the server lets the lease go, whatever the delays (docs/FLEET.md)."""
         self.ready = False
         """True once this host reconciled with the bucket since the link came up, and
-        healed every local-only grant (none is left beside a fleet grant meanwhile)."""
+        healed every local-only grant (none is left beside a fleet grant meanwhile),
+        and while nothing holds fleet claims back (:meth:`_hold_back`)."""
         self.lease_sent: float | None = None
         self.problem: str | None = None
         """Why fleet-wide claims are refused while the link is up (for ``fleet status``)."""
         self._lease_rev = 0
         self._ready = anyio.Event()
+        self._reconciled = False
+        self._held_back: set[str] = set()
+        """Why fleet claims wait although reconciled: ``heal`` (local-only sets being
+        healed), ``lease`` (a lost lease's entries swept before it is renewed)."""
         self._sweep_needed = False
         self._heal_wanted = anyio.Event()
 
@@ -104,23 +109,50 @@ class ClaimUpkeep:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._keep_lease, tg.cancel_scope)
                     await self._reconcile()
-                    self.ready = True
-                    self._ready.set()
+                    self._reconciled = True
+                    self._refresh()
                     tg.start_soon(self._watch)
                     tg.start_soon(self._healer)
             except* FLEET_ERRORS as group:  # from the lease, the watch or the reconcile
                 log.warning("fleet claims: %s", describe(_first_leaf(group)))
                 self.link.forget(BUCKET)  # deleted under a live link: made again, reconciled
             finally:
-                self.ready = False
-                self._ready = anyio.Event()
+                self._reconciled = False
+                self._held_back.clear()
+                self._refresh()
             await anyio.sleep(self.renew_every if self.problem else 0.2)
+
+    def _refresh(self) -> None:
+        """:attr:`ready` from the reconcile and what holds fleet claims back; the
+        requests waiting for it (:meth:`until_ready`) go on once it is true."""
+        self.ready = self._reconciled and not self._held_back
+        if self.ready:
+            self._ready.set()
+        elif self._ready.is_set():
+            self._ready = anyio.Event()
+
+    def _hold_back(self, why: str, held: bool) -> None:
+        """Fleet claims wait for ``why`` (``held``), or no longer (not ``held``)."""
+        if held:
+            self._held_back.add(why)
+        else:
+            self._held_back.discard(why)
+        self._refresh()
 
     async def _keep_lease(self, scope: anyio.CancelScope) -> None:
         kv = await bucket.open_bucket(self.link)
         js = self.link.jetstream()
         subject = f"$KV.{self.link.bucket(BUCKET)}.{bucket.lease_key(self.host)}"
         while self.link.connected:
+            if self._sweep_needed and self._reconciled:
+                # Claims were given up while the link stayed up: their entries go
+                # before the lease is renewed (renewed first, they looked alive to the
+                # others again, for as long as the sweep took), and no fleet claim is
+                # decided here meanwhile (its entries would look dead to the others).
+                # The reconcile sweeps by itself.
+                self._hold_back("lease", True)
+                self._sweep_needed = False
+                await self._sweep_own(kv)
             sent = time.monotonic()
             try:
                 ack = await js.publish(
@@ -130,18 +162,15 @@ class ClaimUpkeep:
                 )  # fmt: skip
                 self._lease_rev = ack.seq
                 self.lease_sent = sent
-                if self._sweep_needed and self.ready:
-                    # claims were given up while the link stayed up: their entries
-                    # would look alive to the others now that the lease is back
-                    self._sweep_needed = False
-                    await self._sweep_own(kv)
+                if "lease" in self._held_back:
+                    self._hold_back("lease", False)
             except nats.js.errors.APIError as exc:
                 if exc.err_code not in (10071, 10164):
                     raise
                 self._lease_rev = await bucket.lease_now(kv, self.host)
                 if self.lease_sent is not None:
                     self.lose_all("fleet")  # the lease ran out: the fleet may have let go
-                if self.ready:  # or the bucket was replaced: then reconcile again, refused
+                if self._reconciled:  # or the bucket was replaced: reconcile again, refused
                     await self._check_not_reset(kv)
                 continue
             await anyio.sleep(self.renew_every)
@@ -155,7 +184,7 @@ class ClaimUpkeep:
 
     def lose_all(self, how: str) -> None:
         """Every fleet claim of this host is lost (local-only ones are kept); their
-        entries are swept once the lease is back (:meth:`_keep_lease`)."""
+        entries are swept before the lease is renewed (:meth:`_keep_lease`)."""
         for grant in list(self.book.grants.values()):
             self.releases.lose(grant, list(grant.keys), how)
         self._sweep_needed = True
@@ -217,11 +246,9 @@ class ClaimUpkeep:
             self._heal_wanted = anyio.Event()
             if not self._alone():
                 continue
-            self.ready = False
-            self._ready = anyio.Event()
-            await self._heal_all()
-            self.ready = True
-            self._ready.set()
+            self._hold_back("heal", True)
+            await self._heal_all()  # a failure ends the link-up's round: not ready
+            self._hold_back("heal", False)
 
     async def _check_not_reset(self, kv: KeyValue) -> None:
         """Refuse fleet-wide claims while the bucket's last revision is below a token
