@@ -199,11 +199,11 @@ def test_unknown_session(sessions: dict[str, Any]) -> None:
 
 
 def test_daemon_refuses_a_typed_value(sessions: dict[str, Any]) -> None:
-    """INVALID_PARAMS about --reason: a usage error naming it (click's parameters are
-    needed for the name, so that refusal alone imports click)."""
+    """The daemon refuses an over-long --reason (TOO_LARGE, SPEC §4, naming the field):
+    the same refusal both ways."""
     run = assert_same(["claim", "res:r", "--reason", "x" * 300], sessions["env"], fast=None)
-    assert run.code == 2
-    assert "--reason" in run.err
+    assert run.code == 1
+    assert "reason is over its limit of 200 characters" in run.err
 
 
 def test_untrusted_socket_folder(sessions: dict[str, Any], short_tmp: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -30,6 +31,7 @@ from meshd.protocol.errors import (
     InvalidParams,
     MeshError,
     NoSession,
+    TooLarge,
 )
 
 log = logging.getLogger("meshd.server")
@@ -121,6 +123,10 @@ def split_path(message: str) -> tuple[str, str]:
     return msg, path
 
 
+_OVER_LONG = re.compile(r"^Expected `(str|array|object)` of length <= (\d+)$")
+"""msgspec's sentence for a value over a schema's ``max_length``: a string, a list or
+a map longer than its field allows, which SPEC §4 refuses with ``TOO_LARGE``."""
+_UNITS = {"str": "characters", "array": "values", "object": "entries"}
 _NO_SESSION_MESSAGES = ("Object missing required field `session_id`", "Expected `str`, got `null`")
 _NO_SESSION = (
     "no session_id given: this method acts for a session, and none was given "
@@ -167,6 +173,13 @@ def decode_params(h: Handler, raw: bytes | Raw | None) -> Any:
         msg, path = split_path(str(exc))
         if path == "$.session_id" and (msg in _NO_SESSION_MESSAGES or "length >= 1" in msg):
             raise NoSession(_NO_SESSION, {"path": path}) from exc  # SPEC §3: NO_SESSION
+        over = _OVER_LONG.match(msg)
+        if over is not None:  # SPEC §4: over-long fields are refused with TOO_LARGE
+            limit, unit = int(over.group(2)), _UNITS[over.group(1)]
+            raise TooLarge(
+                f"{path.removeprefix('$.')} is over its limit of {limit} {unit}",
+                {"path": path, "limit": limit},
+            ) from exc
         raise InvalidParams(f"Invalid params: {msg}", {"path": path}) from exc
     except msgspec.DecodeError as exc:
         raise InvalidParams(f"Invalid params: {exc}", {"path": "$"}) from exc
