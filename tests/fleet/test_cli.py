@@ -66,6 +66,24 @@ def test_sessions_active_names_hosts_and_local_lists_own(fleet_hosts: HostFactor
     assert " on h1" not in human_local.out  # one host: no host on each line
 
 
+def test_sync_names_the_host_of_each_session_as_sessions_active_does(
+    fleet_hosts: HostFactory,
+) -> None:
+    """``sync`` reads the same listing as ``sessions active`` (SPEC §12: every host's
+    sessions, with their host) but printed its lines without the host, so h2's session
+    looked like one of h1's."""
+    h1, h2 = fleet_hosts(2)
+    mine = h1.call("session.register", {"task": "laptop work", "pid": os.getpid()})["session_id"]
+    theirs = h2.call("session.register", {"task": "vps work", "pid": os.getpid()})["session_id"]
+    wait_for(lambda: len(h1.call("session.list")["sessions"]) == 2, what="both sessions on h1")
+
+    r = run_meshctl("sync", "--session", mine, env=h1.env)
+
+    assert r.code == 0, r
+    assert f"- {mine} — laptop work, on h1," in r.out, r
+    assert f"- {theirs} — vps work, on h2," in r.out, r
+
+
 @pytest.mark.flavours("plain")  # the config text it checks is a plain URL's
 def test_join_then_leave_reloads_the_daemon(
     nats_server: NatsServer, mesh_env: MeshEnv, daemon: DaemonHandle

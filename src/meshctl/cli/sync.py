@@ -46,10 +46,11 @@ def render_sync(doc: Doc, home: str | None = None) -> str:
     sid = str(doc["session_id"])
     sessions = list(doc.get("sessions") or [])
     others = [s for s in sessions if s.get("session_id") != sid]
+    hosts = len({s.get("host") for s in sessions}) > 1  # a fleet: as `sessions active`
     lines = [f"Sync for {sid} (profile {doc.get('profile')}):", ""]
     lines.append(f"Live sessions ({len(others) or 'none'} besides you):")
     for s in sessions:
-        line = describe(s, home)
+        line = describe(s, home, host=hosts)
         lines.append(line + ("  (you)" if s.get("session_id") == sid else ""))
         lines.extend(_claim_line(c) for c in s.get("claims") or [])
     items = list(doc.get("inbox") or [])
