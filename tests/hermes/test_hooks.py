@@ -378,9 +378,10 @@ S = "20261130_210000_cccccc"
 invoke_hook("on_session_start", session_id=S, model="m", platform="cli")
 print("registered", flush=True)
 sys.stdin.readline()  # the daemon is stopped (SIGSTOP): it accepts, it never answers
-# a hook that asks the daemon before it returns (the inbox a tool result carries)
-invoke_hook("transform_tool_result", tool_name="terminal", args={"command": "ls"},
-            result='{"output": ""}', session_id=S, task_id="t", tool_call_id="c", turn_id="u")
+# a hook that asks the daemon before it returns (the claim check before a write; not
+# the inbox a tool result carries: read from the pushed view once that is in sync)
+invoke_hook("pre_tool_call", tool_name="write_file", args={"path": "notes.md", "content": "x"},
+            session_id=S, task_id="t", tool_call_id="c", turn_id="u")
 link = plugin._RUNTIMES["rt"].link
 print(json.dumps({"paused_for": link._paused_until - time.monotonic(),
                   "pause": client.PAUSE_AFTER_TIMEOUT}), flush=True)
