@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,35 @@ def test_a_pause_note_is_bounded_by_max_body_bytes(
     assert "8193 bytes" in over.err, over
     assert raised.code == 0, raised
     assert resumed.json()["note"] == "y" * 9000
+
+
+def test_an_empty_board_path_is_refused_not_taken_for_the_cwd(
+    meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+) -> None:
+    """``board changed ""`` (an unset shell variable: ``board changed "$FILE"``) joined
+    the empty path to the cwd and reported the whole folder changed, telling every
+    session there; ``board touch "" --read`` and ``board watch ""`` marked the folder.
+    An empty path is refused as the daemon refuses it on the wire (a usage error)."""
+    register(meshctl, daemon, "cli:w")
+    env = as_(daemon, "cli:w")
+    runs = [
+        meshctl_in(short_tmp, "board", "changed", "", env=env),
+        meshctl_in(short_tmp, "board", "touch", "", "--read", env=env),
+        meshctl_in(short_tmp, "board", "watch", "", env=env),
+    ]
+    shown = ok(meshctl("board", "show", f"{short_tmp}/", "--json", env=env)).json()
+
+    for run in runs:
+        assert run.code == 2, run
+        assert "must not be empty" in run.err, run
+    assert shown["changes"] == [], shown
+    assert shown["watching"] == [], shown
+
+
+def meshctl_in(cwd: Path, *args: str, env: dict[str, str]) -> Run:
+    """``meshctl ARGS`` run in ``cwd``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "meshctl.cli", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return Run(list(args), done.returncode, done.stdout, done.stderr)

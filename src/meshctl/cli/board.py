@@ -37,8 +37,9 @@ ALIASES = {"changes": "files"}
 
 
 def absolute(path: str, cwd: str | None = None) -> str:
-    """``path`` made absolute against ``cwd`` (default: ours); ``~`` and ``/`` paths as typed."""
-    if path.startswith(("/", "~")):
+    """``path`` made absolute against ``cwd`` (default: ours); ``~`` and ``/`` paths as typed,
+    and an empty one too: the daemon refuses it (joined, it named the whole cwd)."""
+    if not path or path.startswith(("/", "~")):
         return path
     try:
         base = cwd if cwd is not None else os.getcwd()
