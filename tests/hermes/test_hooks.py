@@ -183,6 +183,12 @@ def rpc(method, params):
 S = "20261130_140000_dddddd"
 invoke_hook("on_session_start", session_id=S, model="fake-model", platform=PLATFORM)
 rpc("message.send", {"session_id": "cli:other", "to": S, "text": "tests are red on main"})
+# waiting: the plugin has it (a message pushed a moment before a hook, not yet taken in
+# by the plugin's responder thread, reaches the model at the hook after)
+import time, hermes_plugins.meshd._plugin as plugin
+rt, deadline = plugin._RUNTIMES["rt"], time.monotonic() + 60
+while rt.view.in_sync(rt.sessions[S]) and not rt.view.held(S) and time.monotonic() < deadline:
+    time.sleep(0.01)
 turn = dict(session_id=S, task_id="t", turn_id="u", user_message="hi", conversation_history=[],
             is_first_turn=True, model="fake-model", platform=PLATFORM, sender_id="")
 print(json.dumps(invoke_hook("pre_llm_call", **turn)))
