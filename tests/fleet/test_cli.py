@@ -114,6 +114,31 @@ def test_join_then_leave_reloads_the_daemon(
     assert "was not in a fleet" in again.out
 
 
+def test_after_leave_returns_the_host_is_alone(
+    nats_server: NatsServer, mesh_env: MeshEnv, daemon: DaemonHandle
+) -> None:
+    """``fleet leave`` says "This host's mesh is on its own" once the daemon reloaded;
+    the fleet then kept running until the next tick noticed the change and its link
+    closed, so a ``fleet status`` right after said "connected" and a fleet-wide claim
+    still went to NATS. What the daemon answers after the reload is this host alone."""
+    r = run_meshctl("fleet", "join", nats_server.url, "--name", "solo", env=mesh_env.env)
+    assert r.code == 0, r
+    wait_for(lambda: daemon.call("fleet.status")["result"]["connected"], what="joined")
+    sid = daemon.call("session.register", {"task": "t", "pid": os.getpid()})["result"]
+
+    left = run_meshctl("fleet", "leave", env=mesh_env.env)
+    status = run_meshctl("fleet", "status", "--json", env=mesh_env.env)
+    nats_server.kill()  # a fleet-wide claim now can only be granted here, alone
+    claimed = daemon.call(
+        "claim.acquire", {"session_id": sid["session_id"], "resources": ["res:gpu"]}
+    )
+
+    assert left.code == 0, left
+    assert status.json()["configured"] is False, status
+    assert claimed["result"]["status"] == "granted", claimed
+    assert claimed["result"]["local_only"] is False, claimed
+
+
 def test_join_keeps_other_fleet_keys_and_refuses_bad_input(
     mesh_env: MeshEnv, daemon: DaemonHandle, short_tmp: Path
 ) -> None:

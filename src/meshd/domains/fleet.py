@@ -38,13 +38,24 @@ class FleetDomain(Domain):
 
     def __init__(self, svc: Service) -> None:
         super().__init__(svc)
-        self.fleet: Fleet | None = None
-        """The fleet while ``[fleet]`` is configured; None: this host is alone."""
+        self._fleet: Fleet | None = None
+        """The running fleet, until it has stopped (see :attr:`fleet`)."""
         self._ports: tuple[ClaimTable, SessionSource, MailDesk] | None = None
         self._cfg: FleetSettings | None = None
         self._changed: anyio.Event | None = None
         self.failure: str | None = None
         """Why the fleet stopped (a bug in it), until it runs again."""
+
+    @property
+    def fleet(self) -> Fleet | None:
+        """The running fleet; None while this host is alone, and from the reload that
+        removed ``[fleet]`` on: the old fleet stops only at the next tick (:meth:`sweep`)
+        and its link closes after that, but once ``fleet leave`` has its reply every
+        read and claim is this host's alone. (A table changed to another fleet keeps
+        the old one answering until the new one runs: never a moment with none.)"""
+        if self.svc.state.settings.fleet is None:
+            return None
+        return self._fleet
 
     def connect(self, *, table: ClaimTable, sessions: SessionSource, desk: MailDesk) -> None:
         """What the fleet gets of this host (``app.wire``): the lock table, the live
@@ -102,7 +113,7 @@ class FleetDomain(Domain):
             interval=lambda: settings.settings.heartbeat_interval,
             table=table, sessions=sessions, desk=desk,
         )  # fmt: skip
-        self.fleet = fleet
+        self._fleet = fleet
         self.failure = None
         log.info("joining the fleet at %s as host %s", ", ".join(cfg.urls), cfg.name)
         try:
@@ -111,7 +122,7 @@ class FleetDomain(Domain):
                 await self._changed.wait()
                 tg.cancel_scope.cancel()
         finally:
-            self.fleet = None
+            self._fleet = None
         log.info("left the fleet (the [fleet] table changed)")
 
     async def status(self, p: Empty, conn: Conn) -> f.FleetStatusResult:
