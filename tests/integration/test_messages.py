@@ -203,6 +203,21 @@ class TestQueries:
         assert (r["answered_by"], r["timed_out"], r["from"]) == ("status", False, "b")
         assert "refactor auth" in r["answer"]
 
+    def test_a_process_session_s_status_answer_says_it_runs_not_when_last_heard(
+        self, c: Client
+    ) -> None:
+        """SPEC §4: a ``process`` session is alive exactly as long as its process and
+        never stale; listings show how long it has been idle instead. The status answer
+        said "Last heard from N s ago." of it, which reads as "maybe gone" for a session
+        whose process the daemon watches; a heartbeat session's answer still says it."""
+        c.call("session.register", session_id="hb", source="cli", liveness="heartbeat")
+        proc = c.call("query.ask", session_id="a", to="b", question="what are you doing?")
+        beat = c.call("query.ask", session_id="a", to="hb", question="what are you doing?")
+
+        assert "Last heard from" not in proc["answer"], proc
+        assert "Alive: its process is running; idle for " in proc["answer"], proc
+        assert "Last heard from " in beat["answer"], beat
+
     def test_live_answer(self, daemon: DaemonHandle, c: Client) -> None:
         """A live responder gets the query as an event and its answer is returned."""
 

@@ -290,8 +290,12 @@ class QueryDesk:
         if s.branch:
             where.append(f"on branch {s.branch}")
         parts = [head + (f" ({', '.join(where)})" if where else "") + "."]
-        ago = max(0, round(self.mb.clock.now() - s.last_heartbeat))
-        parts.append(f"Last heard from {ago} s ago.")
+        now = self.mb.clock.now()
+        if s.liveness == "process":  # alive as long as its process, never stale (SPEC §4)
+            idle = max(0, round(now - s.last_activity))
+            parts.append(f"Alive: its process is running; idle for {idle} s.")
+        else:
+            parts.append(f"Last heard from {max(0, round(now - s.last_heartbeat))} s ago.")
         if claims:
             parts.append("Holds " + ", ".join(claims) + ".")
         h = self.mb.handoff_for(sid, asker)
