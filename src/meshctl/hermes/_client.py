@@ -163,7 +163,8 @@ class Link:
     One :class:`meshctl.Mesh` (no autostart) per Link. Hooks on several
     threads share it (a call that waits, like an ask, holds up no other thread's call);
     the heartbeat thread still keeps a Link of its own, so a hung daemon's timeout on a
-    hook's call (which closes that connection) never costs it a heartbeat.
+    hook's call, and the pause that follows it (:meth:`timed_out`), never cost it a
+    heartbeat. A timeout leaves the connection open (the client drops the late reply).
     """
 
     def __init__(self, profile: str, socket: str | None, timeout: float | None = None) -> None:
