@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from typing import Any
 
 from tests.conftest import rpc
@@ -111,8 +112,8 @@ def has_key(server: NatsServer, name: str, key: str) -> bool:
         nc = await nats.connect(server.url, **server.client_options())
         try:
             await (await nc.jetstream().key_value(name)).get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return False
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.BucketNotFoundError):
+            return False  # not there yet
         finally:
             await nc.close()
         return True
@@ -163,4 +164,40 @@ def test_a_bucket_made_again_is_followed_by_a_host_without_claims(
         return [(c["session_id"], c["host"]) for c in got["claims"]] == [("h1:a", "h1")]
 
     wait_for(h2_checks, 15, what=lambda: f"h2 to check h1's claim: {h2.status()}")
+    assert h2.status()["parts"]["claims"]["view"]["state"] == "current"
+
+
+def test_a_server_that_lost_its_store_is_followed_by_a_host_without_claims(
+    fleet_hosts: HostFactory, nats_server: NatsServer
+) -> None:
+    """nats-server is killed and comes back without its JetStream store (a wiped disk):
+    the claims bucket is gone, and a host makes it again. A claim h1 makes in the new
+    bucket shows in h2's listing and check, h2 holding nothing itself."""
+    h1, h2, h3 = fleet_hosts(3, extra=FAST)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    register(h3, "h3:c")
+    for n in range(8):  # the old bucket's revisions well above the new one's first
+        acquire(h3, "h3:c", f"box:{n}")
+        h3.call("claim.release", {"session_id": "h3:c", "resources": [f"box:{n}"]})
+
+    nats_server.kill()
+    shutil.rmtree(nats_server.store)
+    nats_server.start()
+    wait_for(lambda: has_key(nats_server, "mesh_test_claims", "l.h1"), 30, what="h1's lease")
+
+    def h1_claims() -> dict[str, Any] | None:
+        reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": "h1:a",
+                                                        "resources": ["box:after"]})  # fmt: skip
+        return reply.get("result")
+
+    got = wait_for(h1_claims, 30, what=lambda: f"h1 to claim in the new bucket: {h1.tails()}")
+    assert got["status"] == "granted", got
+
+    def h2_lists() -> bool:
+        return [(c["resource"], c["host"]) for c in h2.call("claim.list")["claims"]] == [
+            ("box:after", "h1")
+        ]
+
+    wait_for(h2_lists, 20, what=lambda: f"h2 to list h1's claim: {h2.status()}\n{h2.tails()}")
     assert h2.status()["parts"]["claims"]["view"]["state"] == "current"

@@ -144,15 +144,16 @@ class ClaimUpkeep:
         js = self.link.jetstream()
         subject = f"$KV.{self.link.bucket(BUCKET)}.{bucket.lease_key(self.host)}"
         while self.link.connected:
-            if self._sweep_needed and self._reconciled:
+            if self._sweep_needed:
                 # Claims were given up while the link stayed up: their entries go
                 # before the lease is renewed (renewed first, they looked alive to the
                 # others again, for as long as the sweep took), and no fleet claim is
                 # decided here meanwhile (its entries would look dead to the others).
-                # The reconcile sweeps by itself.
+                # Before a reconcile too: what this process holds is all in its book,
+                # so nothing it would adopt is swept.
                 self._hold_back("lease", True)
-                self._sweep_needed = False
                 await self._sweep_own(kv)
+                self._sweep_needed = False  # only once done: a sweep cut short is redone
             sent = time.monotonic()
             try:
                 ack = await js.publish(
