@@ -201,3 +201,42 @@ def test_a_server_that_lost_its_store_is_followed_by_a_host_without_claims(
 
     wait_for(h2_lists, 20, what=lambda: f"h2 to list h1's claim: {h2.status()}\n{h2.tails()}")
     assert h2.status()["parts"]["claims"]["view"]["state"] == "current"
+
+
+def test_a_bucket_made_again_is_watched_for_the_claims_taken_from_a_host(
+    fleet_hosts: HostFactory, nats_server: NatsServer
+) -> None:
+    """The bucket is deleted and made again under live links; h2 then claims box:mine
+    in the new bucket and h1 steals it: h2 hears of it (``lose``, ``fleet-stolen``), as
+    its watch on the records tells it. Before, h2 (no claim of its own in the old
+    bucket) kept that watch on the old bucket's sequences and never heard: its session
+    went on believing it held box:mine."""
+    h1, h2, h3 = fleet_hosts(3, extra=FAST)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    register(h3, "h3:c")
+    for n in range(8):  # the old bucket's revisions well above the new one's first
+        acquire(h3, "h3:c", f"box:{n}")
+        h3.call("claim.release", {"session_id": "h3:c", "resources": [f"box:{n}"]})
+
+    make_bucket_again(nats_server, "mesh_test_claims")
+    for host in ("h1", "h2"):  # a claim before its lease is back would be lost (above)
+        key = f"l.{host}"
+        wait_for(lambda k=key: has_key(nats_server, "mesh_test_claims", k), 15, what=key)
+
+    def granted(h: FleetHost, method: str, sid: str) -> dict[str, Any] | None:
+        params = {"session_id": sid, "resources": ["box:mine"], "reason": "on call"}
+        reply = rpc(h.daemon.socket, method, params)
+        result = reply.get("result")
+        return result if result is not None and result["status"] == "granted" else None
+
+    wait_for(lambda: granted(h2, "claim.acquire", "h2:b"), 20, what=h2.tails)
+    wait_for(lambda: granted(h1, "claim.steal", "h1:a"), 20, what=h1.tails)
+
+    def lost() -> list[tuple[str, str]]:
+        entries = h2.call("audit.log")["entries"]
+        return [(e["resource"], e["how"]) for e in entries if e["action"] == "lose"]
+
+    wait_for(lost, 20, what=lambda: f"h2 to hear of the steal: {h2.tails()}")
+    assert lost() == [("box:mine", "fleet-stolen")]
+    assert h2.call("claim.list", {"session_id": "h2:b"})["claims"] == []
