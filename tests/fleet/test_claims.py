@@ -353,7 +353,7 @@ def test_a_steal_across_hosts_tells_the_holder(fleet_hosts: HostFactory) -> None
     assert not validate(h1, "account:ops", old)["valid"]
 
     def mine() -> list[str]:  # h1's own claims (claim.list lists h2's too, with its host)
-        return [c["resource"] for c in h1.call("claim.list")["claims"] if c["host"] is None]
+        return [c["resource"] for c in h1.call("claim.list")["claims"] if c["host"] in (None, "h1")]
 
     wait_for(lambda: mine() == [], what="h1 to hear of the steal")
     listed = [(c["session_id"], c["resource"], c["host"]) for c in h1.call("claim.list")["claims"]]
@@ -424,7 +424,9 @@ def test_partition_local_grants_local_only_and_heals(fleet_hosts: HostFactory) -
     h1.wait_connected()
 
     def settled() -> dict[str, Any] | None:
-        claims = [c for c in h1.call("claim.list")["claims"] if c["host"] is None]  # h1's own
+        claims = [
+            c for c in h1.call("claim.list")["claims"] if c["host"] in (None, "h1")
+        ]  # h1's own
         return None if any(c["local_only"] for c in claims) else {c["resource"]: c for c in claims}
 
     after = wait_for(settled, 15, what="h1 to reconcile")

@@ -360,3 +360,26 @@ def test_a_broadcast_counts_a_stale_session_of_another_host(fleet_hosts: HostFac
         what="the broadcast on h2",
     )
     assert [i["text"] for i in items] == ["deploying"]
+
+
+def test_the_holder_s_own_host_names_itself_as_the_others_do(fleet_hosts: HostFactory) -> None:
+    """One view everywhere (SPEC §12): h2 said h1:a holds res:gpu "on h1" (``host``
+    "h1"), and so did ``claim.validate`` on h1, but h1's own ``claim.check`` and
+    ``claim.list`` gave ``host`` null for the same fleet-wide claim. A local key stays
+    without a host."""
+    h1, h2 = fleet_hosts(2)
+    register(h1, "h1:a")
+    everywhere([h2], "h1:a")
+    assert acquire(h1, "h1:a", "res:gpu")["status"] == "granted"
+    assert acquire(h1, "h1:a", "port:8080")["status"] == "granted"
+
+    def hosts(h: FleetHost, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {c["resource"]: c.get("host") for c in h.call(method, params)["claims"]}
+
+    for h in (h1, h2):
+        assert hosts(h, "claim.check", {"resources": ["res:gpu"]}) == {"res:gpu": "h1"}, h.name
+    assert hosts(h1, "claim.list", {}) == {"res:gpu": "h1", "port:8080": None}
+    assert hosts(h2, "claim.list", {}) == {"res:gpu": "h1"}
+    assert hosts(h1, "claim.check", {"resources": ["port:8080"]}) == {"port:8080": None}
+    human = run_meshctl("check", "res:gpu", env=h1.env)
+    assert "h1:a holds res:gpu on h1" in human.out, human

@@ -97,6 +97,7 @@ class ClaimReads:
                 since=rfc3339(c.since), reason=c.reason,
                 expires_in_s=None if c.deadline is None else round(c.deadline - now, 3),
                 local_only=(c.session_id, c.resource) in local_only,
+                host=self.view.host_of(c.key),
             )
             for c in st.claims.list_claims(p.session_id)
         ]  # fmt: skip

@@ -24,12 +24,13 @@ if TYPE_CHECKING:
 HOME = os.path.expanduser("~")
 
 
-def holder(st: MeshState, c: Claim) -> pc.ClaimHolder:
+def holder(st: MeshState, c: Claim, host: str | None = None) -> pc.ClaimHolder:
+    """``c`` as a holder; ``host``: this host's name when the key is fleet-wide."""
     s = st.registry.sessions.get(c.session_id)
     return pc.ClaimHolder(
         session_id=c.session_id, resource=c.resource, task=s.task if s else "",
         since=rfc3339(c.since), reason=c.reason, mode=c.mode, profile=st.profile,
-        branch=s.branch if s else None,
+        branch=s.branch if s else None, host=host,
     )  # fmt: skip
 
 

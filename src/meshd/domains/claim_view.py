@@ -64,7 +64,7 @@ class ClaimView:
         cannot be reached leaves a warning saying so, not a false "free"."""
         st = self.state
         found = st.claims.check(keys, caller)
-        holders = [holder(st, c) for c in found]
+        holders = [holder(st, c, host=self.host_of(c.key)) for c in found]
         warnings = [warning(st, c) for c in found]
         fleet = self._fleet.fleet
         if fleet is None or not any(fleet.claims.is_fleet(k) for k in keys):
@@ -84,6 +84,13 @@ class ClaimView:
             )  # fmt: skip
             warnings.append(_remote_warning(h))
         return holders, warnings, ""
+
+    def host_of(self, key: Key) -> str | None:
+        """The host to name for this host's own claim on ``key``: this host's name for a
+        fleet-wide key while in a fleet (the name every other host gives it), None for
+        a local key or a host alone (one view, SPEC §12)."""
+        fleet = self._fleet.fleet
+        return fleet.host if fleet is not None and fleet.claims.is_fleet(key) else None
 
     def present_elsewhere(self, keys: Sequence[Key]) -> list[pc.ClaimPresent]:
         """Other hosts' live sessions whose cwd or repo contains a fleet-wide path of

@@ -83,7 +83,7 @@ class ClaimHolder(Result):
     mode: Mode = "exclusive"
     profile: str = ""
     branch: str | None = None
-    host: str | None = None  # a fleet-wide claim held on another host (SPEC §12)
+    host: str | None = None  # the holding host of a fleet-wide claim, this one too (SPEC §12)
 
 
 class ClaimWaiting(Result):
@@ -203,7 +203,7 @@ class ClaimRecord(Result):
     reason: str = ""
     expires_in_s: float | None = None
     local_only: bool = False  # fleet-wide key granted while the fleet was out of reach
-    host: str | None = None  # a fleet-wide claim held on another host (SPEC §12)
+    host: str | None = None  # the holding host of a fleet-wide claim, this one too (SPEC §12)
 
 
 class ClaimListResult(Result):
