@@ -383,3 +383,25 @@ def test_the_holder_s_own_host_names_itself_as_the_others_do(fleet_hosts: HostFa
     assert hosts(h1, "claim.check", {"resources": ["port:8080"]}) == {"port:8080": None}
     human = run_meshctl("check", "res:gpu", env=h1.env)
     assert "h1:a holds res:gpu on h1" in human.out, human
+
+
+def test_check_on_another_host_says_since_when_as_claim_list_does(
+    fleet_hosts: HostFactory,
+) -> None:
+    """h2's ``claim.list`` gave h1's claim on res:gpu its ``since``, but h2's
+    ``claim.check`` (and so ``meshctl check`` and ``claim``'s ``held``) said ``since: ""``
+    for the same claim: two answers for one key on one host."""
+    h1, h2 = fleet_hosts(2)
+    register(h1, "h1:a")
+    register(h2, "h2:b")
+    everywhere([h2], "h1:a")
+    assert acquire(h1, "h1:a", "res:gpu")["status"] == "granted"
+
+    def listed() -> str:
+        claims = h2.call("claim.list")["claims"]
+        return next((c["since"] for c in claims if c["resource"] == "res:gpu"), "")
+
+    since = wait_for(listed, 15, what="h2 to list h1's claim")
+    checked = h2.call("claim.check", {"resources": ["res:gpu"], "session_id": "h2:b"})
+
+    assert [(c["host"], c["since"]) for c in checked["claims"]] == [("h1", since)]

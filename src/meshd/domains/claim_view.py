@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -75,15 +76,27 @@ class ClaimView:
             why = f"the fleet cannot be reached now ({exc})"
             warnings.append(f"the other hosts' claims on fleet-wide keys could not be read: {why}")
             return holders, warnings, why
+        known = await self._granted_at(remote)
         for h in remote:
+            at = h.since or known.get((h.session_id, h.resource), 0.0)
             holders.append(
                 pc.ClaimHolder(
-                    session_id=h.session_id, resource=h.resource, task=h.task, since="",
-                    reason="", mode=h.mode, profile=st.profile, branch=h.branch, host=h.host,
+                    session_id=h.session_id, resource=h.resource, task=h.task,
+                    since=rfc3339(at) if at else "", reason="", mode=h.mode,
+                    profile=st.profile, branch=h.branch, host=h.host,
                 )
             )  # fmt: skip
-            warnings.append(_remote_warning(h))
+            warnings.append(_remote_warning(h, at))
         return holders, warnings, ""
+
+    async def _granted_at(self, remote: list[Holding]) -> dict[tuple[str, str], float]:
+        """When the fleet granted each of ``remote`` (session, resource), as the listings'
+        view of the commit records has it -- ``claim.list`` and ``sessions show`` give
+        the same ``since`` (one view, SPEC §12); none when it cannot say."""
+        if not remote or all(h.since for h in remote):
+            return {}
+        held = await self.elsewhere()
+        return {(h.session_id, h.resource): h.since for h in held or () if h.since}
 
     def host_of(self, key: Key) -> str | None:
         """The host to name for this host's own claim on ``key``: this host's name for a
@@ -217,12 +230,14 @@ class ClaimView:
         result.local_only = any(c.local_only for c in result.claims)
 
 
-def _remote_warning(h: Holding) -> str:
-    """``cli:… holds res:gpu on h1 (branch b) — task``: another host's claim."""
+def _remote_warning(h: Holding, at: float = 0.0) -> str:
+    """``cli:… holds res:gpu on h1 (branch b) since 14:02 — task``: another host's claim
+    (``at``: when the fleet granted it, when known)."""
     verb = "is sharing" if h.mode == "shared" else "is editing" if _is_path(h) else "holds"
     branch = f" (branch {h.branch})" if h.branch else ""
+    since = f" since {datetime.fromtimestamp(at).strftime('%H:%M')}" if at else ""
     tail = f" — {h.task}" if h.task else ""
-    return f"{h.session_id} {verb} {h.resource} on {h.host}{branch}{tail}"
+    return f"{h.session_id} {verb} {h.resource} on {h.host}{branch}{since}{tail}"
 
 
 def _within(path: str, folder: str) -> bool:
