@@ -132,3 +132,19 @@ def meshctl_in(cwd: Path, *args: str, env: dict[str, str]) -> Run:
         cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     return Run(list(args), done.returncode, done.stdout, done.stderr)
+
+
+def test_resolving_a_new_key_done_suggests_another_key_not_itself(
+    meshctl: Meshctl, daemon: Daemon
+) -> None:
+    """``once --resolve KEY done`` of a key with no entry records it and, as a typo is
+    likely, names the closest known key. It read the ledger after recording, so the
+    closest was the key itself: "recorded done by hand; did you mean pay:2026-12?"."""
+    ok(meshctl("once", "--key", "pay:2026-11", "--", "true", env=daemon.env))
+
+    new = ok(meshctl("once", "--resolve", "pay:2026-12", "done", env=daemon.env))
+    alone = ok(meshctl("once", "--resolve", "zzz-unrelated", "done", env=daemon.env))
+
+    assert "did you mean pay:2026-11?" in new.err, new
+    assert "did you mean pay:2026-12" not in new.err, new
+    assert "did you mean" not in alone.err, alone

@@ -216,7 +216,8 @@ def _no_entry(state: State, key: str, how: str) -> None:
     key done beforehand is a person's right) and said."""
     from meshctl.cli._ids import closest_text
 
-    keys = [str(e.get("key")) for e in state.call("once.list", {}).get("entries") or []]
+    entries = state.call("once.list", {}).get("entries") or []
+    keys = [str(e.get("key")) for e in entries if e.get("key") != key]  # done: it is there now
     guess = closest_text(key, keys)
     mean = f"; did you mean {guess}?" if guess else ""
     shown = _output.safe(key)
