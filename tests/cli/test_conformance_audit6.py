@@ -4,6 +4,7 @@ with the real command line, daemon and socket; each test a defect found that way
 
 from __future__ import annotations
 
+import getpass
 import subprocess
 import sys
 from pathlib import Path
@@ -148,3 +149,20 @@ def test_resolving_a_new_key_done_suggests_another_key_not_itself(
     assert "did you mean pay:2026-11?" in new.err, new
     assert "did you mean pay:2026-12" not in new.err, new
     assert "did you mean" not in alone.err, alone
+
+
+def test_a_rank_is_recorded_as_set_by_the_os_user_even_with_a_session(
+    meshctl: Meshctl, daemon: Daemon
+) -> None:
+    """SPEC §5b: a rank is "recorded with who set it (the OS user)". With MESH_SESSION
+    set (a shell an agent also uses) it was recorded as set by that session, which
+    reads as an agent ranking -- the one thing §5b says never happens."""
+    register(meshctl, daemon, "cli:agent")
+    register(meshctl, daemon, "cli:other")
+
+    ok(meshctl("prioritize", "cli:other", "--rank", "7", env=as_(daemon, "cli:agent")))
+    shown = ok(meshctl("sessions", "show", "cli:other", "--json", env=daemon.env)).json()
+    log = ok(meshctl("log", "--json", env=daemon.env)).json()
+
+    assert (shown["rank"], shown["rank_by"]) == (7, getpass.getuser())
+    assert [e["by"] for e in log if e["action"] == "rank"] == [getpass.getuser()]

@@ -235,7 +235,7 @@ def prioritize(session_id: str, rank: int) -> None:
     import getpass
 
     state = get_state()
-    by = state.session or getpass.getuser()
+    by = getpass.getuser()  # SPEC §5b: the OS user, even where MESH_SESSION is set
     result = state.call("session.prioritize", {"session_id": session_id, "rank": rank, "by": by})
     _output.emit(
         state.json,
