@@ -144,16 +144,21 @@ class ClaimUpkeep:
         js = self.link.jetstream()
         subject = f"$KV.{self.link.bucket(BUCKET)}.{bucket.lease_key(self.host)}"
         while self.link.connected:
-            if self._sweep_needed:
+            while self._sweep_needed:
                 # Claims were given up while the link stayed up: their entries go
                 # before the lease is renewed (renewed first, they looked alive to the
                 # others again, for as long as the sweep took), and no fleet claim is
                 # decided here meanwhile (its entries would look dead to the others).
                 # Before a reconcile too: what this process holds is all in its book,
-                # so nothing it would adopt is swept.
+                # so nothing it would adopt is swept. Claims lost meanwhile (the
+                # watchdog) are swept too; a sweep cut short is done again.
                 self._hold_back("lease", True)
-                await self._sweep_own(kv)
-                self._sweep_needed = False  # only once done: a sweep cut short is redone
+                self._sweep_needed = False
+                try:
+                    await self._sweep_own(kv)
+                except BaseException:
+                    self._sweep_needed = True
+                    raise
             sent = time.monotonic()
             try:
                 ack = await js.publish(
