@@ -1,18 +1,22 @@
 """Fleet claim + release, daemons A and B against floor K2, interleaved in one run.
 
 ``python -m bench.fleet_ab [--rounds R] [--n N] [--pinned] [--a=SWITCHES] [--b=SWITCHES]
-[--steps DIR]``
+[--a-src DIR] [--b-src DIR] [--a2=SWITCHES] [--b2=SWITCHES] [--handoffs N] [--steps DIR]``
 
 Starts one nats-server (JetStream, ``sync_interval: always``) and two fleets of two
 daemons on it, each fleet in a profile of its own (its own bucket): fleet A runs
 ``bench.fleet_variant`` with the ``--a`` switches (default ``--one-connection``: the
 watches on the requests' connection), fleet B with the ``--b`` switches (default none:
-the daemon as it is). Each round times N claim + release pairs of a ``box:`` key on
-A's second host, then on B's, then floor K2 (a compare-and-set and a create sent
-together, on a bucket nobody watches), in turn, unpinned unless ``--pinned``. Prints
-the medians, each round's ratios and their spread, and the load average; with
-``--steps DIR`` each daemon also writes its steps' durations there
-(:mod:`bench.fleet_variant`), summarised at the end.
+the daemon as it is); ``--a-src``/``--b-src`` import meshd for that side from another
+source tree (a checkout's ``src``, to compare two versions), ``--a2``/``--b2`` add
+switches to that side's second host only (the one that claims). Each round times N
+claim + release pairs of a ``box:`` key on A's second host, then on B's, then floor
+K2 (a compare-and-set and a create sent together, on a bucket nobody watches), in
+turn, unpinned unless ``--pinned``. Prints the medians, each round's ratios and their
+spread, and the load average; with ``--steps DIR`` each daemon also writes its steps'
+durations there (:mod:`bench.fleet_variant`), summarised at the end; with
+``--handoffs N``, N hand-offs on each side's second host after the rounds (a waiter
+there granted after a release there: the release call to the grant).
 """
 
 from __future__ import annotations
@@ -39,16 +43,19 @@ from bench.common import (
     wait_answering,
 )
 from bench.fleet import _wait_fleet, nats_server_path, start_nats
-from bench.fleet_claims import _claim_pairs, kv_roundtrips
+from bench.fleet_claims import _claim_pairs, _handoffs, kv_roundtrips
 from bench.targets import cpu_ns, register_many
 
 
-def start(place: Place, name: str, profile: str, url: str, switches: list[str]) -> tuple[Proc, str]:
+def start(
+    place: Place, name: str, profile: str, url: str, switches: list[str], *, src: Path | None = None
+) -> tuple[Proc, str]:
     """A daemon of ``profile`` named ``name`` in the fleet at ``url``, run by
-    ``bench.fleet_variant`` with ``switches``."""
+    ``bench.fleet_variant`` with ``switches``; with ``src``, meshd is imported from that
+    source tree (another checkout's ``src``) instead of this one's."""
     env = place.env(name, f'[fleet]\nurl = "{url}"\nname = "{name}"\n')
     env["MESH_PROFILE"] = profile
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(ROOT) if src is None else f"{src}{os.pathsep}{ROOT}"
     argv = [PYTHON, "-m", "bench.fleet_variant", *switches, "run", "--profile", profile,
             "--log-level", "warning"]  # fmt: skip
     proc = Proc(argv, env, place.root / f"{name}.log")
@@ -72,7 +79,16 @@ def main() -> None:
     ap.add_argument("--pinned", action="store_true")
     ap.add_argument("--a", default="--one-connection", help="A's switches (--a=...)")
     ap.add_argument("--b", default="", help="B's switches (--b=...)")
+    ap.add_argument("--a2", default="", help="more switches for A's second host only")
+    ap.add_argument("--b2", default="", help="more switches for B's second host only")
     ap.add_argument("--steps", type=Path)
+    ap.add_argument(
+        "--handoffs", type=int, default=0,
+        help="then N hand-offs on each side's second host (a waiter there granted after a "
+        "release there), A and B in turn, 4 blocks",
+    )  # fmt: skip
+    ap.add_argument("--a-src", type=Path, help="meshd for A from this source tree")
+    ap.add_argument("--b-src", type=Path, help="meshd for B from this source tree")
     args = ap.parse_args()
     binary = nats_server_path()
     assert binary, "no nats-server"
@@ -83,13 +99,16 @@ def main() -> None:
     procs: list[Proc] = []
     try:
         socks: dict[str, str] = {}
-        for side, switches in (("A", args.a.split()), ("B", args.b.split())):
+        sides = (("A", args.a.split(), args.a_src), ("B", args.b.split(), args.b_src))
+        for side, switches, src in sides:
             for i in (1, 2):
                 sw = list(switches)
+                if i == 2:
+                    sw += (args.a2 if side == "A" else args.b2).split()
                 if args.steps is not None:
                     args.steps.mkdir(parents=True, exist_ok=True)
                     sw += ["--steps", str(args.steps / f"{side}{i}.json")]
-                p, s = start(place, f"{side.lower()}{i}", f"ab{side}", url, sw)
+                p, s = start(place, f"{side.lower()}{i}", f"ab{side}", url, sw, src=src)
                 procs.append(p)
                 socks[f"{side}{i}"] = s
         for s in socks.values():
@@ -143,6 +162,20 @@ def main() -> None:
             rows.append((a, b, f))
             print(f"round {r}: A {a * 1e3:.2f} ms  B {b * 1e3:.2f} ms  2xK2 {f * 1e3:.2f} ms  "
                   f"A/2K2 {a / f:.2f}  B/2K2 {b / f:.2f}  B/A {b / a:.2f}", flush=True)  # fmt: skip
+        if args.handoffs:
+            hand: dict[str, list[float]] = {"A": [], "B": []}
+            for side in ("A", "B"):
+                register_many(socks[f"{side}2"], ["la", "lb"])
+            for block in range(4):
+                for side in ("A", "B") if block % 2 == 0 else ("B", "A"):
+                    with maybe_pinned(args.pinned, *pids):
+                        sock = socks[f"{side}2"]
+                        per = max(1, args.handoffs // 4)
+                        hand[side] += _handoffs(sock, sock, per, holder="la", waiting="lb")
+            ha, hb = median(hand["A"]), median(hand["B"])
+            counts = f"{len(hand['A'])}+{len(hand['B'])}"
+            print(f"hand-off on one host (release to the waiter's grant) p50: A {ha * 1e3:.2f} ms "
+                  f"B {hb * 1e3:.2f} ms  B/A {hb / ha:.2f}  ({counts})")  # fmt: skip
         # the same daemon's local claim + release (a key no fleet decides): what a
         # pair costs it without NATS
         c0 = snap()
@@ -156,7 +189,9 @@ def main() -> None:
         ra = [a / f for a, _, f in rows]
         rb = [b / f for _, b, f in rows]
         rab = [b / a for a, b, _ in rows]
-        print(f"\nA = {args.a}  B = {args.b}  {'pinned' if args.pinned else 'unpinned'}, "
+        how = "pinned" if args.pinned else "unpinned"
+        print(f"\nA = {args.a} {args.a2} {args.a_src or ''}  "
+              f"B = {args.b} {args.b2} {args.b_src or ''}  {how}, "
               f"{args.rounds} rounds x {args.n} pairs")  # fmt: skip
         print(f"medians: A {fa * 1e3:.2f} ms ({fa / fk:.2f}x 2xK2, rounds "
               f"{min(ra):.2f}-{max(ra):.2f})  B {fb * 1e3:.2f} ms ({fb / fk:.2f}x 2xK2, rounds "

@@ -97,25 +97,26 @@ as soon as it asks, before its wait record and queue entry are written and befor
 its first tries; a release racing those measured them, not the hand-off."""
 
 
-def _handoffs(s1: str, s2: str, n: int) -> list[float]:
-    """h1 holds ``box:hand``, h2 waits for it; time from h1's release call to h2's grant."""
+def _handoffs(s1: str, s2: str, n: int, holder: str = "fa", waiting: str = "fb") -> list[float]:
+    """``holder`` on h1 holds ``box:hand``, ``waiting`` on h2 waits for it; time from the
+    release call to the waiter's grant (``s1`` may be ``s2``: a hand-off on one host)."""
     c1, c2 = LineClient(s1), LineClient(s2)
     out: list[float] = []
     res = ["box:hand"]
     try:
         for _ in range(n):
-            params = {"session_id": "fa", "resources": res}
+            params = {"session_id": holder, "resources": res}
             got = json.loads(c1.roundtrip(rpc("claim.acquire", params)))
             assert got["result"]["status"] == "granted", got
-            waiter = _Waiter(c2, res)
+            waiter = _Waiter(c2, res, waiting)
             _until_waiting(s2)
             time.sleep(SETTLE)  # in line in the bucket, its first tries done: parked
             t0 = time.perf_counter()
-            c1.roundtrip(rpc("claim.release", {"session_id": "fa", "resources": res}))
+            c1.roundtrip(rpc("claim.release", {"session_id": holder, "resources": res}))
             waiter.thread.join(60)
             if waiter.ok:
                 out.append(waiter.at - t0)
-            c2.roundtrip(rpc("claim.release", {"session_id": "fb", "resources": res}))
+            c2.roundtrip(rpc("claim.release", {"session_id": waiting, "resources": res}))
     finally:
         c1.close()
         c2.close()
@@ -123,16 +124,16 @@ def _handoffs(s1: str, s2: str, n: int) -> list[float]:
 
 
 class _Waiter:
-    """``fb`` on h2 waits for ``res`` in a thread; ``at``: when its grant came back."""
+    """``sid`` on h2 waits for ``res`` in a thread; ``at``: when its grant came back."""
 
-    def __init__(self, c: LineClient, res: list[str]) -> None:
+    def __init__(self, c: LineClient, res: list[str], sid: str = "fb") -> None:
         self.at = 0.0
         self.ok = False
-        self.thread = threading.Thread(target=self._run, args=(c, res))
+        self.thread = threading.Thread(target=self._run, args=(c, res, sid))
         self.thread.start()
 
-    def _run(self, c: LineClient, res: list[str]) -> None:
-        params = {"session_id": "fb", "resources": res, "wait": 30}
+    def _run(self, c: LineClient, res: list[str], sid: str) -> None:
+        params = {"session_id": sid, "resources": res, "wait": 30}
         got = json.loads(c.roundtrip(rpc("claim.acquire", params)))
         self.at = time.perf_counter()
         self.ok = got["result"]["status"] == "granted"

@@ -5,6 +5,9 @@
 * ``--no-watch``: no watch on the claim records at all (waiters are then woken only
   by their periodic look): what the watch's deliveries cost a claim;
 * ``--uvloop``: the daemon on uvloop (``MESH_EVENT_LOOP=uvloop``);
+* ``--pause-watch``: the watch connection left unread while a claim's or a release's
+  own writes are in flight (the asyncio transport under nats-py paused): an experiment
+  (docs/bench-runs/2026-12-02-fleet-echo.md);
 * ``--no-mirror``: no in-memory mirror of the commit records (listings read NATS);
 * ``--steps FILE``: times the daemon's steps of a fleet claim and release (the
   handlers, the fleet's decision, each KV request) with ``time.perf_counter`` and
@@ -52,7 +55,11 @@ def _steps(path: str) -> None:
     from meshd.fleet import claim_bucket
     from meshd.fleet.claim_release import FleetReleases
     from meshd.fleet.claims import FleetClaims
+    from meshd.server.serve import Server
+    from meshd.service import Service
 
+    _timed(Server, "_frame", "frame (read to reply written)")
+    _timed(Service, "commit", "local commit")
     _timed(ClaimHandlers, "acquire", "handler acquire")
     _timed(ClaimHandlers, "release", "handler release")
     _timed(FleetClaims, "decide", "fleet decide")
@@ -107,6 +114,42 @@ def _no_mirror() -> None:
     ClaimMirror.run = run  # type: ignore[method-assign]
 
 
+def _pause_watch() -> None:
+    """Experiment: the watch connection is not read while this host's own claim or
+    release writes are in flight (its deliveries wait in the socket)."""
+    from meshd.fleet.claim_release import FleetReleases
+    from meshd.fleet.claims import FleetClaims
+
+    busy = [0]
+
+    def transport(link: Any) -> Any:
+        nc = link.watch_nc
+        t = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+        return None if t is None else t.transport
+
+    def wrap(owner: Any, name: str, link_of: Callable[[Any], Any]) -> None:
+        inner = getattr(owner, name)
+
+        @functools.wraps(inner)
+        async def wrapper(self: Any, *args: Any, **kw: Any) -> Any:
+            t = transport(link_of(self))
+            if t is not None:
+                busy[0] += 1
+                t.pause_reading()
+            try:
+                return await inner(self, *args, **kw)
+            finally:
+                if t is not None:
+                    busy[0] -= 1
+                    if not busy[0]:
+                        t.resume_reading()
+
+        setattr(owner, name, wrapper)
+
+    wrap(FleetClaims, "decide", lambda s: s.link)
+    wrap(FleetReleases, "release", lambda s: s.link)
+
+
 def _take(args: list[str], flag: str) -> str | None:
     if flag not in args:
         return None
@@ -127,6 +170,9 @@ if __name__ == "__main__":
     if "--uvloop" in args:
         args.remove("--uvloop")
         os.environ["MESH_EVENT_LOOP"] = "uvloop"
+    if "--pause-watch" in args:
+        args.remove("--pause-watch")
+        _pause_watch()
     if "--no-mirror" in args:
         args.remove("--no-mirror")
         _no_mirror()

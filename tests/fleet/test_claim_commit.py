@@ -188,3 +188,79 @@ def test_a_commit_sent_beside_a_write_that_landed_is_the_token(nats_server: Nats
         assert (await kv.get("g.h1-1")).revision == token
 
     in_bucket(nats_server, go)
+
+
+# Holds back every delivery of the watch on the records (k.>) while the file HOLD
+# exists (in order: the ones behind it wait too); PASSED is made once one held back
+# has gone through. Each try of a fleet claim that comes back adds a line to TRIES.
+HOLD_RECORD_WATCH = """
+import os, anyio
+from nats.js.client import JetStreamContext
+from meshd.fleet.claims import FleetClaims
+HOLD, PASSED, TRIES = {hold!r}, {passed!r}, {tries!r}
+subscribe = JetStreamContext.subscribe
+async def held_back(self, subject, *args, cb=None, **kw):
+    if cb is not None and subject.endswith(".k.>"):
+        inner = cb
+        async def cb(msg):
+            held = os.path.exists(HOLD)
+            while os.path.exists(HOLD):
+                await anyio.sleep(0.02)
+            await inner(msg)
+            if held:
+                open(PASSED, "w").close()
+    return await subscribe(self, subject, *args, cb=cb, **kw)
+JetStreamContext.subscribe = held_back
+acquire = FleetClaims.acquire
+async def counted(self, *args, **kw):
+    got = await acquire(self, *args, **kw)
+    with open(TRIES, "a") as f:
+        f.write(type(got).__name__ + "\\n")
+    return got
+FleetClaims.acquire = counted
+"""
+
+NO_LOOK = "[defaults]\nheartbeat_interval = 60\n"
+"""A waiter looks again on its own only every 60 s: within its wait here only a
+wake-up lets it try again."""
+
+
+def test_a_local_release_hands_on_to_a_local_waiter_without_the_watch(
+    fleet_hosts: HostFactory, tmp_path: Any
+) -> None:
+    """A release on this host wakes this host's waiter from the release's own write,
+    not from the watch's echo of it: with the watch held back (from before the waiter
+    came), the waiter is granted once, with a token above the last holder's, and the
+    echoes that come afterwards change nothing. Before, the waiter slept until the
+    watch delivered the echo (here: at the end of its wait, by its last try)."""
+    hold, passed, tries = tmp_path / "hold", tmp_path / "passed", tmp_path / "tries"
+    fault = HOLD_RECORD_WATCH.format(hold=str(hold), passed=str(passed), tries=str(tries))
+    (h1,) = fleet_hosts(1, extra=NO_LOOK, hold=fault)
+    a, b, c = register(h1), register(h1), register(h1)
+    first = acquire(h1, a, "box:hand")
+    assert first["status"] == "granted"
+    tries.unlink()
+    hold.touch()
+    w = Background(h1, b, "box:hand", wait=60)  # a try at its end would find it free
+
+    def parked() -> bool:  # its first try, in line, its second try: now it waits
+        return tries.exists() and tries.read_text().split() == ["FleetHeld", "FleetHeld"]
+
+    wait_for(parked, what="b tried twice and waits in the fleet's line")
+    release(h1, a, "box:hand")
+    wait_for(lambda: w.reply is not None, 30, what="b answered, the watch still held back")
+    got = w.result()
+    assert got["status"] == "granted", got
+    assert got["token"] > first["token"]
+    hold.unlink()
+    wait_for(passed.exists, what="the held-back deliveries went through")
+
+    mine = h1.call("claim.list", {"session_id": b})["claims"]
+    assert [(x["resource"], x["token"]) for x in mine] == [("box:hand", got["token"])]
+    assert waiting_on(h1) == []
+    assert h1.call("claim.validate", {"resource": "box:hand", "token": got["token"]})["valid"]
+    old = h1.call("claim.validate", {"resource": "box:hand", "token": first["token"]})
+    assert not old["valid"]
+    third = acquire(h1, c, "box:hand")
+    assert third["status"] == "held"
+    assert [x["session_id"] for x in third["holders"]] == [b]

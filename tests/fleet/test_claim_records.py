@@ -156,3 +156,37 @@ def test_seen_is_bounded() -> None:
         seen.now(f"k.{n}", Record(), n + 1)
     assert seen.get(f"k.{Seen.LIMIT + 4}") is not None
     assert len(seen._by_name) <= Seen.LIMIT
+
+
+def test_a_write_of_this_host_wakes_at_once_and_its_echo_is_dropped() -> None:
+    """A compare-and-set of this host that landed tells ``on_write`` at once (its local
+    waiters try again without waiting for the watch), and the watch's delivery of
+    that very version is its echo: handled already. An older echo of its own no
+    longer drops a newer hint of its own (two writes in a row)."""
+    woken: list[str] = []
+    seen = Seen()
+    seen.on_write = woken.append
+    first, second = Record(h=(A,)), Record()
+    seen.wrote("k.a", first, 7, first.encode())
+    assert woken == ["k.a"]
+    seen.wrote("k.a", second, 8, second.encode())
+    assert woken == ["k.a", "k.a"]
+    assert seen.echo("k.a", first.encode(), 7)  # delivered after the second write landed
+    assert seen.get("k.a") == (second, 8)  # kept: not read again before the next claim
+    assert seen.echo("k.a", second.encode(), 8)
+    assert not seen.echo("k.a", second.encode(), 8)  # an echo comes once
+
+
+def test_only_the_very_bytes_written_are_an_echo() -> None:
+    """Another record at the revision this host wrote (a bucket replaced under a link
+    that stayed up) is no echo: it goes through :meth:`Seen.saw` like any delivery;
+    nor is anything after a link-up forgot the writes."""
+    seen = Seen()
+    mine = Record(h=(A,))
+    seen.wrote("k.a", mine, 7, mine.encode())
+    assert not seen.echo("k.a", Record(h=(B,)).encode(), 7)
+    assert not seen.echo("k.a", mine.encode(), 7)  # the first delivery at 7 took it
+    seen.wrote("k.b", mine, 9, mine.encode())
+    seen.forget()
+    assert not seen.echo("k.b", mine.encode(), 9)
+    assert seen.get("k.b") is None

@@ -131,7 +131,7 @@ async def write(
     except nats.js.errors.KeyWrongLastSequenceError:
         return 0
     if seen is not None:
-        seen.now(name, record, rev, raw=raw)
+        seen.wrote(name, record, rev, raw)
     return rev
 
 

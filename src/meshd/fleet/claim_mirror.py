@@ -127,6 +127,9 @@ class MirrorView:
             if gone:
                 self.commits.pop(gid, None)
                 return
+            known = self.commits.get(gid)
+            if known is not None and known.token == revision:
+                return  # this host's own commit, applied when it was made (own_commit)
             try:
                 doc: Any = json.loads(value or b"{}")
             except ValueError:
@@ -192,6 +195,15 @@ class ClaimMirror:
             return None
         now = time.monotonic() if self.live or self.stopped is None else self.stopped
         return view.held(self.link.host, session_id, now)
+
+    def own_commit(self, name: str, value: bytes, revision: int) -> None:
+        """This host made commit record ``name`` at ``revision``: in the view now, so its
+        delivery by the watch is known when it comes and not decoded again (a view
+        still catching up gets it from the watch like any other)."""
+        if self.live and self.view is not None:
+            now = time.monotonic()
+            self.view.apply(name, value, revision, False, ttl=math.inf, stamp=time.time(),
+                            now=now)  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         state = (

@@ -219,6 +219,12 @@ class Seen:
         """name -> (the record, its bytes, its revision); either of the first two may
         be missing until asked for: the watch delivers bytes, decoded only when a
         request uses them (most deliveries never are)."""
+        self._mine: dict[tuple[str, int], bytes] = {}
+        """(name, revision) -> bytes of this host's own writes that the watch has not
+        delivered yet (:meth:`wrote`, :meth:`echo`)."""
+        self.on_write: Callable[[str], None] | None = None
+        """Called with a record's name once a write of this host landed there: the
+        local waiters are woken from the write itself, not from its echo."""
 
     def get(self, name: str) -> tuple[Record, int] | None:
         known = self._by_name.get(name)
@@ -260,9 +266,32 @@ class Seen:
         else:
             self._by_name[name] = (record, raw, revision)
 
+    def wrote(self, name: str, record: Record, revision: int, raw: bytes) -> None:
+        """This host's compare-and-set of ``record`` (``raw``) landed at ``revision``:
+        kept as :meth:`now` does, remembered until the watch delivers it back
+        (:meth:`echo`), and :attr:`on_write` told at once.
+
+        Whoever this write can let in (a waiter of this host) is woken here, a watch
+        delivery earlier; the other hosts learn of it from their watches as ever."""
+        self.now(name, record, revision, raw)
+        if len(self._mine) >= self.LIMIT:  # echoes that never came (the watch was down)
+            self._mine.clear()
+        self._mine[(name, revision)] = raw
+        if self.on_write is not None:
+            self.on_write(name)
+
+    def echo(self, name: str, raw: bytes, revision: int) -> bool:
+        """Whether the watch's delivery of ``name`` at ``revision`` is this host's own
+        write coming back (then it was handled when it landed: :meth:`wrote`; nothing
+        to wake, keep or check). Only the very bytes written at that revision count:
+        anything else is a delivery like any other."""
+        mine = self._mine.pop((name, revision), None)
+        return mine is not None and mine == raw
+
     def forget(self) -> None:
         """Drop every hint (at a link-up: the bucket may have been replaced)."""
         self._by_name.clear()
+        self._mine.clear()
 
 
 def _same(known: tuple[Record | None, bytes | None, int], other: Record | bytes) -> bool:

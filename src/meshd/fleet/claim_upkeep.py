@@ -315,9 +315,10 @@ class ClaimUpkeep:
 
         On the link's watch connection, with a callback that does as little as it
         can: its deliveries come with every claim and release any host makes, the
-        host's own among them, and are handled while the claim's own acknowledgements
-        wait (docs/PERFORMANCE.md). A record is decoded only when a request uses its
-        hint or one of this host's grants may have lost it."""
+        host's own among them (docs/PERFORMANCE.md). This host's own writes were
+        handled when they landed (:meth:`Seen.wrote` woke its waiters): their echo is
+        dropped at once. A record is decoded only when a request uses its hint or one
+        of this host's grants may have lost it."""
         await bucket.open_bucket(self.link, watch=True)  # made by the reconcile
         js = self.link.watch_js
         if js is None:
@@ -330,7 +331,10 @@ class ClaimUpkeep:
         async def on_msg(msg: Msg) -> None:
             key = msg.subject[cut:]
             revision = msg.metadata.sequence.stream
-            seen.saw(key, msg.data or b"", revision)  # first: who wakes uses it
+            data = msg.data or b""
+            if seen.echo(key, data, revision):
+                return  # this host's own write: its waiters were woken when it landed
+            seen.saw(key, data, revision)  # first: who wakes uses it
             self._wake(key)
             if self.book.grants:
                 self._check_losses(key, revision)

@@ -68,6 +68,7 @@ class FleetClaims:
         self.seen = book.seen
         self.line = FleetLine(link, book, self.roots, lambda: self.ready)
         """Requests in line, and the events that wake them."""
+        book.seen.on_write = self.line_wake
         self.releases = FleetReleases(
             link, book, self.roots, local, pace=lambda: self.upkeep.renew_every
         )
@@ -121,6 +122,11 @@ class FleetClaims:
             "local_only": [f"claim {res} ({sid})" for sid, res in sorted(self.local_only)],
             "view": self.mirror.status(),
         }
+
+    def line_wake(self, name: str) -> None:
+        """A write of this host landed in record ``name``: its requests in line there
+        try again now (:meth:`Seen.wrote`), without waiting for the watch's echo."""
+        self.line.wake(name)
 
     # --- scope ----------------------------------------------------------------------
 
@@ -210,6 +216,7 @@ class FleetClaims:
                 done.append(step)
                 revs[step.name] = rev
             token = await commit.token()
+            self.mirror.own_commit(commit.name, value, token)
             grant = FleetGrant(gid, session_id, mode, token, {k.text: k for k in keys}, revs)
             self.book.hold(grant)  # before it leaves inflight: never unknown here, so never "dead"
         except BaseException as exc:
