@@ -4,6 +4,7 @@ server: what a commit record or lease delivered by the watch does to the listing
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -103,4 +104,18 @@ def test_a_feed_that_stopped_freezes_its_leases_at_its_last_delivery() -> None:
     mirror.feed_stopped(53.5)
 
     assert mirror.status()["state"] == "last known"
+    assert [(h.host, h.resource) for h in mirror.held() or []] == [("h2", "res:gpu")]
+
+
+def test_this_hosts_own_commit_leaves_the_views_server_clock_alone() -> None:
+    """This host's wall clock is 100 s ahead of the server's. Its own commit record,
+    put in the view when made (stamped with this host's time), does not move the
+    view's reading of the server's clock: h2's lease, renewed just now on the server's
+    clock, still counts. Taken for the server's time, it ran every lease out at once."""
+    mirror = ClaimMirror(FleetLink(FleetSettings(urls=("nats://127.0.0.1:4222",), name="h1"), "t"))
+    mirror.view = h2_holding(time.time() - 100.0, 3.0, now=time.monotonic())
+    mirror.live = True
+
+    mirror.own_commit("g.mine", record(["box:mine"], host="h1", session="s1"), 12)
+
     assert [(h.host, h.resource) for h in mirror.held() or []] == [("h2", "res:gpu")]

@@ -117,10 +117,12 @@ class MirrorView:
         return lease.stamp <= 0 or server is None or server < lease.stamp + lease.ttl
 
     def apply(self, key: str, value: bytes, revision: int, gone: bool, *, ttl: float,
-              stamp: float, now: float) -> None:  # fmt: skip
+              stamp: float, now: float, server: bool = True) -> None:  # fmt: skip
         """Record ``key``'s change (a commit record ``g.…`` or a lease ``l.…``),
-        stored by the server at ``stamp`` (wall time; 0: not said), arrived ``now``."""
-        if stamp > 0 and (self.clock is None or stamp > self.clock[0]):
+        stored at ``stamp`` (wall time; 0: not said), arrived ``now``. ``server``: the
+        stamp is the server's (a delivery by the watch), which sets the view's clock;
+        not so this host's own wall time (:meth:`ClaimMirror.own_commit`)."""
+        if server and stamp > 0 and (self.clock is None or stamp > self.clock[0]):
             self.clock = (stamp, now)
         if key.startswith("g."):
             gid = key[2:]
@@ -203,7 +205,7 @@ class ClaimMirror:
         if self.live and self.view is not None:
             now = time.monotonic()
             self.view.apply(name, value, revision, False, ttl=math.inf, stamp=time.time(),
-                            now=now)  # fmt: skip
+                            now=now, server=False)  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         state = (
