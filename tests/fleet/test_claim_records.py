@@ -190,3 +190,23 @@ def test_only_the_very_bytes_written_are_an_echo() -> None:
     seen.forget()
     assert not seen.echo("k.b", mine.encode(), 9)
     assert seen.get("k.b") is None
+
+
+def test_an_echo_handled_before_its_acknowledgement_wakes_once() -> None:
+    """The watch's delivery of this host's write can be handled before the write's own
+    acknowledgement (they come on two connections): it is a delivery like any other
+    then, and the acknowledgement that follows wakes nobody again and leaves nothing
+    waiting for an echo that already came."""
+    woken: list[str] = []
+    seen = Seen()
+    seen.on_write = woken.append
+    mine = Record(h=(A,))
+    assert not seen.echo("k.a", mine.encode(), 7)  # not known as ours yet
+    seen.saw("k.a", mine.encode(), 7)
+    seen.wrote("k.a", mine, 7, mine.encode())  # its acknowledgement, after
+    assert woken == []  # (the watch's callback woke the waiters with the delivery)
+    assert seen.get("k.a") == (mine, 7)
+    assert seen._mine == {}
+    seen.saw("k.a", Record().encode(), 7)  # another record at 7: the hint goes
+    seen.wrote("k.a", mine, 7, mine.encode())  # then a write of ours is no echo of it
+    assert woken == ["k.a"]

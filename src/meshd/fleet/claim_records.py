@@ -272,8 +272,16 @@ class Seen:
         (:meth:`echo`), and :attr:`on_write` told at once.
 
         Whoever this write can let in (a waiter of this host) is woken here, a watch
-        delivery earlier; the other hosts learn of it from their watches as ever."""
+        delivery earlier; the other hosts learn of it from their watches as ever. The
+        echo comes on the watch's own connection and is often handled before this
+        acknowledgement (about half the time under load): then that version is known
+        already, it was handled as a delivery (its waiters woken), and nothing is left
+        to do or to wait for."""
+        known = self._by_name.get(name)
+        came_first = known is not None and known[2] == revision and _same(known, raw)
         self.now(name, record, revision, raw)
+        if came_first:
+            return
         if len(self._mine) >= self.LIMIT:  # echoes that never came (the watch was down)
             self._mine.clear()
         self._mine[(name, revision)] = raw
