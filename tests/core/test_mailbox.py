@@ -278,6 +278,9 @@ class TestReplyDepth:
         with pytest.raises(MessageRefused) as err:
             mb.send(last.to, last.sender, "5", reply_to=last.id)
         assert err.value.data["reason"] == "max_reply_depth"
+        assert "sent each other 4 messages in one reply chain within 10 minutes" in str(
+            err.value
+        )  # the chain's messages, the first one with its 3 replies
 
     def test_chain_older_than_ten_minutes_starts_again(self, clock: ManualClock) -> None:
         """A reply to a message more than 10 minutes old starts a new chain."""

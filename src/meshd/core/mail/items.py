@@ -141,8 +141,9 @@ class ItemStore:
         cap = self.mb.settings.max_reply_depth
         if depth > cap:
             raise MessageRefused(
-                f"{sender} and {to} have replied to each other {parent.depth} times in 10 "
-                f"minutes (max_reply_depth = {cap}); stop here or ask the user",
+                f"{sender} and {to} have sent each other {parent.depth} messages in one "
+                f"reply chain within 10 minutes (max_reply_depth = {cap}); stop here or ask "
+                "the user",
                 {"session_id": to, "reason": "max_reply_depth", "limit": cap},
             )
         return depth
