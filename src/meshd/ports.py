@@ -59,6 +59,9 @@ class Holding:
     branch: str | None = None
     since: float = 0.0
     """Wall time the fleet granted it (0: not known)."""
+    reason: str = ""
+    """What it was claimed for, as its commit record says ("" from a host that does
+    not write one)."""
 
 
 # --- what the fleet asks of this host -------------------------------------------------
@@ -164,7 +167,7 @@ class FleetClaimsPort(Protocol):
 
     async def acquire(
         self, session_id: str, keys: Sequence[Key], mode: Mode, *,
-        waiter: FleetWaiter | None = None, steal: bool = False,
+        waiter: FleetWaiter | None = None, steal: bool = False, reason: str = "",
     ) -> FleetGrant | FleetHeld: ...  # fmt: skip
 
     async def enqueue(self, session_id: str, keys: Sequence[Key], mode: Mode) -> FleetWaiter: ...

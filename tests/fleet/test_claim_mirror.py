@@ -11,7 +11,9 @@ import pytest
 from meshd.core.settings import FleetSettings
 from meshd.fleet import claim_bucket as bucket
 from meshd.fleet.claim_mirror import ClaimMirror, MirrorView
+from meshd.fleet.claim_records import set_value
 from meshd.fleet.link import FleetLink
+from meshd.keys import from_canonical
 
 TTL = 15.0
 
@@ -50,6 +52,30 @@ def test_a_malformed_commit_record_holds_nothing_and_raises_nothing(value: bytes
     view.apply("g.a", value, 9, False, ttl=TTL, stamp=0.0, now=100.0)
 
     assert [h.resource for h in view.held("h1", None, 101.0)] == ["box:other"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [({"r": "big run"}, "big run"), ({}, ""), ({"r": 5}, ""), ({"r": "x" * 300}, "x" * 200)],
+    ids=["reason", "before-reasons", "not-text", "too-long"],
+)
+def test_a_commit_record_carries_its_reason(extra: dict[str, object], reason: str) -> None:
+    """The reason a set was claimed for is in its commit record (``r``), and the
+    listings report it; a record written by a host of a release before reasons were
+    carried has none, and reads as no reason (not as nothing held)."""
+    doc = {"s": "s2", "o": "h2", "m": "exclusive", "k": ["res:gpu"], **extra}
+    view = fed(("a", json.dumps(doc).encode()))
+
+    held = view.held("h1", None, 101.0)
+
+    assert [(h.resource, h.reason) for h in held] == [("res:gpu", reason)]
+
+
+def test_the_reason_is_written_in_the_commit_record_only_when_there_is_one() -> None:
+    key = from_canonical("res:gpu")
+    assert json.loads(set_value([key], "s", "h1", "exclusive", "big run"))["r"] == "big run"
+    assert "r" not in json.loads(set_value([key], "s", "h1", "exclusive"))
+    assert len(json.loads(set_value([key], "s", "h1", "exclusive", "y" * 500))["r"]) == 200
 
 
 def h2_holding(stamp: float, ttl: float, now: float) -> MirrorView:

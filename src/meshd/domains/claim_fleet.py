@@ -218,7 +218,8 @@ class FleetAcquire:
         events = fc.arm(req.new)
         try:
             got: Tried = await fc.acquire(
-                req.session_id, req.new, req.mode, waiter=waiter, steal=req.steal
+                req.session_id, req.new, req.mode, waiter=waiter, steal=req.steal,
+                reason=req.reason,
             )  # fmt: skip
         except FleetDown as exc:
             got = exc

@@ -82,7 +82,7 @@ class ClaimView:
             holders.append(
                 pc.ClaimHolder(
                     session_id=h.session_id, resource=h.resource, task=h.task,
-                    since=rfc3339(at) if at else "", reason="", mode=h.mode,
+                    since=rfc3339(at) if at else "", reason=h.reason, mode=h.mode,
                     profile=st.profile, branch=h.branch, host=h.host,
                 )
             )  # fmt: skip
@@ -178,7 +178,7 @@ class ClaimView:
         return [
             pc.ClaimRecord(
                 session_id=h.session_id, resource=h.resource, mode=h.mode, token=h.token,
-                since=rfc3339(h.since) if h.since else "", host=h.host,
+                since=rfc3339(h.since) if h.since else "", reason=h.reason, host=h.host,
             )
             for h in await self.elsewhere(session_id) or ()
         ]  # fmt: skip
@@ -203,7 +203,7 @@ class ClaimView:
             by_session.setdefault(h.session_id, []).append(
                 m.ClaimInfo(
                     resource=h.resource, mode=h.mode, token=h.token,
-                    since=rfc3339(h.since) if h.since else "",
+                    since=rfc3339(h.since) if h.since else "", reason=h.reason,
                 )
             )  # fmt: skip
         out = []
@@ -231,12 +231,14 @@ class ClaimView:
 
 
 def _remote_warning(h: Holding, at: float = 0.0) -> str:
-    """``cli:… holds res:gpu on h1 (branch b) since 14:02 — task``: another host's claim
-    (``at``: when the fleet granted it, when known)."""
+    """``cli:… holds res:gpu on h1 (branch b) since 14:02 — big run``: another host's
+    claim (``at``: when the fleet granted it, when known); after the dash its reason,
+    else its holder's task, as the holding host says it (:func:`claim_replies.warning`)."""
     verb = "is sharing" if h.mode == "shared" else "is editing" if _is_path(h) else "holds"
     branch = f" (branch {h.branch})" if h.branch else ""
     since = f" since {datetime.fromtimestamp(at).strftime('%H:%M')}" if at else ""
-    tail = f" — {h.task}" if h.task else ""
+    what = h.reason or h.task
+    tail = f" — {what}" if what else ""
     return f"{h.session_id} {verb} {h.resource} on {h.host}{branch}{since}{tail}"
 
 

@@ -21,7 +21,7 @@ from meshd.fleet import claim_bucket as bucket
 from meshd.fleet.claim_bucket import NATS_ERRORS
 from meshd.fleet.claim_grants import GrantBook
 from meshd.fleet.claim_mirror import ClaimMirror
-from meshd.fleet.claim_records import plan, record_name, record_resource
+from meshd.fleet.claim_records import plan, record_name, record_resource, set_reason
 from meshd.fleet.link import FleetDown, FleetLink, describe
 from meshd.keys import Key, from_canonical
 from meshd.ports import Holding
@@ -90,7 +90,10 @@ class FleetHolders:
                     if (e.gid, res) in seen or not _overlaps(res, keys):
                         continue
                     seen.add((e.gid, res))
-                    out.append(Holding(e.session, res, e.mode, e.host, commit.revision or 0))
+                    out.append(
+                        Holding(e.session, res, e.mode, e.host, commit.revision or 0,
+                                reason=set_reason(doc))
+                    )  # fmt: skip
         return out
 
     async def held(self, session_id: str | None = None) -> list[Holding]:
@@ -130,9 +133,10 @@ class FleetHolders:
                         mode: Mode = "shared" if doc.get("m") == "shared" else "exclusive"
                         since = _wall(entry.created)
                         out += [
-                            Holding(sid, str(r), mode, host, entry.revision or 0, since=since)
+                            Holding(sid, str(r), mode, host, entry.revision or 0, since=since,
+                                    reason=set_reason(doc))
                             for r in doc.get("k", ())
-                        ]
+                        ]  # fmt: skip
                 if not entry.delta:
                     break
         finally:

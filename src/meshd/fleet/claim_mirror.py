@@ -11,6 +11,9 @@ answered from memory, off the network.
 
 What a reader sees (docs/FLEET.md, "Listings"):
 
+Each commit record says what its set was claimed for (``r``, its reason): the
+listings report it as the holding host does.
+
 * **current** -- the feed is live and caught up: the bucket as of the last change
   delivered (the server sends each change to every watcher as it stores it).
 * **catching up** -- after a (re)connection, or once the bucket was made again
@@ -46,6 +49,7 @@ from nats.js.api import DeliverPolicy
 
 from meshd.fleet import claim_bucket as bucket
 from meshd.fleet.claim_bucket import BUCKET, FLEET_ERRORS
+from meshd.fleet.claim_records import set_reason
 from meshd.fleet.link import FleetLink, describe
 from meshd.ports import Holding
 from meshd.protocol.claims import Mode
@@ -67,6 +71,8 @@ class CommitSeen:
     token: int
     since: float
     """Wall time the server stored it."""
+    reason: str = ""
+    """What the set was claimed for ("" in a record written without one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +152,9 @@ class MirrorView:
             mode: Mode = "shared" if doc.get("m") == "shared" else "exclusive"
             keys = tuple(str(r) for r in raw_keys)
             self.commits[gid] = CommitSeen(
-                str(doc.get("s", "")), str(doc.get("o", "")), mode, keys, revision, stamp
-            )
+                str(doc.get("s", "")), str(doc.get("o", "")), mode, keys, revision, stamp,
+                set_reason(doc),
+            )  # fmt: skip
         elif key.startswith("l."):
             if gone:
                 self.leases.pop(key, None)
@@ -165,8 +172,10 @@ class MirrorView:
                 alive[c.host] = self.lease_counts(bucket.lease_key(c.host), now)
             if alive[c.host]:
                 out += [
-                    Holding(c.session_id, r, c.mode, c.host, c.token, since=c.since) for r in c.keys
-                ]
+                    Holding(c.session_id, r, c.mode, c.host, c.token, since=c.since,
+                            reason=c.reason)
+                    for r in c.keys
+                ]  # fmt: skip
         return sorted(out, key=lambda h: (h.since, h.session_id, h.resource))
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from meshd.keys import Key
-from meshd.protocol.claims import Mode
+from meshd.protocol.claims import REASON_MAX, Mode
 
 Role = Literal["hold", "intent"]
 Related = Callable[["Entry"], bool]
@@ -99,10 +99,25 @@ class Record:
         )
 
 
-def set_value(keys: Iterable[Key], session: str, host: str, mode: Mode) -> bytes:
+def set_value(keys: Iterable[Key], session: str, host: str, mode: Mode, reason: str = "") -> bytes:
     """The value of a set's commit record (``g.<gid>``) or wait record (``w.<gid>``):
-    its keys, session, host and mode, read back by a reconcile and by ``validate``."""
-    return json.dumps({"k": [k.text for k in keys], "s": session, "o": host, "m": mode}).encode()
+    its keys, session, host and mode, read back by a reconcile and by ``validate``;
+    a commit record also the reason the set was claimed for (``r``, at most
+    ``REASON_MAX`` characters, left out when empty), which every host's listings
+    and ``check`` report (SPEC §12, one view). In the commit record only: it is
+    written once per set, while the key records (``k.…``) are read and rewritten by
+    every request that meets them."""
+    doc: dict[str, object] = {"k": [k.text for k in keys], "s": session, "o": host, "m": mode}
+    if reason:
+        doc["r"] = reason[:REASON_MAX]
+    return json.dumps(doc).encode()
+
+
+def set_reason(doc: object) -> str:
+    """The reason in a commit record's value ``doc`` (decoded JSON); "" when there is
+    none: a host running a release before reasons were carried writes none."""
+    reason = doc.get("r", "") if isinstance(doc, dict) else ""
+    return reason[:REASON_MAX] if isinstance(reason, str) else ""
 
 
 def clash(a: Mode, b: Mode) -> bool:

@@ -175,15 +175,17 @@ class FleetClaims:
         *,
         waiter: FleetWaiter | None = None,
         steal: bool = False,
+        reason: str = "",
     ) -> FleetGrant | FleetHeld:
-        """Take the whole set in the fleet, or nothing (docs/FLEET.md).
+        """Take the whole set in the fleet, or nothing (docs/FLEET.md); ``reason`` goes
+        in its commit record, for every host to report.
 
         Raises :class:`FleetDown` when the fleet cannot be reached (what it wrote is
         rolled back as far as it can be; the rest is dropped at the next reconcile).
         Waits for the reconcile at a link-up, local-only grants healed included.
         """
         await self.upkeep.until_ready()
-        return await self.decide(session_id, keys, mode, waiter=waiter, steal=steal)
+        return await self.decide(session_id, keys, mode, waiter=waiter, steal=steal, reason=reason)
 
     async def decide(
         self,
@@ -193,6 +195,7 @@ class FleetClaims:
         *,
         waiter: FleetWaiter | None = None,
         steal: bool = False,
+        reason: str = "",
     ) -> FleetGrant | FleetHeld:
         """:meth:`acquire` without waiting for the reconcile: the reconcile's own heal
         of local-only sets."""
@@ -204,7 +207,7 @@ class FleetClaims:
         steps = plan(keys, self.roots)
         done: list[Step] = []
         revs: dict[str, int] = {}
-        value = set_value(keys, session_id, self.host, mode)
+        value = set_value(keys, session_id, self.host, mode, reason)
         commit = bucket.Commit(kv, "g." + gid, value, alongside=len(steps) == 1)
         self.book.inflight.add(gid)
         try:
