@@ -203,3 +203,62 @@ def test_doctor_fleet_check(
     assert bad["status"] == "fail"
     assert f"cannot reach the fleet at nats://127.0.0.1:{port}" in bad["message"]
     assert "meshctl fleet leave" in bad["fix"]
+
+
+def test_join_offers_the_claims_taken_before_it_to_the_fleet(
+    fleet_hosts: HostFactory, nats_server: NatsServer, mesh_env: MeshEnv, daemon: DaemonHandle
+) -> None:
+    """A host alone holds fleet-wide keys, then ``fleet join``s: the claim nobody else
+    holds is taken in the fleet (a fleet token, valid on the other host); the one
+    another host holds is lost with a notice saying so. Before, both were lost as if
+    this host had been cut off longer than its lease, and, its token counter past the
+    bucket's revision (two restarts), every fleet-wide claim after the join was refused
+    UNAVAILABLE: "bucket ... below token 8193 already granted"."""
+    (h1,) = fleet_hosts(1)
+    a = str(h1.call("session.register", {"task": "t", "pid": os.getpid()})["session_id"])
+    taken = {"session_id": a, "resources": ["res:taken"]}
+    assert h1.call("claim.acquire", taken)["status"] == "granted"
+    for n in range(2):  # each start that issued a token reserves a block of 4096 more
+        s = daemon.call("session.register", {"task": "t", "pid": os.getpid()})["result"]
+        bump = {"session_id": s["session_id"], "resources": [f"port:{n + 1}"]}
+        assert daemon.call("claim.acquire", bump)["result"]["status"] == "granted"
+        daemon.restart()
+    s = daemon.call("session.register", {"task": "t", "pid": os.getpid()})["result"]
+    sid = s["session_id"]
+
+    def claim(*resources: str) -> dict:
+        reply = daemon.call("claim.acquire", {"session_id": sid, "resources": list(resources)})
+        assert "result" in reply, reply
+        return dict(reply["result"])
+
+    before = claim("res:before")
+    assert before["status"] == claim("res:taken")["status"] == "granted"
+    assert before["token"] > 8192
+
+    r = run_meshctl("fleet", "join", nats_server.url, "--name", "solo", env=mesh_env.env)
+    assert r.code == 0, r
+
+    def settled() -> dict | None:
+        st = daemon.call("fleet.status")["result"]
+        ready = st.get("parts", {}).get("claims", {}).get("ready")
+        return st if st.get("connected") and ready and not st.get("local_only") else None
+
+    wait_for(settled, 30, what=lambda: f"solo to join: {daemon.call('fleet.status')}")
+    mine = {
+        c["resource"]: c
+        for c in daemon.call("claim.list")["result"]["claims"]
+        if c["session_id"] == sid
+    }
+    assert list(mine) == ["res:before"], mine
+    token = mine["res:before"]["token"]
+    seen = h1.call("claim.validate", {"resource": "res:before", "token": token})
+    assert (seen["valid"], seen["session_id"], seen["host"]) == (True, sid, "solo")
+    other = h1.call("claim.acquire", {"session_id": a, "resources": ["res:before"]})
+    assert other["status"] == "held"
+    lost = [e for e in daemon.call("audit.log")["result"]["entries"] if e["action"] == "lose"]
+    assert [(e["resource"], e["how"]) for e in lost] == [("res:taken", "fleet-join")]
+    inbox = daemon.call("message.inbox", {"session_id": sid, "peek": True})["result"]["items"]
+    said = str(inbox)
+    assert "before this host joined the fleet" in said, inbox
+    assert "cut off" not in said, inbox
+    assert claim("res:after")["status"] == "granted"  # fleet-wide claims work at once

@@ -60,6 +60,7 @@ _HOW = {
     "fleet": "this host was cut off from the fleet longer than its lease",
     "fleet-stolen": "another host took it in the fleet (a steal, or this host's lease ran out)",
     "fleet-conflict": "it was granted local-only and another host held it when the fleet came back",
+    "fleet-join": "it was granted before this host joined the fleet and another host held it",
 }
 
 

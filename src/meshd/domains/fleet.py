@@ -43,6 +43,13 @@ class FleetDomain(Domain):
         self._ports: tuple[ClaimTable, SessionSource, MailDesk] | None = None
         self._cfg: FleetSettings | None = None
         self._changed: anyio.Event | None = None
+        self._carried: set[tuple[str, str]] | None = None
+        """The (session, resource) pairs the previous fleet of this process held in the
+        fleet, handed to the next one: its reconcile adopts those and offers every other
+        claim of the table on a fleet-wide key to the fleet (claims taken before a
+        ``fleet join``, or on keys a changed table made fleet-wide). None until this
+        process ran alone or ran a fleet: the claims restored at a start are a restart's
+        (docs/FLEET.md)."""
         self.failure: str | None = None
         """Why the fleet stopped (a bug in it), until it runs again."""
 
@@ -76,6 +83,7 @@ class FleetDomain(Domain):
             self._changed = anyio.Event()
             cfg = self._cfg = self.svc.state.settings.fleet
             if cfg is None:
+                self._carried = set()  # alone: whatever is claimed now is this host's only
                 await self._changed.wait()
                 continue
             try:
@@ -111,7 +119,7 @@ class FleetDomain(Domain):
         fleet = Fleet(
             cfg, self.svc.paths.profile, self.svc.clock,
             interval=lambda: settings.settings.heartbeat_interval,
-            table=table, sessions=sessions, desk=desk,
+            table=table, sessions=sessions, desk=desk, carried=self._carried,
         )  # fmt: skip
         self._fleet = fleet
         self.failure = None
@@ -123,6 +131,7 @@ class FleetDomain(Domain):
                 tg.cancel_scope.cancel()
         finally:
             self._fleet = None
+            self._carried = set(fleet.claims.by_claim)
         log.info("left the fleet (the [fleet] table changed)")
 
     async def status(self, p: Empty, conn: Conn) -> f.FleetStatusResult:

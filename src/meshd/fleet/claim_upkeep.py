@@ -48,6 +48,7 @@ class ClaimUpkeep:
     def __init__(
         self, link: FleetLink, book: GrantBook, local: ClaimTable, releases: FleetReleases, *,
         decide: Decide, wake: Callable[[str], None], heartbeat: float,
+        carried: set[tuple[str, str]] | None = None,
     ) -> None:  # fmt: skip
         self.link = link
         self.host = link.host
@@ -79,6 +80,14 @@ class ClaimUpkeep:
         healed), ``lease`` (a lost lease's entries swept before it is renewed)."""
         self._sweep_needed = False
         self._heal_wanted = anyio.Event()
+        self._carried = carried
+        """Until the first reconcile: None (the daemon's start: a claim of the table the
+        bucket does not know was lost while meshd was down), or the pairs the previous
+        fleet of this process held (a reload made this one: any other claim on a
+        fleet-wide key was taken without the fleet, and is offered to it)."""
+        self._joined: set[tuple[str, str]] = set()
+        """Claims taken before this fleet ran, being offered to it: one another host
+        holds is lost as ``fleet-join``."""
 
     async def until_ready(self) -> None:
         """Return once fleet claims can be decided; :class:`FleetDown` if not soon."""
@@ -200,18 +209,30 @@ class ClaimUpkeep:
         adopt this host's commit records that its table still holds (a restart of
         meshd), drop the rest and every entry of this host nobody knows, tell the
         holders of claims the fleet no longer has that they lost them, and ask the
-        fleet for the sets granted local-only while it was out of reach."""
+        fleet for the sets granted local-only while it was out of reach, and, at the
+        first link-up of a fleet a reload made (``fleet join``), for the claims taken
+        before it: those never were the fleet's, so neither lost nor counted in
+        :attr:`GrantBook.high`."""
         while self.lease_sent is None:
             await anyio.sleep(0.01)
         kv = await bucket.open_bucket(self.link)
         book = self.book
         held: dict[tuple[str, str], tuple[Key, Mode, int]] = {}
+        carried, self._carried = self._carried, None
         for sid, k, mode, token in self.local.fleet_claims():
             if (sid, k.text) in book.local_only:
                 continue  # healed below, with any granted meanwhile
-            if (sid, k.text) not in book.by_claim:
-                held[(sid, k.text)] = (k, mode, token)
-                book.high = max(book.high, token)
+            if (sid, k.text) in book.by_claim:
+                continue
+            if carried is not None and (sid, k.text) not in carried:
+                # Taken before this fleet ran (a `fleet join`, a table that made the key
+                # fleet-wide): never in the fleet, so neither lost by it nor a token of
+                # it; healed below like a local-only grant.
+                book.local_only.add((sid, k.text))
+                self._joined.add((sid, k.text))
+                continue
+            held[(sid, k.text)] = (k, mode, token)
+            book.high = max(book.high, token)
         await self._adopt(kv, held)
         await self._sweep_own(kv)
         lost: dict[tuple[str, int], list[str]] = {}
@@ -300,15 +321,21 @@ class ClaimUpkeep:
                 await bucket.drop(kv, name, gid_in(stale), seen=self.book.seen)
 
     async def _heal(self, sid: str, token: int, mode: Mode, keys: list[Key]) -> None:
-        """A set granted local-only: the fleet grants it now (it becomes fleet-wide,
-        with the fleet's token), or another host holds it and it is lost here."""
+        """A set granted local-only (or before this host joined): the fleet grants it
+        now (it becomes fleet-wide, with the fleet's token), or another host holds it
+        and it is lost here."""
         got = await self._decide(sid, keys, mode)
+        joined = False
         for k in keys:
             self.book.local_only.discard((sid, k.text))
+            if (sid, k.text) in self._joined:
+                self._joined.discard((sid, k.text))
+                joined = True
         if isinstance(got, FleetGrant):
             self.local.fleet_healed(sid, keys, token, got.token)
         else:
-            self.local.fleet_lost(sid, [k.text for k in keys], token, "fleet-conflict")
+            how = "fleet-join" if joined else "fleet-conflict"
+            self.local.fleet_lost(sid, [k.text for k in keys], token, how)
 
     async def _watch(self) -> None:
         """Wake waiters on a record's change; notice claims taken from this host.

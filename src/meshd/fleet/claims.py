@@ -54,7 +54,10 @@ from meshd.protocol.claims import Mode
 class FleetClaims:
     """This host's side of the fleet's claims (one per profile's daemon)."""
 
-    def __init__(self, link: FleetLink, local: ClaimTable, *, heartbeat: float) -> None:
+    def __init__(
+        self, link: FleetLink, local: ClaimTable, *, heartbeat: float,
+        carried: set[tuple[str, str]] | None = None,
+    ) -> None:  # fmt: skip
         self.link = link
         self.local = local
         self.host = link.host
@@ -81,7 +84,7 @@ class FleetClaims:
         """Who holds a key in the fleet, whether a token is valid."""
         self.upkeep = ClaimUpkeep(
             link, book, local, self.releases, decide=self.decide, wake=self.line.wake,
-            heartbeat=heartbeat,
+            heartbeat=heartbeat, carried=carried,
         )  # fmt: skip
         """The lease, the reconcile at each link-up and the watch on the records."""
 

@@ -54,6 +54,7 @@ class Fleet:
     def __init__(
         self, cfg: FleetSettings, profile: str, clock: Clock, *, interval: Callable[[], float],
         table: ClaimTable, sessions: SessionSource, desk: MailDesk,
+        carried: set[tuple[str, str]] | None = None,
     ) -> None:  # fmt: skip
         from meshd.fleet.claims import FleetClaims
         from meshd.fleet.registry import FleetRegistry
@@ -66,7 +67,7 @@ class Fleet:
         self.registry = FleetRegistry(self.link, clock, sessions, interval=interval)
         self.mail = MailLink(self.link, self.registry, desk)
         """Messages, asks, broadcasts, signals (docs/FLEET.md)."""
-        self.claims = FleetClaims(self.link, table, heartbeat=interval())
+        self.claims = FleetClaims(self.link, table, heartbeat=interval(), carried=carried)
         self.parts: list[FleetPart] = [self.registry, self.mail, self.claims]
         """Parts run by :meth:`run`, each beside the link (one line to add one)."""
 
