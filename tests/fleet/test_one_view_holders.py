@@ -5,6 +5,7 @@ is what the holding host reports. Real nats-server, one meshd per host."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from tests.cli.conftest import run_meshctl
@@ -70,3 +71,44 @@ def test_a_fleet_claim_without_a_reason_reports_none(fleet_hosts: HostFactory) -
     assert held_line(h2, "res:gpu8").endswith("— train")
     claims = wait_for(lambda: h2.call("claim.list")["claims"], 5, what="h2's mirror")
     assert [c["reason"] for c in claims] == [""]
+
+
+def test_a_held_claim_on_a_shared_folder_names_the_holders_own_claim(
+    fleet_hosts: HostFactory, tmp_path: Path
+) -> None:
+    """h1:a holds a file in a shared folder; a claim of the folder -- on h2, and by
+    another session on h1 -- is held, and its answer names the holder as ``check``
+    does: its own resource (the file), task, since and reason, and its host. Before,
+    it named the key asked for (``file:<folder>``) with no task, since or reason."""
+    shared = tmp_path / "shared"
+    (shared / "proj").mkdir(parents=True)
+    h1, h2 = fleet_hosts(2, fleet_extra=f'shared_paths = ["{shared}"]')
+    register(h1, "h1:a", task="train")
+    register(h1, "h1:c")
+    register(h2, "h2:b")
+    everywhere([h2], "h1:a")
+    held_file = f"file:{shared}/proj/a.py"
+    assert acquire(h1, "h1:a", held_file, reason="big run")["status"] == "granted"
+    wait_for(lambda: h2.call("claim.list")["claims"], 5, what="h2's mirror to show the grant")
+
+    for h, sid in ((h2, "h2:b"), (h1, "h1:c")):
+        got = acquire(h, sid, f"file:{shared}")
+        assert got["status"] == "held", got
+        checked = h.call("claim.check", {"resources": [f"file:{shared}"], "session_id": sid})
+        fields = ("session_id", "resource", "host", "task", "since", "reason", "mode")
+        assert [{f: c[f] for f in fields} for c in got["holders"]] == [
+            {f: c[f] for f in fields} for c in checked["claims"]
+        ]
+        [holder] = got["holders"]
+        assert (holder["resource"], holder["host"], holder["task"], holder["reason"]) == (
+            held_file,
+            "h1",
+            "train",
+            "big run",
+        )
+        assert holder["since"], holder
+
+    r = run_meshctl("--json", "claim", str(shared), env={**h2.env, "MESH_SESSION": "h2:b"})
+    assert r.code == 75, r
+    [holder] = json.loads(r.out)["holders"]
+    assert (holder["resource"], holder["reason"]) == (held_file, "big run")

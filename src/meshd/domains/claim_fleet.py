@@ -27,6 +27,7 @@ from meshd.protocol.errors import BadKey, MeshUnavailable
 from meshd.protocol.jsonrpc import Later
 
 if TYPE_CHECKING:
+    from meshd.domains.claim_view import ClaimView
     from meshd.fleet.claim_grants import FleetGrant, FleetHeld, FleetWaiter
     from meshd.service import Service
 
@@ -60,13 +61,16 @@ class _Asking:
 
 class FleetAcquire:
     """The fleet-wide request path of the claims handler: ``fleet`` is the fleet's
-    port (who this host is), ``commit_grant`` the handler's."""
+    port (who this host is), ``commit_grant`` the handler's, ``view`` who holds a key
+    as ``claim.check`` says it (a ``held`` answer names its holders so)."""
 
     def __init__(
-        self, svc: Service, fleet: FleetAccess, commit_grant: CommitGrant, answered: Answered
-    ) -> None:
+        self, svc: Service, fleet: FleetAccess, commit_grant: CommitGrant, answered: Answered,
+        view: ClaimView,
+    ) -> None:  # fmt: skip
         self.svc = svc
         self._fleet = fleet
+        self._view = view
         self._commit_grant = commit_grant
         self._answered = answered
         self._asking: set[_Asking] = set()
@@ -205,7 +209,7 @@ class FleetAcquire:
                 await fc.release(req.session_id, [(k.text, got.token) for k in new])
             return held(self.svc.state, Held(()), waited, withdrawn="paused")
         if got is not None and not isinstance(got, FleetGrant):
-            return self._held(got, waited)
+            return await self._held(req, got, waited)
         return got
 
     @staticmethod
@@ -265,10 +269,26 @@ class FleetAcquire:
             if waiter is not None and not got_it:
                 await fc.dequeue(waiter)
 
-    def _held(self, h: FleetHeld, waited: float) -> pc.ClaimAcquireResult:
-        """``held`` by entries in the fleet (perhaps on other hosts)."""
-        holders = []
+    async def _held(self, req: _Asking, h: FleetHeld, waited: float) -> pc.ClaimAcquireResult:
+        """``held`` by entries in the fleet (perhaps on other hosts), each holder named
+        as ``claim.check`` names it (one view, SPEC §12): its own claims on what was
+        asked -- the file below a folder asked for, not the folder whose record it met
+        -- with its task, since, reason and host. An earlier waiter, or a holder the
+        check no longer finds (released meanwhile, or the fleet out of reach), is named
+        as the record names it."""
+        checked, _, _ = await self._view.holders(req.new, req.session_id)
+        claims_of: dict[tuple[str, str | None], list[pc.ClaimHolder]] = {}
+        for c in checked:
+            claims_of.setdefault((c.session_id, c.host), []).append(c)
+        holders: list[pc.ClaimHolder] = []
+        named: set[tuple[str, str | None]] = set()
         for resource, e in h.blocking:
+            who = (e.session, e.host)
+            if not e.ticket and who in claims_of:
+                if who not in named:
+                    named.add(who)
+                    holders += claims_of[who]
+                continue
             s = self.svc.state.registry.sessions.get(e.session) if e.host == self._host() else None
             holders.append(
                 pc.ClaimHolder(

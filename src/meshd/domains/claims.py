@@ -74,7 +74,7 @@ class ClaimHandlers(Domain):
         """Canonical keys for what a request names (the reads start there too)."""
         self.waits = ClaimWaits(svc, self._take_back)
         self.reads = ClaimReads(svc, view, self.keys)
-        self.fleet_path = FleetAcquire(svc, fleet, self._commit_grant, self.answered)
+        self.fleet_path = FleetAcquire(svc, fleet, self._commit_grant, self.answered, view)
 
     def install(self) -> None:
         svc = self.svc
