@@ -230,8 +230,36 @@ def load(path: Path, profile: str) -> Settings:
     if jobs:
         settings = msgspec.structs.replace(settings, jobs=jobs)
     if doc.fleet is not None:
-        settings = msgspec.structs.replace(settings, fleet=_fleet(path, doc.fleet))
+        fleet = _fleet(path, doc.fleet)
+        _one_side(path, jobs, fleet)
+        settings = msgspec.structs.replace(settings, fleet=fleet)
     return settings
+
+
+def _one_side(path: Path, jobs: tuple[JobSpec, ...], fleet: FleetSettings) -> None:
+    """Refuse a job whose resources mix fleet-wide and local keys in this fleet: the
+    daemon refuses such a set (``BAD_KEY``: its fencing tokens would come from two
+    counters), so the job could never run. Said at load, with how to split it."""
+    from meshd.fleet.claim_records import shared_root
+    from meshd.keys import Key, from_canonical
+
+    def fleet_wide(key: Key) -> bool:  # as meshd.fleet.claims.FleetClaims.is_fleet
+        if key.is_path:
+            return shared_root(key, fleet.shared_paths) is not None
+        return key.kind in fleet.shared_kinds
+
+    for job in jobs:
+        keys = [from_canonical(r) for r in job.resources]
+        wide = [k for k in keys if fleet_wide(k)]
+        local = [k for k in keys if not fleet_wide(k)]
+        if wide and local:
+            raise ConfigError(
+                f"{path}: key `jobs.{job.name}.resources`: {wide[0].text} is fleet-wide "
+                f"in [fleet] and {local[0].text} is local: a claim set is one or the other "
+                "in a fleet (their fencing tokens come from different counters), so this "
+                "job could never run; name only fleet-wide or only local keys (split it "
+                "into two jobs, or change `fleet.shared_kinds`/`fleet.shared_paths`)"
+            )
 
 
 def _job(path: Path, name: str, table: Any) -> JobSpec:

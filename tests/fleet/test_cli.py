@@ -262,3 +262,23 @@ def test_join_offers_the_claims_taken_before_it_to_the_fleet(
     assert "before this host joined the fleet" in said, inbox
     assert "cut off" not in said, inbox
     assert claim("res:after")["status"] == "granted"  # fleet-wide claims work at once
+
+
+def test_join_refuses_a_job_that_could_never_run_in_the_fleet(
+    mesh_env: MeshEnv, daemon: DaemonHandle
+) -> None:
+    """A job mixing fleet-wide and local keys is refused at every claim in a fleet
+    (BAD_KEY): ``fleet join`` says so and changes nothing, instead of joining and
+    leaving a job that can never run."""
+    mixed = '[jobs.mixed]\nresources = ["res:disk9", "port:7001"]\n'
+    mesh_env.write_config(mixed)
+    assert "result" in daemon.call("mesh.reload")
+
+    bad = run_meshctl("fleet", "join", "nats://new:4222", "--json", env=mesh_env.env)
+
+    assert bad.code == 1, bad
+    assert bad.json()["error"]["data"]["code"] == "CONFIG_INVALID"
+    assert "jobs.mixed.resources" in bad.err
+    assert "split it into two jobs" in bad.err
+    assert mesh_env.config.read_text() == mixed
+    assert daemon.call("fleet.status")["result"]["configured"] is False

@@ -125,3 +125,32 @@ def test_daemon_refuses_a_broken_fleet_table(mesh_env: MeshEnv) -> None:
     assert out.returncode == 1
     assert str(mesh_env.config) in out.stderr
     assert "fleet.url" in out.stderr
+
+
+MIXED = '[jobs.mixed]\nresources = ["res:disk9", "port:7001"]\n'
+
+
+def test_a_job_mixing_fleet_wide_and_local_keys_is_refused_in_a_fleet(short_tmp: Path) -> None:
+    """The daemon refuses such a set in a fleet (BAD_KEY, "a set is one or the other"),
+    so the job could never run: said at load, with how to split it. Before, the file
+    loaded and every ``meshctl job run mixed`` failed."""
+    with pytest.raises(config.ConfigError) as err:
+        load(short_tmp, MIXED + "[fleet]\nurl = 'nats://x:1'\n")
+
+    said = str(err.value)
+    assert "key `jobs.mixed.resources`" in said
+    assert "res:disk9 is fleet-wide" in said
+    assert "port:7001 is local" in said
+    assert "split it into two jobs" in said
+    with pytest.raises(config.ConfigError, match="res:disk9 is local"):  # port made fleet-wide
+        load(short_tmp, MIXED + "[fleet]\nurl = 'nats://x:1'\nshared_kinds = ['port']\n")
+
+
+def test_a_job_on_one_side_loads_in_a_fleet_and_any_job_alone(short_tmp: Path) -> None:
+    assert len(load(short_tmp, MIXED).jobs) == 1  # alone, every key is local
+    one_side = (
+        '[jobs.wide]\nresources = ["res:disk9", "box:gpu"]\n'
+        '[jobs.here]\nresources = ["port:7001", "ui:desktop"]\n'
+        "[fleet]\nurl = 'nats://x:1'\n"
+    )
+    assert [j.name for j in load(short_tmp, one_side).jobs] == ["wide", "here"]

@@ -143,18 +143,23 @@ def test_every_read_on_another_host_shows_the_fleet_holder_at_once(
 def test_the_job_radar_names_the_fleet_holder(fleet_hosts: HostFactory) -> None:
     """``meshctl jobs`` on h2: the job's res:gpu is held by h1:a on h1, so it would
     wait for that claim; before, the radar read h2's table and saw nothing."""
-    h1, h2 = fleet_hosts(2, extra='[jobs.train]\nresources = ["res:gpu", "port:9"]\n')
+    jobs = (
+        '[jobs.train]\nresources = ["res:gpu", "box:rig"]\n[jobs.serve]\nresources = ["port:9"]\n'
+    )
+    h1, h2 = fleet_hosts(2, extra=jobs)  # a job mixing the two sides is refused at load
     register(h1, "h1:a")
     everywhere([h2], "h1:a")  # its task, as h2 lists it
     assert acquire(h1, "h1:a", "res:gpu", reason="training")["status"] == "granted"
     assert acquire(h1, "h1:a", "port:9")["status"] == "granted"  # a set is one or the other
 
     [job] = h2.call("job.list", {"name": "train"})["jobs"]
+    [serve] = h2.call("job.list", {"name": "serve"})["jobs"]
 
     assert [(w["session_id"], w["resource"], w.get("host")) for w in job["would_wait_for"]] == [
-        ("h1:a", "res:gpu", "h1")  # port:9 is h1's own business
+        ("h1:a", "res:gpu", "h1")
     ]
     assert job["would_wait_for"][0]["task"] == "task of h1:a"
+    assert serve["would_wait_for"] == []  # port:9 is h1's own business
 
 
 def test_check_names_a_session_of_another_host_working_at_a_shared_path(
