@@ -282,3 +282,37 @@ def test_join_refuses_a_job_that_could_never_run_in_the_fleet(
     assert "split it into two jobs" in bad.err
     assert mesh_env.config.read_text() == mixed
     assert daemon.call("fleet.status")["result"]["configured"] is False
+
+
+def test_a_join_written_while_the_daemon_was_stopped_offers_its_claims_at_start(
+    nats_server: NatsServer, mesh_env: MeshEnv, daemon: DaemonHandle
+) -> None:
+    """The daemon ran alone and held res:before; ``fleet join`` with no daemon running
+    only writes the file; the next start joins. The claim restored is offered to the
+    fleet (it never was the fleet's) and kept with a fleet token. Before, the start
+    took it for a restart's fleet claim missing in the bucket and lost it, "cut off
+    from the fleet longer than its lease"."""
+    s = daemon.call("session.register", {"task": "t", "pid": os.getpid()})["result"]
+    sid = s["session_id"]
+    claim = {"session_id": sid, "resources": ["res:before"]}
+    old = daemon.call("claim.acquire", claim)["result"]
+    assert old["status"] == "granted"
+    daemon.stop()
+    r = run_meshctl("fleet", "join", nats_server.url, "--name", "solo", env=mesh_env.env)
+    assert r.code == 0, r
+
+    daemon.start()
+
+    def held() -> dict | None:
+        st = daemon.call("fleet.status")["result"]
+        if not st.get("parts", {}).get("claims", {}).get("ready") or st.get("local_only"):
+            return None
+        claims = daemon.call("claim.list")["result"]["claims"]
+        return {c["resource"]: c for c in claims if c["session_id"] == sid}
+
+    mine = wait_for(held, 30, what=lambda: f"solo to join: {daemon.call('fleet.status')}")
+    assert list(mine) == ["res:before"], mine
+    token = mine["res:before"]["token"]
+    got = daemon.call("claim.validate", {"resource": "res:before", "token": token})["result"]
+    assert (got["valid"], got["host"]) == (True, "solo")
+    assert [e for e in daemon.call("audit.log")["result"]["entries"] if e["action"] == "lose"] == []

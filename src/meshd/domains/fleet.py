@@ -13,22 +13,28 @@ its ``fleet`` (a :class:`~meshd.ports.FleetPort`) is ``None`` while this host is
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
 
 from meshd.core.settings import FleetSettings
-from meshd.domain import Domain
+from meshd.core.state import Event, Write
+from meshd.domain import NOTHING, Domain
 from meshd.ports import ClaimTable, MailDesk, SessionSource
 from meshd.protocol import fleet as f
 from meshd.protocol.methods import Empty
 from meshd.service import Conn, Service
+from meshd.store.sessions import load_meta
 
 if TYPE_CHECKING:
     from meshd.fleet.hub import Fleet
 
 log = logging.getLogger("meshd.fleet")
+MEMBER_KEY = "fleet.member"
+"""``meta`` key: the host name of the fleet this daemon last ran, ``""`` when it last
+ran alone (absent in a database older than it: taken as a fleet's)."""
 RETRY = 10.0
 """Seconds before a fleet that failed is started again (sooner if the table changes)."""
 
@@ -47,9 +53,13 @@ class FleetDomain(Domain):
         """The (session, resource) pairs the previous fleet of this process held in the
         fleet, handed to the next one: its reconcile adopts those and offers every other
         claim of the table on a fleet-wide key to the fleet (claims taken before a
-        ``fleet join``, or on keys a changed table made fleet-wide). None until this
-        process ran alone or ran a fleet: the claims restored at a start are a restart's
-        (docs/FLEET.md)."""
+        ``fleet join``, or on keys a changed table made fleet-wide). At a start, the
+        empty set when the daemon's last run was alone (a join written while it was
+        stopped: the claims restored are offered too), else None: the claims restored
+        are a restart's, reconciled as such (docs/FLEET.md)."""
+        self._member: str | None = None
+        """What :data:`MEMBER_KEY` holds (as restored, or as written since)."""
+        self._writes: list[Write] = []
         self.failure: str | None = None
         """Why the fleet stopped (a bug in it), until it runs again."""
 
@@ -72,6 +82,24 @@ class FleetDomain(Domain):
     def install(self) -> None:
         self.svc.add(f.FLEET_STATUS, self.status, is_async=True)
 
+    def restore(self, db: sqlite3.Connection) -> None:
+        self._member = load_meta(db, MEMBER_KEY)
+        if self._member == "":
+            self._carried = set()
+
+    def drain(self) -> tuple[list[Write], list[Event]]:
+        if not self._writes:
+            return NOTHING
+        writes, self._writes = self._writes, []
+        return writes, []
+
+    def _ran(self, member: str) -> None:
+        """Remember whether this run is alone (``""``) or a fleet's host, for the next start."""
+        if member != self._member:
+            self._member = member
+            self._writes.append(("meta.set", MEMBER_KEY, member))
+            self.svc.flush_background()
+
     def sweep(self) -> None:
         """Notice a reload that changed ``[fleet]`` (one comparison a tick)."""
         if self.svc.state.settings.fleet != self._cfg and self._changed is not None:
@@ -84,6 +112,7 @@ class FleetDomain(Domain):
             cfg = self._cfg = self.svc.state.settings.fleet
             if cfg is None:
                 self._carried = set()  # alone: whatever is claimed now is this host's only
+                self._ran("")
                 await self._changed.wait()
                 continue
             try:
@@ -122,6 +151,7 @@ class FleetDomain(Domain):
             table=table, sessions=sessions, desk=desk, carried=self._carried,
         )  # fmt: skip
         self._fleet = fleet
+        self._ran(cfg.name)
         self.failure = None
         log.info("joining the fleet at %s as host %s", ", ".join(cfg.urls), cfg.name)
         try:

@@ -71,6 +71,12 @@ def write_meta(db: sqlite3.Connection, key: str, value: Any) -> None:
     )
 
 
+def load_meta(db: sqlite3.Connection, key: str) -> Any:
+    """The ``meta`` value of ``key``; None when it was never written."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]
+
+
 def load_sessions(db: sqlite3.Connection) -> Iterator[Session]:
     """Every session that has not ended (an unreadable record is skipped and logged).
 
