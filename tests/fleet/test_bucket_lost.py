@@ -44,6 +44,40 @@ def delete_bucket(server: NatsServer, name: str) -> None:
     asyncio.run(go())
 
 
+def three_hosts_with_history(fleet_hosts: HostFactory) -> list[FleetHost]:
+    """h1, h2, h3 with a session each, h3 having claimed and released box:0..7: the
+    bucket's revisions well above a new bucket's first ones, h1 and h2 holding nothing."""
+    hosts = fleet_hosts(3, extra=FAST)
+    for h, sid in zip(hosts, ("h1:a", "h2:b", "h3:c"), strict=True):
+        register(h, sid)
+    for n in range(8):
+        acquire(hosts[2], "h3:c", f"box:{n}")
+        hosts[2].call("claim.release", {"session_id": "h3:c", "resources": [f"box:{n}"]})
+    return hosts
+
+
+def h1_claims_and_h2_lists_it(h1: FleetHost, h2: FleetHost, *, claim_within: float) -> None:
+    """h1:a claims box:after in the (new) bucket, as soon as h1 is ready to; h2's
+    listing then shows it, held by h1."""
+
+    def h1_claims() -> dict[str, Any] | None:
+        reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": "h1:a",
+                                                        "resources": ["box:after"]})  # fmt: skip
+        return reply.get("result")
+
+    got = wait_for(
+        h1_claims, claim_within, what=lambda: f"h1 to claim in the new bucket: {h1.tails()}"
+    )
+    assert got["status"] == "granted", got
+
+    def h2_lists() -> bool:
+        return [(c["resource"], c["host"]) for c in h2.call("claim.list")["claims"]] == [
+            ("box:after", "h1")
+        ]
+
+    wait_for(h2_lists, 20, what=lambda: f"h2 to list h1's claim: {h2.status()}\n{h2.tails()}")
+
+
 def test_a_bucket_deleted_under_running_hosts_is_made_again_and_said(
     fleet_hosts: HostFactory, nats_server: NatsServer
 ) -> None:
@@ -130,13 +164,7 @@ def test_a_bucket_made_again_is_followed_by_a_host_without_claims(
     claim of its own to lose) kept its watches on the old bucket's sequences: they
     went on past the new bucket's first records, and h2 never listed h1's claim while
     ``fleet status`` said its view was current."""
-    h1, h2, h3 = fleet_hosts(3, extra=FAST)
-    register(h1, "h1:a")
-    register(h2, "h2:b")
-    register(h3, "h3:c")
-    for n in range(8):  # the old bucket's revisions well above the new one's first
-        acquire(h3, "h3:c", f"box:{n}")
-        h3.call("claim.release", {"session_id": "h3:c", "resources": [f"box:{n}"]})
+    h1, h2, _ = three_hosts_with_history(fleet_hosts)
     wait_for(lambda: h2.call("claim.list")["claims"] == [], 15, what="h2 to list nothing")
 
     make_bucket_again(nats_server, "mesh_test_claims")
@@ -144,20 +172,7 @@ def test_a_bucket_made_again_is_followed_by_a_host_without_claims(
     # h1's next renewal (its lease had run out there), and rightly so
     wait_for(lambda: has_key(nats_server, "mesh_test_claims", "l.h1"), 15, what="h1's lease")
 
-    def h1_claims() -> dict[str, Any] | None:
-        reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": "h1:a",
-                                                        "resources": ["box:after"]})  # fmt: skip
-        return reply.get("result")
-
-    got = wait_for(h1_claims, 20, what=lambda: f"h1 to claim in the new bucket: {h1.tails()}")
-    assert got["status"] == "granted", got
-
-    def h2_lists() -> bool:
-        return [(c["resource"], c["host"]) for c in h2.call("claim.list")["claims"]] == [
-            ("box:after", "h1")
-        ]
-
-    wait_for(h2_lists, 20, what=lambda: f"h2 to list h1's claim: {h2.status()}\n{h2.tails()}")
+    h1_claims_and_h2_lists_it(h1, h2, claim_within=20)
 
     def h2_checks() -> bool:  # answered from h2's own table while it reconciles
         got = h2.call("claim.check", {"resources": ["box:after"]})
@@ -173,33 +188,14 @@ def test_a_server_that_lost_its_store_is_followed_by_a_host_without_claims(
     """nats-server is killed and comes back without its JetStream store (a wiped disk):
     the claims bucket is gone, and a host makes it again. A claim h1 makes in the new
     bucket shows in h2's listing and check, h2 holding nothing itself."""
-    h1, h2, h3 = fleet_hosts(3, extra=FAST)
-    register(h1, "h1:a")
-    register(h2, "h2:b")
-    register(h3, "h3:c")
-    for n in range(8):  # the old bucket's revisions well above the new one's first
-        acquire(h3, "h3:c", f"box:{n}")
-        h3.call("claim.release", {"session_id": "h3:c", "resources": [f"box:{n}"]})
+    h1, h2, _ = three_hosts_with_history(fleet_hosts)
 
     nats_server.kill()
     shutil.rmtree(nats_server.store)
     nats_server.start()
     wait_for(lambda: has_key(nats_server, "mesh_test_claims", "l.h1"), 30, what="h1's lease")
 
-    def h1_claims() -> dict[str, Any] | None:
-        reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": "h1:a",
-                                                        "resources": ["box:after"]})  # fmt: skip
-        return reply.get("result")
-
-    got = wait_for(h1_claims, 30, what=lambda: f"h1 to claim in the new bucket: {h1.tails()}")
-    assert got["status"] == "granted", got
-
-    def h2_lists() -> bool:
-        return [(c["resource"], c["host"]) for c in h2.call("claim.list")["claims"]] == [
-            ("box:after", "h1")
-        ]
-
-    wait_for(h2_lists, 20, what=lambda: f"h2 to list h1's claim: {h2.status()}\n{h2.tails()}")
+    h1_claims_and_h2_lists_it(h1, h2, claim_within=30)
     assert h2.status()["parts"]["claims"]["view"]["state"] == "current"
 
 
@@ -211,13 +207,7 @@ def test_a_bucket_made_again_is_watched_for_the_claims_taken_from_a_host(
     its watch on the records tells it. Before, h2 (no claim of its own in the old
     bucket) kept that watch on the old bucket's sequences and never heard: its session
     went on believing it held box:mine."""
-    h1, h2, h3 = fleet_hosts(3, extra=FAST)
-    register(h1, "h1:a")
-    register(h2, "h2:b")
-    register(h3, "h3:c")
-    for n in range(8):  # the old bucket's revisions well above the new one's first
-        acquire(h3, "h3:c", f"box:{n}")
-        h3.call("claim.release", {"session_id": "h3:c", "resources": [f"box:{n}"]})
+    h1, h2, _ = three_hosts_with_history(fleet_hosts)
 
     make_bucket_again(nats_server, "mesh_test_claims")
     for host in ("h1", "h2"):  # a claim before its lease is back would be lost (above)
