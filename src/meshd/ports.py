@@ -86,6 +86,11 @@ class ClaimTable(Protocol):
         """A local-only set is fleet-wide now, under the fleet's token ``new``."""
         ...
 
+    def restored_local_only(self) -> set[tuple[str, str]]:
+        """The (session, resource) pairs restored at the start that were local-only when
+        meshd stopped: marked so again, healed at the first link-up (once)."""
+        ...
+
 
 class SessionSource(Protocol):
     """This host's live sessions, as ``session.list`` shows them (the sessions domain)."""

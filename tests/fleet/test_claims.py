@@ -457,6 +457,51 @@ def test_a_restarted_meshd_keeps_its_fleet_claims(fleet_hosts: HostFactory) -> N
     assert acquire(h2, b, "gateway:vps")["status"] == "granted"
 
 
+def test_a_local_only_claim_outlives_a_restart_and_is_healed(fleet_hosts: HostFactory) -> None:
+    """on_partition = "local": h1, cut off, grants res:x here alone, then its meshd is
+    stopped and killed (-9) before the link returns. The claim stays local-only across
+    both starts and, once the link is back, is offered to the fleet like any local-only
+    set: kept under a fleet token, and later fleet-wide claims on h1 are granted. Before,
+    the restart reconcile took it for a fleet claim the bucket lost ("cut off from the
+    fleet longer than its lease") and counted its local token (past 4096: the second
+    start's block) as a fleet one: every later fleet-wide claim on h1 was refused,
+    "bucket ... below token 4097 already granted"."""
+    h1, h2 = fleet_hosts(2, extra=FAST, fleet_extra='on_partition = "local"')
+    a, b = register(h1), register(h2)
+    assert acquire(h1, a, "port:1")["status"] == "granted"  # a local token: block 1 used
+
+    h1.cut()
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
+    h1.daemon.stop()
+    h1.daemon.start()
+    x = acquire(h1, a, "res:x")
+    assert (x["status"], x["local_only"]) == ("granted", True)
+    assert x["token"] > 4096
+    h1.daemon.kill()
+    h1.daemon.start()
+    listed = {c["resource"]: c["local_only"] for c in h1.call("claim.list")["claims"]}
+    assert listed == {"port:1": False, "res:x": True}
+
+    h1.heal()
+    h1.wait_connected()
+
+    def settled() -> dict[str, Any] | None:
+        st = h1.status()
+        if not st["parts"]["claims"]["ready"] or st["local_only"]:
+            return None
+        return {c["resource"]: c for c in h1.call("claim.list")["claims"] if c["host"] != "h2"}
+
+    after = wait_for(settled, 30, what=lambda: f"h1 to heal: {h1.status()}\n{h1.tails()}")
+    assert sorted(after) == ["port:1", "res:x"]
+    token = after["res:x"]["token"]
+    assert token != x["token"]
+    assert not after["res:x"]["local_only"]
+    assert validate(h2, "res:x", token)["valid"]  # the fleet's now
+    assert acquire(h2, b, "res:x")["status"] == "held"
+    assert [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"] == []
+    assert acquire(h1, a, "res:y")["status"] == "granted"  # not refused "below token"
+
+
 def test_a_wiped_bucket_never_hands_out_a_token_below_one_granted(
     fleet_hosts: HostFactory, nats_server: NatsServer
 ) -> None:

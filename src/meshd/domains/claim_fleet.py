@@ -66,9 +66,11 @@ class FleetAcquire:
 
     def __init__(
         self, svc: Service, fleet: FleetAccess, commit_grant: CommitGrant, answered: Answered,
-        view: ClaimView,
+        view: ClaimView, *, marked: Callable[[], object],
     ) -> None:  # fmt: skip
         self.svc = svc
+        self._marked = marked
+        """Store the local-only marks (with the grant that changes them)."""
         self._fleet = fleet
         self._view = view
         self._commit_grant = commit_grant
@@ -174,6 +176,7 @@ class FleetAcquire:
                 return held(st, outcome) if isinstance(outcome, Held) else held(st, Held(()))
             if token is None and new:
                 fc.granted_alone(sid, new)
+                self._marked()
             await self._commit_grant(outcome, outcome.stolen)
         except BaseException:
             if token is not None:

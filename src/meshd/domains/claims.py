@@ -33,6 +33,7 @@ from meshd.core.claims.records import (
 )
 from meshd.core.state import Outcome, Write
 from meshd.domain import Domain
+from meshd.domains.claim_alone import LocalOnlyMarks
 from meshd.domains.claim_fleet import FleetAcquire
 from meshd.domains.claim_keys import ClaimKeys
 from meshd.domains.claim_reads import ClaimReads
@@ -74,7 +75,11 @@ class ClaimHandlers(Domain):
         """Canonical keys for what a request names (the reads start there too)."""
         self.waits = ClaimWaits(svc, self._take_back)
         self.reads = ClaimReads(svc, view, self.keys)
-        self.fleet_path = FleetAcquire(svc, fleet, self._commit_grant, self.answered, view)
+        self.alone = LocalOnlyMarks()
+        """The local-only claims, kept in the database across a restart."""
+        self.fleet_path = FleetAcquire(
+            svc, fleet, self._commit_grant, self.answered, view, marked=self._keep_marks
+        )
 
     def install(self) -> None:
         svc = self.svc
@@ -137,13 +142,31 @@ class ClaimHandlers(Domain):
 
     def fleet_healed(self, session_id: str, keys: list[Key], old: int, new: int) -> None:
         self.svc.state.claims.retoken(session_id, keys, old, new, how="fleet")
+        self._keep_marks()
         self.svc.flush_background()
 
     def fleet_lost(self, session_id: str, resources: list[str], token: int, how: str) -> None:
         self.svc.state.claims.lose(
             session_id, [from_canonical(r) for r in resources], token, how=how
         )
+        self._keep_marks()
         self.svc.flush_background()
+
+    def restored_local_only(self) -> set[tuple[str, str]]:
+        return self.alone.restored(self.svc.state.claims.list_claims())
+
+    def _keep_marks(self) -> bool:
+        """Store the local-only marks with the change that made them (a grant here
+        alone, a heal, a loss: the same transaction); whether they changed."""
+        fc = self.fleet()
+        w = (
+            None
+            if fc is None
+            else self.alone.write(self.svc.state.claims.list_claims(), fc.local_only)
+        )
+        if w is not None:
+            self.svc.state.writes.append(w)
+        return w is not None
 
     def related(self, a: str, b: str) -> bool:
         return self.svc.state.claims.related(a, b)
@@ -154,12 +177,16 @@ class ClaimHandlers(Domain):
         fc = self.fleet()
         if fc is None:
             return
+        ended = False
         for w in writes:
             if w[0] == "claim.audit" and w[1].action in ENDING:
                 rec: AuditRecord = w[1]
+                ended = True
                 fc.local_only.discard((rec.session_id, rec.resource))
                 if (rec.session_id, rec.resource) in fc.by_claim:
                     fc.release_soon(rec.session_id, [(rec.resource, rec.token)])
+        if ended and self.alone.stored and self._keep_marks():
+            self.svc.flush_background()  # a local-only claim ended: its mark goes too
 
     def prune(self, history_days: float) -> None:
         """The audit log older than ``history_days`` (SPEC §2), and the recent losses
@@ -169,7 +196,9 @@ class ClaimHandlers(Domain):
         self.svc.state.prune_losses()
 
     def restore(self, db: sqlite3.Connection) -> None:
-        """Claims of restored sessions come back; tokens resume above every stored block."""
+        """Claims of restored sessions come back (the local-only marks too, for the fleet
+        to heal: :mod:`meshd.domains.claim_alone`); tokens resume above every stored block."""
+        self.alone.restore(db)
         state = self.svc.state
         state.claims.fencing = Fencing(reserved=load_fencing(db))
         now_w = state.clock.now()

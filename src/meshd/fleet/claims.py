@@ -68,6 +68,7 @@ class FleetClaims:
         self.grants = book.grants
         self.by_claim = book.by_claim
         self.local_only = book.local_only
+        self.local_only.update(local.restored_local_only())  # granted so before a restart
         self.seen = book.seen
         self.line = FleetLine(link, book, self.roots, lambda: self.ready)
         """Requests in line, and the events that wake them."""
