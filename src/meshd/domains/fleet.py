@@ -20,8 +20,7 @@ import anyio
 import msgspec
 
 from meshd.core.settings import FleetSettings
-from meshd.core.state import Event, Write
-from meshd.domain import NOTHING, Domain
+from meshd.domain import Domain
 from meshd.ports import ClaimTable, MailDesk, SessionSource
 from meshd.protocol import fleet as f
 from meshd.protocol.methods import Empty
@@ -59,7 +58,6 @@ class FleetDomain(Domain):
         are a restart's, reconciled as such (docs/FLEET.md)."""
         self._member: str | None = None
         """What :data:`MEMBER_KEY` holds (as restored, or as written since)."""
-        self._writes: list[Write] = []
         self.failure: str | None = None
         """Why the fleet stopped (a bug in it), until it runs again."""
 
@@ -87,17 +85,11 @@ class FleetDomain(Domain):
         if self._member == "":
             self._carried = set()
 
-    def drain(self) -> tuple[list[Write], list[Event]]:
-        if not self._writes:
-            return NOTHING
-        writes, self._writes = self._writes, []
-        return writes, []
-
     def _ran(self, member: str) -> None:
         """Remember whether this run is alone (``""``) or a fleet's host, for the next start."""
         if member != self._member:
             self._member = member
-            self._writes.append(("meta.set", MEMBER_KEY, member))
+            self.svc.state.writes.append(("meta.set", MEMBER_KEY, member))
             self.svc.flush_background()
 
     def sweep(self) -> None:
