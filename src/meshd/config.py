@@ -240,18 +240,13 @@ def _one_side(path: Path, jobs: tuple[JobSpec, ...], fleet: FleetSettings) -> No
     """Refuse a job whose resources mix fleet-wide and local keys in this fleet: the
     daemon refuses such a set (``BAD_KEY``: its fencing tokens would come from two
     counters), so the job could never run. Said at load, with how to split it."""
-    from meshd.fleet.claim_records import shared_root
-    from meshd.keys import Key, from_canonical
-
-    def fleet_wide(key: Key) -> bool:  # as meshd.fleet.claims.FleetClaims.is_fleet
-        if key.is_path:
-            return shared_root(key, fleet.shared_paths) is not None
-        return key.kind in fleet.shared_kinds
+    from meshd.fleet.claim_records import fleet_wide
+    from meshd.keys import from_canonical
 
     for job in jobs:
         keys = [from_canonical(r) for r in job.resources]
-        wide = [k for k in keys if fleet_wide(k)]
-        local = [k for k in keys if not fleet_wide(k)]
+        wide = [k for k in keys if fleet_wide(k, fleet.shared_kinds, fleet.shared_paths)]
+        local = [k for k in keys if k not in wide]
         if wide and local:
             raise ConfigError(
                 f"{path}: key `jobs.{job.name}.resources`: {wide[0].text} is fleet-wide "

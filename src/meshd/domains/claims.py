@@ -107,14 +107,10 @@ class ClaimHandlers(Domain):
         cfg = self.svc.state.settings.fleet
         if cfg is None:
             return
-        from meshd.fleet.claim_records import shared_root
+        from meshd.fleet.claim_records import fleet_wide
 
         for key in keys:  # as FleetClaims.is_fleet decides it
-            if (
-                shared_root(key, cfg.shared_paths) is not None
-                if key.is_path
-                else key.kind in cfg.shared_kinds
-            ):
+            if fleet_wide(key, cfg.shared_kinds, cfg.shared_paths):
                 raise MeshUnavailable(
                     f"{key.text} is fleet-wide and this daemon's fleet link is not running "
                     "yet (it starts a moment after [fleet] is configured); retry, and see "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -170,6 +170,14 @@ def record_resource(key: Key) -> str:
     """The resource whose record decides ``key``: ``file:`` and ``repo:`` share one
     path space (SPEC §5), so both are decided in the ``file:`` record of the path."""
     return f"file:{key.value}" if key.is_path else key.text
+
+
+def fleet_wide(key: Key, kinds: Collection[str], roots: Iterable[str]) -> bool:
+    """Whether ``key`` is decided by the fleet: a kind of ``kinds`` (``shared_kinds``),
+    or a path under a folder of ``roots`` (``shared_paths``)."""
+    if key.is_path:
+        return shared_root(key, roots) is not None
+    return key.kind in kinds
 
 
 def shared_root(key: Key, roots: Iterable[str]) -> str | None:

@@ -42,7 +42,7 @@ from meshd.fleet.claim_grants import WAIT_RECORD, FleetGrant, FleetHeld, FleetWa
 from meshd.fleet.claim_holders import FleetHolders
 from meshd.fleet.claim_line import FleetLine
 from meshd.fleet.claim_mirror import ClaimMirror
-from meshd.fleet.claim_records import Entry, Record, Step, blockers, plan, set_value, shared_root
+from meshd.fleet.claim_records import Entry, Record, Step, blockers, fleet_wide, plan, set_value
 from meshd.fleet.claim_release import FleetReleases
 from meshd.fleet.claim_upkeep import ClaimUpkeep
 from meshd.fleet.link import FleetDown, FleetLink, describe
@@ -72,7 +72,8 @@ class FleetClaims:
         self.seen = book.seen
         self.line = FleetLine(link, book, self.roots, lambda: self.ready)
         """Requests in line, and the events that wake them."""
-        book.seen.on_write = self.line_wake
+        book.seen.on_write = self.line.wake  # a write of this host landed: its waiters
+        # there try again now, without waiting for the watch's echo (Seen.wrote)
         self.releases = FleetReleases(
             link, book, self.roots, local, pace=lambda: self.upkeep.renew_every
         )
@@ -127,18 +128,11 @@ class FleetClaims:
             "view": self.mirror.status(),
         }
 
-    def line_wake(self, name: str) -> None:
-        """A write of this host landed in record ``name``: its requests in line there
-        try again now (:meth:`Seen.wrote`), without waiting for the watch's echo."""
-        self.line.wake(name)
-
     # --- scope ----------------------------------------------------------------------
 
     def is_fleet(self, key: Key) -> bool:
         """Whether ``key`` is decided by the fleet (a shared kind, or under a shared path)."""
-        if key.is_path:
-            return shared_root(key, self.roots) is not None
-        return key.kind in self.kinds
+        return fleet_wide(key, self.kinds, self.roots)
 
     def split(self, keys: Sequence[Key]) -> tuple[list[Key], list[Key]]:
         """``keys`` split into (fleet-wide, local)."""
