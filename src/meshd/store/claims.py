@@ -24,6 +24,7 @@ import msgspec
 
 from meshd.core.claims.records import ENDING, AuditRecord
 from meshd.store.query import newest_rows
+from meshd.store.sessions import load_meta
 
 DDL = """
 CREATE TABLE claims (
@@ -170,8 +171,7 @@ class StoredClaim(msgspec.Struct, frozen=True):
 
 def load_fencing(db: sqlite3.Connection) -> int:
     """The stored fencing block: tokens up to it may have been issued (0 on a new file)."""
-    row = db.execute("SELECT value FROM meta WHERE key = ?", (FENCING_KEY,)).fetchone()
-    stored = int(row[0] or 0) if row else 0
+    stored = int(load_meta(db, FENCING_KEY) or 0)
     main = _main_file(db)  # never resume below the high-water mark beside the file
     return max(stored, read_highwater(main)) if main is not None else stored
 
