@@ -26,7 +26,8 @@ MAX_TOOLS = 10
 MAX_TOOL_NAME = 64
 MAX_SHORT = 128
 MAX_PATH = 4096
-_SOURCE_RE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,64}$")
+MAX_SOURCE = 64
+_SOURCE_RE = re.compile(r"[A-Za-z0-9_.:@/-]+")
 
 
 class Session(msgspec.Struct, kw_only=True, gc=False, omit_defaults=True):
@@ -200,7 +201,8 @@ def validate_registration(r: Registration) -> None:
     for name in ("model", "provider", "slot", "kanban_task", "host"):
         _check_len(name, getattr(r, name), MAX_SHORT)
     _check_len("parent", r.parent, MAX_SHORT)
-    if not _SOURCE_RE.match(r.source):
+    _check_len("source", r.source, MAX_SOURCE)  # over-long is TOO_LARGE, as every field
+    if not _SOURCE_RE.fullmatch(r.source):
         raise InvalidParams(
             f"source {r.source!r} must be 1-64 characters of letters, digits and _.:@/-",
             {"path": "$.source"},
