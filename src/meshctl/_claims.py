@@ -283,7 +283,8 @@ def present_line(
 
 
 def granted_line(result: Mapping[str, Any]) -> str:
-    """``granted file:/x (token 12)``; several keys comma-separated; already-held marked."""
+    """``granted file:/x (token 12)``; several keys comma-separated; already-held and
+    local-only (SPEC §12) marked."""
     claims = claims_of(result)
     keys = ", ".join(str(c.get("resource")) for c in claims) or "(nothing)"
     token = token_of(result)
@@ -295,7 +296,14 @@ def granted_line(result: Mapping[str, Any]) -> str:
         extra.append("some already held")
     if any(c.get("mode") == "shared" for c in claims):
         extra.append("shared")
+    if result.get("local_only") or any(c.get("local_only") for c in claims):
+        extra.append("local-only")
     text = f"granted {keys}" + (f" ({', '.join(extra)})" if extra else "")
+    if "local-only" in extra:
+        text += (
+            "\nnote: the fleet cannot be reached: granted on this host alone "
+            '(on_partition = "local"); reconciled with the fleet when the link returns'
+        )
     for prev in previous_of(result):
         text += (
             f"\nnote: the last holder of {prev.get('resource')}, {prev.get('session_id')}, "

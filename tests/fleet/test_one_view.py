@@ -410,3 +410,27 @@ def test_check_on_another_host_says_since_when_as_claim_list_does(
     checked = h2.call("claim.check", {"resources": ["res:gpu"], "session_id": "h2:b"})
 
     assert [(c["host"], c["since"]) for c in checked["claims"]] == [("h1", since)]
+
+
+def test_a_local_only_grant_says_so_to_a_person_too(fleet_hosts: HostFactory) -> None:
+    """The human forms of ``claim``, ``sessions show`` and ``sync`` mark a local-only
+    claim as the JSON does; before, only ``--json`` and ``fleet status`` said it."""
+    (h1,) = fleet_hosts(1, extra=FAST, fleet_extra='on_partition = "local"')
+    register(h1, "h1:a")
+    h1.cut()
+    wait_for(lambda: not h1.connected(), 15, what="h1 to notice the cut")
+
+    granted = run_meshctl("claim", "res:alone", "--session", "h1:a", env=h1.env)
+    local = run_meshctl("claim", "port:1", "--session", "h1:a", env=h1.env)
+    shown = run_meshctl("sessions", "show", "h1:a", env=h1.env)
+    synced = run_meshctl("sync", "--session", "h1:a", env=h1.env)
+
+    assert granted.code == 0, granted
+    assert "local-only" in granted.out, granted
+    assert "local-only" not in local.out, local  # a local key is never local-only
+    [alone] = [line for line in shown.out.splitlines() if "res:alone" in line]
+    [port] = [line for line in shown.out.splitlines() if "port:1" in line]
+    assert "local-only" in alone, shown
+    assert "local-only" not in port, shown
+    [alone] = [line for line in synced.out.splitlines() if "res:alone" in line]
+    assert "local-only" in alone, synced

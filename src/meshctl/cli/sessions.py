@@ -123,9 +123,10 @@ def render_one(session: Session, home: str | None = None) -> str:
     lines.append(f"{'claims:':<16} {total or 'none'}{shown}")
     for claim in claims:
         reason = f" — {claim['reason']}" if claim.get("reason") else ""
+        local = ", local-only" if claim.get("local_only") else ""
         lines.append(
             f"  {claim.get('resource')} ({claim.get('mode')}, token "
-            f"{claim.get('token')}, since {_time.ago(claim.get('since'))}){reason}"
+            f"{claim.get('token')}{local}, since {_time.ago(claim.get('since'))}){reason}"
         )
     return "\n".join(lines)
 

@@ -36,7 +36,9 @@ def for_me(handoffs: Sequence[Doc], sid: str) -> list[Doc]:
 def _claim_line(claim: Doc) -> str:
     reason = f" — {claim['reason']}" if claim.get("reason") else ""
     since = f", since {_time.ago(claim['since'])}" if claim.get("since") else ""
-    return f"    holds {claim.get('resource')} ({claim.get('mode', 'exclusive')}{since}){reason}"
+    local = ", local-only" if claim.get("local_only") else ""
+    mode = claim.get("mode", "exclusive")
+    return f"    holds {claim.get('resource')} ({mode}{local}{since}){reason}"
 
 
 def render_sync(doc: Doc, home: str | None = None) -> str:
