@@ -320,6 +320,7 @@ def test_a_newer_database_is_refused_and_left_untouched(mesh_env: MeshEnv, journ
     versions named, and left untouched. meshd switched it to WAL (its header's bytes
     changed, for a file in rollback-journal mode) and chmod'ed it 0600 before it read
     the version."""
+    from meshd import __version__
     from meshd.store import SCHEMA_VERSION
 
     mesh_env.state_dir.mkdir(mode=0o700)
@@ -342,6 +343,7 @@ def test_a_newer_database_is_refused_and_left_untouched(mesh_env: MeshEnv, journ
     assert out.returncode == 1, out
     assert f"schema version {SCHEMA_VERSION + 5}" in out.stderr, out.stderr
     assert f"knows ({SCHEMA_VERSION})" in out.stderr, out.stderr
+    assert f"meshd {__version__} knows" in out.stderr, out.stderr  # this release, named
     assert (path.read_bytes(), stat.S_IMODE(path.stat().st_mode)) == before
     assert sorted(p.name for p in mesh_env.state_dir.glob("test.sqlite3*")) == ["test.sqlite3"]
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from meshd import __version__
 from meshd.protocol.errors import StorageUnavailable
 from meshd.store.bell import Write
 from meshd.store.errors import DatabaseLost, StoreError
@@ -93,8 +94,9 @@ class Store:
         if version > SCHEMA_VERSION:
             db.close()
             raise StoreError(
-                f"{self.path} has schema version {version}, newer than this meshd knows "
-                f"({SCHEMA_VERSION}): upgrade meshd, or move the file aside"
+                f"{self.path} has schema version {version} (written by a newer meshd), "
+                f"newer than this meshd {__version__} knows ({SCHEMA_VERSION}): upgrade "
+                "meshd, or move the file aside"
             )
         try:
             for i in range(version, SCHEMA_VERSION):
