@@ -7,6 +7,7 @@ import pytest
 from meshd.core.clock import ManualClock
 from meshd.core.sessions.registry import Registration, Registry, Report
 from meshd.core.settings import Settings
+from meshd.core.state import MeshState
 from meshd.protocol.errors import IdInUse, InvalidParams, SessionExpired, TooLarge, UnknownSession
 
 
@@ -151,6 +152,37 @@ class TestHeartbeatLiveness:
         clock.advance(31)
 
         assert [s.session_id for s, _ in registry.due()] == ["a"]
+
+    def test_a_reload_that_shortens_expire_after_applies_to_silent_sessions(
+        self, clock: ManualClock
+    ) -> None:
+        """``expire_after`` lowered by a reload (SPEC §2) holds for a session already
+        silent, not only after its next heartbeat; its own expire_after still wins.
+        Before, a silent session expired at the deadline of the old setting."""
+        state = MeshState(clock, Settings(stale_after=20, expire_after=600), "p")
+        state.registry.register(reg(session_id="a"))
+        state.registry.register(reg(session_id="own", expire_after=300))
+        clock.advance(100)
+
+        state.reconfigure(Settings(stale_after=20, expire_after=60))
+
+        assert [(s.session_id, why) for s, why in state.registry.due()] == [("a", "expired")]
+        clock.advance(199)
+        assert state.registry.due() == []
+        clock.advance(2)
+        assert [s.session_id for s, _ in state.registry.due()] == ["own"]
+
+    def test_a_reload_that_lengthens_expire_after_keeps_sessions(self, clock: ManualClock) -> None:
+        state = MeshState(clock, Settings(stale_after=20, expire_after=600), "p")
+        state.registry.register(reg(session_id="a"))
+        clock.advance(100)
+
+        state.reconfigure(Settings(stale_after=20, expire_after=1200))
+        clock.advance(600)
+
+        assert state.registry.due() == []
+        clock.advance(501)
+        assert [s.session_id for s, _ in state.registry.due()] == ["a"]
 
     def test_suspend_expires_nobody(self, registry: Registry, clock: ManualClock) -> None:
         """Wall time jumping (a laptop suspend) does not move the monotonic deadline."""

@@ -235,7 +235,7 @@ class MeshState:
 
     def reconfigure(self, settings: Settings) -> None:
         self.settings = settings
-        self.registry.settings = settings
+        self.registry.reconfigure(settings)
         self.mailbox.settings = settings
 
     # --- sessions ---------------------------------------------------------------------

@@ -88,6 +88,23 @@ class Registry:
             d = min(d, s.unbound_at + self.settings.heartbeat_interval)
         return d
 
+    def reconfigure(self, settings: Settings) -> None:
+        """Take new settings (a reload). When a deadline may come sooner (a shorter
+        ``expire_after`` or ``heartbeat_interval``), every one is computed again: the
+        heap holds each session's deadline under the old settings, and a silent
+        session would otherwise expire that late. A later deadline needs nothing: an
+        entry that comes due early is pushed again at the new one."""
+        old, self.settings = self.settings, settings
+        if (
+            settings.expire_after >= old.expire_after
+            and settings.heartbeat_interval >= old.heartbeat_interval
+        ):
+            return
+        deadline = self.deadline
+        heap = [(d, sid) for sid, s in self.sessions.items() if (d := deadline(s)) != math.inf]
+        heapq.heapify(heap)
+        self._heap = heap
+
     def _schedule(self, s: Session) -> None:
         d = self.deadline(s)
         if d != math.inf:
