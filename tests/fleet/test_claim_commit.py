@@ -12,10 +12,13 @@ Real nats-server, real meshd per host; no timing asserts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
+import pytest
 from tests.fleet.conftest import HostFactory, NatsServer
 from tests.fleet.test_claims import Background, acquire, register, release, waiting_on
 from tests.support import wait_for
@@ -264,3 +267,63 @@ def test_a_local_release_hands_on_to_a_local_waiter_without_the_watch(
     third = acquire(h1, c, "box:hand")
     assert third["status"] == "held"
     assert [x["session_id"] for x in third["holders"]] == [b]
+
+
+@pytest.mark.anyio
+async def test_writes_sent_together_go_in_order_and_all_run_to_their_end() -> None:
+    """``together`` (a claim's compare-and-set and commit record, a release's writes):
+    the first sends before any other starts, the others in their order, and it returns
+    once every one is done, whichever finishes last."""
+    from meshd.fleet.claim_bucket import together
+
+    log: list[str] = []
+    gates = {name: anyio.Event() for name in "abc"}
+
+    async def send(name: str) -> None:
+        log.append(f"sent {name}")
+        await gates[name].wait()
+        log.append(f"done {name}")
+
+    async def open_gates() -> None:
+        await anyio.sleep(0.01)
+        for name in "cba":  # the first to be sent is the last answered
+            gates[name].set()
+            await anyio.sleep(0)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(open_gates)
+        await together(send("a"), send("b"), send("c"))
+        assert log[:3] == ["sent a", "sent b", "sent c"]
+        assert sorted(log[3:]) == ["done a", "done b", "done c"]
+    await together()  # nothing to send: nothing to wait for
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["cancelled", "the first failed"])
+async def test_writes_sent_together_and_cut_short_leave_none_running(how: str) -> None:
+    """Cut short (its request cancelled, the daemon stopping) or failing, ``together``
+    cancels the writes still in flight and raises only once each of them has ended:
+    none is left running behind it."""
+    from meshd.fleet.claim_bucket import together
+
+    ended: list[str] = []
+    started = anyio.Event()
+
+    async def stuck(name: str) -> None:
+        try:
+            started.set()
+            await anyio.sleep_forever()
+        finally:
+            await anyio.sleep(0)  # ending takes a pass of the loop
+            ended.append(name)
+
+    async def first() -> None:
+        await started.wait()
+        if how != "cancelled":
+            raise LookupError("the first failed")
+        await anyio.sleep_forever()
+
+    with pytest.raises(LookupError) if how != "cancelled" else contextlib.nullcontext():
+        with anyio.move_on_after(0.05 if how == "cancelled" else 30):
+            await together(first(), stuck("b"), stuck("c"))
+    assert sorted(ended) == ["b", "c"]

@@ -108,12 +108,10 @@ class FleetReleases:
         tries again while the link is up: other hosts would see the entries as held
         until then. (A link that drops leaves it to the reconcile.)"""
         failed: dict[int, str] = {}  # index in work -> why
-        limit = anyio.CapacityLimiter(RELEASES_AT_ONCE)
 
         async def one(kv: KeyValue, i: int, gid: str, step: Step) -> None:
             try:
-                async with limit:
-                    await self._undo_one(kv, gid, step)
+                await self._undo_one(kv, gid, step)
             except FLEET_ERRORS as exc:
                 failed[i] = describe(exc)
 
@@ -122,9 +120,18 @@ class FleetReleases:
         except FLEET_ERRORS as exc:
             failed = dict.fromkeys(range(len(work)), describe(exc))
         else:
-            async with anyio.create_task_group() as tg:
-                for i, (gid, step) in enumerate(work):
-                    tg.start_soon(one, kv, i, gid, step)
+            if len(work) <= RELEASES_AT_ONCE:  # the common case: no limit to wait on
+                await bucket.together(*(one(kv, i, g, step) for i, (g, step) in enumerate(work)))
+            else:
+                limit = anyio.CapacityLimiter(RELEASES_AT_ONCE)
+
+                async def limited(kv: KeyValue, i: int, gid: str, step: Step) -> None:
+                    async with limit:
+                        await one(kv, i, gid, step)
+
+                async with anyio.create_task_group() as tg:
+                    for i, (gid, step) in enumerate(work):
+                        tg.start_soon(limited, kv, i, gid, step)
         if failed:
             log.info("fleet: releasing: %s (tried again)", next(iter(failed.values())))
             self.later(work[i] for i in sorted(failed))
