@@ -54,13 +54,14 @@ FLEET_ERRORS: tuple[type[Exception], ...] = (FleetDown, *NATS_ERRORS)
 
 async def together(*aws: Awaitable[None]) -> None:
     """Run ``aws`` at once, until all are done: the writes of one claim or release,
-    sent in this order in one flush.
+    sent in this order (most often in one flush).
 
     The first runs in this task, the others in plain tasks started at the next pass
-    of the event loop, after the first has sent its request. Their replies come with
-    the first's: most often they are done when it is, and nothing waits a further pass
-    for them (a task group's end waited two, on every claim and release). Cancelled,
-    or failing, the others are cancelled and waited for before it raises."""
+    of the event loop, after the first has sent its request. Their replies come just
+    after the first's: this task waits one pass of the loop for them where a task
+    group's end waited two, and spawns no anyio task (docs/PERFORMANCE.md, "Fleet
+    claim + release"). Cancelled, or failing, the others are cancelled and waited for
+    before it raises."""
     if not aws:
         return
     tasks = [asyncio.ensure_future(aw) for aw in aws[1:]]
@@ -249,7 +250,8 @@ class Commit:
             except Exception as exc:  # both run to their end: a commit cut short may land
                 out[what] = exc
 
-        await together(run("write", write), run("commit", create(self.kv, self.name, self.value)))
+        commit = run("commit", create(self.kv, self.name, self.value))
+        await together(run("write", write), commit)  # the write sent first
         written, made = out["write"], out["commit"]
         if isinstance(written, int) and written:
             if isinstance(made, Exception):
