@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.leaks import pytest_runtest_makereport, pytest_runtest_teardown  # noqa: F401 (hooks)
 
 TEST_TIMEOUT = 300.0
 """Seconds one test may take before pytest-timeout fails it with every thread's
