@@ -16,11 +16,16 @@ DaemonHandle = Any  # the conftest fixture
 class Client(RpcClient):
     """A kept JSON-RPC connection that also collects the file.changed events."""
 
-    def settle(self, seconds: float = 0.5) -> list[dict[str, Any]]:
-        """Every event pushed so far (waiting ``seconds`` for late ones), file.changed only."""
-        self.sock.settimeout(seconds)
+    def settle(self, expected: int, quiet: float = 0.3) -> list[dict[str, Any]]:
+        """The file.changed events pushed: read until ``expected`` are in (however late a
+        loaded machine pushes them), then for ``quiet`` seconds more to catch any extra."""
+
+        def changes() -> list[dict[str, Any]]:
+            return [e for e in self.events if e["kind"] == "file.changed"]
+
         try:
             while True:
+                self.sock.settimeout(self.timeout if len(changes()) < expected else quiet)
                 line = self.file.readline()
                 if not line:
                     break
@@ -30,8 +35,8 @@ class Client(RpcClient):
         except TimeoutError:
             pass
         finally:
-            self.sock.settimeout(15)
-        return [e for e in self.events if e["kind"] == "file.changed"]
+            self.sock.settimeout(self.timeout)
+        return changes()
 
 
 def register(c: Client, sid: str, **kw: Any) -> None:
@@ -81,16 +86,16 @@ class TestNotices:
         assert r["recorded"] == 1
         assert r["project"] == str(proj)
         assert sorted(r["notified"]) == ["holder", "watcher"]
-        (ev,) = subs["holder"].settle()
+        (ev,) = subs["holder"].settle(1)
         assert ev["session_id"] == "holder"
         assert ev["from"] == "w"
         assert ev["count"] == 1
         assert ev["paths"] == [f"{proj}/src/a.py"]
         assert ev["text"] == "w changed src/a.py — fix"
         assert "not from the user" in ev["framing"]
-        assert len(subs["watcher"].settle(0.1)) == 1
+        assert len(subs["watcher"].settle(1)) == 1
         for sid in ("w", "kid", "stranger"):
-            assert subs[sid].settle(0.1) == [], sid
+            assert subs[sid].settle(0) == [], sid
 
     def test_quick_reports_are_coalesced(self, mesh: Any, proj: Path) -> None:
         """Three quick reports by one writer: one event now; the other two are held
@@ -108,7 +113,7 @@ class TestNotices:
         assert second["held"] == ["watcher"]
         assert third["notified"] == []
         assert third["held"] == ["watcher"]
-        (ev,) = subs["watcher"].settle(1.0)
+        (ev,) = subs["watcher"].settle(1, quiet=1.0)
         assert ev["count"] == 1
         assert ev["paths"] == [f"{proj}/src/x.py"]
 

@@ -43,10 +43,10 @@ class TestNoticesToWatchersAndReaders:
         r = c.call("board.changed", session_id="w", paths=[f"{proj}/src/a.py"], summary="v2")
 
         assert sorted(r["notified"]) == ["reader", "watcher"]
-        (ev,) = subs["reader"].settle()
+        (ev,) = subs["reader"].settle(1)
         assert ev["text"] == "w changed src/a.py — v2"
-        assert len(subs["watcher"].settle(0.1)) == 1
-        assert subs["idle"].settle(0.1) == []
+        assert len(subs["watcher"].settle(1)) == 1
+        assert subs["idle"].settle(0) == []
 
     def test_a_change_elsewhere_in_the_watched_folder_skips_the_reader(
         self, team: Any, proj: Path

@@ -227,7 +227,7 @@ def test_private_notes_reach_no_other_session_by_any_method(
         elif reader is None and method in ("message.inbox", "query.ask"):
             continue  # these act for a session
         answers.append(trio.raw(method, **params))
-    events.settle(0.05)
+    events.settle(0, quiet=0.05)
     answers.extend(events.events)
     events.close()
 
