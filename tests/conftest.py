@@ -105,7 +105,7 @@ def mesh_env(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> MeshEnv:
 def rpc(sock_path: Path, method: str, params: dict[str, Any] | None = None) -> Any:
     """One raw JSON-RPC call over a fresh connection (stdlib only); returns the reply."""
     with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(10)
+        s.settimeout(30)
         s.connect(str(sock_path))
         req: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
         if params is not None:
@@ -160,7 +160,7 @@ class DaemonHandle:
         if wait:
             self.wait_ready()
 
-    def wait_ready(self, timeout: float = 10.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from meshd.paths import ProfilePaths
 
-TIMEOUT = 10.0
-"""Seconds any single socket operation may take before the test calls it a hang."""
+TIMEOUT = 30.0
+"""Seconds any single socket operation may take before the test calls it a hang
+(generous: a loaded CI machine answers late, never this late)."""
 
 CLOSED = "closed"
 """What :meth:`Client.reply` returns when the daemon closed the connection."""
@@ -39,9 +40,14 @@ def profile_paths(root: Path, profile: str = "test") -> ProfilePaths:
     )  # fmt: skip
 
 
+PATIENCE = 60.0
+"""Seconds a test waits for a condition to come true before it calls it a failure:
+generous, since passing tests never wait it out and a loaded CI machine is slow."""
+
+
 def wait_for(
     cond: Callable[[], Any],
-    timeout: float = 10.0,
+    timeout: float = PATIENCE,
     interval: float = 0.02,
     *,
     what: str | Callable[[], object] = "",
@@ -119,7 +125,7 @@ class Client:
 class RpcClient:
     """One kept JSON-RPC connection to a daemon; events kept apart from replies."""
 
-    def __init__(self, d: Any, timeout: float = 15.0) -> None:
+    def __init__(self, d: Any, timeout: float = TIMEOUT) -> None:
         """``d``: a socket path, or anything with a ``socket`` (the daemon fixture)."""
         self.timeout = timeout
         self.sock = socket.socket(socket.AF_UNIX)

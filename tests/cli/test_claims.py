@@ -190,7 +190,7 @@ class TestSignals:
             env=env,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while not ready.exists():
             assert proc.poll() is None, proc.communicate()[1]
             assert time.monotonic() < deadline, "COMMAND never started"
@@ -221,7 +221,7 @@ class TestSignals:
         if pid == 0:  # pragma: no cover - the child execs
             os.execve(sys.executable, [*argv, sys.executable, "-c", child], env)
         seen = b""
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while b"ready" not in seen:
             assert time.monotonic() < deadline, seen
             seen += os.read(fd, 1024)
@@ -431,7 +431,7 @@ class TestRunSurvivesSigkill:
         )
         probe = register(meshctl, daemon.env)
         env = {**daemon.env, "MESH_SESSION": probe}
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while meshctl("check", "res:long", env=env).code != 75:
             assert time.monotonic() < deadline, "run never took res:long"
             time.sleep(0.05)
@@ -451,7 +451,7 @@ class TestRunSurvivesSigkill:
         while time.monotonic() < deadline:
             held.append(meshctl("check", "res:long", env=env).code)
         go.touch()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while meshctl("check", "res:long", env=env).code != 0:
             assert time.monotonic() < deadline, "res:long never freed after COMMAND exited"
             time.sleep(0.1)

@@ -76,12 +76,12 @@ class TestOnce:
     ) -> None:
         pidfile = short_tmp / "pid"
         runner = start_once(daemon.env, "pay", f"echo $$ > {pidfile}; exec sleep 60")
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=15)
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
         os.kill(runner.pid, signal.SIGKILL)
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
         runner.communicate(timeout=15)
 
-        wait_for(lambda: states(meshctl, daemon.env).get("pay") == "unknown", timeout=15)
+        wait_for(lambda: states(meshctl, daemon.env).get("pay") == "unknown")
         blocked = meshctl("once", "--key", "pay", "--", "true", env=daemon.env)
         ok(meshctl("once", "--resolve", "pay", "free", env=daemon.env))
         again = meshctl("once", "--key", "pay", "--", "true", env=daemon.env)
@@ -98,7 +98,7 @@ class TestOnce:
         started, go = short_tmp / "started", short_tmp / "go"
         script = f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
         runner = start_once(daemon.env, "deploy", script)
-        wait_for(started.exists, timeout=15)
+        wait_for(started.exists)
         daemon.kill()
         daemon.start()
 
@@ -124,7 +124,7 @@ class TestOnce:
         runner = start_once(
             daemon.env, "k", f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
         )
-        wait_for(started.exists, timeout=15)
+        wait_for(started.exists)
 
         refused = meshctl("once", "--resolve", "k", "free", env=daemon.env)
         go.touch()

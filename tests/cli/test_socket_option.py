@@ -54,7 +54,7 @@ def test_socket_option_reaches_the_started_daemon_and_run_s_command(
     assert done.code == 0, done
     pid = rpc(given, "mesh.info")["result"]["pid"]
     os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"))
 
     assert done.code == 0, done
     assert done.out == str(given)

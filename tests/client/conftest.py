@@ -53,4 +53,4 @@ def reap() -> Iterator[list[int]]:
             proc.wait(timeout=10)
             _spawn._SPAWNED.remove(proc)
     for pid in pids:
-        wait_for(functools.partial(pid_gone, pid), timeout=10)
+        wait_for(functools.partial(pid_gone, pid))

@@ -172,7 +172,7 @@ class TestQueries:
             return f"running tests (asked by {q.from_})"
 
         responder = b.on_query(handler)
-        r = a.ask("b", "status?", timeout=5)
+        r = a.ask("b", "status?", timeout=30)
 
         assert r is not None
         assert (r.answer, r.answered_by, r.timed_out, r.from_) == (
@@ -187,7 +187,7 @@ class TestQueries:
         assert "not from the user" in seen[0].framing
         # The responder counts an answer once query.answer returns to it, which can
         # be just after the asker already has the answer.
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while responder.answered < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert responder.answered == 1
@@ -248,7 +248,7 @@ class TestQueries:
         """After Responder.stop() the status responder answers again, at once."""
         a, b = pair
         responder = b.on_query(lambda q: "live")
-        live = a.ask("b", "?", timeout=5)
+        live = a.ask("b", "?", timeout=30)
         responder.stop()
         after = wait_for(lambda: (r := a.ask("b", "?", timeout=0.2)) and not r.timed_out and r)
 
@@ -265,9 +265,9 @@ class TestQueries:
         daemon.restart()
         # Wait for the responder to opt in again, then ask once (polling with asks
         # spent the sender's message budget on a slow machine).
-        wait_for(lambda: responder.opted_in >= 2, timeout=15)
+        wait_for(lambda: responder.opted_in >= 2)
 
-        r = a.ask("b", "?", timeout=5)
+        r = a.ask("b", "?", timeout=30)
 
         assert r is not None
         assert (r.answered_by, r.answer) == ("session", "back")
@@ -280,7 +280,7 @@ class TestBroadcastAndHandoffs:
         a, b = pair
         c = session(mesh, "c", "idle work")
         b.on_query(lambda q: "not me")
-        out = a.broadcast("who uses port 8080?", collect=True, timeout=5)
+        out = a.broadcast("who uses port 8080?", collect=True, timeout=30)
         c.end()
 
         assert out is not None
@@ -313,7 +313,7 @@ class TestBroadcastAndHandoffs:
         h = a.handoff("auth half done", to="b", files=["src/auth.py"], next_steps=["tests"])
         listed = b.handoffs()
         b.on_query(lambda q: f"handoff for {q.from_}: done" if q.request == "handoff" else "?")
-        req = a.request_handoff("b", timeout=5)
+        req = a.request_handoff("b", timeout=30)
 
         assert h is not None
         assert (h.from_, h.to, h.files, h.next_steps) == ("a", "b", ("src/auth.py",), ("tests",))

@@ -183,8 +183,8 @@ class TestFailOpen:
             first, second = mesh.ping(), mesh.ping()
             s = mesh.session(task="t").start()
             daemon.start()
-            back = wait_for(mesh.ping, timeout=4)
-            registered = wait_for(lambda: s.active, timeout=4)
+            back = wait_for(mesh.ping)
+            registered = wait_for(lambda: s.active)
         listed = {x["session_id"] for x in mesh.sessions()}
         s.end()
         mesh.close()

@@ -65,7 +65,7 @@ def queued(observer: Mesh, sid: str) -> bool:
 def test_a_queued_claim_does_not_hold_up_the_release_it_waits_for(daemon: Any) -> None:
     """Thread A queues for a claim on the shared Mesh; the holder's release (and a
     heartbeat) go through the same Mesh while A waits, and A is granted."""
-    with Mesh(timeout=5.0) as mesh, Mesh() as observer:
+    with Mesh(timeout=30.0) as mesh, Mesh() as observer:
         holder, waiter = register(mesh, "holder"), register(mesh, "waiter")
         mesh.call("claim.acquire", {"session_id": holder, "resources": ["res:x"]})
         a = Background(
@@ -228,7 +228,7 @@ def test_a_call_that_times_out_abandons_only_its_own_reply(daemon: Any) -> None:
     thread's call waiting on the same Mesh carries on and gets its own reply, calls
     before and after go through, and the timed-out call's late reply (a grant the
     daemon made after the caller gave up) is read and dropped, given to nobody."""
-    with Mesh(timeout=5.0) as mesh, Mesh() as observer:
+    with Mesh(timeout=30.0) as mesh, Mesh() as observer:
         for sid in ("h1", "h2", "a", "b"):
             register(observer, sid)
         observer.call("claim.acquire", {"session_id": "h1", "resources": ["res:one"]})
@@ -372,7 +372,7 @@ def test_an_error_without_an_id_fails_every_waiting_call_not_the_oldest(daemon: 
     while the unreadable call waited for its timeout. Now every call waiting on the
     connection fails with MeshProtocolError saying so, the connection is given up (the
     daemon withdraws the claim's wait with it) and the next call opens a new one."""
-    with Mesh(timeout=5.0) as mesh, Mesh() as observer:
+    with Mesh(timeout=30.0) as mesh, Mesh() as observer:
         for sid in ("holder", "waiter"):
             register(observer, sid)
         observer.call("claim.acquire", {"session_id": "holder", "resources": ["res:x"]})
@@ -404,7 +404,7 @@ async def test_async_mesh_fails_every_waiting_call_on_an_error_without_an_id(dae
     """The same for AsyncMesh's tasks: the unreadable call and the queued claim both
     fail with MeshProtocolError, and the next call goes through on a new connection."""
     errors: list[BaseException] = []
-    async with AsyncMesh(timeout=5.0) as mesh, AsyncMesh() as observer:
+    async with AsyncMesh(timeout=30.0) as mesh, AsyncMesh() as observer:
         for sid in ("holder", "waiter"):
             await observer.call("session.register", {"session_id": sid, "task": sid})
         await observer.call("claim.acquire", {"session_id": "holder", "resources": ["res:n"]})

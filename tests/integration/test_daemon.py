@@ -172,7 +172,7 @@ class TestLiveness:
             child.kill()
             child.wait()
 
-            wait_for(lambda: "w" not in session_ids(daemon), timeout=5)
+            wait_for(lambda: "w" not in session_ids(daemon))
         finally:
             child.kill()
         err = daemon.call("session.heartbeat", {"session_id": "w"})["error"]
@@ -406,7 +406,7 @@ def test_socket_activation_adopts_and_leaves_the_socket(mesh_env: MeshEnv) -> No
     proc = subprocess.Popen([sys.executable, "-c", wrapper, str(fd)], env=env, pass_fds=(fd,))
     listener.close()
     try:
-        wait_for(lambda: _pings(path), timeout=10)
+        wait_for(lambda: _pings(path))
         recorded = (mesh_env.state_dir / "test.socket").read_text().strip()
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -230,8 +230,8 @@ class TestQueries:
             )
 
         rc, t = responder(daemon, "b", answer)
-        r = c.call("query.ask", session_id="a", to="b", question="status?", timeout=5)
-        t.join(5)
+        r = c.call("query.ask", session_id="a", to="b", question="status?", timeout=30)
+        t.join(30)
         rc.close()
 
         assert (r["answered_by"], r["timed_out"], r["answer"]) == (
@@ -247,7 +247,7 @@ class TestQueries:
         got: list[dict[str, Any]] = []
         rc, t = responder(daemon, "b", lambda r, ev: got.append(ev))
         r = c.call("query.ask", session_id="a", to="b", question="status?", timeout=1)
-        t.join(5)
+        t.join(30)
         late = rc.call("query.answer", session_id="b", query_id=got[0]["id"], text="sorry, busy")
         items = c.call("message.inbox", session_id="a")["items"]
         rc.close()
@@ -273,12 +273,12 @@ class TestQueries:
                    text="b is waiting-for-user: refactor auth")  # fmt: skip
 
         rc, t = responder(daemon, "b", answer)
-        r = c.call("query.ask", session_id="a", to="b", question="status?", timeout=5)
-        t.join(5)
+        r = c.call("query.ask", session_id="a", to="b", question="status?", timeout=30)
+        t.join(30)
         late: list[dict[str, Any]] = []
         rc2, t2 = responder(daemon, "b", lambda r2, ev: late.append(ev))
         c.call("query.ask", session_id="a", to="b", question="again?", timeout=0.5)
-        t2.join(5)
+        t2.join(30)
         after = rc2.call("query.answer", session_id="b", query_id=late[0]["id"], by="status",
                          text="b is waiting-for-user")  # fmt: skip
         items = c.call("message.inbox", session_id="a")["items"]
@@ -313,8 +313,8 @@ class TestQueries:
         ra = Client(daemon)
         ra.call("query.respond", session_id="a")
         rb, t = responder(daemon, "b", answer)
-        r = c.call("query.ask", session_id="a", to="b", question="?", timeout=5)
-        t.join(5)
+        r = c.call("query.ask", session_id="a", to="b", question="?", timeout=30)
+        t.join(30)
         ra.close()
         rb.close()
 
@@ -423,9 +423,9 @@ class TestBroadcastAndHandoffs:
 
         rc, t = responder(daemon, "b", answer)
         out = c.call(
-            "broadcast.send", session_id="a", text="who uses port 8080?", collect=True, timeout=5
+            "broadcast.send", session_id="a", text="who uses port 8080?", collect=True, timeout=30
         )
-        t.join(5)
+        t.join(30)
         rc.close()
 
         got = {a["from"]: a["answered_by"] for a in out["answers"]}

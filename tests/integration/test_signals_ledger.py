@@ -232,7 +232,7 @@ class TestLedger:
         assert states == {"done-one": "done", "running-one": "unknown"}
 
 
-def wait_state(c: Client, key: str, state: str, timeout: float = 10.0) -> str:
+def wait_state(c: Client, key: str, state: str, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     seen = ""
     while time.monotonic() < deadline:
