@@ -1,6 +1,7 @@
 """What tests share beyond the fixtures: one bounded wait, and the raw clients.
 
 * :func:`wait_for` -- poll a condition to reach (never a timing to assert).
+* :func:`reaped` -- a subprocess killed, awaited and its pipes closed however a test ends.
 * :class:`Client` -- one raw connection: bytes out, one JSON value per line back.
 * :class:`RpcClient` -- one kept JSON-RPC connection: ``call`` gives the result,
   ``raw`` the whole reply; pushed events are kept apart in :attr:`RpcClient.events`.
@@ -11,10 +12,12 @@ hanging it. Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +69,23 @@ def wait_for(
             seen = what() if callable(what) else what
             raise AssertionError(f"condition not met within {timeout}s: {seen or cond}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    """``proc``, killed if still running when the block ends, then awaited and its pipes
+    closed, on every path: a failed test leaves no process, pipe or ``ResourceWarning``
+    behind for a later test to trip on. (``with Popen(...)`` waits without killing.)"""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):  # stdin's unsent rest: the reader is gone
+                    pipe.close()
 
 
 class Client:

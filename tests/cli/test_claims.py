@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import reaped
 
 from meshctl.cli.claims import render_check, render_log
 from meshctl.cli.run import expand_res
@@ -172,7 +173,11 @@ class TestSignals:
         COMMAND's status (the trap's 7 here, so the forwarding is what is seen)."""
         env = _unreachable(offline_env)
         ready = offline_env.root / "ready"
-        script = f"trap 'exit 7' {sig.name[3:]}; touch {ready}; while :; do sleep 0.05; done"
+        # COMMAND loops while run lives: a failed test that kills run leaves no loop behind
+        script = (
+            f"trap 'exit 7' {sig.name[3:]}; touch {ready}; "
+            "while kill -0 $PPID 2>/dev/null; do sleep 0.05; done"
+        )
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -190,14 +195,15 @@ class TestSignals:
             env=env,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "COMMAND never started"
-            time.sleep(0.02)
+        with reaped(proc):
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < deadline, "COMMAND never started"
+                time.sleep(0.02)
 
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=20)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
 
         assert proc.returncode == 7, err
 
@@ -429,28 +435,31 @@ class TestRunSurvivesSigkill:
             ],
             env=daemon.env,
         )
-        probe = register(meshctl, daemon.env)
-        env = {**daemon.env, "MESH_SESSION": probe}
-        deadline = time.monotonic() + 60
-        while meshctl("check", "res:long", env=env).code != 75:
-            assert time.monotonic() < deadline, "run never took res:long"
-            time.sleep(0.05)
-        # COMMAND starts only once run has made its pid an anchor of the session: a
-        # kill before that (res:long already held) rightly frees the claim, since
-        # COMMAND then never runs (seen once on a loaded machine)
-        while not started.exists():
-            assert time.monotonic() < deadline, "COMMAND never started"
-            time.sleep(0.05)
+        try:
+            with reaped(proc):
+                probe = register(meshctl, daemon.env)
+                env = {**daemon.env, "MESH_SESSION": probe}
+                deadline = time.monotonic() + 60
+                while meshctl("check", "res:long", env=env).code != 75:
+                    assert time.monotonic() < deadline, "run never took res:long"
+                    time.sleep(0.05)
+                # COMMAND starts only once run has made its pid an anchor of the session:
+                # a kill before that (res:long already held) rightly frees the claim, since
+                # COMMAND then never runs (seen once on a loaded machine)
+                while not started.exists():
+                    assert time.monotonic() < deadline, "COMMAND never started"
+                    time.sleep(0.05)
 
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        # The daemon notices a dead process within 2 s (SPEC §4): for twice that, the
-        # claim must stay held, since COMMAND still runs.
-        held = []
-        deadline = time.monotonic() + 4
-        while time.monotonic() < deadline:
-            held.append(meshctl("check", "res:long", env=env).code)
-        go.touch()
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=60)
+            # The daemon notices a dead process within 2 s (SPEC §4): for twice that, the
+            # claim must stay held, since COMMAND still runs.
+            held = []
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:
+                held.append(meshctl("check", "res:long", env=env).code)
+        finally:  # COMMAND ends on every path (left looping, it would outlive the test)
+            go.touch()
         deadline = time.monotonic() + 60
         while meshctl("check", "res:long", env=env).code != 0:
             assert time.monotonic() < deadline, "res:long never freed after COMMAND exited"

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from tests.support import wait_for
+from tests.support import reaped, wait_for
 
 from .conftest import Meshctl, Run
 
@@ -49,10 +49,14 @@ def queued_claim(meshctl: Meshctl, daemon: Daemon) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for(
-        lambda: daemon.call("claim.list", {})["result"].get("waiting"),
-        what="the queued wait",
-    )
+    try:
+        wait_for(
+            lambda: daemon.call("claim.list", {})["result"].get("waiting"),
+            what="the queued wait",
+        )
+    except BaseException:
+        with reaped(waiting):  # never seen queued: killed, its pipes closed
+            raise
     return waiting
 
 
@@ -223,10 +227,9 @@ class TestWaitSaysWhatHappened:
         """SPEC §5: a waiter is cancelled when its session ends. The waiting ``claim``
         then answers at once (exit 75) and says the wait was withdrawn, not that it
         ran out after the time asked."""
-        waiting = queued_claim(meshctl, daemon)
-
-        ok(meshctl("end", env=as_(daemon, "cli:waiter")))
-        out, err = waiting.communicate(timeout=30)
+        with reaped(queued_claim(meshctl, daemon)) as waiting:
+            ok(meshctl("end", env=as_(daemon, "cli:waiter")))
+            out, err = waiting.communicate(timeout=60)
 
         assert waiting.returncode == 75, (out, err)
         assert "withdrawn" in err, err
@@ -442,7 +445,7 @@ class TestJobWaitsItsTimeout:
             stderr=subprocess.PIPE,
             text=True,
         )
-        try:
+        with reaped(job):  # its pipes closed even when it ended before the wait was seen
             wait_for(
                 lambda: daemon.call("claim.list", {})["result"].get("waiting"),
                 what="the job's queued wait",
@@ -450,10 +453,6 @@ class TestJobWaitsItsTimeout:
             time.sleep(2.5)  # past the 1 s cap: the first capped wait has run out
             ok(meshctl("release", env=as_(daemon, "cli:holder")))
             out, err = job.communicate(timeout=60)
-        finally:
-            if job.poll() is None:
-                job.kill()
-                job.communicate()
 
         assert job.returncode == 0, (out, err)
         assert out == "ran\n", (out, err)

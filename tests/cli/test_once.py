@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support import wait_for
+from tests.support import reaped, wait_for
 
 from .conftest import Meshctl, OfflineEnv, Run
 
@@ -75,11 +75,11 @@ class TestOnce:
         self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
     ) -> None:
         pidfile = short_tmp / "pid"
-        runner = start_once(daemon.env, "pay", f"echo $$ > {pidfile}; exec sleep 60")
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
-        os.kill(runner.pid, signal.SIGKILL)
-        os.kill(int(pidfile.read_text()), signal.SIGKILL)
-        runner.communicate(timeout=15)
+        with reaped(start_once(daemon.env, "pay", f"echo $$ > {pidfile}; exec sleep 60")) as runner:
+            wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+            os.kill(runner.pid, signal.SIGKILL)
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            runner.communicate(timeout=60)
 
         wait_for(lambda: states(meshctl, daemon.env).get("pay") == "unknown")
         blocked = meshctl("once", "--key", "pay", "--", "true", env=daemon.env)
@@ -97,14 +97,16 @@ class TestOnce:
         restart, nobody else may run it, and COMMAND's success is recorded as done."""
         started, go = short_tmp / "started", short_tmp / "go"
         script = f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
-        runner = start_once(daemon.env, "deploy", script)
-        wait_for(started.exists)
-        daemon.kill()
-        daemon.start()
+        with reaped(start_once(daemon.env, "deploy", script)) as runner:
+            try:
+                wait_for(started.exists)
+                daemon.kill()
+                daemon.start()
 
-        during = meshctl("once", "--key", "deploy", "--", "true", env=daemon.env)
-        go.touch()
-        runner.communicate(timeout=30)
+                during = meshctl("once", "--key", "deploy", "--", "true", env=daemon.env)
+            finally:  # COMMAND ends even when the test failed (it would loop on)
+                go.touch()
+            runner.communicate(timeout=60)
 
         assert during.code == 75, during
         assert runner.returncode == 0
@@ -121,14 +123,15 @@ class TestOnce:
         self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
     ) -> None:
         started, go = short_tmp / "started", short_tmp / "go"
-        runner = start_once(
-            daemon.env, "k", f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
-        )
-        wait_for(started.exists)
+        script = f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done"
+        with reaped(start_once(daemon.env, "k", script)) as runner:
+            try:
+                wait_for(started.exists)
 
-        refused = meshctl("once", "--resolve", "k", "free", env=daemon.env)
-        go.touch()
-        runner.communicate(timeout=30)
+                refused = meshctl("once", "--resolve", "k", "free", env=daemon.env)
+            finally:  # COMMAND ends even when the test failed (it would loop on)
+                go.touch()
+            runner.communicate(timeout=60)
 
         assert refused.code == 75, refused
         assert "running now" in refused.err

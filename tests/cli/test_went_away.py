@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, rpc
-from tests.support import wait_for
+from tests.support import reaped, wait_for
 
 
 def _start(daemon: DaemonHandle, *args: str) -> subprocess.Popen[str]:
@@ -67,13 +67,10 @@ def _no_daemon_started(daemon: DaemonHandle) -> None:
 
 def _killed_while(daemon: DaemonHandle, proc: subprocess.Popen[str], count: str) -> Any:
     """Kill the daemon once the command's wait is parked in it (``count`` in mesh.info)."""
-    try:
-        wait_for(lambda: _counts(daemon)[count] == 1, timeout=30, what=f"{count} == 1")
-    except BaseException:
-        proc.kill()
-        raise
-    daemon.kill()
-    out, err = proc.communicate(timeout=60)
+    with reaped(proc):  # killed, awaited and its pipes closed if the wait was never seen
+        wait_for(lambda: _counts(daemon)[count] == 1, what=f"{count} == 1")
+        daemon.kill()
+        out, err = proc.communicate(timeout=60)
     _no_daemon_started(daemon)
     return proc.returncode, out, err
 

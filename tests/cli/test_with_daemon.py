@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support import wait_for
+from tests.support import reaped, wait_for
 
 from .conftest import Meshctl, Run
 
@@ -311,10 +311,14 @@ class TestDaemonCommands:
                 [sys.executable, "-m", "meshctl.cli", "daemon", "stop"],
                 env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
-            wait_for(lambda: _pending(pid) & (1 << (signal.SIGTERM - 1)), timeout=30)
+            with reaped(stop):
+                try:
+                    wait_for(lambda: _pending(pid) & (1 << (signal.SIGTERM - 1)))
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                out, err = stop.communicate(timeout=60)
         finally:
             os.kill(pid, signal.SIGCONT)
-        out, err = stop.communicate(timeout=30)
 
         assert status.code == 75, status
         assert status.err.startswith(f"meshctl: meshd (pid {pid}) of profile test takes"), status

@@ -62,8 +62,12 @@ class Fake:
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "ready"
+        try:
+            assert self.proc.stdout is not None
+            assert self.proc.stdout.readline().strip() == "ready"
+        except BaseException:
+            self.stop()  # no fixture teardown stops a fake that never got ready
+            raise
 
     def received(self) -> list[int]:
         """Bytes received per finished connection."""
