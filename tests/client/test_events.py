@@ -155,7 +155,7 @@ def check(raw: dict[str, Any]) -> str:
 def scene(daemon: Any, short_tmp: Path) -> Any:
     tree = short_tmp / "proj"
     tree.mkdir()
-    child = subprocess.Popen(["sleep", "60"])
+    child = subprocess.Popen(["sleep", "600"])
     reply = daemon.call(
         "session.register",
         {"session_id": "a", "cwd": str(tree), "liveness": "process", "pid": child.pid},

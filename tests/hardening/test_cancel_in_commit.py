@@ -125,7 +125,7 @@ def _end_as_it_dies(daemon: DaemonHandle, c: Client, sid: str) -> tuple[Any, str
     """End ``sid`` while its commit waits for the lock, kill its process meanwhile;
     the reply, and the end reason stored (the end's own, or the death's if the daemon
     saw the death before the end request: a miss)."""
-    child = subprocess.Popen(["sleep", "60"])
+    child = subprocess.Popen(["sleep", "600"])
     try:
         with Client(daemon.socket) as x:
             params = {"session_id": sid, "pid": child.pid, "liveness": "process"}

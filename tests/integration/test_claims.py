@@ -106,7 +106,7 @@ class TestQueue:
         t.start()
         wait_for(lambda: c.call("claim.list")["waiting"])
         c.call("claim.release", session_id="a", resources=["box:gpu"])
-        t.join(10)
+        t.join(60)
         w.close()
 
         assert got[0]["status"] == "granted"
@@ -123,7 +123,7 @@ class TestQueue:
         wait_for(lambda: c.call("claim.list")["waiting"])
         c.call("claim.release", session_id="a")
 
-        t.join(10)
+        t.join(60)
         late = c.call("claim.acquire", session_id="c", resources=["res:q"])
         w.close()
 
@@ -167,7 +167,7 @@ class TestQueue:
         r = c.call("claim.acquire", session_id="b", resources=["res:1"], wait=5)
 
         c.call("claim.release", session_id="b")
-        t.join(10)
+        t.join(60)
         w.close()
         assert r["status"] == "held"
         assert r["deadlock"] is True
@@ -185,7 +185,7 @@ class TestLoss:
         assert nxt["previous"]["how"] == "ttl"
 
     def test_process_death_releases_at_once(self, daemon: DaemonHandle, c: Client) -> None:
-        child = subprocess.Popen(["sleep", "60"])
+        child = subprocess.Popen(["sleep", "600"])
         c.call("session.register", session_id="p", pid=child.pid, liveness="process")
         c.call("claim.acquire", session_id="p", resources=["res:dead"])
         child.kill()

@@ -162,7 +162,7 @@ class TestConfig:
 class TestLiveness:
     def test_process_death_is_noticed(self, daemon: DaemonHandle) -> None:
         """A `process` session goes when its process dies (pidfd: at once)."""
-        child = subprocess.Popen(["sleep", "60"])
+        child = subprocess.Popen(["sleep", "600"])
         try:
             daemon.call(
                 "session.register",
@@ -180,7 +180,7 @@ class TestLiveness:
 
     def test_session_lives_while_any_anchor_lives(self, daemon: DaemonHandle) -> None:
         """session.attach adds a process; the session ends only when the last one exits."""
-        first, second = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+        first, second = subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sleep", "600"])
         try:
             daemon.call(
                 "session.register", {"session_id": "r", "pid": first.pid, "liveness": "process"}
@@ -210,7 +210,7 @@ class TestLiveness:
         assert "not running" in err["message"]
 
     def test_id_in_use_by_another_live_process(self, daemon: DaemonHandle) -> None:
-        other = subprocess.Popen(["sleep", "60"])
+        other = subprocess.Popen(["sleep", "600"])
         try:
             daemon.call("session.register", {"session_id": "s", "pid": other.pid})
             err = daemon.call("session.register", {"session_id": "s", "pid": os.getpid()})
@@ -287,7 +287,7 @@ class TestRestart:
 
     def test_dead_process_sessions_go_at_restart(self, daemon: DaemonHandle) -> None:
         """`process` sessions are re-checked at once on restore."""
-        child = subprocess.Popen(["sleep", "60"])
+        child = subprocess.Popen(["sleep", "600"])
         daemon.call(
             "session.register", {"session_id": "p", "pid": child.pid, "liveness": "process"}
         )
@@ -410,7 +410,7 @@ def test_socket_activation_adopts_and_leaves_the_socket(mesh_env: MeshEnv) -> No
         recorded = (mesh_env.state_dir / "test.socket").read_text().strip()
     finally:
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=15)
+        code = proc.wait(timeout=60)
 
     assert recorded == str(path)
     assert code == 0

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import DaemonHandle, MeshEnv
-from tests.support import wait_for
+from tests.support import reaped, wait_for
 
 CONFIG = """
 [jobs.backup]
@@ -194,20 +194,22 @@ class TestKilledRun:
         env, _, _ = jobs_env
         proc = subprocess.Popen(
             [sys.executable, "-m", "meshctl.cli", "job", "run", "watchdog", "--",
-             "sleep", "60"],
+             "sleep", "600"],
             env=env, start_new_session=True,
         )  # fmt: skip
-        assert wait_for(lambda: radar(env)["watchdog"]["running"] is not None)
-        waiter = subprocess.Popen(
-            [sys.executable, "-m", "meshctl.cli", "job", "wait", "watchdog", "--timeout", "30",
-             "--json"],
-            env=env, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        try:
+            assert wait_for(lambda: radar(env)["watchdog"]["running"] is not None)
+            waiter = subprocess.Popen(
+                [sys.executable, "-m", "meshctl.cli", "job", "wait", "watchdog", "--timeout",
+                 "60", "--json"],
+                env=env, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # run and COMMAND, on every path
+            proc.wait(timeout=60)
 
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-        out, _ = waiter.communicate(timeout=30)
+        with reaped(waiter):
+            out, _ = waiter.communicate(timeout=90)
         assert waiter.returncode == 0
         # parked before the kill: woken by the end; or asked after it: told at once
         assert json.loads(out)["last_end"]["outcome"] == "died"

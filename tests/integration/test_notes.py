@@ -158,7 +158,7 @@ class TestPrivateNotesBelongToTheRegistration:
         assert trio.raw("session.get", session_id="H")["result"]["pid"] == os.getpid()
 
     def test_replace_never_takes_a_session_from_a_live_process(self, trio: Client) -> None:
-        child = subprocess.Popen(["sleep", "30"])
+        child = subprocess.Popen(["sleep", "600"])
         try:
             trio.call("session.register", session_id="P", source="cli", pid=child.pid)
             reply = trio.raw(

@@ -47,7 +47,7 @@ class Parked:
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     """A process to anchor a session to; killed to make its session die."""
-    p = subprocess.Popen(["sleep", "60"])
+    p = subprocess.Popen(["sleep", "600"])
     yield p
     p.kill()
     p.wait()
