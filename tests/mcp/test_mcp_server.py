@@ -219,7 +219,12 @@ class TestWhatArrived:
             asked: dict[str, Any] = {}
 
             def ask() -> None:
-                time.sleep(0.5)
+                # asked once the tool call waits in the daemon (a fixed 0.5 s could be
+                # before the call began, or after it ended, on a loaded machine)
+                wait_for(
+                    lambda: daemon.call("mesh.info")["result"]["counts"]["signal_waits"] == 1,
+                    what="the tool call's wait parked",
+                )
                 asked.update(daemon.call("query.ask", {"session_id": "cli:asker", "to": me,
                                                        "question": "which branch?",
                                                        "timeout": 1.0})["result"])  # fmt: skip
@@ -227,7 +232,7 @@ class TestWhatArrived:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(anyio.to_thread.run_sync, ask)
                 waited = await call(s, "mesh_signal", {"action": "wait", "name": "never",
-                                                       "wait_s": 3})  # fmt: skip
+                                                       "wait_s": 5})  # fmt: skip
             query_id = int(waited.split("question #")[1].split(":")[0])
             await call(s, "mesh_msg", {"action": "reply", "id": query_id, "text": "main"})
         inbox = daemon.call("message.inbox", {"session_id": "cli:asker"})["result"]["items"]
