@@ -183,7 +183,7 @@ class DaemonHandle:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout=15)
+        return self.proc.wait(timeout=60)
 
     def kill(self) -> int:
         return self.stop(signal.SIGKILL)

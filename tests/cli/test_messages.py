@@ -91,7 +91,7 @@ class Follower:
         for line in stream:
             q.put(line)
 
-    def line(self, q: queue.Queue[str] | None = None, timeout: float = 10.0) -> str:
+    def line(self, q: queue.Queue[str] | None = None, timeout: float = 60.0) -> str:
         """The next line (stdout by default); fails when none comes within ``timeout``."""
         try:
             return (q or self.out).get(timeout=timeout)
@@ -283,7 +283,7 @@ class TestAsk:
         register(daemon, "a")
         b = live(mesh, "b")
         b.on_query(lambda q: f"running tests, {q.from_}")
-        run = ok(mc(daemon, "sessions", "ask", "b", "status?", "--timeout", "5", session="a"))
+        run = ok(mc(daemon, "sessions", "ask", "b", "status?", "--timeout", "30", session="a"))
         b.end()
 
         assert "answered live by b" in run.out
@@ -332,7 +332,7 @@ class TestAsk:
                         "b",
                         "ready?",
                         "--timeout",
-                        "20",
+                        "60",
                         "--json",
                         session="a",
                     )
@@ -341,7 +341,7 @@ class TestAsk:
             t.start()
             event = json.loads(follower.line())
             answered = ok(mc(daemon, "reply", str(event["id"]), "yes,", "ready", session="b"))
-            t.join(30)
+            t.join(90)
         finally:
             follower.stop()
 
@@ -426,11 +426,13 @@ class TestFollow:
         """Ending the session ends its follower, exit 0, saying why."""
         register(daemon, "b")
         follower = Follower(daemon, "b")
-        follower.ready()
-        ok(mc(daemon, "end", session="b"))
-        code = follower.proc.wait(timeout=20)
-        said = follower.line(follower.err)
-        follower.stop()
+        try:
+            follower.ready()
+            ok(mc(daemon, "end", session="b"))
+            code = follower.proc.wait(timeout=60)
+            said = follower.line(follower.err)
+        finally:
+            follower.stop()
 
         assert code == 0
         assert "stopped following" in said
@@ -477,12 +479,12 @@ class TestBroadcast:
                 "8080?",
                 "--collect",
                 "--timeout",
-                "5",
+                "30",
                 "--json",
                 session="a",
             )
         ).json()
-        human = ok(mc(daemon, "broadcast", "again?", "--collect", "--timeout", "5", session="a"))
+        human = ok(mc(daemon, "broadcast", "again?", "--collect", "--timeout", "30", session="a"))
         b.end()
 
         got = {x["from"]: (x["answered_by"], x["answer"]) for x in doc["answers"]}
@@ -571,7 +573,7 @@ class TestHandoff:
         register(daemon, "a")
         b = live(mesh, "b")
         b.on_query(lambda q: "auth done; tests next" if q.request == "handoff" else "?")
-        run = ok(mc(daemon, "handoff", "request", "b", "--timeout", "5", session="a"))
+        run = ok(mc(daemon, "handoff", "request", "b", "--timeout", "30", session="a"))
         listed = ok(mc(daemon, "handoff", "list", "--json", session="a")).json()
         b.end()
 

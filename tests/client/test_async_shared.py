@@ -27,7 +27,7 @@ class TestAsyncShared:
             async with anyio.create_task_group() as tg:
 
                 async def waiter() -> None:
-                    got.append(await b.signal("go").wait(timeout=10))
+                    got.append(await b.signal("go").wait(timeout=60))
 
                 tg.start_soon(waiter)
                 await a.signal("go").emit([1, 2])

@@ -27,7 +27,7 @@ def test_on_preempt_pause_and_resume(daemon: Any) -> None:
             "claim.preempt",
             {"session_id": boss.session_id, "resources": ["res:gpu"], "reason": "release"},
         )
-        assert got.wait(10)
+        assert got.wait(60)
         paused = low.pause("epoch 4 saved")
         taken = boss.claim("res:gpu")
         taken.release()

@@ -80,7 +80,7 @@ class TestAutostart:
             for _ in range(2)
         ]
         go.touch()
-        outs = [p.communicate(timeout=20) for p in procs]
+        outs = [p.communicate(timeout=120) for p in procs]
         pids = {int(out) for out, _ in outs if out.strip()}
         reap.extend(pids)
 

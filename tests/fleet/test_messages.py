@@ -74,7 +74,7 @@ class TestQueries:
         try:
             got = h1.call("query.ask", {"session_id": "h1:a", "to": "h2:b", "question": "?"})
         finally:
-            t.join(5)
+            t.join(60)
             r.close()
 
         assert (got["answer"], got["answered_by"], got["from"]) == (
@@ -160,7 +160,7 @@ class TestQueries:
         try:
             got = h1.call("query.ask", {"session_id": "h1:a", "to": "h2:b", "question": "?"})
         finally:
-            t.join(5)
+            t.join(60)
             r.close()
         assert got["answer"] == "done"
         assert seen["back"]["error"]["data"]["code"] == "CYCLE"
@@ -237,10 +237,10 @@ class TestBroadcastAndSignals:
         try:
             got = h1.call(
                 "broadcast.send",
-                {"session_id": "h1:a", "text": "who is on auth?", "collect": True, "timeout": 3},
+                {"session_id": "h1:a", "text": "who is on auth?", "collect": True, "timeout": 30},
             )
         finally:
-            t.join(5)
+            t.join(60)
             r.close()
 
         assert sorted(got["recipients"]) == ["h1:x", "h2:b", "h3:c"]
@@ -262,9 +262,9 @@ class TestBroadcastAndSignals:
 
         t = threading.Thread(target=wait, daemon=True)
         t.start()
-        wait_for(lambda: h2.call("mesh.info").get("version"), 5)
+        wait_for(lambda: h2.call("mesh.info").get("version"))
         h1.call("signal.emit", {"name": "data-ready", "payload": {"rows": 10}})
-        t.join(20)
+        t.join(60)
 
         assert out["r"]["received"] is True
         assert out["r"]["payload"] == {"rows": 10}

@@ -34,7 +34,7 @@ class TestKill9:
             target = history.acks + rng.randrange(50, 600)
             for ch in churners:
                 ch.start()
-            wait_for(lambda t=target: history.acks >= t, timeout=30)  # type: ignore[misc]
+            wait_for(lambda t=target: history.acks >= t)  # type: ignore[misc]
             daemon.kill()
             for ch in churners:
                 ch.join(timeout=15)
@@ -99,7 +99,7 @@ class TestSigterm:
         threads = [threading.Thread(target=changer, args=(sids[i::6],)) for i in range(6)]
         for t in threads:
             t.start()
-        wait_for(lambda: min(acked.values()) >= 5, timeout=30)
+        wait_for(lambda: min(acked.values()) >= 5)
         assert d.stop() == 0
         stop.set()
         for t in threads:
