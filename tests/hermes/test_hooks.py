@@ -288,6 +288,44 @@ def test_a_session_the_daemon_forgot_registers_again_and_finalize_releases(
     assert claims["claims"] == []
 
 
+LOST_MID_HOOK = (
+    NEXT_TURN.split("S = ", maxsplit=1)[0]
+    + r"""
+import hermes_plugins.meshd._plugin as plugin
+rt = plugin._RUNTIMES["rt"]
+S = "20261130_170500_eeeeee"
+invoke_hook("on_session_start", session_id=S, model="fake-model", platform="cli")
+stale = rt.sessions[S].epoch
+rpc("session.end", {"session_id": S, "reason": "ended"})
+# The responder finds out between a hook's registration check and its report (it runs on
+# its own thread): the report itself must bring the session back.
+rt.forget(S)
+rt.report(S, status="thinking", task="go on")
+rt.flush()
+# ... and its word about the first registration, late, does not undo the second.
+rt.forget(S, stale)
+print(json.dumps(rt.sessions[S].registered))
+print(json.dumps(rpc("session.get", {"session_id": S}).get("result")))
+"""
+)
+
+
+def test_a_session_lost_between_a_hooks_check_and_its_report_registers_again(
+    daemon: DaemonHandle, hermes: Hermes
+) -> None:
+    """The daemon's loss is learnt on another thread while a hook runs: the hook's status
+    report registers the session again at once, not at the next heartbeat minutes on."""
+    hermes.install()
+
+    done = hermes.python(LOST_MID_HOOK)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    registered, session = (json.loads(x) for x in done.stdout.strip().splitlines()[-2:])
+    assert session is not None, "the report did not register the session again"
+    assert registered is True, "a late word about an earlier registration undid this one"
+    assert (session["status"], session["task"]) == ("thinking", "go on")
+
+
 TTL = (
     NEXT_TURN.split("S = ", maxsplit=1)[0]
     + r"""

@@ -40,8 +40,8 @@ def missing(name: str) -> None:
     if name not in _warned:
         _warned.add(name)
         log.warning(
-            "meshd plugin: this Hermes has no %s (checked against Hermes %s); the plugin "
-            "carries on without it",
+            "meshd plugin: %s not found in this Hermes (checked against Hermes %s); the "
+            "plugin carries on without it",
             name,
             CHECKED_AGAINST,
         )

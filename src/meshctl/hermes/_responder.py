@@ -143,7 +143,7 @@ class Responder:
         except Exception as exc:
             if getattr(exc, "data_code", "") in ("UNKNOWN_SESSION", "SESSION_EXPIRED"):
                 if self._forget is not None:
-                    self._forget(sid)
+                    self._forget(sid, epoch)
                 return True
             if isinstance(exc, _client.library().MeshTimeout) and not conn.closed:
                 return False

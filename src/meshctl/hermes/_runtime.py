@@ -163,10 +163,12 @@ class Runtime:
         if not t.registered and not self.link.down and not self.link.disabled:
             self.register(t)
 
-    def forget(self, session_id: str) -> None:
-        """The daemon no longer knows this session: register it again on the next call."""
+    def forget(self, session_id: str, epoch: int | None = None) -> None:
+        """The daemon no longer knows this session: register it again on the next call.
+        With ``epoch``, only if that registration is still the session's: a reply about
+        an earlier registration does not undo one made since."""
         t = self.sessions.get(session_id)
-        if t is not None:
+        if t is not None and (epoch is None or t.epoch == epoch):
             t.registered = False
 
     def report(self, session_id: str, **fields: Any) -> None:
@@ -178,8 +180,11 @@ class Runtime:
             t.status = str(fields["status"])  # (daemon back) says where the session is
         if fields.get("task"):
             t.task = str(fields["task"])
-        if not t.registered:
-            return
+        if self.link.down or self.link.disabled:
+            return  # a registration once the daemon is back says where it is
+        # Noted even while the daemon does not know the session (the responder found
+        # out between the hook's track and this report): the sender then registers it
+        # again at once, with this status, instead of at its next heartbeat.
         if self.status.note(t, fields):
             self.sender.wake()
 
