@@ -102,10 +102,13 @@ def mesh_env(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> MeshEnv:
     return me
 
 
-def rpc(sock_path: Path, method: str, params: dict[str, Any] | None = None) -> Any:
-    """One raw JSON-RPC call over a fresh connection (stdlib only); returns the reply."""
+def rpc(
+    sock_path: Path, method: str, params: dict[str, Any] | None = None, timeout: float = 30
+) -> Any:
+    """One raw JSON-RPC call over a fresh connection (stdlib only); returns the reply.
+    ``timeout`` bounds each socket operation: a call that waits (``wait``) needs more."""
     with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(30)
+        s.settimeout(timeout)
         s.connect(str(sock_path))
         req: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
         if params is not None:

@@ -10,6 +10,7 @@ So do the asks (``sessions ask``, ``handoff request``, ``broadcast --collect``),
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,20 @@ from tests.cli.test_waiting import on_terminal, register
 from tests.support import wait_for
 
 CAPPED = "[defaults]\nmax_query_timeout = 1\n"
+
+
+def capped_note(err: str, tail: str) -> float:
+    """The seconds a note "the wait ran out after N s, the longest one wait runs here
+    (max_query_timeout; …) TAIL" says: the time the daemon waited, the 1 s cap or a
+    little past it on a loaded machine, never the wait that was asked."""
+    m = re.search(
+        r"the wait ran out after ([\d.]+) s, the longest one wait runs here "
+        r"\(max_query_timeout; " + re.escape(tail), err,
+    )  # fmt: skip
+    assert m is not None, err
+    took = float(m.group(1))
+    assert 1 <= took < 60, err
+    return took
 
 
 @contextlib.contextmanager
@@ -60,10 +75,7 @@ def test_claim_wait_past_the_cap_is_capped_and_said(
     j = meshctl("claim", "--session", b, "res:db", "--wait", "7200", "--json", env=env)
 
     assert r.code == 75, r
-    assert (
-        "the wait ran out after 1 s, the longest one wait runs here "
-        "(max_query_timeout; 7200 s were asked); still held"
-    ) in r.err
+    capped_note(r.err, "7200 s were asked); still held")
     assert j.code == 75, j
     assert j.json()["status"] == "held"
 
@@ -74,7 +86,7 @@ def test_run_wait_past_the_cap(meshctl: Meshctl, daemon: Any, mesh_env: Any) -> 
     r = meshctl("run", "--session", b, "--res", "res:db", "--wait", "5000", "--", "true", env=env)
 
     assert r.code == 75, r
-    assert "the wait ran out after 1 s, the longest one wait runs here" in r.err
+    capped_note(r.err, "5000 s were asked)")
 
 
 def test_a_wait_under_the_cap_says_no_cap(meshctl: Meshctl, daemon: Any, mesh_env: Any) -> None:
@@ -144,9 +156,8 @@ def test_asks_that_ran_out_at_the_cap_say_so(meshctl: Meshctl, daemon: Any, mesh
         asked = meshctl("handoff", "request", busy, "--timeout", "7200", "--session", me, env=env)
         told = meshctl("broadcast", "who?", "--collect", "--timeout", "7200", "--session", me,
                        env=env)  # fmt: skip
-    capped = "the wait ran out after 1 s, the longest one wait runs here (max_query_timeout; "
 
     assert asked.code == 75, asked
-    assert capped + f"7200 s were asked); {busy} did not answer" in asked.err
+    capped_note(asked.err, f"7200 s were asked); {busy} did not answer")
     assert told.code == 0, told
-    assert capped + f"7200 s were asked); no live answer from {busy}" in told.err
+    capped_note(told.err, f"7200 s were asked); no live answer from {busy}")

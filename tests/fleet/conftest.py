@@ -402,8 +402,13 @@ class FleetHost:
         )
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        """The ``result`` of one JSON-RPC call (fails the test on an error reply)."""
-        reply = rpc(self.daemon.socket, method, params)
+        """The ``result`` of one JSON-RPC call (fails the test on an error reply). A call
+        that may wait (``wait``, ``timeout``) keeps its socket that much longer: on a
+        loaded machine a queued claim may be granted late in its wait, and a socket
+        timeout would end the client instead of the answer."""
+        waits = params or {}
+        slack = max(float(waits.get("wait") or 0), float(waits.get("timeout") or 0))
+        reply = rpc(self.daemon.socket, method, params, timeout=30 + slack)
         assert "result" in reply, f"{reply}\n{self.tails()}"
         return reply["result"]
 
