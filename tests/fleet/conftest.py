@@ -425,7 +425,7 @@ class FleetHost:
     def connected(self) -> bool:
         return bool(self.status()["connected"])
 
-    def wait_connected(self, timeout: float = 15) -> None:
+    def wait_connected(self, timeout: float = 60) -> None:
         wait_for(self.connected, timeout, what=lambda: f"{self.name}: {self.status()}")
 
     def cut(self) -> None:

@@ -75,7 +75,7 @@ def h1_claims_and_h2_lists_it(h1: FleetHost, h2: FleetHost, *, claim_within: flo
             ("box:after", "h1")
         ]
 
-    wait_for(h2_lists, 20, what=lambda: f"h2 to list h1's claim: {h2.status()}\n{h2.tails()}")
+    wait_for(h2_lists, what=lambda: f"h2 to list h1's claim: {h2.status()}\n{h2.tails()}")
 
 
 def test_a_bucket_deleted_under_running_hosts_is_made_again_and_said(
@@ -104,7 +104,7 @@ def test_a_bucket_deleted_under_running_hosts_is_made_again_and_said(
     def problem() -> str | None:
         return h1.status()["parts"]["claims"]["problem"]
 
-    text = wait_for(problem, 20, what=lambda: f"h1 to see the bucket made again: {h1.tails()}")
+    text = wait_for(problem, what=lambda: f"h1 to see the bucket made again: {h1.tails()}")
     assert f"below token {token}" in text
     assert h1.call("claim.list", {"session_id": "h1:a"})["claims"] == []
     lost = [e for e in h1.call("audit.log")["entries"] if e["action"] == "lose"]
@@ -178,7 +178,7 @@ def test_a_bucket_made_again_is_followed_by_a_host_without_claims(
         got = h2.call("claim.check", {"resources": ["box:after"]})
         return [(c["session_id"], c["host"]) for c in got["claims"]] == [("h1:a", "h1")]
 
-    wait_for(h2_checks, 15, what=lambda: f"h2 to check h1's claim: {h2.status()}")
+    wait_for(h2_checks, what=lambda: f"h2 to check h1's claim: {h2.status()}")
     assert h2.status()["parts"]["claims"]["view"]["state"] == "current"
 
 
@@ -227,6 +227,6 @@ def test_a_bucket_made_again_is_watched_for_the_claims_taken_from_a_host(
         entries = h2.call("audit.log")["entries"]
         return [(e["resource"], e["how"]) for e in entries if e["action"] == "lose"]
 
-    wait_for(lost, 20, what=lambda: f"h2 to hear of the steal: {h2.tails()}")
+    wait_for(lost, what=lambda: f"h2 to hear of the steal: {h2.tails()}")
     assert lost() == [("box:mine", "fleet-stolen")]
     assert h2.call("claim.list", {"session_id": "h2:b"})["claims"] == []

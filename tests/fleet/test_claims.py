@@ -230,7 +230,7 @@ def test_tokens_grow_across_a_nats_kill(fleet_hosts: HostFactory, nats_server: N
         got = rpc(h2.daemon.socket, "claim.acquire", {"session_id": b, "resources": ["box:1"]})
         return got.get("result") if got.get("result", {}).get("status") == "granted" else None
 
-    second = wait_for(granted, 15, what="a grant after the restart")
+    second = wait_for(granted, what="a grant after the restart")
     assert second["token"] > first
 
 
@@ -442,7 +442,7 @@ def test_partition_local_grants_local_only_and_heals(fleet_hosts: HostFactory) -
         ]  # h1's own
         return None if any(c["local_only"] for c in claims) else {c["resource"]: c for c in claims}
 
-    after = wait_for(settled, 15, what="h1 to reconcile")
+    after = wait_for(settled, what="h1 to reconcile")
     assert list(after) == ["res:free"]
     new_token = after["res:free"]["token"]
     assert validate(h2, "res:free", new_token)["valid"]  # fleet-wide now
@@ -535,7 +535,7 @@ def test_a_wiped_bucket_never_hands_out_a_token_below_one_granted(
     def problem() -> str | None:
         return h1.status()["parts"]["claims"]["problem"]
 
-    text = wait_for(problem, 15, what="h1 to see the wiped bucket")
+    text = wait_for(problem, what="h1 to see the wiped bucket")
     assert f"below token {token}" in text
     assert h1.call("claim.list")["claims"] == []  # they are not in the bucket any more
     reply = rpc(h1.daemon.socket, "claim.acquire", {"session_id": a, "resources": ["box:x"]})
@@ -635,7 +635,7 @@ def test_a_host_that_lost_its_lease_keeps_nobody_out_while_it_sweeps(
     hold.touch()
 
     purge_lease(nats_server, "h1")
-    wait_for(held.exists, 15, what=lambda: f"h1 to sweep: {h1.tails()}")
+    wait_for(held.exists, what=lambda: f"h1 to sweep: {h1.tails()}")
     try:
         got = acquire(h2, b, "box:lease")
         refused = rpc(h1.daemon.socket, "claim.acquire", {"session_id": a,
@@ -651,7 +651,7 @@ def test_a_host_that_lost_its_lease_keeps_nobody_out_while_it_sweeps(
                                                         "resources": ["box:other"]})  # fmt: skip
         return reply.get("result")
 
-    assert wait_for(h1_claims, 15, what=h1.tails)["status"] == "granted"
+    assert wait_for(h1_claims, what=h1.tails)["status"] == "granted"
     assert acquire(h1, a, "box:lease")["status"] == "held"
 
 

@@ -49,7 +49,7 @@ def test_every_host_reports_the_reason_a_fleet_claim_was_taken_for(
     def listed() -> list[dict[str, Any]]:
         return list(h2.call("claim.list")["claims"])
 
-    claims = wait_for(listed, 5, what="h2's mirror to show the grant")
+    claims = wait_for(listed, what="h2's mirror to show the grant")
     assert [(c["resource"], c["reason"]) for c in claims] == [("res:gpu7", "big run")]
     shown = h2.call("session.get", {"session_id": "h1:a"})
     assert [(c["resource"], c["reason"]) for c in shown["claims"]] == [("res:gpu7", "big run")]
