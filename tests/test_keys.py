@@ -65,12 +65,25 @@ class TestPaths:
         assert repo.overlaps(key("~/project/src/a.py", root))
         assert not repo.overlaps(key("~/projectile", root))
 
-    def test_relative_path_is_refused(self, root: Path) -> None:
-        """Relative paths are refused, never resolved against the daemon's cwd."""
-        with pytest.raises(BadKey, match=r"'file:src/a\.py'.*relative"):
-            key("file:src/a.py", root)
-        with pytest.raises(BadKey, match=r"'src/a\.py'"):
-            key("src/a.py", root)
+    @pytest.mark.parametrize(
+        "raw", ["file:src/a.py", "repo:.", "src/a.py", "./a", "../up", ".", "..", ".hidden"]
+    )
+    def test_relative_path_is_refused(self, raw: str, root: Path) -> None:
+        """Relative paths are refused as such, never resolved against the daemon's cwd,
+        and the message does not say a client resolves them (none does)."""
+        with pytest.raises(BadKey) as info:
+            key(raw, root)
+
+        assert info.value.message == (
+            f"bad resource key {raw!r}: the path is relative; give an absolute path (the "
+            "daemon does not know the caller's folder)"
+        )
+        assert info.value.data["key"] == raw
+
+    def test_a_bare_word_is_neither_path_nor_key(self, root: Path) -> None:
+        """A bare word might be a misspelt kind: it is named as neither, not as a path."""
+        with pytest.raises(BadKey, match=r"'src': it is neither an absolute path nor kind:value"):
+            key("src", root)
 
     def test_other_users_tilde_is_refused(self, root: Path) -> None:
         """~user is not expanded: the daemon only knows its own home."""

@@ -8,10 +8,10 @@ The method and param names of the claim domain live here, in one place: they
 follow ``meshd.protocol.claims`` (the daemon's msgspec structs, the contract); if
 that ever changes, this module is the one place to change.
 
-Relative paths: the daemon refuses them (``BAD_KEY``: it cannot know the caller's
-folder), so the client resolves a bare relative path, or ``file:``/``repo:`` with a
-relative value, against its own working folder before sending. ``~`` is left for
-the daemon to expand, as are ``.``/``..`` and symlinks (it canonicalises every key).
+Keys are sent exactly as typed: the daemon canonicalises them (``~``, ``.``/``..``,
+symlinks) and refuses a relative path with ``BAD_KEY`` naming the key (SPEC §5). A
+relative path is never resolved here; :func:`meant` only says which absolute key a
+relative one would have meant, for the CLI's hint.
 
 Standard library only.
 """
@@ -25,7 +25,7 @@ from meshd.protocol.contract import tilde
 
 TYPE_CHECKING = False  # not typing's: importing typing costs meshctl's start-up ms
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 if TYPE_CHECKING:
     from typing import Any
 
@@ -43,22 +43,25 @@ _BARE_KEYS = frozenset({"memory"})
 _PATH_KINDS = ("file:", "repo:")
 
 
-def resolve(resource: str, cwd: str | None = None) -> str:
-    """``resource`` with a relative path made absolute against ``cwd`` (default: ours).
+def meant(resource: str, cwd: str | None = None) -> str | None:
+    """The absolute key a relative path key would mean from ``cwd`` (default: ours), or
+    None when ``resource`` is no relative path (or ``cwd`` cannot be read).
 
-    ``src/a.py`` -> ``file:/here/src/a.py``; ``file:src`` -> ``file:/here/src``;
-    ``repo:.`` -> ``repo:/here/.``. Absolute paths, ``~`` paths, other kinds and the
-    bare ``memory`` are sent as typed. A relative path from a deleted folder is sent
-    as typed too (the daemon then names it in its ``BAD_KEY``).
+    ``src/a.py`` -> ``/here/src/a.py``; ``file:rel`` -> ``file:/here/rel``; ``repo:.``
+    -> ``repo:/here``; ``branch:repo:main`` -> ``branch:/here/repo:main``. Absolute
+    paths, ``~`` paths, other kinds and the bare ``memory`` give None. Only a hint for
+    a person: nothing is ever sent resolved (the daemon refuses relative keys).
     """
     text = resource
     for prefix in _PATH_KINDS:
         if text.startswith(prefix):
-            value = text[len(prefix) :]
-            return prefix + _absolute(value, cwd) if _relative(value) else text
+            return _meant(prefix, text[len(prefix) :], "", cwd)
+    if text.startswith("branch:"):
+        path, colon, name = text[len("branch:") :].rpartition(":")
+        return _meant("branch:", path, colon + name, cwd) if colon else None
     if text in _BARE_KEYS or _kind(text):
-        return text
-    return "file:" + _absolute(text, cwd) if _relative(text) else text
+        return None
+    return _meant("", text, "", cwd)
 
 
 def _kind(text: str) -> bool:
@@ -69,21 +72,14 @@ def _kind(text: str) -> bool:
     return bool(colon) and first.isascii() and first.isalpha() and _KIND_CHARS.issuperset(head)
 
 
-def _relative(value: str) -> bool:
-    return bool(value) and not value.startswith(("/", "~"))
-
-
-def _absolute(value: str, cwd: str | None) -> str:
+def _meant(prefix: str, path: str, suffix: str, cwd: str | None) -> str | None:
+    if not path or path.startswith(("/", "~")):
+        return None
     try:
         base = cwd if cwd is not None else os.getcwd()
-    except OSError:
-        return value
-    return os.path.join(base, value)
-
-
-def resolve_all(resources: Iterable[str], cwd: str | None = None) -> list[str]:
-    """:func:`resolve` for each resource, order kept."""
-    return [resolve(r, cwd) for r in resources]
+    except OSError:  # a deleted working folder: no absolute form to offer
+        return None
+    return prefix + os.path.normpath(os.path.join(base, path)) + suffix
 
 
 def acquire_params(

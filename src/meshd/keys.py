@@ -90,6 +90,10 @@ class Key:
         return self.text == other.text
 
 
+#: What to do about a relative path: the daemon's folder means nothing to the caller.
+_RELATIVE_TODO = "give an absolute path (the daemon does not know the caller's folder)"
+
+
 def _refuse(raw: str, what: str, todo: str, **data: str) -> BadKey:
     shown = _escaped(raw if len(raw) <= 200 else raw[:200] + "…")
     return BadKey(f"bad resource key {shown!r}: {what}; {todo}", {"key": shown, **data})
@@ -144,8 +148,8 @@ def canonical_key(raw: str, *, cwd: str | None = None, home: str, broad: bool = 
     ``home`` is the user's home folder (``~`` expands against it, and it may not be
     claimed whole unless ``broad``). ``cwd`` is accepted for the caller's
     convenience but never used: the daemon refuses relative paths, because its
-    own working directory means nothing to the user (``meshctl`` resolves them
-    against its own cwd before sending).
+    own working directory means nothing to the user (clients send keys as typed,
+    never resolved; ``meshctl`` says the absolute path a refused one would mean).
     """
     del cwd  # relative paths are refused, never resolved against the daemon's cwd
     if not isinstance(raw, str) or not raw:
@@ -163,6 +167,8 @@ def canonical_key(raw: str, *, cwd: str | None = None, home: str, broad: bool = 
     if raw in BARE_KEYS:
         return Key(*BARE_KEYS[raw])
     match = _KIND_RE.match(raw)
+    if match is None and (raw[0] == "." or "/" in raw.partition(":")[0]):
+        raise _refuse(raw, "the path is relative", _RELATIVE_TODO)
     if match is None:
         raise _refuse(
             raw,
@@ -221,11 +227,7 @@ def _expand(raw: str, path: str, home: str) -> str:
     if path.startswith("~"):
         raise _refuse(raw, "~user paths are not expanded", "write the absolute path")
     if not path.startswith("/"):
-        raise _refuse(
-            raw,
-            "the path is relative",
-            "give an absolute path (meshctl resolves relative ones against its own cwd)",
-        )
+        raise _refuse(raw, "the path is relative", _RELATIVE_TODO)
     return path
 
 

@@ -331,24 +331,80 @@ class TestClaimCommands:
         assert doc["holders"][0]["session_id"] == a
         assert {"session_id", "resource", "task", "since", "reason"} <= set(doc["holders"][0])
 
-    def test_relative_path_resolved_here(
-        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
-    ) -> None:
-        """A relative path is claimed as the absolute path under meshctl's cwd."""
+    @pytest.mark.parametrize(
+        "case",
+        [
+            (("claim", "src/a.py"), "src/a.py", "{here}/src/a.py"),
+            (("check", "file:rel"), "file:rel", "file:{here}/rel"),
+            (("check", "repo:."), "repo:.", "repo:{here}"),
+            (("release", "./a"), "./a", "{here}/a"),
+            (("steal", "../up", "--reason", "r"), "../up", "{parent}/up"),
+            (
+                ("claim", "res:db", "branch:repo:main"),
+                "branch:repo:main",
+                "branch:{here}/repo:main",
+            ),
+            (("broadcast", "hi", "--path", "src"), "src", "{here}/src"),
+            (("run", "--res", ".", "--", "touch", "ran"), ".", "{here}"),
+        ],
+    )
+    def test_relative_path_refused_with_the_absolute_one_as_hint(
+        self, case: tuple[tuple[str, ...], str, str], meshctl: Meshctl, daemon: Daemon,
+        short_tmp: Path,
+    ) -> None:  # fmt: skip
+        """A relative path is sent as typed and refused: BAD_KEY (exit 1) naming the key,
+        and the hint says the absolute path it would mean from here (never sent)."""
+        args, key, meant = case
         sid = register(meshctl, daemon.env)
-        done = subprocess.run(
-            [sys.executable, "-m", "meshctl.cli", "claim", "src/a.py", "--json"],
-            env={**daemon.env, "MESH_SESSION": sid},
-            cwd=short_tmp,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        here = short_tmp / "work"
+        here.mkdir()
+
+        human, as_json = (
+            subprocess.run(
+                [sys.executable, "-m", "meshctl.cli", args[0], *extra, *args[1:]],
+                env={**daemon.env, "MESH_SESSION": sid},
+                cwd=here,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            for extra in ((), ("--json",))
         )
 
-        assert done.returncode == 0, done.stderr
-        resource = Run([], 0, done.stdout, "").json()["claims"][0]["resource"]
-        assert resource == f"file:{os.path.realpath(short_tmp)}/src/a.py"
+        shown = meant.format(here=os.path.realpath(here), parent=os.path.realpath(short_tmp))
+        hint = f'relative path "{key}": give it absolute, e.g. {shown}'
+        assert human.returncode == 1, human
+        assert human.stdout == ""
+        assert human.stderr.startswith(f"meshctl: bad resource key '{key}': ")
+        assert human.stderr.splitlines()[-1] == f"  {hint}"
+        assert as_json.returncode == 1, as_json
+        error = Run([], 1, as_json.stdout, "").json()["error"]  # the one document
+        assert error["data"] == {"code": "BAD_KEY", "key": key}  # the key as typed
+        assert hint in as_json.stderr
+        assert not (here / "ran").exists()
+        held = daemon.call("session.list")["result"]["sessions"]
+        assert not [c for s in held for c in s.get("claims") or []]
+
+    def test_absolute_path_granted_as_typed(
+        self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
+    ) -> None:
+        """What to type instead, "$PWD"/src/a.py, is sent as typed: the daemon resolves
+        ``..`` and symlinks."""
+        sid = register(meshctl, daemon.env)
+        (short_tmp / "real").mkdir()
+        (short_tmp / "link").symlink_to(short_tmp / "real")
+
+        got = meshctl(
+            "claim",
+            f"{short_tmp}/link/x/../a.py",
+            "--json",
+            env={**daemon.env, "MESH_SESSION": sid},
+        )
+
+        assert got.code == 0, got
+        resource = got.json()["claims"][0]["resource"]
+        assert resource == f"file:{os.path.realpath(short_tmp)}/real/a.py"
 
     def test_check_release_steal_log(self, meshctl: Meshctl, daemon: Daemon) -> None:
         """check: 75 on a claim, 0 once released; steal takes it; log shows it all."""

@@ -1,6 +1,6 @@
 """Claims in the blocking library: ``Session.claim`` / ``check`` / ``release`` (SPEC §5, §10).
 
-The pure helpers of :mod:`meshctl._claims` (key resolution, which keys a grant
+The pure helpers of :mod:`meshctl._claims` (the hint for a relative key, which keys a grant
 newly took, the holder sentence) always run. Tests that need the daemon's
 ``claim.*`` methods are an expected failure (strict) until the daemon serves
 them, so they become real tests -- and a stale mark a failure -- when it does.
@@ -10,42 +10,48 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support import wait_for
 
-from meshctl import Mesh, _claims
+from meshctl import BadKey, Mesh, Session, _claims
 
 
-class TestResolve:
+class TestMeant:
     @pytest.mark.parametrize(
-        ("typed", "sent"),
+        ("typed", "meant"),
         [
-            ("src/a.py", "file:/w/src/a.py"),
-            ("./a", "file:/w/./a"),
-            ("../up", "file:/w/../up"),
+            ("src/a.py", "/w/src/a.py"),
+            ("./a", "/w/a"),
+            ("../up", "/up"),
+            (".", "/w"),
             ("file:rel/x", "file:/w/rel/x"),
-            ("repo:.", "repo:/w/."),
-            ("/abs/p", "/abs/p"),
-            ("file:/abs/p", "file:/abs/p"),
-            ("~/p", "~/p"),
-            ("file:~/p", "file:~/p"),
-            ("port:8080", "port:8080"),
-            ("branch:/r:main", "branch:/r:main"),
-            ("memory", "memory"),
-            ("ui:desktop", "ui:desktop"),
-            ("file:", "file:"),
-            ("weird:thing", "weird:thing"),
+            ("repo:.", "repo:/w"),
+            ("branch:repo:main", "branch:/w/repo:main"),
+            ("/abs/p", None),
+            ("file:/abs/p", None),
+            ("~/p", None),
+            ("file:~/p", None),
+            ("port:8080", None),
+            ("branch:/r:main", None),
+            ("branch:main", None),
+            ("memory", None),
+            ("ui:desktop", None),
+            ("file:", None),
+            ("", None),
+            ("weird:thing", None),
         ],
     )
-    def test_relative_paths_only(self, typed: str, sent: str) -> None:
-        """Relative paths become absolute under cwd; everything else is sent as typed
-        (~ and unknown kinds are the daemon's to expand or refuse)."""
-        assert _claims.resolve(typed, "/w") == sent
+    def test_relative_paths_only(self, typed: str, meant: str | None) -> None:
+        """The absolute key a relative path would mean (a hint, never sent); None for
+        everything else (~ and unknown kinds are the daemon's to expand or refuse)."""
+        assert _claims.meant(typed, "/w") == meant
 
     def test_default_cwd(self) -> None:
-        assert _claims.resolve("x") == "file:" + os.path.join(os.getcwd(), "x")
+        assert _claims.meant("x") == os.path.join(os.getcwd(), "x")
 
 
 class TestAcquired:
@@ -170,6 +176,31 @@ class TestWithDaemon:
             waiter.join(30)
 
             assert got == [True]
+
+
+class TestRelativeKeys:
+    def test_sent_as_typed_and_refused(
+        self, daemon: Any, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Session.claim/check/release and broadcast send a relative path as typed: the
+        daemon refuses it with BAD_KEY naming it (it never reads the caller's folder)."""
+        monkeypatch.chdir(short_tmp)
+        calls: dict[str, Callable[[Session], object]] = {
+            "src/a.py": lambda s: s.claim("res:db", "src/a.py"),
+            "file:rel": lambda s: s.check("file:rel"),
+            "./a": lambda s: s.release("./a"),
+            ".": lambda s: s.broadcast("hi", path="."),
+        }
+        with Mesh() as mesh, mesh.session(task="a") as a:
+            for key, call in calls.items():
+                with pytest.raises(BadKey) as refused:
+                    call(a)
+
+                assert refused.value.data["key"] == key
+                assert f"bad resource key {key!r}: the path is relative" in refused.value.message
+            held = mesh.call("session.list")["sessions"][0]["claims"]
+
+        assert held == []
 
 
 class TestLost:

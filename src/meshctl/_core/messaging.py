@@ -305,13 +305,11 @@ def answer(query_id: int, text: str) -> Call[dict[str, Any] | None]:
 def broadcast(
     text: str, collect: bool = False, timeout: float = 10, path: str | None = None
 ) -> Call[Broadcast | None]:
-    """``broadcast.send`` to every other live session (``path``: those working there,
-    relative to our folder); ``collect`` gathers answers until ``timeout``."""
+    """``broadcast.send`` to every other live session (``path``: those working there, an
+    absolute path or claim key); ``collect`` gathers answers until ``timeout``."""
     params: dict[str, Any] = {"text": text, "collect": collect, "timeout": timeout}
     if path is not None:
-        from meshctl import _claims
-
-        params["path"] = _claims.resolve(path)
+        params["path"] = path  # as typed: the daemon canonicalises it as a claim key
     return Call("broadcast.send", params, Broadcast.from_wire, None, timeout if collect else 0.0)
 
 

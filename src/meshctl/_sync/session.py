@@ -236,15 +236,15 @@ class Session:
 
         ``with s.claim("file:/x", wait=10) as c: if c.granted: …`` --
         leaving the block releases what this call acquired, never a claim the session
-        ``already_held``. Relative paths are resolved against the working folder (the
-        daemon refuses them). ``wait`` > 0 queues (FIFO) until the whole set is
-        granted or the wait runs out. When the session is a no-op (mesh disabled, or
-        unreachable with ``fail_open``), the handle is granted and
-        :attr:`Claim.guarded` is False.
+        ``already_held``. Keys are sent as typed (the daemon canonicalises them; a
+        relative path is refused with :class:`BadKey` naming it). ``wait`` > 0 queues
+        (FIFO) until the whole set is granted or the wait runs out. When the session is
+        a no-op (mesh disabled, or unreachable with ``fail_open``), the handle is granted
+        and :attr:`Claim.guarded` is False.
         """
         if not resources:
             raise ValueError("claim() needs at least one resource")
-        keys = _claims.resolve_all(resources)
+        keys = list(resources)
         with self._state:
             if not self.active:
                 return Claim(self, {"status": "granted", "disabled": True}, keys, guarded=False)
@@ -273,8 +273,9 @@ class Session:
 
     def check(self, *resources: str) -> dict[str, Any]:
         """``claim.check``: other sessions' overlapping claims (``conflicts``), and live
-        sessions working there without a claim (``present``). Paths may be relative."""
-        params: dict[str, Any] = {"resources": _claims.resolve_all(resources)}
+        sessions working there without a claim (``present``). Paths are absolute (a
+        relative one is refused with :class:`BadKey`)."""
+        params: dict[str, Any] = {"resources": list(resources)}
         if self.active:
             params["session_id"] = self.session_id
         result = self.mesh.call(_claims.CHECK, params)
@@ -290,7 +291,7 @@ class Session:
             return []
         params: dict[str, Any] = {"session_id": self.session_id}
         if resources:
-            params["resources"] = _claims.resolve_all(resources)
+            params["resources"] = list(resources)
         try:
             result = self.mesh.call(_claims.RELEASE, params)
         except (SessionExpired, UnknownSession):

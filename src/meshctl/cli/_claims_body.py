@@ -61,7 +61,7 @@ def claim(
     """``meshctl claim``: exit 0 when granted, 75 when held (also after --wait ran out)."""
     params = _claims.acquire_params(
         state.require_session(),
-        _claims.resolve_all(resources),
+        list(resources),
         shared=shared,
         reason=reason,
         ttl=ttl,
@@ -171,7 +171,7 @@ def release(state: State, resources: tuple[str, ...]) -> None:
     """``meshctl release``: what the session does not hold is not an error."""
     params: dict[str, Any] = {"session_id": state.require_session()}
     if resources:
-        params["resources"] = _claims.resolve_all(resources)
+        params["resources"] = list(resources)
     result = state.call(_claims.RELEASE, params)
     released = _output.clean([str(r) for r in (result or {}).get("released") or []])
     _output.emit(
@@ -186,7 +186,7 @@ def release(state: State, resources: tuple[str, ...]) -> None:
 
 def check(state: State, resources: tuple[str, ...], all_profiles: bool) -> int:
     """``meshctl check``: exit 75 only when another session's claim overlaps."""
-    keys = _claims.resolve_all(resources)
+    keys = list(resources)
     params: dict[str, Any] = {"resources": keys}
     if state.session:
         params["session_id"] = state.session

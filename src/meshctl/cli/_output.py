@@ -246,6 +246,8 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
         # The wire keeps the field's JSON path apart (data.path); a person needs it in
         # the sentence to know which field of their params was refused.
         message = f"{message} - at `{path}`"
+    if data_code == "BAD_KEY" and hint is None:
+        hint = relative_hint(data.get("key"))
     if isinstance(exc, E.StorageUnavailable) and data.get("reason") in FLEET_REASONS:
         hint = fleet_hint("resource" in data)
     elif isinstance(exc, E.StorageUnavailable):
@@ -261,6 +263,20 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
         data=data,
         hint=hint,
     )
+
+
+def relative_hint(key: Any, cwd: str | None = None) -> str | None:
+    """What to type instead of a relative path the daemon refused (``BAD_KEY`` names the
+    key as typed): the absolute key it would mean from here. Only said: meshctl never
+    sends a key resolved (SPEC §5: the daemon canonicalises what the user typed)."""
+    if not isinstance(key, str) or len(key) > 200:  # the daemon cut a longer key short
+        return None
+    from meshctl._claims import meant
+
+    absolute = meant(key, cwd)
+    if absolute is None:
+        return None
+    return f'relative path "{key}": give it absolute, e.g. {absolute}'
 
 
 def went_away(exc: E.MeshError, waiting: str, outcome: str) -> Failure:

@@ -1,9 +1,10 @@
 """``meshctl claim``, ``release``, ``check``, ``steal`` and ``log`` (SPEC §5, §9).
 
 Keys are ``kind:value`` (``file:/abs/path``, ``port:8080``, ``branch:/repo:main`` …).
-A bare path means ``file:PATH``. **Relative paths** -- bare, or after ``file:`` /
-``repo:`` -- are resolved here against the current folder before sending, since
-the daemon refuses relative keys; ``~`` is left for the daemon to expand.
+A bare path means ``file:PATH``. Keys are sent as typed: the daemon canonicalises
+them (``~``, ``.``/``..``, symlinks) and refuses a **relative path** with ``BAD_KEY``
+naming it (exit 1); the message then shows the absolute path it would mean
+(``"$PWD"/src/a.py`` is what to type).
 
 Exit codes: ``claim`` 0 granted, 75 held (also when ``--wait`` ran out);
 ``check`` 75 only when another session's claim overlaps, 0 otherwise (sessions
@@ -44,7 +45,8 @@ __all__ = [
 
 RES_HELP = (
     "RES is kind:value (file:/p, repo:/p, branch:/repo:NAME, port:N, res:NAME …); a bare "
-    "path means file:PATH. Relative paths are resolved against the current folder."
+    "path means file:PATH. Paths are absolute (~ is expanded): a relative one is refused "
+    'with BAD_KEY; type "$PWD"/src/a.py.'
 )
 
 
@@ -83,7 +85,7 @@ def claim(
 
     \b
     Examples:
-      meshctl claim src/auth.py --reason 'refactor auth'
+      meshctl claim "$PWD"/src/auth.py --reason 'refactor auth'
       meshctl claim res:db --wait 300 --ttl 3600
     """
     return _claims_body.claim(
@@ -138,7 +140,7 @@ def check(resources: tuple[str, ...], all_profiles: bool) -> int:
 
     \b
     Examples:
-      meshctl check src/auth.py
+      meshctl check "$PWD"/src/auth.py
       meshctl check res:db --json
     """
     return _claims_body.check(get_state(), resources, all_profiles)
@@ -163,7 +165,7 @@ def steal(resources: tuple[str, ...], reason: str, shared: bool) -> None:
     """
     state = get_state()
     params = _claims.acquire_params(
-        state.require_session(), _claims.resolve_all(resources), shared=shared, reason=reason
+        state.require_session(), list(resources), shared=shared, reason=reason
     )
     result = state.call(_claims.STEAL, params)
     if _claims_body.disabled(result):

@@ -306,7 +306,11 @@ def ask(to: str, question: tuple[str, ...], timeout: float) -> int:
     metavar="S",
     help="With --collect: wait at most S.",
 )
-@click.option("--path", metavar="P", help="Only sessions whose claims, folder or repo overlap P.")
+@click.option(
+    "--path",
+    metavar="P",
+    help="Only sessions whose claims, folder or repo overlap P (absolute path or key).",
+)
 def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | None) -> None:
     """Send a message to every other live session (or those working on --path).
 
@@ -324,9 +328,7 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
     if collect:
         params.update(collect=True, timeout=timeout)
     if path is not None:
-        from meshctl import _claims
-
-        params["path"] = _claims.resolve(path)
+        params["path"] = path  # as typed: the daemon canonicalises it as a claim key
     waited = (timeout if collect else 0) + state.mesh().timeout
     if not collect:
         result = state.call("broadcast.send", params, timeout=waited)

@@ -35,7 +35,7 @@ def preempt(resources: tuple[str, ...], reason: str, broad: bool) -> int:
     state = get_state()
     params: dict[str, Any] = {
         "session_id": state.require_session(),
-        "resources": _claims.resolve_all(resources),
+        "resources": list(resources),
         "reason": reason,
         "broad": broad,
     }

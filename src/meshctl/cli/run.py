@@ -99,9 +99,10 @@ class RunCommand(click.Command):
     cls=RunCommand,
     context_settings={"allow_interspersed_args": False},
     epilog=(
-        "RES is kind:value (file:/p, port:N, res:NAME …) or a path; relative paths are "
-        "resolved against the current folder. Exit: COMMAND's status (128+N for signal N); "
-        "75 (or --held-exit) when held; 69 when the daemon is unreachable without --fail-open."
+        "RES is kind:value (file:/p, port:N, res:NAME …) or an absolute path (a relative "
+        'one is refused with BAD_KEY; type "$PWD"/src). Exit: COMMAND\'s status (128+N '
+        "for signal N); 75 (or --held-exit) when held; 69 when the daemon is unreachable "
+        "without --fail-open."
     ),
 )
 @common_options
@@ -148,11 +149,11 @@ def run(
     \b
     Examples:
       meshctl run --res res:db --wait 300 -- ./migrate.sh
-      meshctl run --res src/ --task 'format' -- ruff format src
+      meshctl run --res "$PWD"/src --task 'format' -- ruff format src
     """
     state = get_state()
     argv = list(command)
-    keys = _claims.resolve_all(resources)
+    keys = list(resources)
     try:
         mesh = state.mesh()
         params = own_params(state, "run", task or _shown(argv))
