@@ -207,7 +207,7 @@ class TestRoundTrips:
         [
             ["sessions", "active"],
             ["sessions", "active", "--json"],
-            ["check", "res:x", "src/a.py"],
+            ["check", "res:x", "/tmp/src/a.py"],
             ["--json", "release"],
             ["register", "--task", "t", "--liveness", "heartbeat"],
             ["end"],
@@ -308,7 +308,7 @@ class TestPatterns:
     @pytest.mark.parametrize(
         "args",
         [
-            ["check", "res:x", "src/a.py"],
+            ["check", "res:x", "/tmp/src/a.py"],
             ["sessions", "active"],
             ["claim", "res:p", "--reason", "r"],
             ["release", "res:p"],
