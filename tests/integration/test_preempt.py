@@ -250,9 +250,11 @@ def wait_for_y(w: Client, got: dict[str, Any]) -> None:
 
 
 def wait_in(w: Client, sid: str, got: dict[str, Any]) -> None:
-    """Queue for res:x; the reply (if one comes before the test closes the connection)."""
+    """Queue for res:x (a wait far longer than the test: on a loaded machine a short one
+    runs out while the test still looks); the reply, if one comes before the test
+    closes the connection."""
     try:
-        got[sid] = w.call("claim.acquire", session_id=sid, resources=["res:x"], wait=30)
+        got[sid] = w.call("claim.acquire", session_id=sid, resources=["res:x"], wait=600)
     except (OSError, ValueError):
         pass
 
