@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from tests.leaks import pytest_runtest_makereport, pytest_runtest_teardown  # noqa: F401 (hooks)
+from tests.support import TIMEOUT
 
 TEST_TIMEOUT = 300.0
 """Seconds one test may take before pytest-timeout fails it with every thread's
@@ -103,7 +104,7 @@ def mesh_env(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> MeshEnv:
 
 
 def rpc(
-    sock_path: Path, method: str, params: dict[str, Any] | None = None, timeout: float = 30
+    sock_path: Path, method: str, params: dict[str, Any] | None = None, timeout: float = TIMEOUT
 ) -> Any:
     """One raw JSON-RPC call over a fresh connection (stdlib only); returns the reply.
     ``timeout`` bounds each socket operation: a call that waits (``wait``) needs more."""

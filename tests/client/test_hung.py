@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from tests.support import as_at_a_terminal
+from tests.support import as_at_a_terminal, reaped
 
 from meshctl import Mesh
 
@@ -103,23 +103,19 @@ def test_ctrl_c_is_seen_within_a_second_however_long_the_wait(daemon: Any) -> No
             as_at_a_terminal([sys.executable, "-c", _INTERRUPTED]), env=daemon.env, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
-        with proc:  # its pipes closed on every path (a leak fails a later test)
-            try:
-                assert proc.stdout is not None
-                assert proc.stdout.readline().strip() == "ready"
+        with reaped(proc):  # killed if need be, its pipes closed on every path
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
 
-                def asleep() -> bool:  # the main thread blocked in its read
-                    with open(f"/proc/{proc.pid}/task/{proc.pid}/stat") as f:
-                        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+            def asleep() -> bool:  # the main thread blocked in its read
+                with open(f"/proc/{proc.pid}/task/{proc.pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] == "S"
 
-                deadline = time.monotonic() + 60
-                while not (asleep() and (time.sleep(0.2) or asleep())):
-                    assert proc.poll() is None, proc.communicate()
-                    assert time.monotonic() < deadline, "the child never blocked in its read"
-                proc.send_signal(signal.SIGINT)
-                out, err = proc.communicate(timeout=30)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
+            deadline = time.monotonic() + 60
+            while not (asleep() and (time.sleep(0.2) or asleep())):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the child never blocked in its read"
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, (out, err)
     assert out.startswith("interrupted after"), out

