@@ -1,7 +1,8 @@
 """Fleet claim + release, daemons A and B against floor K2, interleaved in one run.
 
 ``python -m bench.fleet_ab [--rounds R] [--n N] [--pinned] [--a=SWITCHES] [--b=SWITCHES]
-[--a-src DIR] [--b-src DIR] [--a2=SWITCHES] [--b2=SWITCHES] [--handoffs N] [--steps DIR]``
+[--a-src DIR] [--b-src DIR] [--a1=SWITCHES] [--b1=SWITCHES] [--a2=SWITCHES] [--b2=SWITCHES]
+[--handoffs N] [--steps DIR]``
 
 Starts one nats-server (JetStream, ``sync_interval: always``) and two fleets of two
 daemons on it, each fleet in a profile of its own (its own bucket): fleet A runs
@@ -9,7 +10,8 @@ daemons on it, each fleet in a profile of its own (its own bucket): fleet A runs
 watches on the requests' connection), fleet B with the ``--b`` switches (default none:
 the daemon as it is); ``--a-src``/``--b-src`` import meshd for that side from another
 source tree (a checkout's ``src``, to compare two versions), ``--a2``/``--b2`` add
-switches to that side's second host only (the one that claims). Each round times N
+switches to that side's second host only (the one that claims), ``--a1``/``--b1`` to
+its first host only (the other host, which only watches). Each round times N
 claim + release pairs of a ``box:`` key on A's second host, then on B's, then floor
 K2 (a compare-and-set and a create sent together, on a bucket nobody watches), in
 turn, unpinned unless ``--pinned``. Prints the medians, each round's ratios and their
@@ -79,6 +81,8 @@ def main() -> None:
     ap.add_argument("--pinned", action="store_true")
     ap.add_argument("--a", default="--one-connection", help="A's switches (--a=...)")
     ap.add_argument("--b", default="", help="B's switches (--b=...)")
+    ap.add_argument("--a1", default="", help="more switches for A's first host only")
+    ap.add_argument("--b1", default="", help="more switches for B's first host only")
     ap.add_argument("--a2", default="", help="more switches for A's second host only")
     ap.add_argument("--b2", default="", help="more switches for B's second host only")
     ap.add_argument("--steps", type=Path)
@@ -103,6 +107,8 @@ def main() -> None:
         for side, switches, src in sides:
             for i in (1, 2):
                 sw = list(switches)
+                if i == 1:
+                    sw += (args.a1 if side == "A" else args.b1).split()
                 if i == 2:
                     sw += (args.a2 if side == "A" else args.b2).split()
                 if args.steps is not None:
