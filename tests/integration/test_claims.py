@@ -226,6 +226,23 @@ class TestCheck:
         ]
         assert any("w recently changed" in w for w in r["warnings"])
 
+    def test_who_changed_the_file_comes_before_who_works_around_it(
+        self, c: Client, tree: Path
+    ) -> None:
+        """A writer must learn first who just changed this very file: the CLI names
+        only the first few present sessions, so the change must not hide behind six
+        sessions that merely work in the project (registered before it)."""
+        for i in range(6):
+            c.call("session.register", session_id=f"near{i}", cwd=str(tree))
+        c.call("session.register", session_id="w")
+        changed = tree / "src" / "a.py"
+        c.call("board.changed", session_id="w", paths=[str(changed)])
+
+        r = c.call("claim.check", session_id="a", resources=[str(changed)])
+
+        assert (r["present"][0]["session_id"], r["present"][0]["why"]) == ("w", "changed")
+        assert sorted(p["session_id"] for p in r["present"][1:]) == [f"near{i}" for i in range(6)]
+
     def test_all_profiles_is_not_a_param(self, c: Client) -> None:
         """The daemon answers for its own profile; the CLI asks each daemon (decided:
         removed from the schema rather than accepted and ignored)."""

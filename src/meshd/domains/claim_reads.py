@@ -65,8 +65,9 @@ class ClaimReads:
         """Other live sessions whose cwd or repo contains one of the paths, or that
         recently changed one: one entry per session, a change before a place (a
         session working in the repo that also changed this very file is named for
-        the change, which is what a writer must know). In slices: 256 deep keys are
-        a lot of work for one turn of the loop."""
+        the change, which is what a writer must know), and the sessions named for a
+        change listed first (the CLI prints the first few and counts the rest). In
+        slices: 256 deep keys are a lot of work for one turn of the loop."""
         st = self.svc.state
         found: dict[str, pc.ClaimPresent] = {}
         slices = Slices()
@@ -84,7 +85,7 @@ class ClaimReads:
                     session_id=s.session_id, task=s.task, why=why,  # type: ignore[arg-type]
                     path=where, branch=s.branch, since=rfc3339(s.started_at),
                 )  # fmt: skip
-        return list(found.values())
+        return sorted(found.values(), key=lambda x: x.why != "changed")  # stable
 
     async def list(self, p: pc.ClaimListParams, conn: Conn) -> pc.ClaimListResult:
         st = self.svc.state

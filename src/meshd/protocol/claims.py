@@ -160,7 +160,9 @@ class ClaimCheckParams(Params):
 
 
 class ClaimPresent(Result):
-    """A live session whose cwd, repo/branch or recently changed files contain the path."""
+    """A live session whose cwd, repo/branch or recently changed files contain the path.
+    In ``claim.check``'s ``present``, the sessions that recently changed a file come
+    first (``why: "changed"``), then those working around it."""
 
     session_id: str
     task: str
