@@ -43,7 +43,13 @@ from meshd.keys import Key, canonical_key, from_canonical, path_key
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol import messages as mm
 from meshd.protocol.contract import rfc3339
-from meshd.protocol.errors import MeshDisabled, MeshError, NotFound, StorageUnavailable
+from meshd.protocol.errors import (
+    InvalidParams,
+    MeshDisabled,
+    MeshError,
+    NotFound,
+    StorageUnavailable,
+)
 from meshd.protocol.jsonrpc import Later
 from meshd.protocol.methods import SessionInfo
 from meshd.service import Conn, Service
@@ -239,7 +245,8 @@ class MessageHandlers(Domain):
 
     async def _reply_target(self, sid: str, reply_to: int | None) -> str:
         if reply_to is None:
-            raise NotFound("give `to`, or `reply_to` to answer a message", {"path": "$.to"})
+            # A param is missing (SPEC §3: -32602 with its path), nothing was looked up.
+            raise InvalidParams("give `to`, or `reply_to` to answer a message", {"path": "$.to"})
         known = self.mb.reply_target(sid, reply_to)
         if known is not None:
             return known

@@ -66,7 +66,8 @@ class InboxItem(Result, kw_only=True):
 
 class SendParams(Params):
     """Send ``text`` to ``to``; the sender is ``session_id``. ``to`` may be omitted for a
-    reply (``reply_to``): the daemon sends it to whoever wrote the original."""
+    reply (``reply_to``): the daemon sends it to whoever wrote the original. With
+    neither it is -32602 (``data.path`` ``$.to``)."""
 
     session_id: SessionId
     text: Text
