@@ -246,6 +246,8 @@ def from_mesh_error(exc: E.MeshError) -> Failure:
         # The wire keeps the field's JSON path apart (data.path); a person needs it in
         # the sentence to know which field of their params was refused.
         message = f"{message} - at `{path}`"
+    if data_code == "SESSION_EXPIRED" and data.get("caller") is False:  # not the caller's
+        hint = "list live sessions with `meshctl sessions active`"
     if data_code == "BAD_KEY" and hint is None:
         hint = relative_hint(data.get("key"))
     if isinstance(exc, E.StorageUnavailable) and data.get("reason") in FLEET_REASONS:

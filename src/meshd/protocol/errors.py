@@ -155,7 +155,8 @@ class UnknownSession(MeshError):
 
 
 class SessionExpired(MeshError):
-    """The session existed but expired or ended; register again."""
+    """The session existed but expired or ended: register again if it was the caller's
+    own (``data.caller`` false: the addressee or the session asked about ended)."""
 
     code = -32002
     data_code = "SESSION_EXPIRED"

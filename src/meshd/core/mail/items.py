@@ -28,6 +28,7 @@ from meshd.core.mail.channels import Channels
 from meshd.core.mail.parts import MailboxParts
 from meshd.core.mail.records import (
     BUDGET_WINDOW,
+    NOT_SENT,
     REPLY_WINDOW,
     Message,
     Push,
@@ -104,7 +105,7 @@ class ItemStore:
         self.mb.registry.get(sender)
         target = self.mb.registry.sessions.get(to)
         if target is None and self.mb.host_of(to) is None:
-            self.mb.registry.get(to)  # the registry's own error for an unknown or ended id
+            self.mb.registry.named(to, NOT_SENT)  # the error for an unknown or ended id
         self.check_body(text)
         if target is not None and not target.accept_messages:
             raise MessageRefused(f"{to} does not accept messages", {"session_id": to})

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from meshd.core.mail.parts import MailboxParts
 from meshd.core.mail.records import (
+    NOT_SENT,
     Answer,
     Broadcast,
     Message,
@@ -97,7 +98,7 @@ class QueryDesk:
         :class:`BudgetExceeded`, :class:`TooLarge`.
         """
         self.mb.registry.get(asker)
-        target = self.mb.registry.get(to)
+        target = self.mb.registry.named(to, NOT_SENT)
         self.mb.check_body(question, "$.question")
         if not target.accept_queries:
             raise QueryRefused(f"{to} does not accept queries", {"session_id": to})
@@ -142,7 +143,7 @@ class QueryDesk:
         """An ask from ``asker`` on another host to local ``to``, with the chain its host
         derived: as :meth:`ask`, but the chain is the asker's (so an ask ``to`` makes
         while answering extends it) and the budget was charged there."""
-        target = self.mb.registry.get(to)
+        target = self.mb.registry.named(to, NOT_SENT)
         self.mb.check_body(question, "$.question")
         if not target.accept_queries:
             raise QueryRefused(f"{to} does not accept queries", {"session_id": to})

@@ -21,6 +21,7 @@ Request = Literal["question", "handoff", "broadcast"]
 BUDGET_WINDOW = 60.0  # seconds, sliding (SPEC §2 message_budget_per_minute)
 REPLY_WINDOW = 600.0  # replies between two sessions count toward max_reply_depth this long
 MAX_FILES = 200
+NOT_SENT = "it can no longer be sent to or asked; nothing was sent"  # an ended addressee
 HANDOFF_QUESTION = (
     "Please write a handoff: what you did, which files and branch, and the next steps."
 )

@@ -229,6 +229,19 @@ class Registry:
             )
         raise UnknownSession(f"no session {sid} in profile {self.profile}", {"session_id": sid})
 
+    def named(self, sid: str, then: str = "") -> Session:
+        """The live session ``sid`` that a call names but does not act for (a message's,
+        query's or handoff's addressee, the session ``session.get`` shows): as
+        :meth:`get`, but an ended one is said not to be the caller's (``data.caller``
+        false), who has nothing to register again; ``then`` says what that means."""
+        s = self.sessions.get(sid)
+        if s is None and sid in self.ended:
+            raise SessionExpired(
+                f"session {sid} {self.ended[sid]}" + (f": {then}" if then else ""),
+                {"session_id": sid, "reason": self.ended[sid], "caller": False},
+            )
+        return self.get(sid)
+
     def heartbeat(self, sid: str, report: Report | None = None) -> Session:
         """Refresh liveness; apply reported fields; mark them for the next snapshot."""
         s = self.get(sid)
