@@ -33,3 +33,52 @@ class TestSendWithoutAddressee:
             register(c, "cli:a")
             reply = c.call("message.send", {"session_id": "cli:a", "text": "hi", "reply_to": 9})
         assert reply["error"]["data"]["code"] == "NOT_FOUND", reply
+
+
+class TestStatusWrittenHandoffs:
+    """SPEC §6: the status responder answers "from what the session reported (…, its
+    last handoff that was not addressed to someone else)", and ``handoff request``
+    stores the answer as a handoff addressed to the requester. A request the status
+    responder answered stored the daemon's own sentence as the session's handoff, and
+    the next status answer quoted it as the session's last handoff: every further
+    request nested the one before ("Last handoff (#7): cli:w is idle … Last handoff
+    (#6): cli:w is idle … Last handoff (#2): the real one"). The status responder
+    quotes only what the session wrote, before and after a restart; a stored handoff
+    the status responder wrote says so (``by_status``)."""
+
+    @staticmethod
+    def status_answer(c: Client) -> str:
+        reply = c.call("query.ask", {"session_id": "cli:r", "to": "cli:w", "question": "?"})
+        assert reply["result"]["answered_by"] == "status", reply
+        answer: str = reply["result"]["answer"]
+        return answer
+
+    def test_a_requested_handoff_the_status_responder_wrote_is_not_quoted(
+        self, daemon: Any
+    ) -> None:
+        with Client(daemon.socket, timeout=10) as c:
+            register(c, "cli:w")
+            register(c, "cli:r")
+            wrote = c.call(
+                "handoff.write", {"session_id": "cli:w", "to": "cli:r", "summary": "auth half done"}
+            )
+            real = wrote["result"]["id"]
+            for _ in range(2):
+                got = c.call("handoff.request", {"session_id": "cli:r", "to": "cli:w"})
+                assert got["result"]["answered_by"] == "status", got
+                assert got["result"]["handoff"]["to"] == "cli:r", got  # still stored
+                assert got["result"]["handoff"]["by_status"] is True, got
+                summary = got["result"]["handoff"]["summary"]
+                assert summary.count("Last handoff") == 1, summary
+                assert f"Last handoff (#{real}): auth half done" in summary, summary
+            answer = self.status_answer(c)
+        assert answer.count("Last handoff") == 1, answer
+        assert f"Last handoff (#{real}): auth half done" in answer, answer
+
+        daemon.restart()
+        with Client(daemon.socket, timeout=10) as c:
+            answer = self.status_answer(c)
+            listed = c.call("handoff.list", {"session_id": "cli:r"})["result"]["handoffs"]
+        assert f"Last handoff (#{real}): auth half done" in answer, answer
+        # the requested ones are kept, addressed to cli:r, and say who wrote them
+        assert [h["by_status"] for h in listed] == [True, True, False], listed

@@ -186,6 +186,8 @@ class Handoff(NamedTuple):
     next_steps: tuple[str, ...] = ()
     created_at: str = ""
     framing: str = ""
+    by_status: bool = False
+    """Written by the mesh from what ``from_`` reported (a request it did not answer)."""
 
     @classmethod
     def from_wire(cls, raw: Mapping[str, Any]) -> Handoff:
@@ -194,7 +196,7 @@ class Handoff(NamedTuple):
             int(raw["id"]), sender, raw.get("to"), str(raw.get("summary", "")),
             tuple(str(f) for f in raw.get("files") or ()), raw.get("branch"),
             tuple(str(s) for s in raw.get("next_steps") or ()), str(raw.get("created_at", "")),
-            _framing(raw, sender),
+            _framing(raw, sender), bool(raw.get("by_status", False)),
         )  # fmt: skip
 
 

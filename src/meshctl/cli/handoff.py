@@ -84,6 +84,8 @@ def summary_line(h: Handoff, width: int = 80, me: str | None = None) -> str:
         extra.append(f"{len(files)} file(s)")
     if steps := h.get("next_steps"):
         extra.append(f"{len(steps)} next step(s)")
+    if h.get("by_status"):
+        extra.append("written by the mesh from what it reported")
     more = f" ({', '.join(extra)})" if extra else ""
     who = label(str(h.get("from", "?")), me)
     return f"- #{h.get('id')} {who}{to}, {_time.ago(h.get('created_at'))}: {text}{more}"

@@ -492,8 +492,9 @@ class MessageHandlers(Domain):
     ) -> mm.HandoffRequestResult:
         """The answer stored as a handoff addressed to the requester (SPEC §6)."""
         h = self.mb.write_handoff(
-            ans.sender, ans.answer, to=p.session_id, require_live=False, deliver=False
-        )
+            ans.sender, ans.answer, to=p.session_id, require_live=False, deliver=False,
+            by_status=ans.answered_by == "status",
+        )  # fmt: skip
         await self.commit()
         return mm.HandoffRequestResult(
             handoff=handoff_info(h),

@@ -91,7 +91,7 @@ def check_profile(name: str) -> str:
     return name
 
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """The database schema this release writes (its ``PRAGMA user_version``): the number of
 migrations in :data:`meshd.store.MIGRATIONS` (a test keeps the two equal), here so that
 ``meshctl doctor`` can compare a database's without loading the store."""

@@ -218,6 +218,9 @@ class HandoffInfo(Result, kw_only=True):
     next_steps: list[str] = []
     created_at: str
     framing: str = ""
+    by_status: bool = False
+    """Written by the daemon's status responder from what the session reported (a
+    requested handoff the session did not answer), not by the session."""
 
 
 class HandoffWriteParams(Params):

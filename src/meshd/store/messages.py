@@ -56,6 +56,11 @@ CREATE INDEX handoffs_from ON handoffs(from_session, id);
 CREATE INDEX handoffs_to ON handoffs(to_session, id);
 """
 
+DDL_BY_STATUS = """
+ALTER TABLE handoffs ADD COLUMN by_status INTEGER NOT NULL DEFAULT 0;
+"""
+"""Migration 11: a requested handoff the status responder wrote (not the session)."""
+
 _encode = msgspec.json.Encoder().encode
 _decode_strings = msgspec.json.Decoder(list[str]).decode
 
@@ -66,7 +71,9 @@ _MESSAGE_COLUMNS = (
 _RESTORE_COLUMNS = _MESSAGE_COLUMNS.replace(
     "text", "CASE WHEN state = 'read' THEN '' ELSE text END"
 )
-_HANDOFF_COLUMNS = "id, from_session, to_session, summary, files, branch, next_steps, created_at"
+_HANDOFF_COLUMNS = (
+    "id, from_session, to_session, summary, files, branch, next_steps, created_at, by_status"
+)
 
 
 # --- writers -------------------------------------------------------------------------
@@ -160,10 +167,10 @@ def write_state(db: sqlite3.Connection, msg_id: int, state: ItemState, at: float
 
 def write_handoff(db: sqlite3.Connection, h: Handoff) -> None:
     db.execute(
-        f"INSERT OR REPLACE INTO handoffs({_HANDOFF_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
+        f"INSERT OR REPLACE INTO handoffs({_HANDOFF_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
         (
             h.id, h.sender, h.to, h.summary, _encode(list(h.files)).decode(), h.branch,
-            _encode(list(h.next_steps)).decode(), h.created_at,
+            _encode(list(h.next_steps)).decode(), h.created_at, int(h.by_status),
         ),
     )  # fmt: skip
 
@@ -191,7 +198,7 @@ def _handoff(row: Sequence[Any]) -> Handoff:
     return Handoff(
         id=row[0], sender=row[1], to=row[2], summary=row[3],
         files=tuple(_decode_strings(row[4])), branch=row[5],
-        next_steps=tuple(_decode_strings(row[6])), created_at=row[7],
+        next_steps=tuple(_decode_strings(row[6])), created_at=row[7], by_status=bool(row[8]),
     )  # fmt: skip
 
 
@@ -260,7 +267,8 @@ class RestoredMail(msgspec.Struct):
 
 
 def restore(db: sqlite3.Connection, now_wall: float) -> RestoredMail:
-    """Unread items, recent messages (text left out once read), latest handoff per pair."""
+    """Unread items, recent messages (text left out once read), latest handoff per pair
+    that its sender wrote (not the status responder: :class:`Handoff` ``by_status``)."""
     rows = db.execute(
         f"SELECT {_RESTORE_COLUMNS} "
         "FROM messages WHERE state != 'read' OR created_at >= ? ORDER BY id",
@@ -268,7 +276,8 @@ def restore(db: sqlite3.Connection, now_wall: float) -> RestoredMail:
     ).fetchall()
     handoffs = db.execute(
         f"SELECT {_HANDOFF_COLUMNS} FROM handoffs WHERE id IN "
-        "(SELECT MAX(id) FROM handoffs GROUP BY from_session, to_session) ORDER BY id"
+        "(SELECT MAX(id) FROM handoffs WHERE by_status = 0 GROUP BY from_session, to_session) "
+        "ORDER BY id"
     ).fetchall()
     max_m = db.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
     max_h = db.execute("SELECT COALESCE(MAX(id), 0) FROM handoffs").fetchone()[0]

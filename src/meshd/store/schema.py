@@ -30,6 +30,7 @@ MIGRATIONS: list[str] = [
     fleet_post.DDL,  # 8: the fleet's outbox and the keys of fleet items taken in
     claims.DDL_DROP_ENDED,  # 9: claim rows an end left behind before it took them along
     shared.DDL_NOTE_REG,  # 10: the registration a note was written under (private notes)
+    messages.DDL_BY_STATUS,  # 11: a requested handoff written by the status responder
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

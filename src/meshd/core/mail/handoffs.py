@@ -1,5 +1,9 @@
 """Handoffs (SPEC §6): each session's latest ones, for the status responder.
 
+Only the ones a session wrote count: a requested handoff that the status responder
+answered is stored (addressed to the requester) but never quoted as the session's own,
+or each request would nest the status answer before it.
+
 Pure and synchronous. Every handoff is durable (a ``("handoff.put", Handoff)``
 write); memory keeps only each sender's latest per addressee (``None``: unaddressed),
 which is what the status responder quotes. One addressed to a live session, or to
@@ -44,6 +48,7 @@ class HandoffBook:
         require_live: bool = True,
         deliver: bool = True,
         here: bool = False,
+        by_status: bool = False,
     ) -> Handoff:
         """A durable handoff; one addressed to a live session also lands in its inbox.
 
@@ -52,7 +57,8 @@ class HandoffBook:
         skips the inbox item (the requester gets the handoff in its reply). One
         addressed to a session on another host goes there with its item, to be
         recorded there too; ``here``: one that came from another host that way (its
-        item is kept here, whoever it names).
+        item is kept here, whoever it names). ``by_status``: the status responder
+        wrote it (stored, never quoted by the status responder as the sender's own).
         """
         mb = self.mb
         if require_live:
@@ -67,6 +73,7 @@ class HandoffBook:
         h = Handoff(
             id=self._next_handoff, sender=sender, to=to, summary=summary, files=tuple(files),
             branch=branch, next_steps=tuple(next_steps), created_at=mb.clock.now(),
+            by_status=by_status,
         )  # fmt: skip
         mb.check_body(handoff_text(h), "$.summary")
         self._next_handoff += 1
@@ -80,6 +87,8 @@ class HandoffBook:
         return h
 
     def _keep_handoff(self, h: Handoff) -> None:
+        if h.by_status:  # the daemon's words, not the session's: never quoted as its own
+            return
         mine = self._handoffs.setdefault(h.sender, {})
         old = mine.get(h.to)
         if old is None or old.id < h.id:

@@ -75,6 +75,9 @@ class Handoff(msgspec.Struct, frozen=True):
     branch: str | None = None
     next_steps: tuple[str, ...] = ()
     created_at: float = 0.0
+    by_status: bool = False
+    """Written by the daemon's status responder (a requested handoff the session did not
+    answer): stored, but never quoted as the session's own last handoff."""
 
 
 class Query(msgspec.Struct):
@@ -159,7 +162,7 @@ def handoff_info(h: Handoff) -> HandoffInfo:
     return HandoffInfo(
         id=h.id, from_=h.sender, to=h.to, summary=h.summary, files=list(h.files),
         branch=h.branch, next_steps=list(h.next_steps), created_at=rfc3339(h.created_at),
-        framing=framing(h.sender),
+        framing=framing(h.sender), by_status=h.by_status,
     )  # fmt: skip
 
 
