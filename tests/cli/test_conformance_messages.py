@@ -6,9 +6,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.support import Client
 
 from .conftest import Meshctl
-from .test_conformance_audit import Daemon, as_, ok, register  # first audit's
+from .test_conformance_audit import (  # first audit's
+    Daemon,
+    MeshEnv,
+    as_,
+    ok,
+    register,
+)
+from .test_messages import Follower
 
 
 @pytest.mark.parametrize(
@@ -49,3 +57,72 @@ def test_an_addressee_that_ended_is_not_the_caller_s_own_expiry(
 
     still = meshctl("send", "cli:gone", "x", env=as_(daemon, "cli:gone"))
     assert "register again" in still.err, still  # its own session: register again
+
+
+def fill_inbox(daemon: Daemon, count: int) -> None:
+    """``count`` messages from cli:from to cli:to over one connection."""
+    with Client(daemon.socket, timeout=30) as c:
+        for n in range(1, count + 1):
+            params = {"session_id": "cli:from", "to": "cli:to", "text": f"message {n}"}
+            reply = c.call("message.send", params)
+            assert "result" in reply, reply
+
+
+class TestInboxPrintsEveryUnreadItem:
+    """SPEC §6/§9: ``meshctl inbox`` prints unread items. It asked the daemon for one page
+    (100) and said nothing of the rest: with 150 waiting it printed the oldest 100, exit
+    0, and the person took the inbox as read."""
+
+    def test_more_than_a_page_is_printed_whole(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 1000\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        register(meshctl, daemon, "cli:from")
+        register(meshctl, daemon, "cli:to")
+        fill_inbox(daemon, 150)
+
+        peeked = ok(meshctl("inbox", "--peek", "--json", env=as_(daemon, "cli:to"))).json()
+        assert [i["text"] for i in peeked] == [f"message {n}" for n in range(1, 151)]
+
+        human = ok(meshctl("inbox", env=as_(daemon, "cli:to")))
+        assert "message 1\n" in human.out, human
+        assert "message 150\n" in human.out, human
+        assert "unread" not in human.err, human
+        left = ok(meshctl("inbox", "--json", env=as_(daemon, "cli:to"))).json()
+        assert left == [], left
+
+    def test_past_the_largest_page_a_note_says_how_many_more_wait(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 2000\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        register(meshctl, daemon, "cli:from")
+        register(meshctl, daemon, "cli:to")
+        fill_inbox(daemon, 1003)
+
+        first = ok(meshctl("inbox", "--json", env=as_(daemon, "cli:to")))
+        assert len(first.json()) == 1000, first.err
+        assert "3 more unread item(s) wait" in first.err, first
+        rest = ok(meshctl("inbox", "--json", env=as_(daemon, "cli:to")))
+        assert [i["text"] for i in rest.json()] == [f"message {n}" for n in (1001, 1002, 1003)]
+        assert "more unread" not in rest.err, rest
+
+    def test_a_follower_prints_the_whole_backlog_first(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """``inbox --follow`` printed the first 100 of the backlog, then only what
+        arrived after: the rest was never shown while it ran."""
+        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 1000\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        register(meshctl, daemon, "cli:from")
+        register(meshctl, daemon, "cli:to")
+        fill_inbox(daemon, 150)
+
+        follower = Follower(daemon, "cli:to", "--json")
+        try:
+            follower.ready()
+            texts = [json.loads(follower.line())["text"] for _ in range(150)]
+        finally:
+            follower.stop()
+        assert texts == [f"message {n}" for n in range(1, 151)]

@@ -3,6 +3,8 @@
 
 Decisions:
 
+- ``inbox`` prints every unread item, up to 1,000 at a time (the protocol's largest
+  page; past that a note on stderr says how many more wait, for the next run).
 - ``inbox`` marks read only what it has written out in full (SPEC §6): it
   fetches with ``peek``, prints item by item, waiting on a pipe until the reader
   has taken each (:func:`meshctl.cli._output.deliver`), then acks those. A reader
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from meshctl._blocking import Connection
 
 _IDLE = 5.0  # seconds without events after which a follower checks its session still lives
+#: Items one ``inbox`` asks for: the protocol's largest page (``message.inbox`` ``limit``).
+_PAGE = 1000
 
 
 @click.command()
@@ -85,8 +89,10 @@ def inbox(every: bool, peek: bool, follow: bool, respond: bool, since: float | N
     if follow:
         _Follower(state, sid, peek=peek, respond=respond).run()
         return
-    result = state.call("message.inbox", {"session_id": sid, "all": every, "peek": True})
-    items = _time.newer(result.get("items") or [], since, "created_at")
+    params = {"session_id": sid, "all": every, "peek": True, "limit": _PAGE}
+    result = state.call("message.inbox", params)
+    fetched = result.get("items") or []
+    items = _time.newer(fetched, since, "created_at")
     items = _time.oldest_first(items, "created_at")
     taken = _print_inbox(items, sid, as_json=state.json, every=every, peek=peek)
     unread = [int(i["id"]) for i in taken if i.get("state") != "read"]
@@ -96,6 +102,9 @@ def inbox(every: bool, peek: bool, follow: bool, respond: bool, since: float | N
         left = len(items) - len(taken)
         took = f"it took {len(taken)} of {len(items)} item(s) (marked read)"
         raise _output.ReaderGone(f"{took}; {left} stay unread")
+    more = int(result.get("unread") or 0) - len(fetched)
+    if more > 0 and not every:  # past one page: said, never silently left out
+        _output.note(f"{more} more unread item(s) wait; run `meshctl inbox` again for them")
 
 
 def _print_inbox(
@@ -162,13 +171,16 @@ class _Follower:
             conn.call("events.subscribe", {"session_id": sid})
             if self.respond:
                 conn.call("query.respond", {"session_id": sid})
-            backlog = conn.call("message.inbox", {"session_id": sid, "peek": True})
+            backlog = conn.call("message.inbox", {"session_id": sid, "peek": True, "limit": _PAGE})
             if not self.started:
                 self.started = True
                 role = " and answering its queries (meshctl reply QID TEXT)" if self.respond else ""
                 _output.note(f"following the inbox of {sid}{role}; Ctrl-C stops")
-            for item in backlog.get("items") or []:
+            items = backlog.get("items") or []
+            for item in items:
                 self._show(conn, item)
+            if (more := int(backlog.get("unread") or 0) - len(items)) > 0:
+                _output.note(f"{more} more unread item(s) wait; `meshctl inbox` prints them")
             while True:
                 event = conn.next_event(_IDLE)
                 if event is None:
