@@ -674,6 +674,58 @@ class TestReservedSet:
         tb.release("boss")
         assert tb.granted() == ["low"]
 
+    def test_a_preemptor_taking_the_set_a_key_at_a_time_stays_first(self, tb: Table) -> None:
+        """SPEC §5b: the preemptor is served first, and the paused session is next "when
+        it releases". A preemptor that claims one key of the set and then another keeps
+        its turn for the second (before: its first grant handed the set to the owner,
+        and its second claim was held by the reservation)."""
+        tb.grant("low", "res:x", "res:y")
+        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.grant("boss", "res:x")
+        tb.acquire("low", "res:x", "res:y", wait=True, waiter_id="resume")
+        tb.clock.advance(301)
+        tb.t.wake_deferred()  # the deadline takes no turn from a preemptor being served
+
+        second = tb.acquire("boss", "res:y")
+        tb.t.drain()
+        tb.release("boss")
+
+        assert isinstance(second, Granted)
+        assert tb.granted() == ["low"]
+
+    def test_a_preemptor_that_releases_part_of_the_set_hands_the_rest_to_the_owner(
+        self, tb: Table
+    ) -> None:
+        """Its release ends its turn: the owner is next for the whole set at once, not
+        after the preemptor's grace (nor does the preemptor keep a turn it let go)."""
+        tb.grant("low", "res:x", "res:y")
+        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.grant("boss", "res:x")
+        tb.acquire("low", "res:x", "res:y", wait=True, waiter_id="resume")
+        tb.t.drain()
+
+        tb.release("boss")
+
+        assert tb.granted() == ["low"]
+        tb.t.unreserve("low")
+        assert isinstance(tb.acquire("boss", "res:y"), Held)
+
+    def test_each_preemptor_keeps_its_turn_until_it_releases(self, tb: Table) -> None:
+        """Of two preemptors, one that was granted and let go leaves the other first; the
+        grace takes the turn of one never granted, not of one being served."""
+        tb.grant("low", "res:x", "res:y")
+        tb.t.pause("low", ["boss", "chief"], until=tb.clock.monotonic() + 300)
+        tb.grant("boss", "res:x")
+        tb.release("boss")
+        assert isinstance(tb.acquire("low", "res:x"), Held)
+        tb.grant("chief", "res:y")
+        tb.clock.advance(301)
+        tb.t.wake_deferred()
+
+        assert isinstance(tb.acquire("chief", "res:x"), Granted)
+        tb.release("chief")
+        assert isinstance(tb.acquire("low", "res:x", "res:y"), Granted)
+
     def test_pausing_with_nothing_held_reserves_nothing(self, tb: Table) -> None:
         assert tb.t.pause("idle", ["boss"]) == []
         assert tb.t.reservation("idle") is None

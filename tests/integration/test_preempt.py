@@ -128,6 +128,33 @@ class TestPreempt:
         assert ("pause", "") in log
         assert ("resume", "") in log
 
+    def test_the_preemptor_takes_the_set_a_key_at_a_time_then_the_owner_resumes(
+        self, daemon: DaemonHandle
+    ) -> None:
+        """The preemptor asked for two keys and claims them one by one: it is first for
+        both, and the paused session is next when it releases. (Before: its first grant
+        handed the set to the owner, and its second claim was held by
+        ``reserved:low``.)"""
+        c = setup(daemon, ("low", 0), ("boss", 5))
+        c.call("claim.acquire", session_id="low", resources=["res:a", "res:b"])
+        c.call("claim.preempt", session_id="boss", resources=["res:a", "res:b"])
+        c.call("session.pause", session_id="low", note="n")
+
+        one = c.call("claim.acquire", session_id="boss", resources=["res:a"])
+        two = c.call("claim.acquire", session_id="boss", resources=["res:b"])
+        early = c.call("session.resume", session_id="low", wait=0.1)
+        c.call("claim.release", session_id="boss")
+        resumed = c.call("session.resume", session_id="low", wait=5)
+        c.close()
+
+        assert (one["status"], two["status"]) == ("granted", "granted")
+        assert early["status"] == "held"
+        assert {h["resource"] for h in early["holders"] if h["session_id"] == "boss"} == {
+            "res:a",
+            "res:b",
+        }
+        assert (resumed["status"], resumed["resources"]) == ("resumed", ["res:a", "res:b"])
+
     def test_resumed_claims_keep_the_reason_they_were_taken_with(
         self, daemon: DaemonHandle
     ) -> None:

@@ -210,7 +210,8 @@ RESERVED = "reserved:"  # a reserved set is held by the pseudo-session "reserved
 
 class Reservation(msgspec.Struct):
     """What a paused session released (SPEC §5b), held for whom may pass it:
-    the preemptors in ``first`` until each is served, then only the owner."""
+    the preemptors in ``first`` until each has been served (granted on the set, then
+    released), then only the owner."""
 
     owner: str
     keys: tuple[Key, ...]
@@ -219,6 +220,9 @@ class Reservation(msgspec.Struct):
     reason: str = ""
     """What the paused claims were taken for (their distinct reasons, in order), given
     back to them on resume: a claim taken with no reason has none after it either."""
+    taken: set[str] = msgspec.field(default_factory=set)
+    """The preemptors of ``first`` granted on the set: each keeps its turn (it may take
+    the rest of the set a key at a time) until it holds none of the set any more."""
 
     @property
     def holder(self) -> str:

@@ -80,13 +80,35 @@ class Reservations:
         return self.by_holder.pop(RESERVED + owner, None)
 
     def served(self, session_id: str, keys: Iterable[Key]) -> None:
-        """``session_id`` was granted keys: a reserved set it was admitted to first
-        now admits the next (at last its owner), whose waits are looked at again."""
-        for r in list(self.by_holder.values()):
+        """``session_id`` was granted keys: a reserved set it was admitted to first and
+        that they overlap is being served to it. It keeps its turn there -- it may take
+        the rest of the set a key at a time -- until it holds none of the set
+        (:meth:`let_go`): SPEC §5b, the owner is next "when it releases"."""
+        keys = tuple(keys)
+        for r in self.by_holder.values():
             if session_id in r.first and any(k.overlaps(x) for k in keys for x in r.keys):
-                r.first.discard(session_id)
-                if not r.first:
-                    self._to_owner(r)
+                r.taken.add(session_id)
+
+    def serving(self, session_id: str) -> bool:
+        """Whether a reserved set is being served to ``session_id`` (a preemptor)."""
+        return any(session_id in r.taken for r in self.by_holder.values())
+
+    def let_go(self, dropped: Claim, holds: dict[str, Claim]) -> None:
+        """A preemptor gave up ``dropped`` (released, expired, stolen, paused) and now
+        holds ``holds``: each set it was served on and holds nothing of any more admits
+        the next (at last its owner), whose waits are looked at again."""
+        sid = dropped.session_id
+        for r in list(self.by_holder.values()):
+            if sid not in r.taken or not any(dropped.key.overlaps(x) for x in r.keys):
+                continue
+            if not any(c.key.overlaps(x) for c in holds.values() for x in r.keys):
+                self._done(r, sid)
+
+    def _done(self, r: Reservation, session_id: str) -> None:
+        r.first.discard(session_id)
+        r.taken.discard(session_id)
+        if not r.first:
+            self._to_owner(r)
 
     def lapse(self, now: float, at: float, audit: list[AuditRecord]) -> None:
         """Preemptors not served on a set by its ``until`` lose their turn: the set
@@ -99,13 +121,19 @@ class Reservations:
             return
         for holder, until in list(self.until.items()):
             r = self.by_holder.get(holder)
-            if until <= now and r is not None:
-                by = ", ".join(sorted(r.first))
-                audit.extend(
-                    AuditRecord(at, "preempt", r.owner, k.text, "exclusive", 0, "", LAPSED, by)
-                    for k in r.keys
-                )
-                r.first.clear()
+            if until > now or r is None:
+                continue
+            del self.until[holder]
+            late = r.first - r.taken  # one being served keeps its turn until it releases
+            if not late:
+                continue
+            by = ", ".join(sorted(late))
+            audit.extend(
+                AuditRecord(at, "preempt", r.owner, k.text, "exclusive", 0, "", LAPSED, by)
+                for k in r.keys
+            )
+            r.first -= late
+            if not r.first:
                 self._to_owner(r)
 
     def _to_owner(self, r: Reservation) -> None:
@@ -117,4 +145,6 @@ class Reservations:
 
     def ended(self, session_id: str) -> None:
         """``session_id`` ended: no set waits for it to be served first any more."""
-        self.served(session_id, [k for r in self.by_holder.values() for k in r.keys])
+        for r in list(self.by_holder.values()):
+            if session_id in r.first:
+                self._done(r, session_id)

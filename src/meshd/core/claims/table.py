@@ -252,9 +252,10 @@ class ClaimTable:
 
     def pause(self, owner: str, first: Iterable[str], until: float = float("inf")) -> list[str]:
         """``owner`` pauses (SPEC §5b): its claims are released into a reserved set that admits
-        the preemptors ``first`` until each is granted on it (or ``until``, monotonic), then only
-        ``owner`` (its :meth:`acquire` passes every earlier waiter there). Returns the resources;
-        holding nothing, it reserves nothing. Its queued waits are withdrawn (``held``, why
+        the preemptors ``first`` until each has been granted on it and released what it took
+        (one not granted by ``until``, monotonic, loses its turn), then only ``owner`` (its
+        :meth:`acquire` passes every earlier waiter there). Returns the resources; holding
+        nothing, it reserves nothing. Its queued waits are withdrawn (``held``, why
         ``paused``: granted while it did no work, a key was kept from everyone); not a resume."""
         for waiter_id in list(self._queue.of.get(owner, {})):
             self.cancel_waiter(waiter_id, why="paused")
@@ -519,6 +520,8 @@ class ClaimTable:
         why = reason or claim.reason
         self.outbox.audit_claim(claim, action, now_wall, how=how, by=by, reason=why)
         self._held.ended(claim, how, now_wall)
+        if self._reserved and self._reservations.serving(claim.session_id):
+            self._reservations.let_go(claim, self._by_session.get(claim.session_id, {}))
 
     def _unput(self, claim: Claim, *, blocks_still: bool = False) -> None:
         """Take a claim out; waiters parked on it are looked at again (unless a
