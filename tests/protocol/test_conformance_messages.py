@@ -82,3 +82,22 @@ class TestStatusWrittenHandoffs:
         assert f"Last handoff (#{real}): auth half done" in answer, answer
         # the requested ones are kept, addressed to cli:r, and say who wrote them
         assert [h["by_status"] for h in listed] == [True, True, False], listed
+
+
+class TestTheDaemonsOwnName:
+    """SPEC §6 (Safety): what a session sends is framed "as coming from another session
+    of the same user". The daemon's own notices come from ``meshd``; a session could
+    register under that id, and whatever it sent was framed as a notice of the mesh
+    daemon ("a notice about your sessions, not from you"), the words reserved for what
+    the daemon itself says. The id is the daemon's: registering it is -32602."""
+
+    def test_registering_the_daemon_s_sender_id_is_refused(self, daemon: Any) -> None:
+        with Client(daemon.socket, timeout=10) as c:
+            reply = c.call(
+                "session.register", {"session_id": "meshd", "task": "t", "liveness": "heartbeat"}
+            )
+            assert reply["error"]["code"] == -32602, reply
+            assert reply["error"]["data"]["path"] == "$.session_id", reply
+            assert "meshd" in reply["error"]["message"], reply
+            listed = c.call("session.list", {})["result"]["sessions"]
+        assert listed == [], listed

@@ -21,7 +21,7 @@ from meshd.domains.listing import Listing, claim_infos, ms, session_info
 from meshd.pidwatch import alive, start_time
 from meshd.ports import FleetAccess
 from meshd.protocol import methods as m
-from meshd.protocol.contract import REPORTED, rfc3339
+from meshd.protocol.contract import DAEMON_SENDER, REPORTED, rfc3339
 from meshd.protocol.errors import IdInUse, InvalidParams, MeshError
 from meshd.service import Conn, Service
 from meshd.store.sessions import load_sessions
@@ -59,6 +59,7 @@ class SessionHandlers(Domain):
     async def register(self, p: m.RegisterParams, conn: Conn) -> m.RegisterResult:
         svc = self.svc
         st = svc.state.settings
+        not_the_daemon(p.session_id)
         if not st.enabled:
             sid = p.session_id or svc.state.registry.new_id(p.source)
             return m.RegisterResult(session_id=sid, disabled=True, liveness=p.liveness)
@@ -262,3 +263,14 @@ class SessionHandlers(Domain):
                     return (await self.view.sessions([info], whole=True))[0]
         s = self.svc.state.registry.named(p.session_id)  # the session shown, not a caller
         return self.info(s, clock.monotonic(), clock.now())
+
+
+def not_the_daemon(sid: str | None) -> None:
+    """Refuse the daemon's own sender name as a session id: what a session sends is
+    framed as another session's (SPEC §6), never as the daemon's notices."""
+    if sid == DAEMON_SENDER:
+        raise InvalidParams(
+            f"{DAEMON_SENDER!r} is the mesh daemon's own name (the sender of its notices); "
+            "choose another session id",
+            {"path": "$.session_id"},
+        )

@@ -110,7 +110,8 @@ class ReloadResult(Result):
 
 
 class RegisterParams(Params):
-    """Register (or refresh) a session. Over-long fields are refused with ``TOO_LARGE``."""
+    """Register (or refresh) a session. Over-long fields are refused with ``TOO_LARGE``;
+    the id ``meshd`` (the sender of the daemon's own notices) with -32602."""
 
     session_id: SessionId | None = None
     source: str = "shell"
