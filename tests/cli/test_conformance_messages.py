@@ -4,9 +4,10 @@ daemon and socket; each test a defect found that way (docs/CONFORMANCE.md)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
-from tests.support import Client
+from tests.support import Client, wait_for
 
 from .conftest import Meshctl
 from .test_conformance_audit import (  # first audit's
@@ -126,3 +127,29 @@ class TestInboxPrintsEveryUnreadItem:
         finally:
             follower.stop()
         assert texts == [f"message {n}" for n in range(1, 151)]
+
+
+def test_a_reply_to_a_daemon_notice_says_notices_take_none(
+    meshctl: Meshctl, daemon: Daemon
+) -> None:
+    """``meshctl reply ID`` to a notice in the inbox (a claim that expired) answered "no
+    session meshd in profile test" with the hint to register a session: the reply was
+    addressed to the daemon's sender name as if it were a session. It is refused as a
+    notice (MESSAGE_REFUSED, ``data.reason: "notice"``, exit 1), nothing sent."""
+    register(meshctl, daemon, "cli:n")
+    ok(meshctl("claim", "res:n", "--ttl", "0.1", env=as_(daemon, "cli:n")))
+
+    def notice() -> Any:
+        items = ok(meshctl("inbox", "--peek", "--json", env=as_(daemon, "cli:n"))).json()
+        return next((i for i in items if i["kind"] == "notice"), None)
+
+    found = wait_for(notice, what="the expiry notice in the inbox")
+
+    human = meshctl("reply", str(found["id"]), "thanks", env=as_(daemon, "cli:n"))
+    assert human.code == 1, human
+    assert "notice from the mesh daemon" in human.err, human
+    assert "no session meshd" not in human.err, human
+    doc = meshctl("reply", str(found["id"]), "thanks", "--json", env=as_(daemon, "cli:n"))
+    error = json.loads(doc.out)["error"]
+    assert error["data"]["code"] == "MESSAGE_REFUSED", error
+    assert error["data"]["reason"] == "notice", error

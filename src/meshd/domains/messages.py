@@ -42,11 +42,12 @@ from meshd.domains.fleet_mail import FleetMail, answer_of
 from meshd.keys import Key, canonical_key, from_canonical, path_key
 from meshd.protocol import fleet_mail as wire
 from meshd.protocol import messages as mm
-from meshd.protocol.contract import rfc3339
+from meshd.protocol.contract import DAEMON_SENDER, rfc3339
 from meshd.protocol.errors import (
     InvalidParams,
     MeshDisabled,
     MeshError,
+    MessageRefused,
     NotFound,
     StorageUnavailable,
 )
@@ -248,14 +249,19 @@ class MessageHandlers(Domain):
             # A param is missing (SPEC §3: -32602 with its path), nothing was looked up.
             raise InvalidParams("give `to`, or `reply_to` to answer a message", {"path": "$.to"})
         known = self.mb.reply_target(sid, reply_to)
-        if known is not None:
-            return known
-        parties = await self._read(lambda db: sm.message_parties(db, reply_to))
-        if parties is None or sid not in parties:
-            # another pair's message is not the replier's to answer, nor to learn of
-            raise NotFound(f"no message {reply_to} to reply to", {"reply_to": reply_to})
-        sender, to = parties
-        return sender if to == sid else to
+        if known is None:
+            parties = await self._read(lambda db: sm.message_parties(db, reply_to))
+            if parties is None or sid not in parties:
+                # another pair's message is not the replier's to answer, nor to learn of
+                raise NotFound(f"no message {reply_to} to reply to", {"reply_to": reply_to})
+            sender, to = parties
+            known = sender if to == sid else to
+        if known == DAEMON_SENDER:  # no session to reply to: the daemon's own notice
+            raise MessageRefused(
+                f"#{reply_to} is a notice from the mesh daemon, which takes no reply",
+                {"session_id": DAEMON_SENDER, "reason": "notice", "reply_to": reply_to},
+            )
+        return known
 
     async def inbox(self, p: mm.InboxParams, conn: Conn) -> mm.InboxResult:
         mb = self.mb
