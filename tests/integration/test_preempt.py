@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sqlite3
 import threading
 from typing import Any
 
@@ -154,6 +155,38 @@ class TestPreempt:
             "res:b",
         }
         assert (resumed["status"], resumed["resources"]) == ("resumed", ["res:a", "res:b"])
+
+    def test_a_steal_from_a_reserved_set_tells_the_paused_session(
+        self, daemon: DaemonHandle
+    ) -> None:
+        """SPEC §5: a steal tells the holders. The holder of a reserved set is the paused
+        session: it is told (an inbox notice and the event), ``previous`` names it, and
+        no notice is stored for the internal holder ``reserved:ID``. (Before: the notice
+        went to ``reserved:low``, which no one reads, and ``previous`` named it.)"""
+        c = setup(daemon, ("low", 0), ("other", 0))
+        sub = Client(daemon)
+        sub.call("events.subscribe", session_id="low")
+        c.call("claim.acquire", session_id="low", resources=["res:x", "res:y"])
+        c.call("session.pause", session_id="low", note="n")
+
+        got = c.call("claim.steal", session_id="other", resources=["res:x"], reason="hotfix")
+        event = None
+        while event is None or event.get("method") != "event":
+            event = json_line(sub)
+        told = inbox(c, "low")
+        with sqlite3.connect(daemon.state_dir / "test.sqlite3") as db:
+            ghost = db.execute("SELECT text FROM messages WHERE to_session LIKE 'reserved:%'")
+            ghosts = ghost.fetchall()
+        sub.close()
+        c.close()
+
+        assert got["previous"]["session_id"] == "low"
+        assert (event["params"]["kind"], event["params"]["by"]) == ("claim.stolen", "other")
+        assert event["params"]["resources"] == ["res:x"]
+        assert len(told) == 1
+        assert "res:x, kept for you in your reserved set" in told[0]
+        assert "stolen by other — hotfix" in told[0]
+        assert ghosts == []
 
     def test_resumed_claims_keep_the_reason_they_were_taken_with(
         self, daemon: DaemonHandle

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from meshd.core.claims.records import Cancelled, EndHow, Fencing, Notice
+from meshd.core.claims.records import RESERVED_HOW, Cancelled, EndHow, Fencing, Notice
 from meshd.core.claims.table import ClaimTable
 from meshd.core.clock import Clock
 from meshd.core.mail.mailbox import Mailbox
@@ -293,6 +293,13 @@ def loss_text(n: Notice) -> str:
     """The durable notice: "your claim on file:/x (token 12) was stolen by B — hotfix"."""
     keys = ", ".join(n.resources)
     what = f"your claim on {keys} (token {n.token})"
+    if n.kind == "stolen" and n.how == RESERVED_HOW:
+        text = (
+            f"{keys}, kept for you in your reserved set while you are paused, was stolen "
+            f"by {n.by or 'another session'}"
+        )
+        text += f" — {n.reason}" if n.reason else ""
+        return text + "; resume waits until it is free again"
     if n.kind == "stolen":
         text = f"{what} was stolen by {n.by or 'another session'}"
         return text + (f" — {n.reason}" if n.reason else "")

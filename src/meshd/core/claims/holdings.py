@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from meshd.core.claims.path_trie import PathTrie
-from meshd.core.claims.records import CLEAN_ENDS, MAX_PREVIOUS, Previous
+from meshd.core.claims.records import CLEAN_ENDS, MAX_PREVIOUS, RESERVED, Previous
 
 if TYPE_CHECKING:
     from meshd.core.claims.records import Claim
@@ -60,7 +60,9 @@ class Holdings(Generic[W]):
         self.previous.pop(claim.resource, None)
         if how in CLEAN_ENDS:
             return
-        self.previous[claim.resource] = Previous(claim.resource, claim.session_id, how, at)
+        # a reserved set's holder is named as its paused session, never as ``reserved:ID``
+        who = claim.session_id.removeprefix(RESERVED)
+        self.previous[claim.resource] = Previous(claim.resource, who, how, at)
         if len(self.previous) > MAX_PREVIOUS:
             del self.previous[next(iter(self.previous))]
 

@@ -43,6 +43,8 @@ from meshd.core.claims.path_trie import PathTrie
 from meshd.core.claims.queue import Request, Waiter, WaitQueue
 from meshd.core.claims.records import (
     CLEAN_ENDS,
+    RESERVED,
+    RESERVED_HOW,
     Cancelled,
     Claim,
     ClaimStatistics,
@@ -232,7 +234,13 @@ class ClaimTable:
         victims, _, _ = self._conflicts.blockers(req, None, 0)
         for claim in victims:
             self._drop(claim, "steal", now_wall, how="stolen", by=session_id, reason=reason)
-        self.outbox.losses(victims, "stolen", now_wall, how="stolen", by=session_id, reason=reason)
+        held = [c for c in victims if not c.session_id.startswith(RESERVED)]
+        self.outbox.losses(held, "stolen", now_wall, how="stolen", by=session_id, reason=reason)
+        if kept := [c for c in victims if c.session_id.startswith(RESERVED)]:
+            # a reserved set's holder is its paused session: it is the one told (SPEC §5)
+            owners = [replace(c, session_id=c.session_id.removeprefix(RESERVED)) for c in kept]
+            self.outbox.losses(owners, "stolen", now_wall, how=RESERVED_HOW, by=session_id,
+                               reason=reason)  # fmt: skip
         granted = self._grant(req, now_mono, now_wall, how="steal", token=token)
         self._settle()
         return replace(granted, stolen=tuple(victims))
