@@ -119,6 +119,30 @@ class TestOnce:
 
         assert run.code == 9, run
 
+    @pytest.mark.parametrize(
+        "form",
+        [
+            ["--key", "k", "--resolve", "k", "done", "--", "sh", "-c", "echo ran"],
+            ["--resolve", "k", "free", "--", "sh", "-c", "echo ran"],
+            ["--list", "--key", "k", "--", "sh", "-c", "echo ran"],
+            ["--resolve", "k", "done", "--ttl", "60"],
+            ["--resolve", "k", "done", "--held-exit", "9"],
+            ["--resolve", "k", "done", "--list"],
+        ],
+    )
+    def test_the_three_forms_are_alternatives(
+        self, form: list[str], meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §9: ``once --key K [--ttl S] -- COMMAND… | once --resolve K done|free``.
+        Given together, ``--resolve`` (or ``--list``) won silently: COMMAND did not run,
+        the key was settled by hand, and once exited 0 (fails before)."""
+        run = meshctl("once", *form, env=daemon.env)
+
+        assert run.code == 2, run
+        assert "do not go together" in run.err, run
+        assert "ran" not in run.out, run
+        assert states(meshctl, daemon.env) == {}
+
     def test_a_live_running_key_cannot_be_resolved_by_hand(
         self, meshctl: Meshctl, daemon: Daemon, short_tmp: Path
     ) -> None:

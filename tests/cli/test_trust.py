@@ -76,6 +76,14 @@ class TestBadBytesAndNumbers:
             ["sessions", "ask", "cli:x", "hi", "--timeout", "nan"],
             ["register", "--task", "t", "--expire-after", "inf"],
             ["job", "wait", "backup", "--timeout", "nan"],
+            # signal wait --timeout inf waited for ever, nan was refused as wire JSON
+            ["signal", "wait", "sig-x", "--timeout", "inf"],
+            ["signal", "wait", "sig-x", "--timeout", "1e400"],
+            ["signal", "wait", "sig-x", "--timeout", "nan"],
+            ["signal", "wait", "sig-x", "--timeout", "31536001"],
+            ["once", "--key", "k", "--ttl", "inf", "--", "true"],
+            ["once", "--key", "k", "--ttl", "nan", "--", "true"],
+            ["once", "--key", "k", "--ttl", "31536001", "--", "true"],
         ],
     )
     def test_non_finite_numbers_are_usage_errors(

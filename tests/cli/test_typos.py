@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.cli.conftest import Meshctl
 
 
@@ -174,3 +175,22 @@ class TestBlankTask:
         assert "--task is empty" in r.err
         shown = meshctl("sessions", "show", me, "--json", env=env).json()
         assert shown["task"] == "t"
+
+
+@pytest.mark.parametrize("option", ["--id", "--parent"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_register_refuses_an_empty_id_or_parent(
+    option: str, value: str, meshctl: Meshctl, daemon: Any, mesh_env: Any
+) -> None:
+    """``--id "$ID"`` with ID unset: the daemon was sent no id and the CLI said "this
+    method acts for a session, and none was given", with the hint to run ``meshctl
+    register`` (exit 1); ``--parent ''`` registered an orphan without a word. Both are
+    usage errors that say the value is empty and what leaving it out does (fails before)."""
+    env = mesh_env.env
+
+    r = meshctl("register", "--task", "t", "--liveness", "heartbeat", option, value, env=env)
+
+    assert r.code == 2, r
+    assert f"Invalid value for {option}: must not be empty" in r.err, r
+    assert r.out == ""
+    assert meshctl("sessions", "active", "--json", env=env).json() == []

@@ -276,6 +276,8 @@ def _register_kwargs(opts: dict[str, Any]) -> dict[str, Any] | None:
         return None  # --task is required; --slot needs --parent
     if not opts["task"].strip():
         return None  # click says --task is empty
+    if any(k in opts and not opts[k].strip() for k in ("session_id", "parent")):
+        return None  # click says --id or --parent is empty
     if "expire_after" in opts and opts.get("liveness") != "heartbeat":
         return None  # --expire-after needs --liveness heartbeat
     if opts.get("liveness", "process") not in ("process", "heartbeat"):

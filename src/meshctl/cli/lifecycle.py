@@ -120,6 +120,12 @@ def register(
       export MESH_SESSION=$(meshctl register --task 'refactor auth')
       meshctl register --task 'nightly import' --source cron --liveness heartbeat --json
     """
+    for given, option, otherwise in (
+        (session_id, "--id", "leave --id out to get a generated id"),
+        (parent, "--parent", "leave --parent out for a session with no parent"),
+    ):
+        if given is not None and not given.strip():  # ``--id "$ID"`` with ID unset
+            raise click.BadParameter(f"must not be empty ({otherwise})", param_hint=option)
     if slot is not None and parent is None:
         raise click.UsageError("--slot needs --parent (a slot is a place under a parent)")
     if expire_after is not None and liveness != "heartbeat":

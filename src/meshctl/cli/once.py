@@ -36,6 +36,7 @@ import click
 from meshctl.cli import _output, _time
 from meshctl.cli._context import State, common_options, get_state
 from meshctl.cli._own import OwnSession
+from meshctl.cli._params import Seconds
 from meshctl.cli.run import _Guard, _run_unguarded
 from meshd.protocol.errors import MeshError
 
@@ -103,7 +104,7 @@ class OnceCommand(click.Command):
 )
 @common_options
 @click.option("--key", "key", metavar="K", help="The side effect's key (report:2026-11-29).")
-@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), metavar="S",
+@click.option("--ttl", type=Seconds(open_min=True), metavar="S",
               help="Forget a done record after S seconds (K may run again).")  # fmt: skip
 @click.option(
     "--held-exit", type=click.IntRange(0, 255), default=_output.EXIT_TEMPFAIL,
@@ -133,6 +134,7 @@ def once(
     """
     if since is not None and not listing:
         raise click.UsageError("--since goes with --list")
+    _one_form(listing, resolve, key, ttl, command)
     if listing:
         return _list(since)
     if resolve:
@@ -140,6 +142,38 @@ def once(
     if not key or not command:
         raise click.UsageError("give --key K -- COMMAND…, --resolve K done|free, or --list")
     return _run(key, ttl, held_exit, list(command))
+
+
+def _one_form(
+    listing: bool,
+    resolve: tuple[str, str] | None,
+    key: str | None,
+    ttl: float | None,
+    command: tuple[str, ...],
+) -> None:
+    """The three forms are alternatives (SPEC §9 ``once --key K … -- COMMAND… | once
+    --resolve K done|free``): ``--resolve`` or ``--list`` given with the run form's
+    ``--key``, ``--ttl``, ``--held-exit`` or COMMAND is a usage error. Taken silently, the
+    person's COMMAND did not run and once exited 0."""
+    ctx = click.get_current_context()
+    held_exit = ctx.get_parameter_source("held_exit") is not click.core.ParameterSource.DEFAULT
+    run_form = [
+        name
+        for name, given in (
+            ("--key", key is not None),
+            ("--ttl", ttl is not None),
+            ("--held-exit", held_exit),
+            ("COMMAND", bool(command)),
+        )
+        if given
+    ]
+    other = [name for name, given in (("--list", listing), ("--resolve", resolve)) if given]
+    if len(other) > 1 or (other and run_form):
+        both = " and ".join([*other, *run_form][:2])
+        raise click.UsageError(
+            f"{both} do not go together: give --key K -- COMMAND… to run, "
+            "--resolve K done|free to settle a key, or --list"
+        )
 
 
 def _run(key: str, ttl: float | None, held_exit: int, argv: list[str]) -> int:
