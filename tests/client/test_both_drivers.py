@@ -234,3 +234,39 @@ async def test_fail_open(mesh_env: Any, driver: str) -> None:
         got = await unreachable(a)
 
     assert got == (False, (True, False), None, [], None, None, None, [], False, None)
+
+
+# --- a set that takes in a key the session held already --------------------------------
+
+
+async def set_over_a_held_key(s: Any, other: Any, lose: bool) -> Any:
+    """The session holds res:a, then claims {res:a, res:b}: res:a keeps its token, res:b
+    gets the new one (SPEC §5: a held key keeps its token). The handle validates each
+    key against its own token and turns lost when the kept key is stolen. (Before: it
+    validated res:a against res:b's token, said False and turned lost with nothing
+    lost; and a steal of res:a never made it lost.)"""
+    first = await do(s.claim("res:a"))
+    both = await do(s.claim("res:a", "res:b"))
+    valid = await do(both.validate())
+    lost_before = both.lost
+    if lose:
+        await anyio.to_thread.run_sync(steal, other, "res:a")
+        with anyio.move_on_after(60):
+            while not both.lost:
+                await anyio.sleep(0.02)
+    tokens = {c["resource"]: c["token"] for c in both.claims}
+    return (valid, lost_before, both.lost, first.lost, tokens["res:a"] == first.token)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("lose", [False, True])
+@pytest.mark.parametrize("driver", ["blocking", "async"])
+async def test_a_set_over_a_held_key_keeps_each_token(other: Any, driver: str, lose: bool) -> None:
+    if driver == "async":
+        async with AsyncMesh() as mesh, mesh.session(task="t") as s:
+            got = await set_over_a_held_key(s, other, lose)
+    else:
+        with Mesh() as bmesh, bmesh.session(task="t") as bs:
+            got = await set_over_a_held_key(bs, other, lose)
+
+    assert got == (True, False, lose, lose, True)

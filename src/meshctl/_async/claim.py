@@ -39,18 +39,22 @@ class AsyncClaim(_session.ClaimRecord):
         self.session = session
         super().__init__(session._core, result, requested, guarded=guarded)
 
-    def _noticed(self, keys: list[str]) -> bool:
-        """A claim-loss event for our token among the events the session's connection
+    def _noticed(self, token: int | None, keys: list[str]) -> bool:
+        """A claim-loss event for ``token`` among the events the session's connection
         kept aside; heartbeats report losses either way."""
-        return self.session.mesh._pushed_loss(self.token, keys)
+        return self.session.mesh._pushed_loss(token, keys)
 
     async def validate(self) -> bool:
-        """Ask the daemon whether our token still holds every key of the set (fencing)."""
+        """Ask the daemon whether every key of the set is still held under its token
+        (fencing; a key held before this call keeps its own token: :attr:`tokens`)."""
         if not self.granted or not self.guarded:
             return self.granted
         call = self.session.mesh.call
         return self._validated(
-            [await call(_claims.VALIDATE, {"resource": k, "token": self.token}) for k in self.keys]
+            [
+                await call(_claims.VALIDATE, {"resource": k, "token": t})
+                for k, t in self.tokens.items()
+            ]
         )
 
     async def release(self) -> list[str]:

@@ -327,8 +327,10 @@ class ClaimRecord:
 
     ``granted``: the whole set is held. ``holders``: who held it when it was not.
     ``token``: the set's fencing token (pass it along to whatever checks
-    ``claim.validate``). ``acquired``: the keys (canonical, as the daemon wrote
-    them) this call newly took -- the only ones a release gives back.
+    ``claim.validate``). A key the session held already in the same mode keeps the
+    token it was granted under: :attr:`tokens` gives each key's (SPEC §5).
+    ``acquired``: the keys (canonical, as the daemon wrote them) this call newly
+    took -- the only ones a release gives back.
     ``lost``: True once the session's core knows the claim is gone (a heartbeat
     reported an ``expired``, ``stolen`` or ``lost`` notice, or the token no longer
     validated after the session had to register again, or a validation said so).
@@ -353,7 +355,8 @@ class ClaimRecord:
         #: Why leaving the block could not release what this call acquired (None: it did).
         self.release_failed: str | None = None
         if self.granted and self.guarded:
-            core.granted(self.token, self.keys)
+            for token, keys in self._by_token().items():
+                core.granted(token, keys)
 
     @property
     def keys(self) -> list[str]:
@@ -361,24 +364,42 @@ class ClaimRecord:
         return [str(c.get("resource")) for c in self.claims]
 
     @property
+    def tokens(self) -> dict[str, int | None]:
+        """Each key's fencing token: the set's, or the one a key already held kept."""
+        return {
+            str(c.get("resource")): self.token if c.get("token") is None else int(c["token"])
+            for c in self.claims
+        }
+
+    def _by_token(self) -> dict[int | None, list[str]]:
+        out: dict[int | None, list[str]] = {}
+        for key, token in self.tokens.items():
+            out.setdefault(token, []).append(key)
+        return out
+
+    @property
     def lost(self) -> bool:
         """Whether this claim is known to be gone (see the class docs)."""
         if self._lost or not self.granted or not self.guarded or self._released:
             return self._lost
-        if self._core.is_lost(self.token, self.keys) or self._noticed(self.keys):
+        if any(
+            self._core.is_lost(token, keys) or self._noticed(token, keys)
+            for token, keys in self._by_token().items()
+        ):
             self._lost = True
         return self._lost
 
-    def _noticed(self, keys: list[str]) -> bool:
+    def _noticed(self, token: int | None, keys: list[str]) -> bool:
         """Another way a driver may know of a loss (pushed events); none here."""
         return False
 
     def _validated(self, results: list[Any]) -> bool:
-        """Take ``claim.validate`` results (one per key; None when failing open)."""
+        """Take ``claim.validate`` results (one per key of :attr:`tokens`; None when
+        failing open)."""
         bad = [
-            (key, self.token)
-            for key, r in zip(self.keys, results, strict=True)
-            if r is not None and not r.get("valid", False) and self.token is not None
+            (key, token)
+            for (key, token), r in zip(self.tokens.items(), results, strict=True)
+            if r is not None and not r.get("valid", False) and token is not None
         ]
         if bad:
             self._core.invalid(bad)
