@@ -347,11 +347,12 @@ class AsyncSession:
         self,
         summary: str,
         to: str | None = None,
-        files: Iterable[str] = (),
+        files: str | Iterable[str] = (),
         branch: str | None = None,
-        next_steps: Iterable[str] = (),
+        next_steps: str | Iterable[str] = (),
     ) -> Handoff | None:
-        """Leave a durable handoff (``to``: for one session, else for whoever comes next)."""
+        """Leave a durable handoff (``to``: for one session, else for whoever comes next);
+        a lone string for ``files`` or ``next_steps`` is one file or step."""
         return await self._do(_m.handoff(summary, to, files, branch, next_steps))
 
     async def handoffs(self, all: bool = False) -> list[Handoff]:

@@ -318,20 +318,21 @@ def broadcast(
 def handoff(
     summary: str,
     to: str | None = None,
-    files: Iterable[str] = (),
+    files: str | Iterable[str] = (),
     branch: str | None = None,
-    next_steps: Iterable[str] = (),
+    next_steps: str | Iterable[str] = (),
 ) -> Call[Handoff | None]:
     """``handoff.write``: a durable handoff (``to``: for one session, else for whoever
-    comes next)."""
+    comes next). A lone string for ``files`` or ``next_steps`` is one file or step, not
+    one per character."""
     params: dict[str, Any] = {"summary": summary}
     if to is not None:
         params["to"] = to
-    if paths := [str(f) for f in files]:
+    if paths := _strings(files):
         params["files"] = paths
     if branch is not None:
         params["branch"] = branch
-    if steps := [str(s) for s in next_steps]:
+    if steps := _strings(next_steps):
         params["next_steps"] = steps
     return Call("handoff.write", params, Handoff.from_wire, None)
 
@@ -353,6 +354,14 @@ def _requested(raw: Any) -> RequestedHandoff:
         Handoff.from_wire(raw["handoff"]), str(raw["answered_by"]), bool(raw["timed_out"]),
         float(raw["elapsed_s"]),
     )  # fmt: skip
+
+
+def _strings(values: str | Iterable[str]) -> list[str]:
+    """``values`` as a list of strings; a lone string is one value (a ``str`` is an
+    iterable of strings too: ``"a.py"`` must not become ``["a", ".", "p", "y"]``)."""
+    if isinstance(values, str):
+        return [values] if values else []
+    return [str(v) for v in values]
 
 
 def _ints(key: str) -> Callable[[Any], list[int]]:

@@ -337,11 +337,12 @@ class Session:
         self,
         summary: str,
         to: str | None = None,
-        files: Iterable[str] = (),
+        files: str | Iterable[str] = (),
         branch: str | None = None,
-        next_steps: Iterable[str] = (),
+        next_steps: str | Iterable[str] = (),
     ) -> Handoff | None:
-        """Leave a durable handoff (``to``: for one session, else for whoever comes next)."""
+        """Leave a durable handoff (``to``: for one session, else for whoever comes next);
+        a lone string for ``files`` or ``next_steps`` is one file or step."""
         return self._do(_m.handoff(summary, to, files, branch, next_steps))
 
     def handoffs(self, all: bool = False) -> list[Handoff]:

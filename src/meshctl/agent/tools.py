@@ -245,8 +245,8 @@ def handoff(ctx: Context, args: Doc) -> Any:
     if args.get("to"):
         params["to"] = str(args["to"])
     for key in ("files", "next_steps"):
-        if args.get(key):
-            params[key] = [str(x) for x in args[key]]
+        if value := args.get(key):  # a model's lone string is one file or step, not its letters
+            params[key] = [value] if isinstance(value, str) else [str(x) for x in value]
     return ctx.call("handoff.write", params)
 
 
