@@ -114,19 +114,32 @@ def _unknown_key(path: Path, table: str, name: str) -> ConfigError:
     near = difflib.get_close_matches(name, known, n=1)
     key = f"{table}.{name}" if table else name
     where = f"[{table}]" if table else "the top level"
+    if not table and name in Overrides.__struct_fields__:
+        # ``enabled = false`` on the first line, as SPEC §2's table names the key
+        hint = f"; `{name}` is a setting: put it under a `[defaults]` (or `[profiles.NAME]`) line"
+    else:
+        hint = f"; did you mean `{near[0]}`?" if near else ""
     return ConfigError(
-        f"{path}: key `{key}`: unknown key; expected one of "
-        f"{', '.join(known)} in {where}" + (f"; did you mean `{near[0]}`?" if near else "")
+        f"{path}: key `{key}`: unknown key; expected one of {', '.join(known)} in {where}{hint}"
     )
 
 
 def _finite(path: Path, o: Overrides, prefix: str) -> Overrides:
     """Refuse ``inf`` (TOML has it; ``> 0`` lets it through): it went out on the wire as
-    JSON ``null`` where a number is promised (``session.register``, ``mesh.info``)."""
+    JSON ``null`` where a number is promised (``session.register``, ``mesh.info``).
+    Refuse a ``visible_to_profiles`` entry that is neither ``"*"`` nor a profile name: it
+    could never match (``"work, home"`` in one string, ``"* "``)."""
     for f in o.__struct_fields__:
         value = getattr(o, f)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{path}: key `{prefix}.{f}`: Expected a finite number, got {value}")
+    for name in [] if o.visible_to_profiles is UNSET else o.visible_to_profiles:
+        if name != "*" and not is_profile(name):
+            raise ConfigError(
+                f"{path}: key `{prefix}.visible_to_profiles`: {name!r} is not a profile name "
+                '(1-64 characters from A-Z a-z 0-9 _ . -) nor "*" (every profile); '
+                'list one name a string: ["work", "home"]'
+            )
     return o
 
 
