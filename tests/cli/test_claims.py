@@ -427,6 +427,33 @@ class TestClaimCommands:
         assert free.out.startswith("free:")
         assert "steal res:db" in log.out
 
+    def test_a_broad_claim_can_be_stolen_and_run_under_broad(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §5: `file:/` and the home folder are refused "unless --broad is given";
+        the refusal says "pass --broad". `steal` and `run --res` take it too, as `claim`
+        and `preempt` do. (Before: "No such option '--broad'", exit 2, so a claim on
+        `file:/` could not be stolen from the command line.)"""
+        a = register(meshctl, daemon.env)
+        b = register(meshctl, daemon.env)
+        env_a = {**daemon.env, "MESH_SESSION": a}
+        env_b = {**daemon.env, "MESH_SESSION": b}
+        ok(meshctl("claim", "file:/", "--broad", env=env_a))
+
+        refused = meshctl("steal", "file:/", "--reason", "stuck", env=env_b)
+        stolen = meshctl("steal", "file:/", "--broad", "--reason", "stuck", env=env_b)
+        ok(meshctl("release", env=env_b))
+        ran = _run(meshctl, daemon.env, "--res", "file:/", "--broad", "--", "true")
+        unbroad = _run(meshctl, daemon.env, "--res", "file:/", "--", "true")
+
+        assert refused.code == 1, refused
+        assert "pass --broad" in refused.err
+        assert stolen.code == 0, stolen
+        assert stolen.out.startswith(f"stole file:/ from {a} (token ")
+        assert ran.code == 0, ran
+        assert unbroad.code == 1, unbroad
+        assert "pass --broad" in unbroad.err
+
 
 def _run(meshctl: Meshctl, env: dict[str, str], *args: str) -> Run:
     return meshctl("run", *args, env=env)

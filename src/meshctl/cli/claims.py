@@ -154,7 +154,8 @@ def check(resources: tuple[str, ...], all_profiles: bool) -> int:
 @click.argument("resources", metavar="RES…", nargs=-1, required=True, shell_complete=complete_paths)
 @click.option("--reason", required=True, metavar="R", help="Why (logged; told to the holders).")
 @click.option("--shared", is_flag=True, help="Take it in shared mode.")
-def steal(resources: tuple[str, ...], reason: str, shared: bool) -> None:
+@click.option("--broad", is_flag=True, help="Allow file:/ or the home folder itself.")
+def steal(resources: tuple[str, ...], reason: str, shared: bool, broad: bool) -> None:
     """Take RES… now: release the conflicting claims and grant them to the session.
 
     Bypasses the queue; logged, and the holders are told.
@@ -165,7 +166,7 @@ def steal(resources: tuple[str, ...], reason: str, shared: bool) -> None:
     """
     state = get_state()
     params = _claims.acquire_params(
-        state.require_session(), list(resources), shared=shared, reason=reason
+        state.require_session(), list(resources), shared=shared, reason=reason, broad=broad
     )
     result = state.call(_claims.STEAL, params)
     if _claims_body.disabled(result):

@@ -134,6 +134,7 @@ class RunCommand(click.Command):
 @click.option(
     "--fail-open", is_flag=True, help="Daemon unreachable: run COMMAND unguarded (and say so)."
 )
+@click.option("--broad", is_flag=True, help="Allow file:/ or the home folder itself.")
 @click.argument("command", nargs=-1, required=True, metavar="-- COMMAND…")
 def run(
     *,
@@ -142,6 +143,7 @@ def run(
     wait: float,
     held_exit: int,
     fail_open: bool,
+    broad: bool,
     command: tuple[str, ...],
 ) -> int:
     """Run COMMAND while holding RES…; exit with COMMAND's status.
@@ -171,7 +173,9 @@ def run(
         try:
             from meshctl.cli._claims_body import acquire
 
-            wanted = _claims.acquire_params(guard.sid, keys, reason=task or "", wait=wait)
+            wanted = _claims.acquire_params(
+                guard.sid, keys, reason=task or "", wait=wait, broad=broad
+            )
             result = acquire(state, wanted, wait)
         except MeshUnavailable as exc:
             if not fail_open:
