@@ -101,3 +101,32 @@ class TestTheDaemonsOwnName:
             assert "meshd" in reply["error"]["message"], reply
             listed = c.call("session.list", {})["result"]["sessions"]
         assert listed == [], listed
+
+
+class TestHandoffToASessionThatTakesNoMessages:
+    """SPEC §6: ``accept_messages = false`` → MESSAGE_REFUSED, and multi-party gateway
+    chats default to it, so no other session's words land in a group chat. A handoff
+    addressed to such a session was stored and dropped into its inbox all the same
+    (kind ``handoff``), where its frontend shows unread items to the model. It is
+    refused as a message to it is; unaddressed handoffs are unchanged."""
+
+    def test_it_is_refused_and_nothing_lands_in_its_inbox(self, daemon: Any) -> None:
+        with Client(daemon.socket, timeout=10) as c:
+            register(c, "cli:w")
+            reply = c.call(
+                "session.register",
+                {"session_id": "gw:group", "task": "t", "liveness": "heartbeat",
+                 "accept_messages": False},
+            )  # fmt: skip
+            assert "result" in reply, reply
+            refused = c.call(
+                "handoff.write", {"session_id": "cli:w", "to": "gw:group", "summary": "hi"}
+            )
+            inbox = c.call("message.inbox", {"session_id": "gw:group", "peek": True})
+            listed = c.call("handoff.list", {"session_id": "gw:group", "all": True})
+            unaddressed = c.call("handoff.write", {"session_id": "cli:w", "summary": "hi"})
+        assert refused["error"]["code"] == -32006, refused
+        assert refused["error"]["data"]["code"] == "MESSAGE_REFUSED", refused
+        assert inbox["result"]["items"] == [], inbox
+        assert listed["result"]["handoffs"] == [], listed
+        assert "result" in unaddressed, unaddressed

@@ -224,7 +224,8 @@ class HandoffInfo(Result, kw_only=True):
 
 
 class HandoffWriteParams(Params):
-    """A durable handoff; ``to`` addresses it (and drops it in that inbox)."""
+    """A durable handoff; ``to`` addresses it (and drops it in that inbox). A live ``to``
+    that does not accept messages refuses it (``MESSAGE_REFUSED``), as it does a message."""
 
     session_id: SessionId
     summary: Text

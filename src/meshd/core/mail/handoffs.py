@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from meshd.core.mail.parts import MailboxParts
 from meshd.core.mail.records import MAX_FILES, Handoff, clip, handoff_text
-from meshd.protocol.errors import InvalidParams, TooLarge
+from meshd.protocol.errors import InvalidParams, MessageRefused, TooLarge
 
 
 class HandoffBook:
@@ -70,6 +70,15 @@ class HandoffBook:
             )
         if to == sender:
             raise InvalidParams("a handoff to oneself is a note", {"path": "$.to"})
+        target = mb.registry.sessions.get(to) if deliver and to is not None else None
+        if target is not None and not target.accept_messages and here:
+            deliver = False  # from another host: kept for its handoff list, never its inbox
+        elif target is not None and not target.accept_messages:  # as a message to it is
+            raise MessageRefused(
+                f"{to} does not accept messages, so it takes no handoff addressed to it; "
+                "leave it unaddressed (for whoever comes next) instead",
+                {"session_id": to},
+            )
         h = Handoff(
             id=self._next_handoff, sender=sender, to=to, summary=summary, files=tuple(files),
             branch=branch, next_steps=tuple(next_steps), created_at=mb.clock.now(),
