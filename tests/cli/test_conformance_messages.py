@@ -153,3 +153,21 @@ def test_a_reply_to_a_daemon_notice_says_notices_take_none(
     error = json.loads(doc.out)["error"]
     assert error["data"]["code"] == "MESSAGE_REFUSED", error
     assert error["data"]["reason"] == "notice", error
+
+
+def test_a_reply_to_a_message_may_be_as_long_as_a_message(meshctl: Meshctl, daemon: Daemon) -> None:
+    """``meshctl reply ID TEXT`` tries ID as an open query first (an answer: at most
+    2 KiB), then as a message (a reply: ``max_body_bytes``, 8 KiB). The daemon measured
+    the text against the answer's limit before it looked the query up, so a 3,000-byte
+    reply to a message was refused "text is 3000 bytes; the limit is 2048"."""
+    register(meshctl, daemon, "cli:a")
+    register(meshctl, daemon, "cli:b")
+    sent = ok(meshctl("send", "cli:b", "please reply", "--json", env=as_(daemon, "cli:a")))
+    long = "r" * 3000
+
+    replied = meshctl("reply", str(sent.json()["id"]), long, "--json", env=as_(daemon, "cli:b"))
+
+    assert replied.code == 0, replied
+    assert replied.json()["kind"] == "message", replied
+    got = ok(meshctl("inbox", "--json", env=as_(daemon, "cli:a"))).json()
+    assert [i["text"] for i in got] == [long]

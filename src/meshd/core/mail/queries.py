@@ -227,13 +227,15 @@ class QueryDesk:
         status (the asker had one already: dropped). Raises :class:`NotFound` for a
         query that is not ``sid``'s, answered or forgotten.
         """
-        self.mb.check_body(text, limit=min(MAX_ANSWER_BYTES, self.mb.settings.max_body_bytes))
         q = self.queries.get(query_id)
         if q is None or q.target != sid or q.answer is not None:
             raise NotFound(
                 f"no open query {query_id} for {sid} (answered already, or too late)",
                 {"query_id": query_id},
             )
+        # Measured once it is known to be an answer: an id that is a message's instead
+        # (`meshctl reply` tries a query first) is replied to under max_body_bytes.
+        self.mb.check_body(text, limit=min(MAX_ANSWER_BYTES, self.mb.settings.max_body_bytes))
         q.answer, q.answered_by = text, by
         if not q.finished:
             self.wake(q.id)
