@@ -6,6 +6,11 @@ systemd runs (the installed ``meshd@P.service``, or ``meshd-P`` started with
 when one of those units is active now (``systemctl --user is-active``), else the file.
 ``-f`` follows (the file is read as it grows; the journal through ``journalctl -f``).
 Never starts a daemon.
+
+``--json`` (SPEC §9: one JSON document on stdout): ``{"profile", "source": "file" |
+"journal", "path", "unit", "lines": [...]}``, the log's lines as text, undecodable
+bytes replaced; with ``-f``, one ``{"line": ...}`` object a line as each is logged (as
+``inbox --follow --json``), the last N lines first.
 """
 
 from __future__ import annotations
@@ -42,27 +47,56 @@ def _active_unit(profile: str) -> str | None:
     return None
 
 
-def _tail(path: Path, lines: int) -> int:
-    """Print the last ``lines`` lines of ``path``; the offset read up to."""
+def _last(path: Path, lines: int) -> tuple[list[str], int]:
+    """The last ``lines`` lines of ``path``, and the offset read up to."""
     with path.open("rb") as f:
         data = f.read()
-    text = data.decode(errors="replace").splitlines()[-lines:]
-    for line in text:
-        _output.echo(_output.safe(line))
-    return len(data)
+    return data.decode(errors="replace").splitlines()[-lines:], len(data)
 
 
-def _follow(path: Path, offset: int) -> None:
+def _json_line(line: str) -> None:
+    """One log line as one JSON object on a line of its own (``-f --json``)."""
+    _output.echo(_output.dump_json({"line": line}))
+
+
+def _follow(path: Path, offset: int, as_json: bool) -> None:
     """Print what is appended to ``path`` from ``offset`` on, until Ctrl-C."""
+    partial = ""
     while True:
         with path.open("rb") as f:
             f.seek(offset)
             chunk = f.read()
         if chunk:
             offset += len(chunk)
-            sys.stdout.write(_output.safe(chunk.decode(errors="replace"), multiline=True))
-            sys.stdout.flush()
+            text = chunk.decode(errors="replace")
+            if as_json:  # whole lines only: a line may be written in two pieces
+                *done, partial = (partial + text).split("\n")
+                for line in done:
+                    _json_line(line)
+            else:
+                sys.stdout.write(_output.safe(text, multiline=True))
+                sys.stdout.flush()
         time.sleep(0.5)
+
+
+def _journal_json(argv: list[str], follow: bool, document: dict[str, str | None]) -> None:
+    """``journalctl``'s lines (``-o cat``) under ``--json``: one document, or with
+    ``-f`` one ``{"line"}`` object a line as they come."""
+    import subprocess
+
+    argv = [*argv, "-o", "cat"]
+    if not follow:
+        done = subprocess.run(argv, capture_output=True, check=False, timeout=60)
+        lines = done.stdout.decode(errors="replace").splitlines()
+        _output.write_json({**document, "lines": lines})
+        return
+    with subprocess.Popen([*argv, "-f"], stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        try:
+            for raw in proc.stdout:
+                _json_line(raw.decode(errors="replace").rstrip("\n"))
+        finally:
+            proc.terminate()
 
 
 @click.command()
@@ -88,6 +122,11 @@ def logs(follow: bool, lines: int) -> None:
     unit = _active_unit(state.profile)
     if unit is not None and shutil.which("journalctl"):
         argv = ["journalctl", "--user", "-u", unit, "-n", str(lines), "--no-pager"]
+        if state.json:
+            document = {"profile": state.profile, "source": "journal", "path": None, "unit": unit}
+            with contextlib.suppress(KeyboardInterrupt):
+                _journal_json(argv, follow, document)
+            return
         os.execvp("journalctl", [*argv, "-f"] if follow else argv)
     path = Path(_paths.state_dir_str()) / f"{state.profile}.log"
     if not path.exists():
@@ -96,7 +135,18 @@ def logs(follow: bool, lines: int) -> None:
             "unit runs its daemon", "NOT_FOUND", data={"path": str(path)},
             hint="a daemon meshctl starts logs there; `meshctl daemon start` starts one",
         )  # fmt: skip
-    offset = _tail(path, lines)
+    last, offset = _last(path, lines)
+    if state.json and not follow:
+        _output.write_json(
+            {"profile": state.profile, "source": "file", "path": str(path), "unit": None,
+             "lines": last}
+        )  # fmt: skip
+        return
+    for line in last:
+        if state.json:
+            _json_line(line)
+        else:
+            _output.echo(_output.safe(line))
     if follow:
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a follow quietly
-            _follow(path, offset)
+            _follow(path, offset, state.json)
