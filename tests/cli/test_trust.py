@@ -380,6 +380,21 @@ class TestInboxMarksReadOnlyWhatWasRead:
         assert b"stay unread" in done.stderr
         assert len(self._unread(meshctl, env)) >= 11
 
+    def test_peek_says_nothing_was_marked_read(
+        self, meshctl: Meshctl, inbox_of_12: tuple[dict[str, str], list[int]]
+    ) -> None:
+        """`meshctl inbox --peek | head -c 50` marks nothing read, and the note said
+        "it took 1 of 12 item(s) (marked read)" (fails before)."""
+        env, ids = inbox_of_12
+        cmd = f'"{sys.executable}" -m meshctl.cli inbox --peek | head -c 50; exit "${{PIPESTATUS[0]}}"'
+
+        done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, check=False)
+
+        assert done.returncode == 1, done
+        assert b"marked read)" not in done.stderr, done.stderr
+        assert b"--peek: none was marked read" in done.stderr, done.stderr
+        assert self._unread(meshctl, env) == ids
+
     def test_reader_leaves_inside_the_second_item(
         self, meshctl: Meshctl, inbox_of_12: tuple[dict[str, str], list[int]]
     ) -> None:

@@ -100,8 +100,10 @@ def inbox(every: bool, peek: bool, follow: bool, respond: bool, since: float | N
         state.call("message.ack", {"session_id": sid, "ids": unread})
     if len(taken) < len(items):
         left = len(items) - len(taken)
-        took = f"it took {len(taken)} of {len(items)} item(s) (marked read)"
-        raise _output.ReaderGone(f"{took}; {left} stay unread")
+        took = f"it took {len(taken)} of {len(items)} item(s)"
+        if peek:  # nothing was acked
+            raise _output.ReaderGone(f"{took}; --peek: none was marked read")
+        raise _output.ReaderGone(f"{took} (marked read); {left} stay unread")
     more = int(result.get("unread") or 0) - len(fetched)
     if more > 0 and not every:  # past one page: said, never silently left out
         _output.note(f"{more} more unread item(s) wait; run `meshctl inbox` again for them")
