@@ -56,8 +56,10 @@ def test_an_addressee_that_ended_is_not_the_caller_s_own_expiry(
     assert error["data"]["session_id"] == "cli:gone", error
     assert error["data"]["caller"] is False, error
 
-    still = meshctl("send", "cli:gone", "x", env=as_(daemon, "cli:gone"))
-    assert "register again" in still.err, still  # its own session: register again
+    for own in (("send", "cli:me", "x"), ("whoami",)):  # its own session: register again
+        still = meshctl(*own, env=as_(daemon, "cli:gone"))
+        assert "register again" in still.err, still
+        assert "MESH_SESSION" in still.err, still
 
 
 def fill_inbox(daemon: Daemon, count: int) -> None:

@@ -95,7 +95,21 @@ def check_live(state: Any, sid: str) -> str:
     kind), or ``UNKNOWN_SESSION`` naming the matches or the closest: for the commands
     whose daemon call would take an unknown id silently (``register --parent``,
     ``handoff write --to``). One ``session.get`` when the id is exact."""
-    return str(state.call("session.get", {"session_id": sid}).get("session_id") or sid)
+    return str(named(state, sid).get("session_id") or sid)
+
+
+def named(state: Any, sid: str) -> Any:
+    """``session.get`` of ``sid``, a session the command names but does not act for: if
+    it ended, the error says so (``data.caller`` false) instead of telling the caller
+    to register again, as it would for the caller's own session."""
+    from meshd.protocol.errors import SessionExpired
+
+    try:
+        return state.call("session.get", {"session_id": sid})
+    except SessionExpired as exc:
+        exc.message = f"session {exc.data.get('session_id', sid)} {exc.data.get('reason', 'ended')}"
+        exc.data["caller"] = False
+        raise
 
 
 def resolve(error: MeshError, params: Any, live: Callable[[], list[str]]) -> str | None:

@@ -175,8 +175,10 @@ def show(session_id: str) -> None:
             exit_code=_output.EXIT_USAGE, data={"path": "$.session_id", "argument": "ID"},
             hint="see `meshctl sessions show --help`; ids: `meshctl sessions active`",
         )  # fmt: skip
+    from meshctl.cli._ids import named
+
     state = get_state()
-    info = state.call("session.get", {"session_id": session_id})
+    info = named(state, session_id)  # the session shown: its end is not the caller's
     _output.emit(state.json, info, lambda: render_one(_output.clean(info)))
 
 

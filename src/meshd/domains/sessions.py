@@ -261,7 +261,7 @@ class SessionHandlers(Domain):
             for info in fleet.remote_sessions():
                 if info.session_id == p.session_id:  # another host's
                     return (await self.view.sessions([info], whole=True))[0]
-        s = self.svc.state.registry.named(p.session_id)  # the session shown, not a caller
+        s = self.svc.state.registry.get(p.session_id)
         return self.info(s, clock.monotonic(), clock.now())
 
 

@@ -156,7 +156,7 @@ class UnknownSession(MeshError):
 
 class SessionExpired(MeshError):
     """The session existed but expired or ended: register again if it was the caller's
-    own (``data.caller`` false: the addressee or the session asked about ended)."""
+    own (``data.caller`` false: the addressee of a message, query or handoff ended)."""
 
     code = -32002
     data_code = "SESSION_EXPIRED"

@@ -231,9 +231,9 @@ class Registry:
 
     def named(self, sid: str, then: str = "") -> Session:
         """The live session ``sid`` that a call names but does not act for (a message's,
-        query's or handoff's addressee, the session ``session.get`` shows): as
-        :meth:`get`, but an ended one is said not to be the caller's (``data.caller``
-        false), who has nothing to register again; ``then`` says what that means."""
+        query's or handoff's addressee): as :meth:`get`, but an ended one is said not to
+        be the caller's (``data.caller`` false), who has nothing to register again;
+        ``then`` says what that means."""
         s = self.sessions.get(sid)
         if s is None and sid in self.ended:
             raise SessionExpired(
