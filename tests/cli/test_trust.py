@@ -100,6 +100,28 @@ class TestBadBytesAndNumbers:
         assert "Invalid value for '--" in run.err
 
     @pytest.mark.parametrize(
+        ("args", "option"),
+        [
+            (["prioritize", "cli:x", "--rank", "high"], "--rank"),
+            (["register", "--task", "t", "--pid", "self"], "--pid"),
+            (["handoff", "show", "latest"], "HID"),
+            (["signal", "wait", "sig-x", "--after", "last"], "--after"),
+            (["once", "--key", "k", "--held-exit", "x", "--", "true"], "--held-exit"),
+        ],
+    )
+    def test_a_word_for_a_number_says_a_whole_number(
+        self, args: list[str], option: str, meshctl: Meshctl, offline_env: OfflineEnv
+    ) -> None:
+        """An id, a rank, a pid or an exit status is one whole number; a word there was
+        refused as "'high' is not a valid integer range" (fails before)."""
+        run = meshctl(*args, env={**offline_env.env, "MESH_SESSION": "cli:me"})
+
+        assert run.code == 2, run
+        assert f"Invalid value for '{option}': " in run.err, run
+        assert "is not a valid whole number" in run.err, run
+        assert "integer range" not in run.err, run
+
+    @pytest.mark.parametrize(
         ("args", "shown"),
         [
             (["call", "mesh.ping", '{"x": NaN}'], "NaN"),

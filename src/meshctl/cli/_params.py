@@ -89,6 +89,13 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]
         return "S"
 
 
+class Whole(click.IntRange):
+    """click's ``IntRange``, refusing in a user's words: ``'abc' is not a valid whole
+    number`` (click says "integer range", though one number was asked for)."""
+
+    name = "whole number"
+
+
 def argument_for(path: str, ctx: click.Context | None) -> str | None:
     """The CLI argument a wire path (``$.text``, ``$.resources[0]``) came from, if any."""
     match = _PATH_RE.match(path or "")

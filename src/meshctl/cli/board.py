@@ -30,6 +30,7 @@ import click
 
 from meshctl.cli import _claims_body, _output, _time
 from meshctl.cli._context import Group, common_options, complete_paths, get_state
+from meshctl.cli._params import Whole
 
 #: Old names that still work, hidden from the help: ``changes`` differed from
 #: ``changed`` by one letter.
@@ -126,9 +127,7 @@ def changed(paths: tuple[str, ...], summary: str) -> None:
 @click.argument("path", metavar="[PATH]", required=False, shell_complete=complete_paths)
 @click.option("--all", "every", is_flag=True, help="Every project's changed files.")
 @_time.since_option("changes")
-@click.option(
-    "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, metavar="N"
-)
+@click.option("--limit", type=Whole(1, 10_000), default=100, show_default=True, metavar="N")
 def files(path: str | None, every: bool, since: float | None, limit: int) -> None:
     """Recent changed files of PATH's project (default: the cwd's), newest last.
 
@@ -200,7 +199,7 @@ def render_show(result: Mapping[str, Any]) -> str:
 @board.command()
 @common_options
 @click.argument("project", metavar="[PROJECT|PATH]", required=False)
-@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True, metavar="N")
+@click.option("--limit", type=Whole(1, 1000), default=20, show_default=True, metavar="N")
 @_time.since_option("posts and changes")
 def show(project: str | None, limit: int, since: float | None) -> None:
     """The whole board: progress, pitfalls, changed files, who is present and watching.

@@ -25,6 +25,7 @@ import click
 from meshctl._core import env as _env
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, get_state
+from meshctl.cli._params import Whole
 
 TYPE_CHECKING = False  # --help loads this module: shutil, subprocess, pathlib when run
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def _journal_json(argv: list[str], follow: bool, document: dict[str, str | None]
 @click.command()
 @common_options
 @click.option("-f", "--follow", is_flag=True, help="Keep printing what is logged.")
-@click.option("-n", "--lines", type=click.IntRange(1, 1_000_000), default=50, show_default=True,
+@click.option("-n", "--lines", type=Whole(1, 1_000_000), default=50, show_default=True,
               metavar="N", help="How many of the last lines to print.")  # fmt: skip
 def logs(follow: bool, lines: int) -> None:
     """The daemon's log: the file in the state folder, or the user journal when systemd

@@ -25,7 +25,7 @@ import click
 
 from meshctl.cli import _output, _time
 from meshctl.cli._context import Group, common_options, complete_sessions, get_state
-from meshctl.cli._params import Seconds
+from meshctl.cli._params import Seconds, Whole
 from meshctl.cli.messages import indent, label
 from meshd.protocol.errors import NotFound
 
@@ -233,7 +233,7 @@ def list_(every: bool, since: float | None) -> None:
 
 @handoff.command()
 @common_options
-@click.argument("handoff_id", metavar="HID", type=click.IntRange(min=1))
+@click.argument("handoff_id", metavar="HID", type=Whole(min=1))
 def show(handoff_id: int) -> None:
     """One handoff in full.
 

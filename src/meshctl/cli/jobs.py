@@ -30,7 +30,7 @@ from meshctl import _claims
 from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import Leaving, own_params
-from meshctl.cli._params import Seconds
+from meshctl.cli._params import Seconds, Whole
 from meshd.protocol.errors import MeshError, MeshUnavailable
 
 
@@ -129,7 +129,7 @@ class JobRunCommand(click.Command):
 @common_options
 @click.option(
     "--held-exit",
-    type=click.IntRange(0, 255),
+    type=Whole(0, 255),
     default=_output.EXIT_TEMPFAIL,
     show_default=True,
     metavar="N",

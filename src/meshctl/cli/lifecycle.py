@@ -26,7 +26,7 @@ import click
 from meshctl.cli import _lifecycle_body
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._lifecycle_body import STATUSES, register_params
-from meshctl.cli._params import Seconds
+from meshctl.cli._params import Seconds, Whole
 
 __all__ = ["STATUSES", "end", "heartbeat", "register", "register_params"]
 
@@ -56,7 +56,7 @@ def _task(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
 @click.option("--source", metavar="S", help="cli, cron, shell, worker … (daemon default: shell).")
 @click.option(
     "--pid",
-    type=click.IntRange(min=1),
+    type=Whole(min=1),
     metavar="P",
     help="Process the session lives with (default: the caller of meshctl).",
 )

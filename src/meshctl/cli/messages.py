@@ -26,7 +26,7 @@ import click
 
 from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, complete_sessions, get_state
-from meshctl.cli._params import Seconds
+from meshctl.cli._params import Seconds, Whole
 from meshd.protocol import contract
 from meshd.protocol.contract import DAEMON_SENDER
 
@@ -193,7 +193,7 @@ def send(to: str, text: tuple[str, ...]) -> None:
 
 @click.command()
 @common_options
-@click.argument("msg_id", metavar="MSG_ID", type=click.IntRange(min=1))
+@click.argument("msg_id", metavar="MSG_ID", type=Whole(min=1))
 @click.argument("text", metavar="TEXT…", nargs=-1, required=True)
 def reply(msg_id: int, text: tuple[str, ...]) -> None:
     """Answer query MSG_ID, or reply to message MSG_ID.

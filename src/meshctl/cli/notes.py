@@ -24,6 +24,7 @@ import click
 
 from meshctl.cli import _claims_body, _output, _time
 from meshctl.cli._context import common_options, get_state
+from meshctl.cli._params import Whole
 
 
 def render_list(entries: Sequence[Mapping[str, Any]], reader: str | None) -> str:
@@ -95,9 +96,7 @@ def rm(note_id: str) -> None:
 @notes.command(name="list")
 @common_options
 @click.argument("author", metavar="[ID]", required=False)
-@click.option(
-    "--limit", type=click.IntRange(1, 10_000), default=200, show_default=True, metavar="N"
-)
+@click.option("--limit", type=Whole(1, 10_000), default=200, show_default=True, metavar="N")
 @_time.since_option("notes")
 def list_(author: str | None, limit: int, since: float | None) -> None:
     """Notes you may read (ID: only that session's notebook), oldest first.

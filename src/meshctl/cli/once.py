@@ -36,7 +36,7 @@ import click
 from meshctl.cli import _output, _time
 from meshctl.cli._context import State, common_options, get_state
 from meshctl.cli._own import OwnSession
-from meshctl.cli._params import Seconds
+from meshctl.cli._params import Seconds, Whole
 from meshctl.cli.run import _Guard, _run_unguarded
 from meshd.protocol.errors import MeshError
 
@@ -107,7 +107,7 @@ class OnceCommand(click.Command):
 @click.option("--ttl", type=Seconds(open_min=True), metavar="S",
               help="Forget a done record after S seconds (K may run again).")  # fmt: skip
 @click.option(
-    "--held-exit", type=click.IntRange(0, 255), default=_output.EXIT_TEMPFAIL,
+    "--held-exit", type=Whole(0, 255), default=_output.EXIT_TEMPFAIL,
     show_default=True, metavar="N", help="Exit status when K is not free.",
 )  # fmt: skip
 @click.option("--resolve", nargs=2, metavar="K done|free", help="Settle K by hand.")

@@ -47,7 +47,7 @@ from meshctl._core import env as _env
 from meshctl.cli import _output
 from meshctl.cli._context import common_options, complete_paths, get_state
 from meshctl.cli._own import Leaving, own_params
-from meshctl.cli._params import Seconds
+from meshctl.cli._params import Seconds, Whole
 from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class RunCommand(click.Command):
 )
 @click.option(
     "--held-exit",
-    type=click.IntRange(0, 255),
+    type=Whole(0, 255),
     default=_output.EXIT_TEMPFAIL,
     show_default=True,
     metavar="N",

@@ -51,6 +51,7 @@ import click
 
 from meshctl.cli import _output, _sessions_body, _time
 from meshctl.cli._context import Group, common_options, complete_sessions, get_state
+from meshctl.cli._params import Whole
 from meshctl.cli._sessions_body import describe, ranked, render_list
 
 __all__ = [
@@ -223,8 +224,9 @@ sessions.add_command(ask)
 @click.argument("session_id", metavar="ID", shell_complete=complete_sessions)
 @click.option(
     "--rank",
-    type=click.IntRange(-100, 100),
+    type=Whole(-100, 100),
     required=True,
+    metavar="N",
     help="-100 to 100 (default of every session: 0). Waiters are served highest first.",
 )
 def prioritize(session_id: str, rank: int) -> None:

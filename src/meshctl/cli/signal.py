@@ -31,7 +31,7 @@ import click
 from meshctl.cli import _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._own import OwnSession
-from meshctl.cli._params import Seconds, json_text
+from meshctl.cli._params import Seconds, Whole, json_text
 from meshd.protocol.errors import MeshUnavailable, StorageUnavailable
 
 FOREVER = 31_536_000.0  # the protocol's largest timeout: a year
@@ -97,7 +97,7 @@ def emit(name: str, payload_arg: str | None, payload: str | None) -> None:
 @signal.command()
 @common_options
 @click.argument("name")
-@click.option("--after", type=click.IntRange(min=0), metavar="SEQ", help="Only a newer one.")
+@click.option("--after", type=Whole(min=0), metavar="SEQ", help="Only a newer one.")
 @_time.since_option("a signal emitted")
 @click.option("--timeout", type=Seconds(), metavar="S", help="Give up after S seconds.")
 def wait(name: str, after: int | None, since: float | None, timeout: float | None) -> int:
