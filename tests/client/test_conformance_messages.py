@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from meshctl import AsyncMesh, Mesh
+from meshctl import AsyncMesh, Mesh, NoSession, SessionExpired
 
 Daemon = Any
 
@@ -42,3 +42,31 @@ async def test_the_async_session_takes_a_lone_string_as_one_too(daemon: Daemon) 
         h = await s.handoff("auth half done", files="src/auth.py", next_steps="tests")
     assert h is not None
     assert (h.files, h.next_steps) == (("src/auth.py",), ("tests",))
+
+
+def test_a_claim_of_an_ended_or_unstarted_session_is_refused_not_granted(mesh: Mesh) -> None:
+    """``s.claim(…)`` on a session that was ended (``end()``, or after its ``with``
+    block) or never started answered ``granted`` with a handle that guards nothing --
+    the no-op meant for a mesh switched off or unreachable with ``fail_open`` -- so the
+    caller went on as if it held the key while anyone could take it. It raises:
+    ``SessionExpired`` (ended), ``NoSession`` (not started)."""
+    with mesh.session(task="done soon") as s:
+        pass
+    with pytest.raises(SessionExpired, match="was ended"):
+        s.claim("res:db")
+    never = mesh.session(task="never started")
+    with pytest.raises(NoSession, match="not started"):
+        never.claim("res:db")
+
+    with mesh.session(task="other") as other, other.claim("res:db") as c:
+        assert c.granted, "nobody holds res:db"
+        assert c.guarded
+
+
+@pytest.mark.anyio
+async def test_an_ended_async_session_s_claim_is_refused_too(daemon: Daemon) -> None:
+    async with AsyncMesh(socket=daemon.socket, autostart=False) as m:
+        async with m.session(task="done soon") as s:
+            pass
+        with pytest.raises(SessionExpired, match="was ended"):
+            await s.claim("res:db")

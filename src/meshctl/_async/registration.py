@@ -45,6 +45,8 @@ class AsyncRegistration:
         #: The heartbeat interval the session was given (None: the daemon's advice).
         self.interval = interval
         self.registered = False
+        #: Set once the session was started (a registration tried, reached or not).
+        self.tried = False
         #: Set (under :attr:`state`) once the session ends: no heartbeat after that.
         self.ended = False
         #: The session's lock (heartbeats, ending, claims' bookkeeping).
@@ -53,6 +55,7 @@ class AsyncRegistration:
     async def register(self) -> bool:
         """Register (or register again under the same id); False when unreachable."""
         core = self.core
+        self.tried = True
         result = await self.mesh.call("session.register", core.register_params())
         if result is None:  # failing open
             core.unreachable()
