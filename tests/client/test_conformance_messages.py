@@ -70,3 +70,15 @@ async def test_an_ended_async_session_s_claim_is_refused_too(daemon: Daemon) -> 
             pass
         with pytest.raises(SessionExpired, match="was ended"):
             await s.claim("res:db")
+
+
+def test_once_of_an_ended_or_unstarted_session_says_so(mesh: Mesh) -> None:
+    """``with s.once(KEY)`` on such a session refused (it never fails open) but said "the
+    mesh is unreachable; not running", sending the caller after the daemon."""
+    with mesh.session(task="done soon") as s:
+        pass
+    with pytest.raises(SessionExpired, match="was ended"), s.once("report:1"):
+        pytest.fail("never runs")
+    never = mesh.session(task="never started")
+    with pytest.raises(NoSession, match="not started"), never.once("report:1"):
+        pytest.fail("never runs")

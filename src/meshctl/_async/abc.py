@@ -66,6 +66,10 @@ class AsyncSessionLike(Protocol):
         """Release ``resources``; what the daemon released."""
         ...
 
+    def _check_usable(self) -> None:
+        """Raise when the session was ended or never started (it can act for nothing)."""
+        ...
+
     async def _mcall(self, method: str, params: dict[str, Any], wait: float = 0.0) -> Any:
         """One call for this session; None when it is a no-op."""
         ...

@@ -103,6 +103,7 @@ class Once:
             self.status, self.first = "disabled", True
             return True
         if not self._s.active:
+            self._s._check_usable()  # ended or never started: said as such, not running
             raise MeshUnavailable(f"once({self.key!r}): the mesh is unreachable; not running")
         raw = self._s._mcall("once.reserve", self._params)
         if raw is None:  # failing open is never an option here
