@@ -173,3 +173,22 @@ def test_a_reply_to_a_message_may_be_as_long_as_a_message(meshctl: Meshctl, daem
     assert replied.json()["kind"] == "message", replied
     got = ok(meshctl("inbox", "--json", env=as_(daemon, "cli:a"))).json()
     assert [i["text"] for i in got] == [long]
+
+
+def test_broadcast_timeout_without_collect_is_a_usage_error(
+    meshctl: Meshctl, daemon: Daemon
+) -> None:
+    """``broadcast TEXT --timeout 30`` without ``--collect`` sent at once and ignored the
+    timeout (only a collected broadcast waits): a person who meant to wait for answers
+    got none and no word why. It is a usage error (exit 2), nothing sent, as
+    ``inbox --respond`` without ``--follow`` is."""
+    register(meshctl, daemon, "cli:a")
+    register(meshctl, daemon, "cli:b")
+
+    run = meshctl("broadcast", "who uses 8080?", "--timeout", "30", env=as_(daemon, "cli:a"))
+
+    assert run.code == 2, run
+    assert "--timeout needs --collect" in run.err, run
+    assert ok(meshctl("inbox", "--json", env=as_(daemon, "cli:b"))).json() == []
+    sent = ok(meshctl("broadcast", "hello", env=as_(daemon, "cli:a")))
+    assert "Sent to 1 session" in sent.out, sent

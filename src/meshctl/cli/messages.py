@@ -323,6 +323,9 @@ def broadcast(text: tuple[str, ...], collect: bool, timeout: float, path: str | 
       meshctl broadcast 'rebasing main in 5 min'
       meshctl broadcast 'who uses port 8080?' --collect --timeout 30
     """
+    source = click.get_current_context().get_parameter_source("timeout")
+    if not collect and source is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--timeout needs --collect (only a collected broadcast waits)")
     state = get_state()
     params: dict[str, Any] = {"session_id": state.require_session(), "text": " ".join(text)}
     if collect:
