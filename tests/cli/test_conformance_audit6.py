@@ -49,6 +49,27 @@ def test_a_profile_name_outside_the_rule_is_a_usage_error(
     assert not (offline_env.root / "run" / "meshd").exists()
 
 
+def test_a_refused_profile_name_says_where_it_came_from_and_why(
+    meshctl: Meshctl, offline_env: OfflineEnv
+) -> None:
+    """``--profile 'a b'`` was refused as "Invalid value for '--profile' (env var:
+    'MESH_PROFILE')", as if the variable were at fault, and ``--profile ..`` was told to
+    use characters it already used. The refusal names where the value came from (the
+    option, or ``MESH_PROFILE``) and says that ``.`` and ``..`` name folders (fails
+    before)."""
+    env = {k: v for k, v in offline_env.env.items() if k != "MESH_SOCKET"}
+
+    typed = meshctl("--profile", "a b", "daemon", "status", env=env)
+    from_env = meshctl("daemon", "status", env={**env, "MESH_PROFILE": "a b"})
+    dots = meshctl("daemon", "status", "--profile", "..", env=env)
+
+    assert typed.code == from_env.code == dots.code == 2, (typed, from_env, dots)
+    assert "Invalid value for --profile: 'a b'" in typed.err, typed
+    assert "MESH_PROFILE" not in typed.err, typed
+    assert "Invalid value for MESH_PROFILE: 'a b'" in from_env.err, from_env
+    assert "other than . and .. (they name folders)" in dots.err, dots
+
+
 def test_removing_another_session_s_note_says_whose_it_is(meshctl: Meshctl, daemon: Daemon) -> None:
     """SPEC §9 ``notes rm NOTE_ID``: the author only. The refusal (``FORBIDDEN``) came
     with the hint for a foreign uid's socket, "the socket belongs to another user; use

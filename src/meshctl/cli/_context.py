@@ -116,8 +116,11 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
         elif name in state.explicit or (name == "json" and not value):
             return  # an outer explicit value (or an earlier --json) stands
         if name == "profile" and not contract.is_profile(value):
+            # named as the value came: click's hint names the option and its variable
+            # both, and `--profile 'a b'` read as if MESH_PROFILE were at fault
+            came = "MESH_PROFILE" if source is ParameterSource.ENVIRONMENT else "--profile"
             raise click.BadParameter(
-                f"{value!r}: use 1-64 characters from A-Z a-z 0-9 _ . -", ctx, param
+                f"{value!r}: {contract.profile_rule(value)}", ctx, param, param_hint=came
             )
         if name == "socket" and value and not os.path.isabs(value):
             raise click.BadParameter(

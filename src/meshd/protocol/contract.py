@@ -82,12 +82,19 @@ def escaped(text: str) -> str:
     return text
 
 
+def profile_rule(name: str) -> str:
+    """What to change in ``name``, which :func:`is_profile` refused: the rule, and for
+    ``.`` and ``..`` (made of the allowed characters) why they are refused."""
+    rule = "use 1-64 characters from A-Z a-z 0-9 _ . -"
+    if name in {".", ".."}:
+        return f"{rule}, other than . and .. (they name folders)"
+    return rule
+
+
 def check_profile(name: str) -> str:
     """Return ``name`` if it is a valid profile name, else raise ``ValueError``."""
     if not is_profile(name):
-        raise ValueError(
-            f"invalid profile name {name!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
-        )
+        raise ValueError(f"invalid profile name {name!r}: {profile_rule(name)}")
     return name
 
 
