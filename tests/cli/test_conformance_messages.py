@@ -192,3 +192,39 @@ def test_broadcast_timeout_without_collect_is_a_usage_error(
     assert ok(meshctl("inbox", "--json", env=as_(daemon, "cli:b"))).json() == []
     sent = ok(meshctl("broadcast", "hello", env=as_(daemon, "cli:a")))
     assert "Sent to 1 session" in sent.out, sent
+
+
+class TestHandoffListShowsEveryOne:
+    """SPEC §6: "`handoff list` shows those addressed to me, written by me, and
+    unaddressed ones; `--all` every one". Both showed the newest 50 (the wire's default
+    page) and said nothing of the rest. ``handoff.list`` takes ``before`` (an id) to page
+    back, and meshctl reads every page."""
+
+    def write(self, daemon: Daemon, count: int) -> None:
+        with Client(daemon.socket, timeout=30) as c:
+            for n in range(1, count + 1):
+                reply = c.call("handoff.write", {"session_id": "cli:w", "summary": f"h{n}"})
+                assert "result" in reply, reply
+
+    def test_every_page_is_listed(self, meshctl: Meshctl, daemon: Daemon) -> None:
+        register(meshctl, daemon, "cli:w")
+        self.write(daemon, 60)
+
+        mine = ok(meshctl("handoff", "list", "--json", env=as_(daemon, "cli:w"))).json()
+        every = ok(meshctl("handoff", "list", "--all", "--json", env=daemon.env)).json()
+        human = ok(meshctl("handoff", "list", "--all", env=daemon.env))
+
+        expected = [f"h{n}" for n in range(1, 61)]
+        assert [h["summary"] for h in mine] == expected
+        assert [h["summary"] for h in every] == expected
+        assert ": h1\n" in human.out, human
+
+    def test_the_wire_pages_back_with_before(self, daemon: Daemon, meshctl: Meshctl) -> None:
+        register(meshctl, daemon, "cli:w")
+        self.write(daemon, 5)
+        with Client(daemon.socket, timeout=10) as c:
+            first = c.call("handoff.list", {"all": True, "limit": 2})["result"]["handoffs"]
+            params = {"all": True, "limit": 2, "before": first[-1]["id"]}
+            second = c.call("handoff.list", params)["result"]["handoffs"]
+        assert [h["summary"] for h in first] == ["h5", "h4"]
+        assert [h["summary"] for h in second] == ["h3", "h2"]

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from meshctl.cli import _output, _time
-from meshctl.cli._context import Group, common_options, complete_sessions, get_state
+from meshctl.cli._context import Group, State, common_options, complete_sessions, get_state
 from meshctl.cli._params import Seconds, Whole
 from meshctl.cli.messages import indent, label
 from meshd.protocol.errors import NotFound
@@ -122,6 +122,22 @@ def render_request(result: Mapping[str, Any], to: str) -> str:
     else:
         how = f"{to} has no live responder; written from what {to} reported"
     return f"{render_handoff(result.get('handoff') or {})}\n({how}; saved for you)"
+
+
+#: Handoffs one ``handoff.list`` call asks for: the protocol's largest page.
+_PAGE = 1000
+
+
+def _every_page(state: State, params: dict[str, Any]) -> list[Handoff]:
+    """Every handoff ``handoff.list`` has for ``params``, newest first, page by page
+    (SPEC §6: the list shows every one, not the newest page)."""
+    found: list[Handoff] = []
+    while True:
+        page = list(state.call("handoff.list", {**params, "limit": _PAGE}).get("handoffs") or [])
+        found.extend(page)
+        if len(page) < _PAGE:
+            return found
+        params = {**params, "before": min(int(h["id"]) for h in page)}
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -223,8 +239,7 @@ def list_(every: bool, since: float | None) -> None:
     """
     state = get_state()
     params: dict[str, Any] = {"all": True} if every else {"session_id": state.require_session()}
-    result = state.call("handoff.list", params)
-    found = _time.newer(result.get("handoffs") or [], since, "created_at")
+    found = _time.newer(_every_page(state, params), since, "created_at")
     found = _time.oldest_first(found, "created_at")
     _output.emit(
         state.json, found, lambda: render_list(_output.clean(found), every=every, me=state.session)

@@ -511,7 +511,9 @@ class MessageHandlers(Domain):
 
     async def handoff_list(self, p: mm.HandoffListParams, conn: Conn) -> mm.HandoffListResult:
         found = await self._read(
-            lambda db: sm.handoff_list(db, p.session_id, every=p.all, limit=p.limit)
+            lambda db: sm.handoff_list(
+                db, p.session_id, every=p.all, limit=p.limit, before=p.before
+            )
         )
         return mm.HandoffListResult(handoffs=[handoff_info(h) for h in found])
 

@@ -251,11 +251,13 @@ class HandoffRequestResult(Result):
 
 
 class HandoffListParams(Params):
-    """Handoffs to me, by me and unaddressed ones (``all``: every one), newest first."""
+    """Handoffs to me, by me and unaddressed ones (``all``: every one), newest first;
+    ``before`` (an id) pages back: only handoffs older than it."""
 
     session_id: SessionId | None = None
     all: bool = False
     limit: Limit = 50
+    before: ItemId | None = None
 
 
 class HandoffListResult(Result):

@@ -233,15 +233,24 @@ def message_parties(db: sqlite3.Connection, msg_id: int) -> tuple[str, str] | No
 
 
 def handoff_list(
-    db: sqlite3.Connection, sid: str | None, *, every: bool = False, limit: int = 50
+    db: sqlite3.Connection,
+    sid: str | None,
+    *,
+    every: bool = False,
+    limit: int = 50,
+    before: int | None = None,
 ) -> list[Handoff]:
-    """Handoffs to ``sid``, by ``sid`` and unaddressed ones (``every``: all), newest first."""
-    args: tuple[str, ...] = ()
+    """Handoffs to ``sid``, by ``sid`` and unaddressed ones (``every``: all), newest first;
+    ``before``: only those with a smaller id (the next page back)."""
+    args: tuple[str | int, ...] = ()
     if every or sid is None:
         where = "1" if every else "to_session IS NULL"
     else:
         where = "(to_session = ? OR from_session = ? OR to_session IS NULL)"
         args = (sid, sid)
+    if before is not None:
+        where += " AND id < ?"
+        args = (*args, before)
     rows = db.execute(
         f"SELECT {_HANDOFF_COLUMNS} FROM handoffs WHERE {where} ORDER BY id DESC LIMIT ?",
         (*args, limit),
