@@ -111,6 +111,19 @@ class TestInboxPrintsEveryUnreadItem:
         assert [i["text"] for i in rest.json()] == [f"message {n}" for n in (1001, 1002, 1003)]
         assert "more unread" not in rest.err, rest
 
+    def test_all_reads_every_page_of_the_history(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """``inbox --all`` (read items too) showed one page of the history."""
+        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 2000\n")
+        ok(meshctl("daemon", "reload", env=daemon.env))
+        register(meshctl, daemon, "cli:from")
+        register(meshctl, daemon, "cli:to")
+        fill_inbox(daemon, 1003)
+
+        every = ok(meshctl("inbox", "--all", "--peek", "--json", env=as_(daemon, "cli:to")))
+        assert [i["text"] for i in every.json()] == [f"message {n}" for n in range(1, 1004)]
+
     def test_a_follower_prints_the_whole_backlog_first(
         self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
     ) -> None:

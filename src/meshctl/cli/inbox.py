@@ -4,7 +4,8 @@
 Decisions:
 
 - ``inbox`` prints every unread item, up to 1,000 at a time (the protocol's largest
-  page; past that a note on stderr says how many more wait, for the next run).
+  page; past that a note on stderr says how many more wait, for the next run);
+  ``inbox --all`` reads every page of the history (``before``).
 - ``inbox`` marks read only what it has written out in full (SPEC §6): it
   fetches with ``peek``, prints item by item, waiting on a pipe until the reader
   has taken each (:func:`meshctl.cli._output.deliver`), then acks those. A reader
@@ -91,7 +92,12 @@ def inbox(every: bool, peek: bool, follow: bool, respond: bool, since: float | N
         return
     params = {"session_id": sid, "all": every, "peek": True, "limit": _PAGE}
     result = state.call("message.inbox", params)
-    fetched = result.get("items") or []
+    fetched = list(result.get("items") or [])
+    page = fetched
+    while every and len(page) == _PAGE:  # history, newest first: every page of it
+        params["before"] = min(int(i["id"]) for i in page)
+        page = list(state.call("message.inbox", params).get("items") or [])
+        fetched.extend(page)
     items = _time.newer(fetched, since, "created_at")
     items = _time.oldest_first(items, "created_at")
     taken = _print_inbox(items, sid, as_json=state.json, every=every, peek=peek)
