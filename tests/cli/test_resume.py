@@ -63,3 +63,24 @@ def test_paused_holding_nothing_resumes(meshctl: Meshctl, daemon: DaemonHandle) 
     human = _ok(meshctl("resume", env=me))
 
     assert human.out.splitlines() == ["resumed", "note: lunch"]
+
+
+def test_a_status_paused_by_heartbeat_lost_no_reservation(
+    meshctl: Meshctl, daemon: DaemonHandle
+) -> None:
+    """``heartbeat --status paused`` sets the status only (SPEC §4 lists it); no
+    ``pause`` reserved anything. ``resume`` said "resumed (the reservation was lost in a
+    daemon restart)", and ``--json`` ``reservation: "lost"``, with no restart and nothing
+    reserved (fails before). A pause a restart came after still says lost
+    (tests/integration/test_preempt.py)."""
+    me = _register(meshctl, daemon, "cli:marked")
+    _ok(meshctl("heartbeat", "--status", "paused", env=me))
+
+    doc = _ok(meshctl("resume", "--json", env=me)).json()
+
+    assert doc["was_paused"] is True, doc
+    assert (doc["status"], doc["reservation"]) == ("resumed", "none"), doc
+    _ok(meshctl("heartbeat", "--status", "paused", env=me))
+    human = _ok(meshctl("resume", env=me))
+    assert "daemon restart" not in human.out, human
+    assert human.out.splitlines()[0] == "resumed", human

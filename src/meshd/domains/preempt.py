@@ -201,9 +201,11 @@ class PreemptHandlers(Domain):
             note = h.summary
         held = st.claims.reservation(sid)
         if held is None:
-            how: Literal["lost", "none"] = (
-                "lost" if s.status == "paused" and sid not in self.pre.checkpoints else "none"
-            )
+            # lost: paused by a pause (its checkpoint handoff is durable) that this daemon
+            # does not remember, so a restart came between; a status "paused" a heartbeat
+            # set, with no pause behind it, had no reservation to lose
+            lost = s.status == "paused" and sid not in self.pre.checkpoints and note is not None
+            how: Literal["lost", "none"] = "lost" if lost else "none"
             await self._resumed(sid)
             return pp.ResumeResult(session_id=sid, status="resumed", note=note or "",
                                    reservation=how)  # fmt: skip
