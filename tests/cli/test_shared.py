@@ -72,6 +72,21 @@ class TestNotes:
         assert unseen.json()["error"]["data"]["code"] == "NOT_FOUND"  # a private note is not told
         assert [e["id"] for e in left] == [note, secret]
 
+    def test_rm_of_no_such_note_says_where_the_ids_are(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §9: exit 1 is an error whose message says what and what to do; ``notes
+        rm 999`` said only "no note #999" (fails before)."""
+        a = register(meshctl, daemon.env)
+
+        run = meshctl("notes", "rm", "999", env=a)
+
+        assert run.code == 1, run
+        assert run.err.splitlines() == [
+            "meshctl: no note #999",
+            "  see the ids of the notes you may remove with `meshctl notes list`",
+        ], run
+
     def test_rm_takes_a_number(self, meshctl: Meshctl, daemon: Daemon) -> None:
         a = register(meshctl, daemon.env)
 

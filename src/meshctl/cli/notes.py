@@ -25,6 +25,7 @@ import click
 from meshctl.cli import _claims_body, _output, _time
 from meshctl.cli._context import common_options, get_state
 from meshctl.cli._params import Whole
+from meshd.protocol.errors import NotFound
 
 
 def render_list(entries: Sequence[Mapping[str, Any]], reader: str | None) -> str:
@@ -88,7 +89,13 @@ def rm(note_id: str) -> None:
     if not digits.isdigit():
         raise click.BadParameter(f"{note_id!r} is not a note id (a number, as in #3)")
     params = {"session_id": state.require_session(), "id": int(digits)}
-    result = state.call("notes.remove", params)
+    try:
+        result = state.call("notes.remove", params)
+    except NotFound as exc:  # SPEC §9: exit 1, "the message says what and what to do"
+        raise _output.Failure(
+            str(exc), "NOT_FOUND", code=exc.code, data=dict(exc.data),
+            hint="see the ids of the notes you may remove with `meshctl notes list`",
+        ) from exc  # fmt: skip
     off = _claims_body.disabled(result, "nothing was removed")
     _output.emit(state.json, result, None if off else f"Removed note #{digits}.")
 
