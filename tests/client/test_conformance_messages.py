@@ -82,3 +82,23 @@ def test_once_of_an_ended_or_unstarted_session_says_so(mesh: Mesh) -> None:
     never = mesh.session(task="never started")
     with pytest.raises(NoSession, match="not started"), never.once("report:1"):
         pytest.fail("never runs")
+
+
+def test_messaging_on_an_ended_session_is_refused(mesh: Mesh) -> None:
+    """``send``, ``ask``, ``inbox``, ``broadcast``, ``handoff`` … on a session that was
+    ended returned None (or nothing) as if the mesh were switched off: a message the
+    caller believed sent was never sent. They raise ``SessionExpired``, as ``claim``
+    does. A session not started yet stays a no-op for them (``test_messaging.py``'s
+    ``test_not_started_is_a_no_op``)."""
+    with mesh.session(task="peer") as peer, mesh.session(task="done soon") as s:
+        pass
+    calls = [
+        lambda x: x.send(str(peer.session_id), "hello"),
+        lambda x: x.ask(str(peer.session_id), "what now?"),
+        lambda x: x.inbox(),
+        lambda x: x.broadcast("deploying"),
+        lambda x: x.handoff("half done"),
+    ]
+    for call in calls:
+        with pytest.raises(SessionExpired, match="was ended"):
+            call(s)

@@ -416,9 +416,14 @@ class Session:
         return Once(self, key, ttl, note)
 
     def _do(self, call: _m.Call[T]) -> T:
-        """Make one of :mod:`meshctl._core.messaging`'s calls for this session."""
+        """Make one of :mod:`meshctl._core.messaging`'s calls for this session: a no-op
+        (``None``, or nothing) when the session is not active -- the mesh disabled or
+        failing open, or the session not started yet -- but refused once the session
+        was ended (:class:`SessionExpired`): nothing a caller sends after that is sent."""
         if not call.needed:
             return call.idle
+        if self._reg.ended:
+            self._check_usable()
         return call.result(self._mcall(call.method, call.params, call.wait))
 
     def _mcall(self, method: str, params: dict[str, Any], wait: float = 0.0) -> Any:
