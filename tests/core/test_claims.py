@@ -185,6 +185,21 @@ class TestModes:
         assert not tb.t.validate(k("file:/x"), old.token)
         assert tb.t.validate(k("file:/x"), new.token)
 
+    def test_a_mode_change_logs_the_end_of_the_old_claim(self, tb: Table) -> None:
+        """SPEC §5: every grant and release goes to the audit log. The claim a mode
+        change replaces ends there (a release, ``how`` "mode change", under its own
+        token) before the new grant; before, its token never had an end in the log."""
+        old = tb.grant("a", "file:/x", mode="shared")
+        tb.t.drain()
+
+        new = tb.grant("a", "file:/x", mode="exclusive")
+        rows = [(r.action, r.mode, r.token, r.how) for r in tb.t.drain().audit]
+
+        assert rows == [
+            ("release", "shared", old.token, "mode change"),
+            ("grant", "exclusive", new.token, ""),
+        ]
+
 
 class TestAlreadyHeld:
     def test_same_set_same_mode_keeps_the_token(self, tb: Table) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from meshd.core.claims.records import (
     ENDING,
+    MODE_CHANGE,
     AuditRecord,
     Claim,
     Fencing,
@@ -175,7 +176,8 @@ class ClaimHandlers(Domain):
             return
         ended = False
         for w in writes:
-            if w[0] == "claim.audit" and w[1].action in ENDING:
+            # a mode change's release row: the key is still held, under the new grant
+            if w[0] == "claim.audit" and w[1].action in ENDING and w[1].how != MODE_CHANGE:
                 rec: AuditRecord = w[1]
                 ended = True
                 fc.local_only.discard((rec.session_id, rec.resource))

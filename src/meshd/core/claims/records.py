@@ -206,6 +206,8 @@ class Outbox(msgspec.Struct):
 
 
 RESERVED = "reserved:"  # a reserved set is held by the pseudo-session "reserved:<owner>"
+#: The ``how`` of the release row of a claim a mode change replaced (its key stays held).
+MODE_CHANGE = "mode change"
 #: The ``how`` of a ``stolen`` notice told to a paused session: the key was in its reserved set.
 RESERVED_HOW = "reserved"
 

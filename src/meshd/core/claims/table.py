@@ -43,6 +43,7 @@ from meshd.core.claims.path_trie import PathTrie
 from meshd.core.claims.queue import Request, Waiter, WaitQueue
 from meshd.core.claims.records import (
     CLEAN_ENDS,
+    MODE_CHANGE,
     RESERVED,
     RESERVED_HOW,
     Cancelled,
@@ -477,6 +478,8 @@ class ClaimTable:
                     previous.append(prev)
             if old is not None:
                 self._unput(old, blocks_still=key.text in kept)
+                if key.text not in kept:  # a mode change: the old claim ends here (SPEC §5)
+                    self.outbox.audit_claim(old, "release", now_wall, how=MODE_CHANGE)
             self._held.put(claim)
             action: AuditAction = "refresh" if key.text in kept else "grant"
             self.outbox.audit_claim(claim, action, now_wall, how=how)
