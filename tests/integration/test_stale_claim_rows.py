@@ -35,6 +35,7 @@ def _old_file_with_an_ended_holder(d: DaemonHandle, db_path: str) -> None:
                    "WHERE session_id = 'cli:a'")  # fmt: skip
         db.execute(f"PRAGMA user_version = {MIGRATIONS.index(DDL_DROP_ENDED)}")
         db.execute("ALTER TABLE notes DROP COLUMN reg")  # a later migration's column
+        db.execute("ALTER TABLE handoffs DROP COLUMN by_status")  # and migration 11's
 
 
 def test_an_ended_sessions_claim_rows_do_not_come_back(mesh_env: MeshEnv) -> None:
