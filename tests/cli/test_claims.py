@@ -454,6 +454,34 @@ class TestClaimCommands:
         assert unbroad.code == 1, unbroad
         assert "pass --broad" in unbroad.err
 
+    def test_validate_is_the_fencing_check_on_the_command_line(
+        self, meshctl: Meshctl, daemon: Daemon
+    ) -> None:
+        """SPEC §1: the CLI has every operation; §5's ``claim.validate(resource, token)``
+        is ``meshctl validate RES TOKEN``: exit 0 while the token is the holder's, 75
+        once it is not (an outcome, as ``held`` is); the key is canonicalised as a
+        claim's is. (Before: "No such command 'validate'", exit 2.)"""
+        a = register(meshctl, daemon.env)
+        b = register(meshctl, daemon.env)
+        got = ok(meshctl("claim", "res:fence", "--json", env={**daemon.env, "MESH_SESSION": a}))
+        token = str(got.json()["token"])
+
+        valid = meshctl("validate", "res:fence", token, env=daemon.env)
+        as_json = meshctl("validate", "RES:fence", token, "--json", env=daemon.env)
+        ok(meshctl("steal", "res:fence", "--reason", "r", env={**daemon.env, "MESH_SESSION": b}))
+        stale = meshctl("validate", "res:fence", token, env=daemon.env)
+        bad = meshctl("validate", "nosuch:x", token, env=daemon.env)
+
+        assert valid.code == 0, valid
+        assert valid.out.startswith(f"valid: token {token} holds res:fence ({a})")
+        assert as_json.code == 0, as_json
+        assert as_json.json()["valid"] is True
+        assert as_json.json()["session_id"] == a
+        assert stale.code == 75, stale
+        assert stale.out.startswith(f"not valid: token {token} no longer holds res:fence")
+        assert bad.code == 1, bad
+        assert "BAD" in bad.err or "bad resource key" in bad.err
+
 
 def _run(meshctl: Meshctl, env: dict[str, str], *args: str) -> Run:
     return meshctl("run", *args, env=env)

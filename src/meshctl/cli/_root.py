@@ -63,6 +63,7 @@ COMMANDS: dict[str, str] = {
     "steal": "meshctl.cli.claims:steal",
     "sync": "meshctl.cli.sync:sync",
     "top": "meshctl.cli.top:top",
+    "validate": "meshctl.cli.claims:validate",
     "whoami": "meshctl.cli.sessions:whoami",
 }
 

@@ -1,4 +1,4 @@
-"""``meshctl claim``, ``release``, ``check``, ``steal`` and ``log`` (SPEC §5, §9).
+"""``meshctl claim``, ``release``, ``check``, ``steal``, ``validate`` and ``log`` (SPEC §5, §9).
 
 Keys are ``kind:value`` (``file:/abs/path``, ``port:8080``, ``branch:/repo:main`` …).
 A bare path means ``file:PATH``. Keys are sent as typed: the daemon canonicalises
@@ -8,7 +8,8 @@ naming it (exit 1); the message then shows the absolute path it would mean
 
 Exit codes: ``claim`` 0 granted, 75 held (also when ``--wait`` ran out);
 ``check`` 75 only when another session's claim overlaps, 0 otherwise (sessions
-merely working there are printed as a notice); ``steal`` 0 done. Human output is
+merely working there are printed as a notice); ``steal`` 0 done; ``validate`` 0 while
+the token is the holder's, 75 once it is not (an outcome, as ``held`` is). Human output is
 the sentence a person needs ("held: cli:… is editing ~/project (branch feat/auth)
 since 14:02 — refactor auth"); ``--json`` prints the daemon's answer in SPEC §9's
 shape. When the mesh is disabled, ``claim`` and ``check`` succeed as no-ops and
@@ -41,6 +42,7 @@ __all__ = [
     "render_check",
     "render_log",
     "steal",
+    "validate",
 ]
 
 RES_HELP = (
@@ -188,6 +190,43 @@ def _stolen(result: dict[str, Any]) -> str:
             if c.get("resource") not in {v.get("resource") for v in victims}]  # fmt: skip
     also = f"; granted {', '.join(free)} (free)" if free else ""
     return f"stole {took}" + (f" (token {token})" if token is not None else "") + also
+
+
+# --- validate -------------------------------------------------------------------------
+
+
+@click.command(epilog=RES_HELP)
+@common_options
+@click.argument("resource", metavar="RES", shell_complete=complete_held)
+@click.argument("token", metavar="TOKEN", type=int)
+def validate(resource: str, token: int) -> int:
+    """The fencing check: is TOKEN still the holder's token for RES?
+
+    What guards a real resource (a database, a deploy) asks this before each write,
+    with the token its claim was granted under. Exit 0 while it is; 75 once it is not
+    (released, expired, stolen, lost, or never that key's): stop, and claim again.
+
+    \b
+    Examples:
+      meshctl validate res:db 4097 && ./migrate-next-batch.sh
+      meshctl validate "$PWD"/src 12 --json
+    """
+    state = get_state()
+    result = state.call(_claims.VALIDATE, {"resource": resource, "token": token})
+    valid = bool(result.get("valid"))
+    _output.emit(state.json, result, lambda: _validated(_output.clean(result), token))
+    return 0 if valid else _output.EXIT_TEMPFAIL
+
+
+def _validated(result: dict[str, Any], token: int) -> str:
+    """``valid: token 12 holds res:db (cli:…)`` or ``not valid: …``."""
+    what = _claims.show_resource(str(result.get("resource", "")))
+    if not result.get("valid"):
+        return f"not valid: token {token} no longer holds {what} (or never did); claim it again"
+    who = str(result.get("session_id") or "")
+    if result.get("host"):
+        who += f" on {result['host']}"
+    return f"valid: token {token} holds {what}" + (f" ({who})" if who else "")
 
 
 # --- log ------------------------------------------------------------------------------
