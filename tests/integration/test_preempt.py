@@ -188,6 +188,43 @@ class TestPreempt:
         assert "stolen by other — hotfix" in told[0]
         assert ghosts == []
 
+    def test_preempting_a_paused_session_s_reserved_set_serves_the_preemptor_first(
+        self, daemon: DaemonHandle
+    ) -> None:
+        """A session that paused on its own (nobody preempting) keeps its set reserved.
+        A higher-ranked session that preempts it then is served first, as if it had
+        asked before the pause (the paused session is at its checkpoint already, and is
+        not asked again); an equal rank is refused. (Before: "free", nothing to
+        preempt, and the claim that followed was held by ``reserved:low``.)"""
+        c = setup(daemon, ("low", 0), ("boss", 5), ("chief", 7), ("peer", 0))
+        c.call("claim.acquire", session_id="low", resources=["res:x"])
+        c.call("session.pause", session_id="low", note="n")
+
+        peer = c.call("claim.preempt", session_id="peer", resources=["res:x"])
+        said = run_meshctl("preempt", "res:x", env={**daemon.env, "MESH_SESSION": "chief"})
+        out = c.call("claim.preempt", session_id="boss", resources=["res:x"], reason="urgent")
+        got = c.call("claim.acquire", session_id="boss", resources=["res:x"])
+        told = inbox(c, "low")
+        log = audit(c, "low")
+        c.call("claim.release", session_id="boss")
+        chief = c.call("claim.acquire", session_id="chief", resources=["res:x"])
+        c.call("claim.release", session_id="chief")
+        resumed = c.call("session.resume", session_id="low", wait=5)
+        c.close()
+
+        assert (peer["status"], peer["reason"]) == ("held", "rank")
+        assert said.code == 0, said
+        assert said.out.startswith("served first: low (rank 0) is paused; its reserved set")
+        assert out["status"] == "asked"
+        assert [(h["session_id"], h["resources"], h["paused"]) for h in out["holders"]] == [
+            ("low", ["res:x"], True)
+        ]
+        assert got["status"] == "granted"
+        assert chief["status"] == "granted"  # the other preemptor's turn comes next
+        assert told == []  # paused already: nothing to ask of it
+        assert ("preempt", "served first on the reserved set") in log
+        assert (resumed["status"], resumed["resources"]) == ("resumed", ["res:x"])
+
     def test_resumed_claims_keep_the_reason_they_were_taken_with(
         self, daemon: DaemonHandle
     ) -> None:

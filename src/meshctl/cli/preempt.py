@@ -50,7 +50,10 @@ def _preempted(result: dict[str, Any]) -> str:
         # claim.check leaves out the caller's own claims: "nobody" was wrong when it holds them
         return "free: no other session holds it; nothing to preempt"
     who = [
-        f"{h['session_id']} (rank {h['rank']}) holds {', '.join(h['resources'])}" for h in holders
+        f"{h['session_id']} (rank {h['rank']}) "
+        + ("is paused; its reserved set holds " if h.get("paused") else "holds ")
+        + ", ".join(h["resources"])
+        for h in holders
     ]
     if result.get("status") == "held":
         lines = [f"held: {w}" for w in who]
@@ -60,7 +63,13 @@ def _preempted(result: dict[str, Any]) -> str:
     # The wall clock, not "in 4m": the deadline comes in whole seconds, so a relative
     # time read "ends 0s ago" for a 1 s grace and "in 4m" for 300 s.
     until = _claims.clock(result.get("deadline"))
-    return "\n".join([f"asked: {w}" for w in who] + [f"grace {grace}, until {until}"])
+    lines = [
+        f"served first: {w}; claim it by {until}" if h.get("paused") else f"asked: {w}"
+        for h, w in zip(holders, who, strict=True)
+    ]
+    if any(not h.get("paused") for h in holders):
+        lines.append(f"grace {grace}, until {until}")
+    return "\n".join(lines)
 
 
 @click.command()

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from meshd.core.claims.records import Claim
 
 STATUSES = frozenset(get_args(Status))
+#: The audit row's ``how`` when a preemptor of a session paused already is served first.
+SERVED_FIRST = "served first on the reserved set"
 CHECKPOINT = "checkpoint: "
 """What the shared note of a pause starts with; the limit is the note's own, without it."""
 T = TypeVar("T")
@@ -66,16 +68,16 @@ class PreemptHandlers(Domain):
         reg = st.registry
         keys = await self.claims.keys_of(p.resources, p.broad)
         me = reg.get(p.session_id)  # after: it may have ended while paths were resolved
-        found = [
-            c for c in st.claims.check(keys, p.session_id) if not c.session_id.startswith(RESERVED)
-        ]
         by_holder: dict[str, list[Claim]] = {}
-        for c in found:
+        for c in st.claims.check(keys, p.session_id):
+            # a paused session's reserved set: the session is the holder (it is not asked)
             by_holder.setdefault(c.session_id, []).append(c)
         holders = [
             pp.PreemptHolder(
-                session_id=sid, resources=[c.resource for c in mine], rank=reg.rank(sid),
-                task=reg.sessions[sid].task if sid in reg.sessions else "",
+                session_id=sid.removeprefix(RESERVED), resources=[c.resource for c in mine],
+                rank=reg.rank(sid.removeprefix(RESERVED)),
+                task=s.task if (s := reg.sessions.get(sid.removeprefix(RESERVED))) else "",
+                paused=sid.startswith(RESERVED),
             )
             for sid, mine in by_holder.items()
         ]  # fmt: skip
@@ -84,13 +86,19 @@ class PreemptHandlers(Domain):
         if any(h.rank >= me.rank for h in holders):
             return pp.PreemptResult(status="held", reason="rank", holders=holders, rank=me.rank)
         grace = st.settings.preempt_grace
+        live = [h for h in holders if not h.paused]
         pre = self.pre.add(
-            p.session_id, {h.session_id: tuple(h.resources) for h in holders}, p.reason, grace
+            p.session_id, {h.session_id: tuple(h.resources) for h in live}, p.reason, grace
         )
         deadline = rfc3339(pre.at + grace)
         events: list[Event] = []
         audit: list[Write] = []
-        for h in holders:
+        paused = [h for h in holders if h.paused]
+        for h in paused:
+            audit += self.claims.audit_rows(h.session_id, h.resources, "preempt",
+                                            by=p.session_id, reason=p.reason,
+                                            how=SERVED_FIRST)  # fmt: skip
+        for h in live:
             text = (
                 f"{p.session_id} (rank {me.rank}) asks you (rank {h.rank}) to checkpoint and "
                 f"pause: it needs {', '.join(h.resources)}"
@@ -108,13 +116,20 @@ class PreemptHandlers(Domain):
             audit += self.claims.audit_rows(h.session_id, h.resources, "preempt",
                                             by=p.session_id, reason=p.reason,
                                             how=f"grace {grace:g} s")  # fmt: skip
-        await self._store_first(
-            audit, lambda: st.events.extend(events), undo=lambda: self.pre.drop(pre.id)
-        )
+        until = svc.clock.monotonic() + grace
+
+        def apply() -> None:
+            st.events.extend(events)
+            for h in paused:
+                st.claims.prefer(h.session_id, p.session_id, until)
+
+        await self._store_first(audit, apply, undo=lambda: self.pre.drop(pre.id))
+        if not live:
+            self.pre.drop(pre.id)  # nobody to tell when the grace runs out
         svc.flush_background()
         return pp.PreemptResult(
             status="asked", holders=holders, rank=me.rank, grace_s=grace,
-            preemption_id=pre.id, deadline=deadline,
+            preemption_id=pre.id if live else None, deadline=deadline,
         )  # fmt: skip
 
     def sweep(self) -> None:

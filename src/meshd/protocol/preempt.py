@@ -35,6 +35,9 @@ class PreemptHolder(Result):
     resources: list[str]
     rank: int
     task: str = ""
+    paused: bool = False
+    """A paused session whose reserved set holds ``resources``: it is not asked (it is at
+    its checkpoint already); the preemptor is served first on the set instead."""
 
 
 class PreemptResult(Result):

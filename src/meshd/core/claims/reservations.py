@@ -70,6 +70,19 @@ class Reservations:
             self.until[r.holder] = until
         return r
 
+    def prefer(self, owner: str, session_id: str, until: float) -> bool:
+        """``session_id`` preempted ``owner`` after it paused: it joins the set's
+        preemptors, served first (its turn lapses at ``until`` unless granted by then,
+        as theirs does). False if ``owner`` holds no reservation."""
+        r = self.by_holder.get(RESERVED + owner)
+        if r is None or session_id == owner:
+            return False
+        if session_id not in r.first:
+            r.first.add(session_id)
+            self.until[r.holder] = max(self.until.get(r.holder, until), until)
+        self.queue.mark_session(session_id)
+        return True
+
     def mark(self, r: Reservation) -> None:
         """Look again at the waits of whom ``r`` admits (its owner and preemptors)."""
         for sid in (r.owner, *r.first):

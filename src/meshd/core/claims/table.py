@@ -283,6 +283,14 @@ class ClaimTable:
         self._settle()
         return [c.resource for c in mine]
 
+    def prefer(self, owner: str, session_id: str, until: float = float("inf")) -> bool:
+        """``session_id`` preempts ``owner``, paused already: it is served first on the
+        reserved set, as a preemptor that asked before the pause is (SPEC §5b), until
+        ``until`` (monotonic) unless granted by then. False if nothing is reserved."""
+        preferred = self._reservations.prefer(owner, session_id, until)
+        self._settle()
+        return preferred
+
     def unreserve(self, owner: str) -> list[str]:
         """Drop ``owner``'s reserved set (it resumed, or ended); returns its resources."""
         r = self._reservations.drop(owner)
