@@ -289,7 +289,10 @@ def granted_line(result: Mapping[str, Any]) -> str:
     if claims and not new:
         extra.append("already held")
     elif len(new) < len(claims):
-        extra.append("some already held")
+        # a key held before keeps its own token (SPEC §5): say which, a fence needs it
+        kept = [f"{c.get('resource')} keeps token {c.get('token')}" for c in claims
+                if c.get("token") is not None and c.get("token") != token]  # fmt: skip
+        extra.append("some already held" + (f": {', '.join(kept)}" if kept else ""))
     if any(c.get("mode") == "shared" for c in claims):
         extra.append("shared")
     if result.get("local_only") or any(c.get("local_only") for c in claims):

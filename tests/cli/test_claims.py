@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from tests.support import reaped
 
+from meshctl import _claims
 from meshctl.cli.claims import render_check, render_log
 from meshctl.cli.run import expand_res
 
@@ -105,6 +106,23 @@ class TestRender:
 
         assert "steal port:8080 cli:b (token 12, exclusive, stolen, by cli:b) — deploy" in line
         assert render_log([]) == "No claim activity."
+
+    def test_a_key_held_already_names_the_token_it_keeps(self) -> None:
+        """A set over a key the session held already: that key keeps its own token, so
+        the line says which (a script that fences with the set's token alone would be
+        refused for it). Before: "(token 13, some already held)"."""
+        result = {
+            "status": "granted",
+            "token": 13,
+            "claims": [
+                {"resource": "res:a", "mode": "exclusive", "token": 12, "already_held": True},
+                {"resource": "res:b", "mode": "exclusive", "token": 13, "already_held": False},
+            ],
+        }
+
+        line = _claims.granted_line(result)
+
+        assert line == "granted res:a, res:b (token 13, some already held: res:a keeps token 12)"
 
 
 # --- offline runs -------------------------------------------------------------------------
