@@ -120,6 +120,23 @@ class TestDoctor:
         assert checks["daemon"]["status"] == "info"
         assert checks["config"]["status"] == "fail"
 
+    def test_a_heartbeat_interval_not_below_stale_after_is_a_warning(
+        self, meshctl: Meshctl, doc_env: dict[str, str], mesh_env: Any
+    ) -> None:
+        """``heartbeat_interval = 30`` with the default ``stale_after = 20`` is a valid
+        file, but every session that heartbeats as told is listed ``[stale]`` for a
+        third of each interval; doctor called the file valid, no more (fails before).
+        A warning, with the fix; exit 0 (nothing failed)."""
+        mesh_env.write_config("[defaults]\nheartbeat_interval = 30\n")
+
+        r = meshctl("doctor", "--json", env=doc_env)
+
+        assert r.code == 0, r
+        cfg = by_name(r.json())["config"]
+        assert cfg["status"] == "warn", cfg
+        assert "heartbeat_interval (30 s) is not below stale_after (20 s)" in cfg["message"]
+        assert cfg["fix"].startswith("raise stale_after well above heartbeat_interval"), cfg
+
     def test_a_daemon_that_does_not_answer_fails(
         self, meshctl: Meshctl, doc_env: dict[str, str], daemon: Any
     ) -> None:

@@ -164,6 +164,19 @@ def check_config(ctx: Context) -> Check:
     off = "" if settings.enabled else " (enabled = false: the mesh is switched off)"
     if unused := _unused_profile_tables(ctx):
         return unused
+    if settings.heartbeat_interval >= settings.stale_after:
+        # valid (SPEC §2 sets no order), but every session that heartbeats as told is
+        # shown stale for part of each interval
+        told, stale = f"{settings.heartbeat_interval:g}", f"{settings.stale_after:g}"
+        return Check(
+            "config",
+            "warn",
+            f"{ctx.config} is valid, but heartbeat_interval ({told} s) is not below "
+            f"stale_after ({stale} s): a session heartbeating every {told} s, as it is "
+            f"told to, shows as stale once {stale} s pass between two heartbeats{off}",
+            f"raise stale_after well above heartbeat_interval (the defaults are 20 and 5) "
+            f"in {ctx.config}, then: meshctl daemon reload",
+        )
     return Check("config", "warn" if off else "ok", f"{ctx.config} is valid{off}")
 
 
