@@ -47,6 +47,7 @@ SUBS = [
     (r"\b__aexit__\b", "__exit__"),
     (r"\b__aiter__\b", "__iter__"),
     (r"\b__anext__\b", "__next__"),
+    (r"\bStopAsyncIteration\b", "StopIteration"),
     (r"\baclose\b", "close"),
     (r"\bAsync([A-Z]\w*)", r"\1"),  # AsyncSession -> Session, AsyncIterator -> Iterator
 ]

@@ -3,10 +3,12 @@ found by using the library as a user would (docs/CONFORMANCE.md)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.support import PATIENCE, wait_for
 
 from meshctl import AsyncMesh, Mesh, NoSession, SessionExpired
 
@@ -102,3 +104,33 @@ def test_messaging_on_an_ended_session_is_refused(mesh: Mesh) -> None:
     for call in calls:
         with pytest.raises(SessionExpired, match="was ended"):
             call(s)
+
+
+def test_events_stop_when_the_session_ends(mesh: Mesh) -> None:
+    """SPEC §10: ``for event in s.events()`` -- iterating went on waiting for ever once the
+    session had ended (``s.end()`` from another thread or task, the end of its block):
+    no event can come for it any more. The iteration now stops (after the events that
+    came), as ``meshctl inbox --follow`` does when its session ends."""
+    with mesh.session(task="peer") as peer:
+        s = mesh.session(task="listener").start()
+        got: list[str] = []
+        events = s.events()
+
+        def listen() -> None:
+            for event in events:
+                got.append(str(event.get("kind")))
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+
+        def pushed() -> bool:  # sent once the listener has subscribed (then it is pushed)
+            sent = peer.send(str(s.session_id), "hello")
+            return sent is not None and sent.state == "delivered"
+
+        wait_for(pushed, interval=0.2, what="a message pushed to the listener")
+        wait_for(lambda: got, what="the listener to take it")
+        s.end()  # from another thread than the one iterating
+
+        listener.join(PATIENCE)
+        assert not listener.is_alive(), "the iteration stopped"
+        assert set(got) == {"message"}, got  # a message sent while it subscribed may come too

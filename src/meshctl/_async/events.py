@@ -9,7 +9,9 @@
 One source for both drivers: ``scripts/unasync.py`` writes the blocking
 :mod:`meshctl._sync.events` (a plain iterator) from this file. Iterating waits for
 the next pushed event (messages, claim notices, preemptions …), so the session's
-plain calls never read them.
+plain calls never read them. Iteration stops when the session has ended (checked after
+each :data:`IDLE` seconds without an event, as ``meshctl inbox --follow`` does): no
+event can come for it any more.
 """
 
 from __future__ import annotations
@@ -18,11 +20,21 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from meshctl._async import _backend
-from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
+from meshd.protocol.errors import (
+    MeshError,
+    MeshUnavailable,
+    MethodNotFound,
+    SessionExpired,
+    UnknownSession,
+)
 
 if TYPE_CHECKING:
     from meshctl._async.abc import AsyncClient
     from meshctl._async.connection import AsyncConnection
+
+
+#: Seconds without an event after which the iterator checks that its session still lives.
+IDLE = 5.0
 
 
 class AsyncSessionEvents:
@@ -42,7 +54,11 @@ class AsyncSessionEvents:
     async def __anext__(self) -> Any:
         conn = self._conn or await self._subscribe()
         try:
-            return await _backend.next_event(conn)
+            while (event := await conn.next_event(IDLE)) is None:
+                if not await self._lives(conn):  # ended: nothing more can come
+                    await self.aclose()
+                    raise StopAsyncIteration
+            return event
         except MeshUnavailable as exc:
             await self.aclose()
             raise MeshUnavailable(
@@ -66,6 +82,14 @@ class AsyncSessionEvents:
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.aclose()
+
+    async def _lives(self, conn: AsyncConnection) -> bool:
+        """Whether the session is still live (``session.get`` on the same connection)."""
+        try:
+            await conn.call("session.get", {"session_id": self._session_id})
+        except (SessionExpired, UnknownSession):
+            return False
+        return True
 
     async def _subscribe(self) -> AsyncConnection:
         conn = await _backend.connect(self._mesh)

@@ -11,7 +11,9 @@
 One source for both drivers: ``scripts/unasync.py`` writes the blocking
 :mod:`meshctl._sync.events` (a plain iterator) from this file. Iterating waits for
 the next pushed event (messages, claim notices, preemptions …), so the session's
-plain calls never read them.
+plain calls never read them. Iteration stops when the session has ended (checked after
+each :data:`IDLE` seconds without an event, as ``meshctl inbox --follow`` does): no
+event can come for it any more.
 """
 
 from __future__ import annotations
@@ -20,11 +22,21 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from meshctl._sync import _backend
-from meshd.protocol.errors import MeshError, MeshUnavailable, MethodNotFound
+from meshd.protocol.errors import (
+    MeshError,
+    MeshUnavailable,
+    MethodNotFound,
+    SessionExpired,
+    UnknownSession,
+)
 
 if TYPE_CHECKING:
     from meshctl._sync.abc import Client
     from meshctl._sync.connection import Connection
+
+
+#: Seconds without an event after which the iterator checks that its session still lives.
+IDLE = 5.0
 
 
 class SessionEvents:
@@ -44,7 +56,11 @@ class SessionEvents:
     def __next__(self) -> Any:
         conn = self._conn or self._subscribe()
         try:
-            return _backend.next_event(conn)
+            while (event := conn.next_event(IDLE)) is None:
+                if not self._lives(conn):  # ended: nothing more can come
+                    self.close()
+                    raise StopIteration
+            return event
         except MeshUnavailable as exc:
             self.close()
             raise MeshUnavailable(
@@ -68,6 +84,14 @@ class SessionEvents:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+    def _lives(self, conn: Connection) -> bool:
+        """Whether the session is still live (``session.get`` on the same connection)."""
+        try:
+            conn.call("session.get", {"session_id": self._session_id})
+        except (SessionExpired, UnknownSession):
+            return False
+        return True
 
     def _subscribe(self) -> Connection:
         conn = _backend.connect(self._mesh)
