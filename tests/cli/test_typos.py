@@ -135,7 +135,7 @@ class TestConfigProfiles:
         quiet = meshctl("daemon", "reload", env=env)
 
         assert r.code == 0, r
-        assert r.out == "Config reloaded (profile test).\n"
+        assert r.out == f"Config reloaded from {mesh_env.config} (profile test).\n"
         assert (
             "[profiles.tset] names no profile used here (used: test); did you mean test?"
         ) in r.err

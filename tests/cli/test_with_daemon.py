@@ -362,6 +362,27 @@ class TestDaemonCommands:
         assert "keeps its previous config" in bad.err
         assert good.json()["reloaded"] is True
 
+    def test_reload_names_the_file_the_daemon_reads(
+        self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
+    ) -> None:
+        """SPEC §2: ``MESH_CONFIG`` overrides the config file, and ``daemon reload``
+        re-reads it -- the daemon's, fixed when it started. A shell whose MESH_CONFIG
+        names another file edited that one, reloaded, and read "Config reloaded": the
+        edit was never read (fails before). The answer names the daemon's file, and a
+        note says it is not this shell's."""
+        other = mesh_env.root / "other.toml"
+        other.write_text("[defaults]\nstale_after = 3\n")
+
+        same = ok(meshctl("daemon", "reload", env=daemon.env))
+        elsewhere = ok(meshctl("daemon", "reload", env={**daemon.env, "MESH_CONFIG": str(other)}))
+        doc = ok(meshctl("daemon", "reload", "--json", env=daemon.env)).json()
+
+        assert same.out.strip() == f"Config reloaded from {mesh_env.config} (profile test)."
+        assert same.err == "", same
+        assert f"this daemon reads {mesh_env.config}, not {other}" in elsewhere.err, elsewhere
+        assert doc["path"] == str(mesh_env.config)
+        assert doc["config"]["stale_after"] == 20
+
 
 class TestWrongSocket:
     def test_a_wrong_mesh_socket_names_the_socket_served(

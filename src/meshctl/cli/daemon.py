@@ -9,7 +9,9 @@ the wanted state already holds.
 ``reload`` calls ``mesh.reload`` (what SIGHUP does). An invalid config file is
 kept out by the daemon, which goes on with the config it had; the CLI reports
 that as an error (exit 1, ``data.code`` ``CONFIG_INVALID``) so a script that
-edits the file and reloads learns that its edit did not take.
+edits the file and reloads learns that its edit did not take. The daemon reads the
+file it was started with (``path`` in the answer); when this shell's config file
+(``MESH_CONFIG``, or the standard place) is another, a note on stderr says so.
 """
 
 from __future__ import annotations
@@ -358,7 +360,25 @@ def reload() -> None:
             "`meshctl daemon reload` again",
         )
     _unused_tables_note(state)
-    _output.emit(state.json, result, f"Config reloaded (profile {state.profile}).")
+    read = result.get("path")
+    _other_file_note(read)
+    where = f" from {read}" if read else ""
+    _output.emit(state.json, result, f"Config reloaded{where} (profile {state.profile}).")
+
+
+def _other_file_note(read: str | None) -> None:
+    """Say when the daemon reads another file than this shell names: its path is fixed
+    when it starts (``MESH_CONFIG`` then, or the standard place), so an edit of the file
+    ``MESH_CONFIG`` names here is not what a reload reads."""
+    from meshctl.cli.admin.config import config_file
+
+    here = str(config_file())
+    if read and read != here:
+        _output.note(
+            f"this daemon reads {read}, not {here} (the config file in this environment: "
+            "MESH_CONFIG, or the standard place); restart it from this environment "
+            "(`meshctl daemon restart`) to have it read that one"
+        )
 
 
 def _unused_tables_note(state: State) -> None:

@@ -80,7 +80,9 @@ class MeshHandlers(Domain):
         return self._schema
 
     async def reload(self, p: m.Empty, conn: Conn) -> m.ReloadResult:
+        path = str(self.svc.paths.config)
         if self.svc.reload_config is None:
-            return m.ReloadResult(reloaded=False, error="reload is not available")
+            return m.ReloadResult(reloaded=False, error="reload is not available", path=path)
         ok, error = await self.svc.reload_config()
-        return m.ReloadResult(reloaded=ok, error=error, config=as_dict(self.svc.state.settings))
+        settings = as_dict(self.svc.state.settings)
+        return m.ReloadResult(reloaded=ok, error=error, config=settings, path=path)

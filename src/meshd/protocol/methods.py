@@ -104,6 +104,9 @@ class ReloadResult(Result):
     reloaded: bool
     error: str | None = None
     config: dict[str, Any] = {}
+    path: str | None = None
+    """The config file this daemon reads (set at its start: ``MESH_CONFIG`` or the
+    standard place), whether or not it exists."""
 
 
 # --- session.* ------------------------------------------------------------------
