@@ -183,6 +183,27 @@ class TestOffline:
         assert run.code == 127, run
         assert "cannot run '/nonexistent/cmd'" in run.err
 
+    @pytest.mark.parametrize(("name", "status"), [("missing", 127), ("plain-file", 126)])
+    @pytest.mark.parametrize("form", [["run", "--res", "res:a"], ["once", "--key", "k"]])
+    def test_a_command_that_cannot_run_is_one_json_error(
+        self, form: list[str], name: str, status: int, meshctl: Meshctl, daemon: Any
+    ) -> None:
+        """SPEC §9: with ``--json``, ``run`` and ``once`` print their document when
+        COMMAND does not run, and a failure is ``{"error": …}``. A COMMAND that could not
+        be started printed nothing on stdout (fails before); the exit status stays the
+        shell's (127 not found, 126 not executable)."""
+        command = str(daemon.state_dir.parent / name)
+        if name == "plain-file":
+            Path(command).write_text("not a program\n")
+            os.chmod(command, 0o644)
+        run = meshctl("--json", *form, "--", command, env=daemon.env)
+
+        assert run.code == status, run
+        error = run.json()["error"]
+        assert error["data"] == {"code": "EXEC_FAILED", "command": command, "exit": status}
+        assert error["message"].startswith(f"cannot run {command!r}: "), error
+        assert f"cannot run {command!r}" in run.err, run
+
 
 class TestSignals:
     @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])

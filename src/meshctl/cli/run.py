@@ -268,6 +268,11 @@ def _run_unguarded(argv: list[str], socket: str | None) -> int:
     return _Child(argv, socket=socket).start_and_wait(None, 3600.0)
 
 
+def _as_json() -> bool:
+    """Whether the command line asked for ``--json`` (read where no state is passed)."""
+    return click.get_current_context(silent=True) is not None and get_state().json
+
+
 class _Child:
     """COMMAND, forked and held at a gate until :meth:`start_and_wait` opens it."""
 
@@ -302,8 +307,17 @@ class _Child:
         if failure:
             code, _, message = failure.decode(errors="replace").partition(":")
             self._reap()
-            _output.note(f"cannot run {self.argv[0]!r}: {message}")
-            return int(code) if code.isdigit() else _EXEC_FAILED
+            status = int(code) if code.isdigit() else _EXEC_FAILED
+            said = f"cannot run {self.argv[0]!r}: {message}"
+            if _as_json():  # COMMAND did not run: SPEC §9's one document, an error
+                _output.write_json(
+                    _output.Failure(
+                        said, "EXEC_FAILED", exit_code=status,
+                        data={"command": self.argv[0], "exit": status},
+                    ).to_json()
+                )  # fmt: skip
+            _output.note(said)
+            return status
         if hasattr(signal, "sigtimedwait"):
             return self._wait_linux(beat, interval)
         return self._wait_portable()
