@@ -145,6 +145,26 @@ def test_shared_mode_across_hosts(fleet_hosts: HostFactory) -> None:
     assert acquire(h3, c, "res:db")["status"] == "granted"
 
 
+def test_a_mode_change_leaves_no_old_grant_in_the_fleet(fleet_hosts: HostFactory) -> None:
+    """A fleet key held shared, then taken exclusive by the same session (and back):
+    the old grant leaves the fleet with it, its token no longer validates anywhere, and
+    once the session releases, another host gets the key."""
+    h1, h2 = fleet_hosts(2)
+    a, b = register(h1), register(h2)
+    shared = acquire(h1, a, "box:m", mode="shared")
+    excl = acquire(h1, a, "box:m", mode="exclusive")
+    assert (shared["status"], excl["status"]) == ("granted", "granted")
+
+    wait_for(lambda: not validate(h2, "box:m", shared["token"])["valid"])
+    assert validate(h2, "box:m", excl["token"])["valid"]
+    back = acquire(h1, a, "box:m", mode="shared")
+    wait_for(lambda: not validate(h2, "box:m", excl["token"])["valid"])
+    release(h1, a, "box:m")
+
+    assert acquire(h2, b, "box:m", wait=30)["status"] == "granted"
+    assert not validate(h2, "box:m", back["token"])["valid"]
+
+
 def test_cross_host_race_history(fleet_hosts: HostFactory) -> None:
     """3 hosts x 8 clients race for one fleet key: no two exclusive holders ever
     overlap, and tokens strictly grow in the order of the grants."""

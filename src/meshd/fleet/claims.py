@@ -219,6 +219,10 @@ class FleetClaims:
             token = await commit.token()
             self.mirror.own_commit(commit.name, value, token)
             grant = FleetGrant(gid, session_id, mode, token, {k.text: k for k in keys}, revs)
+            # A key this session held under an earlier grant (a mode change) is now
+            # this grant's: the earlier one gives it back, or its entry and token
+            # would stay in the fleet, valid and in everyone's way, for good.
+            self.releases.release_soon(session_id, self._earlier(session_id, keys, gid))
             self.book.hold(grant)  # before it leaves inflight: never unknown here, so never "dead"
         except BaseException as exc:
             if (made := self.grants.get(gid)) is not None:  # cancelled after the commit
@@ -237,6 +241,15 @@ class FleetClaims:
             self.book.waiters.pop(gid, None)
             self.releases.later([(gid, WAIT_RECORD)])
         return grant
+
+    def _earlier(self, session_id: str, keys: Sequence[Key], gid: str) -> list[tuple[str, int]]:
+        """(resource, token) of ``keys`` that ``session_id`` holds under another grant."""
+        out = []
+        for k in keys:
+            held = self.by_claim.get((session_id, k.text))
+            if held is not None and held != gid:
+                out.append((k.text, self.grants[held].token))
+        return out
 
     def granted_alone(self, session_id: str, keys: Sequence[Key]) -> None:
         """These keys were granted here alone (``on_partition = "local"``), marked
