@@ -510,6 +510,7 @@ class TestClaimCommands:
         ok(meshctl("steal", "res:fence", "--reason", "r", env={**daemon.env, "MESH_SESSION": b}))
         stale = meshctl("validate", "res:fence", token, env=daemon.env)
         bad = meshctl("validate", "nosuch:x", token, env=daemon.env)
+        word = meshctl("validate", "res:fence", "twelve", env=daemon.env)
 
         assert valid.code == 0, valid
         assert valid.out.startswith(f"valid: token {token} holds res:fence ({a})")
@@ -520,6 +521,8 @@ class TestClaimCommands:
         assert stale.out.startswith(f"not valid: token {token} no longer holds res:fence")
         assert bad.code == 1, bad
         assert "BAD" in bad.err or "bad resource key" in bad.err
+        assert word.code == 2, word
+        assert "'twelve' is not a valid whole number" in word.err
 
 
 def _run(meshctl: Meshctl, env: dict[str, str], *args: str) -> Run:

@@ -30,7 +30,7 @@ from meshctl import _claims
 from meshctl.cli import _claims_body, _output, _time
 from meshctl.cli._claims_body import MAX_PRESENT, acquire, render_check
 from meshctl.cli._context import common_options, complete_held, complete_paths, get_state
-from meshctl.cli._params import Seconds
+from meshctl.cli._params import Seconds, Whole
 
 __all__ = [
     "MAX_PRESENT",
@@ -198,7 +198,7 @@ def _stolen(result: dict[str, Any]) -> str:
 @click.command(epilog=RES_HELP)
 @common_options
 @click.argument("resource", metavar="RES", shell_complete=complete_held)
-@click.argument("token", metavar="TOKEN", type=int)
+@click.argument("token", metavar="TOKEN", type=Whole())
 def validate(resource: str, token: int) -> int:
     """The fencing check: is TOKEN still the holder's token for RES?
 
