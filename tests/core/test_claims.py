@@ -575,7 +575,7 @@ class TestReservedSet:
         tb.acquire("boss", "res:x", wait=True, waiter_id="b")
         tb.t.drain()
 
-        reserved = tb.t.pause("low", ["boss"])
+        reserved = tb.t.paused.pause("low", ["boss"])
 
         assert reserved == ["res:x"]
         assert tb.granted() == ["boss"]
@@ -583,13 +583,13 @@ class TestReservedSet:
         tb.release("boss")
         assert tb.granted() == []  # kept for low now, not for the earlier stranger
         assert isinstance(tb.acquire("low", "res:x", wait=True), Granted)
-        tb.t.unreserve("low")
+        tb.t.paused.unreserve("low")
         assert tb.holders() == {("low", "res:x")}
         assert [w.waiter_id for w in tb.t.waiting()] == ["s"]
 
     def test_the_paused_session_does_not_pass_its_preemptor(self, tb: Table) -> None:
         tb.grant("low", "res:x")
-        tb.t.pause("low", ["boss"])
+        tb.t.paused.pause("low", ["boss"])
 
         early = tb.acquire("low", "res:x")
         assert isinstance(early, Held)
@@ -603,7 +603,7 @@ class TestReservedSet:
         self, tb: Table
     ) -> None:
         tb.grant("low", "res:x")
-        tb.t.pause("low", ["boss"])
+        tb.t.paused.pause("low", ["boss"])
         tb.acquire("low", "res:x", wait=True, waiter_id="resume")
         tb.grant("boss", "res:x")
         tb.t.drain()
@@ -615,17 +615,17 @@ class TestReservedSet:
     def test_a_paused_session_that_ends_drops_its_reservation(self, tb: Table) -> None:
         tb.grant("low", "res:x")
         tb.acquire("stranger", "res:x", wait=True)
-        tb.t.pause("low", [])
+        tb.t.paused.pause("low", [])
         tb.t.drain()
 
         tb.t.release_session("low", "ended")
 
         assert tb.granted() == ["stranger"]
-        assert tb.t.reservation("low") is None
+        assert tb.t.paused.view("low") is None
 
     def test_a_preemptor_that_ends_unserved_hands_the_set_to_the_owner(self, tb: Table) -> None:
         tb.grant("low", "res:x")
-        tb.t.pause("low", ["boss"])
+        tb.t.paused.pause("low", ["boss"])
         assert isinstance(tb.acquire("low", "res:x"), Held)
 
         tb.t.release_session("boss", "ended")
@@ -637,7 +637,7 @@ class TestReservedSet:
         that the set admits its owner, whose queued resume is granted. (Before, a
         preemptor that never claimed kept the resume waiting forever.)"""
         tb.grant("low", "res:x")
-        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.t.paused.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
         tb.acquire("low", "res:x", wait=True, waiter_id="resume")
         tb.t.drain()
 
@@ -649,9 +649,9 @@ class TestReservedSet:
 
         assert early == []
         assert tb.granted() == ["low"]
-        assert tb.t.reservation("low") is not None
-        assert tb.t.reservation("low")[2] == ()  # type: ignore[index]
-        tb.t.unreserve("low")
+        assert tb.t.paused.view("low") is not None
+        assert tb.t.paused.view("low")[2] == ()  # type: ignore[index]
+        tb.t.paused.unreserve("low")
         assert isinstance(tb.acquire("boss", "res:x"), Held)  # low holds it again
 
     def test_a_lapse_is_logged_by_whichever_wake_finds_it(self, tb: Table) -> None:
@@ -661,7 +661,7 @@ class TestReservedSet:
         the set before and after its own call; a wait withdrawn in between lapsed the
         set unlogged, and a preemptor granted by that call was logged as lapsed.)"""
         tb.grant("low", "res:x", "res:y")
-        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.t.paused.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
         tb.t.drain()
 
         tb.clock.advance(300)
@@ -677,7 +677,7 @@ class TestReservedSet:
 
     def test_a_preemptor_served_in_time_keeps_the_owner_behind_it(self, tb: Table) -> None:
         tb.grant("low", "res:x")
-        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.t.paused.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
         tb.grant("boss", "res:x")
         tb.acquire("low", "res:x", wait=True, waiter_id="resume")
         tb.t.drain()
@@ -695,7 +695,7 @@ class TestReservedSet:
         its turn for the second (before: its first grant handed the set to the owner,
         and its second claim was held by the reservation)."""
         tb.grant("low", "res:x", "res:y")
-        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.t.paused.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
         tb.grant("boss", "res:x")
         tb.acquire("low", "res:x", "res:y", wait=True, waiter_id="resume")
         tb.clock.advance(301)
@@ -714,7 +714,7 @@ class TestReservedSet:
         """Its release ends its turn: the owner is next for the whole set at once, not
         after the preemptor's grace (nor does the preemptor keep a turn it let go)."""
         tb.grant("low", "res:x", "res:y")
-        tb.t.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
+        tb.t.paused.pause("low", ["boss"], until=tb.clock.monotonic() + 300)
         tb.grant("boss", "res:x")
         tb.acquire("low", "res:x", "res:y", wait=True, waiter_id="resume")
         tb.t.drain()
@@ -722,14 +722,14 @@ class TestReservedSet:
         tb.release("boss")
 
         assert tb.granted() == ["low"]
-        tb.t.unreserve("low")
+        tb.t.paused.unreserve("low")
         assert isinstance(tb.acquire("boss", "res:y"), Held)
 
     def test_each_preemptor_keeps_its_turn_until_it_releases(self, tb: Table) -> None:
         """Of two preemptors, one that was granted and let go leaves the other first; the
         grace takes the turn of one never granted, not of one being served."""
         tb.grant("low", "res:x", "res:y")
-        tb.t.pause("low", ["boss", "chief"], until=tb.clock.monotonic() + 300)
+        tb.t.paused.pause("low", ["boss", "chief"], until=tb.clock.monotonic() + 300)
         tb.grant("boss", "res:x")
         tb.release("boss")
         assert isinstance(tb.acquire("low", "res:x"), Held)
@@ -742,8 +742,8 @@ class TestReservedSet:
         assert isinstance(tb.acquire("low", "res:x", "res:y"), Granted)
 
     def test_pausing_with_nothing_held_reserves_nothing(self, tb: Table) -> None:
-        assert tb.t.pause("idle", ["boss"]) == []
-        assert tb.t.reservation("idle") is None
+        assert tb.t.paused.pause("idle", ["boss"]) == []
+        assert tb.t.paused.view("idle") is None
 
     def test_a_wait_queued_before_the_pause_is_withdrawn_not_granted(self, tb: Table) -> None:
         """Pausing releases everything the session has going: its claims into the
@@ -755,7 +755,7 @@ class TestReservedSet:
         tb.acquire("low", "res:y", wait=True, waiter_id="w")
         tb.t.drain()
 
-        tb.t.pause("low", [])
+        tb.t.paused.pause("low", [])
         out = tb.t.drain()
         tb.release("other")
 
@@ -770,7 +770,7 @@ class TestReservedSet:
         tb.acquire("idle", "res:y", wait=True, waiter_id="w")
         tb.t.drain()
 
-        assert tb.t.pause("idle", []) == []
+        assert tb.t.paused.pause("idle", []) == []
         out = tb.t.drain()
         tb.release("other")
 
@@ -782,7 +782,7 @@ class TestReservedSet:
         queues so for its reserved set) is asking anew, served as usual."""
         tb.grant("low", "res:x")
         tb.grant("other", "res:y")
-        tb.t.pause("low", [])
+        tb.t.paused.pause("low", [])
         tb.acquire("low", "res:y", wait=True, waiter_id="w")
         tb.t.drain()
 

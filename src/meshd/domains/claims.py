@@ -121,7 +121,7 @@ class ClaimHandlers(Domain):
 
     def paused(self, session_id: str) -> None:
         """``session_id`` paused: its fleet-wide waits leave the line too, answered
-        ``held`` (the table withdrew its local ones, :meth:`ClaimTable.pause`), and
+        ``held`` (the table withdrew its local ones, :meth:`PausedSets.pause`), and
         a grant their try in flight brings is given back."""
         if (fc := self.fleet()) is not None:
             fc.paused(session_id)

@@ -6,7 +6,7 @@ inbox notice (who asks, why, the grace); when the grace runs out with a holder
 still holding, the preemptor gets a ``preempt.expired`` event and notice and
 may ``steal``. ``pause`` stores the checkpoint note (a shared note in the
 session's notebook and an unaddressed handoff) and releases the session's
-claims into a reserved set (:meth:`meshd.core.claims.table.ClaimTable.pause`);
+claims into a reserved set (:meth:`meshd.core.claims.paused.PausedSets.pause`);
 ``resume`` queues for that set and answers with the note.
 
 Reservations and pending preemptions live in memory only: a daemon restart
@@ -121,7 +121,7 @@ class PreemptHandlers(Domain):
         def apply() -> None:
             st.events.extend(events)
             for h in paused:
-                st.claims.prefer(h.session_id, p.session_id, until)
+                st.claims.paused.prefer(h.session_id, p.session_id, until)
 
         await self._store_first(audit, apply, undo=lambda: self.pre.drop(pre.id))
         if not live:
@@ -188,7 +188,7 @@ class PreemptHandlers(Domain):
             # one preemptor asking for several keys apart is first once, in asking order
             first = list(dict.fromkeys(pre.by for pre in self.pre.paused(p.session_id)))
             until = self.svc.clock.monotonic() + st.settings.preempt_grace
-            reserved = st.claims.pause(p.session_id, first, until)
+            reserved = st.claims.paused.pause(p.session_id, first, until)
             self.claims.paused(p.session_id)  # its fleet-wide waits, as pause did its own
             if s.status != "paused":
                 self.pre.before[p.session_id] = s.status
@@ -214,7 +214,7 @@ class PreemptHandlers(Domain):
         note = self.pre.checkpoints.get(sid)
         if note is None and (h := st.mailbox.handoff_for(sid, sid)) is not None:
             note = h.summary
-        held = st.claims.reservation(sid)
+        held = st.claims.paused.view(sid)
         if held is None:
             # lost: paused by a pause (its checkpoint handoff is durable) that this daemon
             # does not remember, so a restart came between; a status "paused" a heartbeat
@@ -251,7 +251,7 @@ class PreemptHandlers(Domain):
                 session_id=sid, status="held", note=note or "", reservation="kept",
                 holders=reply.holders, waited_s=round(time.monotonic() - t0, 3),
             )  # fmt: skip
-        st.claims.unreserve(sid)
+        st.claims.paused.unreserve(sid)
         await self._resumed(sid)
         return pp.ResumeResult(
             session_id=sid, status="resumed", note=note or "", reservation="kept",

@@ -22,7 +22,9 @@ waiters and what each is parked on: why enqueue, cancel and wake cost O(log n)
 with 10,000 waiters on one key), :class:`~meshd.core.claims.conflicts.Conflicts`
 (who blocks a request, deadlock), :class:`~meshd.core.claims.reservations.Reservations`
 (paused sessions' reserved sets, whom each admits), and this module's
-:class:`ClaimTable`, which decides: grants, drops, steals, pauses, and the outbox.
+:class:`ClaimTable`, which decides: grants, drops, steals, and the outbox; what a
+pause, a resume and a steal from a reserved set do to it is
+:class:`~meshd.core.claims.paused.PausedSets` (``table.paused``).
 
 Every change leaves plain records in :attr:`ClaimTable.outbox` -- audit records for
 the log, notices for holders and waiters, cancelled waits, the fencing block to
@@ -40,12 +42,11 @@ from msgspec.structs import replace
 from meshd.core.claims.conflicts import Conflicts
 from meshd.core.claims.holdings import Holdings
 from meshd.core.claims.path_trie import PathTrie
+from meshd.core.claims.paused import PausedSets
 from meshd.core.claims.queue import Request, Waiter, WaitQueue
 from meshd.core.claims.records import (
     CLEAN_ENDS,
     MODE_CHANGE,
-    RESERVED,
-    RESERVED_HOW,
     Cancelled,
     Claim,
     ClaimStatistics,
@@ -101,6 +102,8 @@ class ClaimTable:
         self._conflicts = Conflicts(self._trie, self._queue, self._by_session, self.related)
         self._reservations = Reservations(self._queue, self._by_session)
         self._reserved = self._reservations.by_holder  # (the same dict) empty: none paused
+        self.paused = PausedSets(self)
+        """Pause, preempt a paused session, resume: the reserved sets' operations."""
 
     # --- queries ----------------------------------------------------------------
 
@@ -115,11 +118,6 @@ class ClaimTable:
     def departures(self, departed: Callable[[str], bool]) -> None:
         """Tell the table whose callers left (:attr:`WaitQueue.departed`)."""
         self._queue.departed = departed
-
-    def reservation(self, owner: str) -> tuple[tuple[Key, ...], Mode, tuple[str, ...], str] | None:
-        """A paused session's reserved set: its keys, mode, the preemptors still to be
-        served first, and the reason its claims had; None if it holds no reservation."""
-        return self._reservations.view(owner)
 
     def check(self, keys: Iterable[Key], session_id: str | None = None) -> tuple[Claim, ...]:
         """Claims overlapping ``keys`` held by sessions unrelated to ``session_id``."""
@@ -235,13 +233,7 @@ class ClaimTable:
         victims, _, _ = self._conflicts.blockers(req, None, 0)
         for claim in victims:
             self._drop(claim, "steal", now_wall, how="stolen", by=session_id, reason=reason)
-        held = [c for c in victims if not c.session_id.startswith(RESERVED)]
-        self.outbox.losses(held, "stolen", now_wall, how="stolen", by=session_id, reason=reason)
-        if kept := [c for c in victims if c.session_id.startswith(RESERVED)]:
-            # a reserved set's holder is its paused session: it is the one told (SPEC §5)
-            owners = [replace(c, session_id=c.session_id.removeprefix(RESERVED)) for c in kept]
-            self.outbox.losses(owners, "stolen", now_wall, how=RESERVED_HOW, by=session_id,
-                               reason=reason)  # fmt: skip
+        self.paused.stolen(victims, now_wall, session_id, reason)
         granted = self._grant(req, now_mono, now_wall, how="steal", token=token)
         self._settle()
         return replace(granted, stolen=tuple(victims))
@@ -258,50 +250,6 @@ class ClaimTable:
             if waiter.rank != rank:
                 self._queue.rerank(waiter, rank)
         self._settle()
-
-    def pause(self, owner: str, first: Iterable[str], until: float = float("inf")) -> list[str]:
-        """``owner`` pauses (SPEC §5b): its claims are released into a reserved set that admits
-        the preemptors ``first`` until each has been granted on it and released what it took
-        (one not granted by ``until``, monotonic, loses its turn), then only ``owner`` (its
-        :meth:`acquire` passes every earlier waiter there). Returns the resources; holding
-        nothing, it reserves nothing. Its queued waits are withdrawn (``held``, why
-        ``paused``: granted while it did no work, a key was kept from everyone); not a resume."""
-        for waiter_id in list(self._queue.of.get(owner, {})):
-            self.cancel_waiter(waiter_id, why="paused")
-        mine = list(self._by_session.get(owner, {}).values())
-        if not mine:
-            return []
-        if self._reservations.holds(owner):
-            self.unreserve(owner)
-        now_mono, now_wall = self.clock.monotonic(), self.clock.now()
-        for claim in mine:
-            self._drop(claim, "release", now_wall, how="paused")
-        r = self._reservations.reserve(owner, mine, first, until)
-        self._grant(Request(r.holder, r.keys, r.mode, f"reserved for {owner}"), now_mono,
-                    now_wall, how="reserve")  # fmt: skip
-        self._reservations.mark(r)
-        self._settle()
-        return [c.resource for c in mine]
-
-    def prefer(self, owner: str, session_id: str, until: float = float("inf")) -> bool:
-        """``session_id`` preempts ``owner``, paused already: it is served first on the
-        reserved set, as a preemptor that asked before the pause is (SPEC §5b), until
-        ``until`` (monotonic) unless granted by then. False if nothing is reserved."""
-        preferred = self._reservations.prefer(owner, session_id, until)
-        self._settle()
-        return preferred
-
-    def unreserve(self, owner: str) -> list[str]:
-        """Drop ``owner``'s reserved set (it resumed, or ended); returns its resources."""
-        r = self._reservations.drop(owner)
-        if r is None:
-            return []
-        gone = list(self._by_session.get(r.holder, {}).values())
-        now_wall = self.clock.now()
-        for claim in gone:
-            self._drop(claim, "release", now_wall, how="unreserved")
-        self._settle()
-        return [c.resource for c in gone]
 
     # --- release, expiry, cancel ------------------------------------------------
 
@@ -344,7 +292,7 @@ class ClaimTable:
         if how not in CLEAN_ENDS:
             self.outbox.losses(gone, "lost", now_wall, how=how)
         if self._reserved:  # a paused session that ends drops its reservation
-            self.unreserve(session_id)
+            self.paused.unreserve(session_id)
             self._reservations.ended(session_id)
         self._settle()
         return [c.resource for c in gone]

@@ -5,7 +5,7 @@ it records that ``by`` asked the lower-ranked ``holders`` to checkpoint and paus
 and when the grace runs out with a holder still holding, :meth:`Preemptions.due`
 hands it over once so the preemptor can be told (it may then ``steal``). A holder
 that pauses satisfies every preemption naming it; their preemptors are the ones
-its reserved set is kept for first (:meth:`meshd.core.claims.table.ClaimTable.pause`).
+its reserved set is kept for first (:meth:`meshd.core.claims.paused.PausedSets.pause`).
 
 Not durable: a daemon restart forgets pending preemptions (the holders' inbox
 notices stay); the preemptor asks again.
