@@ -62,6 +62,18 @@ def test_an_addressee_that_ended_is_not_the_caller_s_own_expiry(
         assert "MESH_SESSION" in still.err, still
 
 
+def unread_for_to(
+    meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv, count: int, *, budget: int
+) -> None:
+    """cli:from and cli:to registered, and ``count`` messages waiting in cli:to's inbox
+    (the send budget raised to ``budget`` a minute first, so none is refused)."""
+    mesh_env.write_config(f"[defaults]\nmessage_budget_per_minute = {budget}\n")
+    ok(meshctl("daemon", "reload", env=daemon.env))
+    register(meshctl, daemon, "cli:from")
+    register(meshctl, daemon, "cli:to")
+    fill_inbox(daemon, count)
+
+
 def fill_inbox(daemon: Daemon, count: int) -> None:
     """``count`` messages from cli:from to cli:to over one connection."""
     with Client(daemon.socket, timeout=30) as c:
@@ -79,11 +91,7 @@ class TestInboxPrintsEveryUnreadItem:
     def test_more_than_a_page_is_printed_whole(
         self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
     ) -> None:
-        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 1000\n")
-        ok(meshctl("daemon", "reload", env=daemon.env))
-        register(meshctl, daemon, "cli:from")
-        register(meshctl, daemon, "cli:to")
-        fill_inbox(daemon, 150)
+        unread_for_to(meshctl, daemon, mesh_env, 150, budget=1000)
 
         peeked = ok(meshctl("inbox", "--peek", "--json", env=as_(daemon, "cli:to"))).json()
         assert [i["text"] for i in peeked] == [f"message {n}" for n in range(1, 151)]
@@ -98,11 +106,7 @@ class TestInboxPrintsEveryUnreadItem:
     def test_past_the_largest_page_a_note_says_how_many_more_wait(
         self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
     ) -> None:
-        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 2000\n")
-        ok(meshctl("daemon", "reload", env=daemon.env))
-        register(meshctl, daemon, "cli:from")
-        register(meshctl, daemon, "cli:to")
-        fill_inbox(daemon, 1003)
+        unread_for_to(meshctl, daemon, mesh_env, 1003, budget=2000)
 
         first = ok(meshctl("inbox", "--json", env=as_(daemon, "cli:to")))
         assert len(first.json()) == 1000, first.err
@@ -115,11 +119,7 @@ class TestInboxPrintsEveryUnreadItem:
         self, meshctl: Meshctl, daemon: Daemon, mesh_env: MeshEnv
     ) -> None:
         """``inbox --all`` (read items too) showed one page of the history."""
-        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 2000\n")
-        ok(meshctl("daemon", "reload", env=daemon.env))
-        register(meshctl, daemon, "cli:from")
-        register(meshctl, daemon, "cli:to")
-        fill_inbox(daemon, 1003)
+        unread_for_to(meshctl, daemon, mesh_env, 1003, budget=2000)
 
         every = ok(meshctl("inbox", "--all", "--peek", "--json", env=as_(daemon, "cli:to")))
         assert [i["text"] for i in every.json()] == [f"message {n}" for n in range(1, 1004)]
@@ -129,11 +129,7 @@ class TestInboxPrintsEveryUnreadItem:
     ) -> None:
         """``inbox --follow`` printed the first 100 of the backlog, then only what
         arrived after: the rest was never shown while it ran."""
-        mesh_env.write_config("[defaults]\nmessage_budget_per_minute = 1000\n")
-        ok(meshctl("daemon", "reload", env=daemon.env))
-        register(meshctl, daemon, "cli:from")
-        register(meshctl, daemon, "cli:to")
-        fill_inbox(daemon, 150)
+        unread_for_to(meshctl, daemon, mesh_env, 150, budget=1000)
 
         follower = Follower(daemon, "cli:to", "--json")
         try:
